@@ -1,0 +1,23 @@
+"""mini: the geometry of projection heads, exact and small (NumPy + HIPS autograd, float64).
+
+Reading order: heads -> losses -> hessian -> collapse (then whitening, capacity, manifolds,
+invariance, train as they arrive). Each module opens with the paper section it makes executable.
+"""
+
+from mini.heads import Head, HeadSpec, apply_head, init_head, parse_head_spec
+from mini.hessian import decompose_autograd, decompose_closed_form, effective_hessian, spectrum
+from mini.losses import Objective, make_objective
+
+__all__ = [
+    "Head",
+    "HeadSpec",
+    "Objective",
+    "apply_head",
+    "decompose_autograd",
+    "decompose_closed_form",
+    "effective_hessian",
+    "init_head",
+    "make_objective",
+    "parse_head_spec",
+    "spectrum",
+]

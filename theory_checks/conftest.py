@@ -1,0 +1,83 @@
+"""Hypothesis profiles and strategies shared by the theory checks.
+
+Profiles: ``ci`` (selected when the ``CI`` variable is set) is deterministic, with every field set
+explicitly; ``dev`` explores more. ``HYPOTHESIS_PROFILE`` overrides either.
+
+Strategies draw *instances*, never raw arrays of arbitrary floats: bounded finite floats, matrices
+built from chosen spectra (so conditioning is controlled, not hoped for), head parameters from a
+seeded generator, and collapsed / near-collapsed batches.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis import strategies as st
+
+from mini.heads import ACTIVATIONS, Head, init_head
+
+settings.register_profile(
+    "ci",
+    max_examples=12,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    report_multiple_bugs=False,
+    verbosity=Verbosity.normal,
+    phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
+    suppress_health_check=(HealthCheck.too_slow,),
+    stateful_step_count=10,
+)
+settings.register_profile("dev", max_examples=40, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+SMOOTH_ACTIVATIONS: tuple[str, ...] = tuple(a for a in ACTIVATIONS if a != "relu")
+ALL_SPECS: tuple[str, ...] = ("linear", *(f"{a}{n}" for a in ACTIVATIONS for n in (2, 3)))
+
+
+def bounded_floats(lo: float = -3.0, hi: float = 3.0) -> st.SearchStrategy[float]:
+    return st.floats(lo, hi, allow_nan=False, allow_infinity=False, allow_subnormal=False)
+
+
+seeds = st.integers(0, 2**32 - 1)
+
+
+def matrix_with_spectrum(eigenvalues: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``Q diag(eigenvalues) Q^T`` with ``Q`` Haar-random orthogonal: a symmetric matrix whose
+    spectrum (and so conditioning) is exactly the one chosen."""
+    m = len(eigenvalues)
+    Q, R = np.linalg.qr(rng.standard_normal((m, m)))
+    Q = Q * np.sign(np.diag(R))
+    return (Q * eigenvalues) @ Q.T
+
+
+@st.composite
+def spectra(draw, size: int, lo: float = 0.1, hi: float = 10.0, n_zero: int = 0) -> np.ndarray:
+    """Eigenvalues in ``[lo, hi]`` (log-uniform), ``n_zero`` of them exactly zero."""
+    logs = draw(st.lists(bounded_floats(np.log(lo), np.log(hi)), min_size=size - n_zero, max_size=size - n_zero))
+    return np.sort(np.concatenate([np.exp(logs), np.zeros(n_zero)]))
+
+
+@st.composite
+def heads(draw, specs=ALL_SPECS, d=st.integers(2, 5), k=st.integers(2, 5), width=st.integers(2, 6)) -> Head:
+    """A random head: spec, widths and seeded weights (LeCun-normal, so activations are curved)."""
+    return init_head(draw(st.sampled_from(specs)), draw(d), draw(k), draw(width), draw(seeds))
+
+
+@st.composite
+def batches(draw, d: int, n=st.integers(2, 6), scale: float = 1.0) -> np.ndarray:
+    """A batch ``Z`` (n, d) of bounded finite floats."""
+    rng = np.random.default_rng(draw(seeds))
+    return scale * rng.standard_normal((draw(n), d))
+
+
+@st.composite
+def collapsed_batches(draw, d: int, n=st.integers(2, 6), jitter: float = 0.0) -> np.ndarray:
+    """All rows equal to one point ``z*`` (``jitter = 0``) or within ``jitter`` of it (near-collapse)."""
+    rng = np.random.default_rng(draw(seeds))
+    z_star = rng.standard_normal(d)
+    size = draw(n)
+    return np.tile(z_star, (size, 1)) + jitter * rng.standard_normal((size, d))

@@ -129,6 +129,25 @@ def loss_derivatives(objective: Objective, Hb: Array) -> tuple[np.ndarray, np.nd
     return _check_finite("grad_H L", rho), _check_finite("grad^2_H L", HL)
 
 
+def loss_hessian_blocks(objective: Objective, Hb: Array) -> np.ndarray:
+    """The per-sample blocks ``grad^2_{h_i} L`` (n, k, k) of a block-diagonal objective.
+
+    Without a closed form, ``k`` Hessian-vector products suffice instead of ``n*k``: with no
+    cross-sample blocks, the product with ``V = 1_n e_c^T`` (direction ``c`` in every sample at
+    once) returns column ``c`` of every block.
+    """
+    if not objective.block_diagonal:
+        raise ValueError(f"{objective.name}: its loss Hessian couples samples; use loss_derivatives")
+    Hb = np.asarray(Hb, dtype=float)
+    objective.check(Hb)
+    if objective.hessian_blocks_fn is not None:
+        return _check_finite("grad^2_H L", np.asarray(objective.hessian_blocks_fn(Hb)))
+    k = Hb.shape[1]
+    g = grad(objective.fn)
+    columns = [grad(lambda H, c=c: anp.sum(g(H)[:, c]))(Hb) for c in range(k)]  # each (n, k)
+    return _check_finite("grad^2_H L", np.stack(columns, axis=2))  # (n, k, k): [i, :, c]
+
+
 def decompose_autograd(head: Head, objective: Objective, Z: Array) -> EffectiveHessian:
     """``G = J^T (grad^2_H L) J`` and ``M = Hessian of <stopgrad(rho), h(Z)>`` by autograd."""
     Z = check_batch(head, Z)
@@ -243,17 +262,38 @@ def assemble(J: Array, loss_hessian: Array, M_blocks: Array) -> tuple[Array, Arr
     T = xp.reshape(HLj @ J, (n, n, k, d))  # (j, i, c, b)
     T = xp.reshape(xp.permute_dims(T, (1, 2, 0, 3)), (n, k, n * d))  # (i, c, (j,b))
     G = xp.reshape(xp.permute_dims(J, (0, 2, 1)) @ T, (n * d, n * d))  # (i, a) x (j, b)
-    eye = xp.eye(n, dtype=M_blocks.dtype, device=_device(M_blocks))
-    M = xp.reshape(M_blocks[:, :, None, :] * eye[:, None, :, None], (n * d, n * d))
-    return 0.5 * (G + xp.permute_dims(G, (1, 0))), M
+    return 0.5 * (G + xp.permute_dims(G, (1, 0))), block_diagonal(M_blocks)
+
+
+def block_diagonal(blocks: Array) -> Array:
+    """``(n, d, d)`` blocks as the ``(n*d, n*d)`` block-diagonal matrix (array API, no item writes)."""
+    xp = _namespace(blocks)
+    n, d, _ = blocks.shape
+    eye = xp.eye(n, dtype=blocks.dtype, device=_device(blocks))
+    return xp.reshape(blocks[:, :, None, :] * eye[:, None, :, None], (n * d, n * d))
+
+
+def assemble_blocks(J: Array, loss_blocks: Array, M_blocks: Array) -> tuple[Array, Array]:
+    """Block-diagonal objectives: ``G_i = J_i^T (grad^2_{h_i} L) J_i`` (n, d, d), then full matrices."""
+    xp = _namespace(J)
+    Jt = xp.permute_dims(J, (0, 2, 1))
+    G_blocks = Jt @ (loss_blocks @ J)
+    G_blocks = 0.5 * (G_blocks + xp.permute_dims(G_blocks, (0, 2, 1)))
+    return block_diagonal(G_blocks), block_diagonal(M_blocks)
 
 
 def decompose_closed_form(head: Head, objective: Objective, Z: Array) -> EffectiveHessian:
     """``H_eff = G + M`` from the closed-form head derivatives and the loss derivatives."""
     Z = check_batch(head, Z)
     der = head_derivatives(head, Z)
-    rho, HL = loss_derivatives(objective, der.h)
-    G, M = assemble(der.J, HL, interaction_blocks(der, rho))
+    if objective.block_diagonal:
+        Hb = np.asarray(der.h)
+        objective.check(Hb)
+        rho = objective.grad_fn(Hb) if objective.grad_fn else grad(objective.fn)(Hb)
+        G, M = assemble_blocks(der.J, loss_hessian_blocks(objective, Hb), interaction_blocks(der, rho))
+    else:
+        rho, HL = loss_derivatives(objective, der.h)
+        G, M = assemble(der.J, HL, interaction_blocks(der, rho))
     H = G + M
     return EffectiveHessian(_check_finite("H_eff", H), G, M, rho, *Z.shape)
 

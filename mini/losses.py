@@ -56,6 +56,8 @@ class Objective:
     # Closed forms where they are simple (the MSE forms); otherwise hessian.py uses autograd.
     grad_fn: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
     hessian_fn: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
+    # For block-diagonal objectives: the per-sample blocks grad^2_{h_i} L, (n, k, k), in closed form.
+    hessian_blocks_fn: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
     shape: tuple[int | None, int | None] | None = None  # (n, k) pinned by fixed data; None = free
 
     def check(self, Hb: Array) -> None:
@@ -120,7 +122,8 @@ def mse_targets(targets: Array) -> Objective:
 
     return Objective(
         "mse", fn, 1, hessian_psd=True, block_diagonal=True,
-        grad_fn=lambda Hb: (np.asarray(Hb) - T) / n, hessian_fn=hessian, shape=(n, k),
+        grad_fn=lambda Hb: (np.asarray(Hb) - T) / n, hessian_fn=hessian,
+        hessian_blocks_fn=lambda Hb: np.broadcast_to(np.eye(k) / n, (n, k, k)), shape=(n, k),
     )
 
 

@@ -1,0 +1,48 @@
+"""Random instances (head, objective, batch) shared by the equation (1) and Section 4 checks.
+
+An instance is drawn from a seed, so a failing case is reproduced by its seed alone.
+Two-view objectives get an even batch with at least two samples per view (VICReg and Barlow
+Twins need batch statistics); stop-gradient objectives get a predictor of the head's own
+activation and targets that differ from the current embeddings, so ``rho != 0``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mini.heads import Head, init_head
+from mini.losses import Objective, make_objective
+
+OBJECTIVE_NAMES: tuple[str, ...] = ("mse", "mse_views", "simclr", "simsiam", "byol", "vicreg", "barlow")
+
+
+@dataclass(frozen=True)
+class Instance:
+    head: Head
+    objective: Objective
+    Z: np.ndarray
+    seed: int
+
+    def __repr__(self) -> str:
+        n, d = self.Z.shape
+        return f"Instance({self.head.spec}, {self.objective.name}, n={n}, d={d}, k={self.head.k}, seed={self.seed})"
+
+
+def make_instance(
+    spec: str, objective: str, seed: int, *, m: int = 3, d: int = 4, k: int = 3, width: int = 5,
+    Z: np.ndarray | None = None,
+) -> Instance:
+    """A head of ``spec``, an objective by name, and a batch of ``2m`` rows (two views of ``m``)."""
+    rng = np.random.default_rng(seed)
+    head = init_head(spec, d, k, width, rng)
+    if Z is None:
+        Z = rng.standard_normal((2 * m, d))
+    Hb = head(Z)
+    predictor = None
+    if objective in ("simsiam", "byol"):
+        act = head.spec.activation
+        predictor = init_head("linear" if act is None else f"{act}2", k, k, width, rng)
+    targets = Hb + 0.5 * rng.standard_normal(Hb.shape) if objective in ("mse", "simsiam", "byol") else None
+    return Instance(head, make_objective(objective, Hb, predictor=predictor, targets=targets), Z, seed)

@@ -194,7 +194,10 @@ class PhaseRotation(Manifold):
         for j in range(K):
             for l in range(j + 1, K):
                 if self.orders[j] == self.orders[l]:  # c_j conj(c_l)
-                    cols += [(u[:, j] * u[:, l] + v[:, j] * v[:, l])[:, None], (v[:, j] * u[:, l] - u[:, j] * v[:, l])[:, None]]
+                    cols += [
+                        (u[:, j] * u[:, l] + v[:, j] * v[:, l])[:, None],
+                        (v[:, j] * u[:, l] - u[:, j] * v[:, l])[:, None],
+                    ]
         for j in range(K):
             for l in range(j, K):
                 for m_ in np.flatnonzero(self.orders == self.orders[j] + self.orders[l]):
@@ -234,7 +237,8 @@ def real_fourier_basis(m: int) -> np.ndarray:
     j = np.arange(m)
     cols = [np.full(m, 1.0 / math.sqrt(m))]
     for k in range(1, (m - 1) // 2 + 1):
-        cols += [math.sqrt(2.0 / m) * np.cos(2 * math.pi * k * j / m), math.sqrt(2.0 / m) * np.sin(2 * math.pi * k * j / m)]
+        angle = 2 * math.pi * k * j / m
+        cols += [math.sqrt(2.0 / m) * np.cos(angle), math.sqrt(2.0 / m) * np.sin(angle)]
     return np.stack(cols, axis=1)
 
 

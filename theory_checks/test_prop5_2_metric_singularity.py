@@ -23,14 +23,13 @@ Negative control: the same MLP applied to ``z`` itself (not invariant) has
 from __future__ import annotations
 
 import numpy as np
+from _invariance_strategies import Torus
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from mini.heads import ACTIVATIONS, init_head
 from mini.invariance import head_jacobian, invariant_head, orbit_gain, pullback_metric
 from mini.manifolds import MANIFOLDS, make_manifold
-
-from _invariance_strategies import Torus
 
 VANISH_RTOL = 1e-10  # |J v| / (|J|_F |v|) of an invariant head: float64 cancellation is ~1e-15
 METRIC_RTOL = 1e-12  # v^T G v / (tr(G) |v|^2) from the assembled G: rounding of G itself is ~d * 1e-16

@@ -48,6 +48,7 @@ from mini.invariance import (
     linear_probe,
     mlp_probe,
     orbit_geometry,
+    orbit_spread,
 )
 from mini.losses import barlow, normalize, nt_xent, simsiam, vicreg
 from mini.manifolds import MANIFOLDS, Manifold, make_manifold
@@ -244,6 +245,7 @@ class HeadReport:
     h_untrained: OrbitGeometry
     compression: float
     compression_untrained: float
+    sweep_compression: float  # spread(z) / spread(h) over the kappa sweep (inside the training range)
     probes: dict[str, ProbeResult]  # keys "<target>/<features>/<kind>", target aug | class
     gain_curve: list[tuple[int, float]]
     final_loss: float
@@ -266,6 +268,7 @@ def measure(result: TrainResult, n_probe_per_class: int = 40, probe_steps: int =
     orbit_f = feats(M.orbits(X0, M.orbit_params(12)))  # (15, 12, .)
     sweep_f = feats(M.orbits(X0, M.sweep_params(10)))  # (15, 10, .)
     geo = [orbit_geometry(F, labels, S) for F, S in zip(orbit_f, sweep_f)]
+    sweep_spread = [float(np.mean(orbit_spread(S))) for S in sweep_f]
 
     # Probes: every base point under the 4 probe group elements; split by base point.
     P0, plabels = M.base(n_probe_per_class, rng)
@@ -282,6 +285,7 @@ def measure(result: TrainResult, n_probe_per_class: int = 40, probe_steps: int =
             probes[f"{target}/{fname}/mlp"] = mlp_probe(F2, y, train_idx, test_idx, steps=probe_steps, seed=cfg.seed)
     return HeadReport(
         cfg.head, geo[0], geo[1], geo[2], compression(geo[0], geo[1]), compression(geo[0], geo[2]),
+        sweep_spread[0] / sweep_spread[1],
         probes, list(result.gain_curve), float(np.mean(result.losses[-10:])) if result.losses else math.nan,
         result.seconds,
     )
@@ -342,6 +346,7 @@ def summary_table(reports: list[HeadReport]) -> str:
 
     add("orbit spread z / h", "21.85x", lambda r: f"{r.compression:.3g}x")
     add("  untrained head", "0.97x", lambda r: f"{r.compression_untrained:.3g}x")
+    add("sweep spread z / h (1/8 period)", "n/a", lambda r: f"{r.sweep_compression:.3g}x")
     add("kappa h / z", "1.93x", lambda r: f"{r.h.kappa.mean / r.z.kappa.mean:.3g}x")
     add("D_intra z / h", "4.76x", lambda r: f"{r.z.d_intra.mean / r.h.d_intra.mean:.3g}x")
     add("D_inter z / h", "3.89x", lambda r: f"{r.z.d_inter.mean / r.h.d_inter.mean:.3g}x")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -57,7 +58,8 @@ def test_numpy_and_torch_give_identical_metrics_and_probes():
     groups = np.repeat(np.arange(F.shape[0]), F.shape[1])
     train, test = inv.group_split(groups, 0.34, seed=1)
     Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
-    for probe in (inv.linear_probe, inv.mlp_probe):
+    mlp = functools.partial(inv.mlp_probe, steps=100)
+    for probe in (inv.linear_probe, mlp):
         pa, pb = probe(X, y, train, test), probe(Xt, yt, train, test)
         assert (pa.train_accuracy, pa.test_accuracy) == (pb.train_accuracy, pb.test_accuracy)
         assert 0.0 <= pa.test_accuracy <= 1.0

@@ -15,6 +15,15 @@ torch = pytest.importorskip("torch")
 AGREE_RTOL = 1e-12  # NumPy and torch run the same float64 arithmetic; only summation order differs
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny matrices: intra-op threads only add overhead (and oversubscribe a shared machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _orbits(seed: int = 0, n_classes: int = 5, per_class: int = 3, points: int = 12, dim: int = 8):
     rng = np.random.default_rng(seed)
     centers = rng.standard_normal((n_classes, 1, 1, dim))

@@ -286,7 +286,10 @@ def objective_fn(cfg: TrainConfig, model: SSLModel, h: torch.Tensor, target_h: t
 def training_loss(cfg: TrainConfig, h: torch.Tensor, p: torch.Tensor | None, target_h: torch.Tensor | None
                   ) -> torch.Tensor:
     """The loss of one step from the forward's outputs (predictor already applied inside the model)."""
-    h, p = h.float(), (p.float() if p is not None else None)  # losses in fp32 under bf16 autocast
+    def full(t):  # losses in fp32 under bf16 autocast; float64 stays float64 (cross-checks)
+        return t.float() if t is not None and t.dtype in (torch.bfloat16, torch.float16) else t
+
+    h, p, target_h = full(h), full(p), full(target_h)
     if cfg.method == "simclr":
         return so.global_loss(so.nt_xent, h, cfg.temperature)
     if cfg.method == "vicreg":
@@ -296,7 +299,7 @@ def training_loss(cfg: TrainConfig, h: torch.Tensor, p: torch.Tensor | None, tar
     if cfg.method == "simsiam":
         return so.simsiam(p, targets=h)  # P = p(h), T = stopgrad(h)
     if cfg.method == "byol":
-        return so.byol(p, targets=target_h.float())
+        return so.byol(p, targets=target_h)
     raise ValueError(f"unknown method {cfg.method!r}; valid: {', '.join(METHODS)}")
 
 

@@ -88,7 +88,7 @@ def main() -> None:
     def on_device(steps: int) -> float:
         sync()
         t = time.perf_counter()
-        for s in range(steps):
+        for _ in range(steps):
             idx = torch.randint(0, n, (args.batch,), device=dev)
             step(trainer.augment.views(trainer.train_x[idx]))
         sync()
@@ -159,9 +159,9 @@ Training step, on-device / conventional: **{ratio:.2f}x**. Augmentation alone, b
 No GPU was available for this measurement: on a CPU the model's forward/backward dominates both
 pipelines, and the conventional pipeline's worker process augments the next batch on the second core
 while the step runs, so the training-step ratio is about 1 (or below) by construction; the
-augmentation-only ratio shows what batching buys. The H200 goals (a SimCLR ResNet-18 CIFAR epoch in at most 5 s, at least 3x the
-conventional pipeline, and the fraction of the ~0.4 s floor) could not be measured here; run this script
-with `--device cuda --batch 512` on the GPU machine to fill them in.
+augmentation-only ratio shows what batching buys. The H200 goals (a SimCLR ResNet-18 CIFAR epoch in at
+most 5 s, at least 3x the conventional pipeline, and the fraction of the ~0.4 s floor) could not be
+measured here; run this script with `--device cuda --batch 512` on the GPU machine to fill them in.
 """
     atomic_write_text(args.out, text)
     print(text)

@@ -117,7 +117,8 @@ class Operator:
 
     def matvec(self, v: Tensor) -> Tensor:
         self.n_products += 1
-        return self._matvec(self._check(v, 1))
+        with torch.no_grad():  # torch.func ignores an outer no_grad; parameters record no graph
+            return self._matvec(self._check(v, 1))
 
     def __matmul__(self, v: Tensor) -> Tensor:
         return self.matvec(v) if v.ndim == 1 else self.matmat(v)
@@ -127,7 +128,8 @@ class Operator:
         V = self._check(V, 2)
         self.n_products += V.shape[1]
         fn = self._matmat or (lambda C: torch.stack([self._matvec(c) for c in C]))
-        cols = [fn(V[:, s:s + chunk].T.contiguous()) for s in range(0, V.shape[1], chunk)]
+        with torch.no_grad():
+            cols = [fn(V[:, s:s + chunk].T.contiguous()) for s in range(0, V.shape[1], chunk)]
         return torch.cat(cols).T
 
     def dense(self, force: bool = False) -> Tensor:
@@ -216,18 +218,16 @@ class EffectiveHessian:
         if self.Hb.ndim != 2 or self.Hb.shape[0] != self.n:
             raise ValueError(f"head must map (n, d) to (n, k); got {tuple(self.Hb.shape)} from {tuple(self.z.shape)}")
         self.k = self.Hb.shape[1]
-        self.rho = grad(loss)(self.Hb).detach()  # rho = grad_H L, (n, k), held fixed in M
-        self.value = float(loss(self.Hb))
+        with torch.no_grad():
+            self.rho = grad(loss)(self.Hb).detach()  # rho = grad_H L, (n, k), held fixed in M
+            self.value = float(loss(self.Hb))
         self._mode = mode
         self.info: dict[str, Any] = {
             **head_info, "n": self.n, "d": self.d, "k": self.k, "N": self.n * self.d,
             "dtype": str(self.z.dtype).removeprefix("torch."), "device": str(self.z.device), "hvp_mode": None,
         }
-        self._build("forward" if mode in ("auto", "forward") else "double-backward")
-
-    # z as a flat vector (N,) <-> (n, d)
-    def _unflat(self, v: Tensor) -> Tensor:
-        return v.reshape(self.n, self.d)
+        with torch.no_grad():
+            self._build("forward" if mode in ("auto", "forward") else "double-backward")
 
     def _build(self, mode: str) -> None:
         n, d = self.n, self.d
@@ -280,4 +280,5 @@ class EffectiveHessian:
     def gradient(self) -> Tensor:
         """``grad_z L(h(z))`` flattened (N,)."""
         n, d = self.n, self.d
-        return grad(lambda x: self.loss_fn(self.head_fn(x.reshape(n, d))))(self.z.reshape(-1)).detach()
+        with torch.no_grad():
+            return grad(lambda x: self.loss_fn(self.head_fn(x.reshape(n, d))))(self.z.reshape(-1)).detach()

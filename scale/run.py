@@ -30,8 +30,8 @@ from scale.backbones import BACKBONES
 from scale.checkpoint import atomic_write_json
 from scale.data import DATASETS, DataError, load_dataset
 from scale.linprobe import features, linear_probe_accuracy
-from scale.tracking import HessianTracker
 from scale.run_report import command_line, device_name, git_commit, versions, write_outputs
+from scale.tracking import HessianTracker
 from scale.train import METHODS, OPTIMIZERS, SCHEDULES, Hook, Interrupted, NonFiniteLoss, TrainConfig, Trainer
 
 # Per-method defaults. simsiam: PAPER.md E1; simclr: PAPER.md E3; byol/vicreg/barlow: solo-learn's CIFAR

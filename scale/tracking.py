@@ -235,8 +235,8 @@ class HessianTracker(Hook):
             state.target.eval()
             target_h = state.target(x)[1]
             state.target.train(was)
-        loss = probe_objective(cfg.method, model, h.to(self.dtype), None if target_h is None else target_h.to(self.dtype),
-                               cfg.temperature)
+        th = None if target_h is None else target_h.to(self.dtype)
+        loss = probe_objective(cfg.method, model, h.to(self.dtype), th, cfg.temperature)
         if self.warm is None and getattr(self, "_warm_vectors", None) is not None:
             self.warm = _vectors_as_result(self._warm_vectors.to(state.device))
         rec, self.warm = measure(z, model.projector, loss, block_diagonal=cfg.method in BLOCK_DIAGONAL_METHODS,

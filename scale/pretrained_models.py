@@ -310,7 +310,11 @@ def build_model(name: str, dims: Dims | None = None, seed: int | None = None) ->
     return PretrainedSSL(name, dims or OFFICIAL[name])
 
 
-class CheckpointKeyError(ValueError):
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used (unreadable, wrong file, wrong layout)."""
+
+
+class CheckpointKeyError(CheckpointError):
     """A checkpoint whose keys do not match the model's layout; the message lists the keys."""
 
 
@@ -423,10 +427,15 @@ def read_checkpoint(path: str) -> dict:
     """``torch.load(path, weights_only=True)`` with the two known non-tensor globals allowed."""
     import argparse
 
-    with torch.serialization.safe_globals([argparse.Namespace, _exclude_bias_and_norm]):
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+    import pickle
+
+    try:
+        with torch.serialization.safe_globals([argparse.Namespace, _exclude_bias_and_norm]):
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
+        raise CheckpointError(f"{path}: not readable as a weights-only torch checkpoint: {exc}") from None
     if not isinstance(obj, dict):
-        raise CheckpointKeyError(f"{path}: expected a dict of tensors or a checkpoint dict, found {type(obj).__name__}")
+        raise CheckpointError(f"{path}: expected a dict of tensors or a checkpoint dict, found {type(obj).__name__}")
     return obj
 
 

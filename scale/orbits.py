@@ -145,7 +145,9 @@ def dataset_images(name: str, n: int, size: int, seed: int = 0, data_dir: str | 
         try:
             from scale import data as scale_data
         except ImportError as exc:  # the CIFAR loader lives with the training engine
-            raise ValueError("--dataset cifar10 needs scale.data (the CIFAR loader); use --images DIR or digits") from exc
+            raise ValueError(
+                "--dataset cifar10 needs scale.data (the CIFAR loader); use --images DIR or digits"
+            ) from exc
         images = scale_data.load_images("cifar10", split="test", data_dir=data_dir)  # (N, 3, 32, 32) in [0, 1]
         rng = np.random.default_rng(seed)
         idx = torch.from_numpy(rng.choice(len(images), size=n, replace=False))

@@ -197,7 +197,9 @@ def ratio_estimate(num: np.ndarray, den: np.ndarray, confidence: float = CONFIDE
     """Geometric-mean ratio ``exp(mean log(num/den))`` with the exponentiated t interval."""
     r, ok = log_ratios(num, den)
     mean, low, high = t_interval(r[ok], confidence)
-    return Estimate(math.exp(mean) if ok.any() else math.nan, math.exp(low), math.exp(high), int(ok.sum()), int((~ok).sum()))
+    return Estimate(
+        math.exp(mean) if ok.any() else math.nan, math.exp(low), math.exp(high), int(ok.sum()), int((~ok).sum())
+    )
 
 
 def mean_estimate(values: np.ndarray, confidence: float = CONFIDENCE) -> Estimate:
@@ -240,7 +242,9 @@ def summarize(raw: dict[str, dict[str, list[float]]], confidence: float = CONFID
 
     def from_logs(logs: np.ndarray, ok: np.ndarray) -> Estimate:
         mean, low, high = t_interval(logs[ok], confidence)
-        return Estimate(math.exp(mean) if ok.any() else math.nan, math.exp(low), math.exp(high), int(ok.sum()), int((~ok).sum()))
+        return Estimate(
+            math.exp(mean) if ok.any() else math.nan, math.exp(low), math.exp(high), int(ok.sum()), int((~ok).sum())
+        )
 
     collapse = from_logs(per_image_c, ok_c)
     rows["all"] = {
@@ -288,7 +292,12 @@ def provenance(cfg: Config) -> dict:
     if device.startswith("cuda") and torch.cuda.is_available():
         device += f" ({torch.cuda.get_device_name(torch.device(device))})"
     return {
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "kornia": kornia.__version__, "numpy": np.__version__},
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "kornia": kornia.__version__,
+            "numpy": np.__version__,
+        },
         "device": device,
         "git_commit": _git_commit(),
         "seed": cfg.seed,
@@ -300,13 +309,18 @@ def result_record(name: str, weights: Path, cfg: Config, raw: dict, seconds: flo
     return {
         "model": name,
         "weights": str(weights),
-        "compared_head_output": "256-d bottleneck before L2 norm and prototypes" if name.startswith("dino") else "projector output",
+        "compared_head_output": "256-d bottleneck before L2 norm and prototypes"
+        if name.startswith("dino")
+        else "projector output",
         "config": {**asdict(cfg), "models": [name]},
         "images": cfg.images or f"dataset:{cfg.dataset}",
         "n_images": n_images,
         "seconds": seconds,
         **provenance(cfg),
-        "summary": {fam: {k: (asdict(v) if isinstance(v, Estimate) else v) for k, v in row.items()} for fam, row in summary.items()},
+        "summary": {
+            fam: {k: (asdict(v) if isinstance(v, Estimate) else v) for k, v in row.items()}
+            for fam, row in summary.items()
+        },
         "per_trajectory": raw,
     }
 
@@ -333,11 +347,16 @@ def render_report(records: list[dict], out: Path) -> str:
         for fam, row in rec["summary"].items():
             c = _estimate(row["collapse_ratio"])
             n = f"{c.n}" + (f" (+{c.excluded} degenerate)" if c.excluded else "")
+            k, a = _estimate(row["curvature_ratio"]), _estimate(row["alignment_gain"])
             lines.append(
                 f"| {rec['model']} | {fam} | {n} | {row['var_z']:.3g} | {row['var_h']:.3g} | {c.fmt()} | "
-                f"{row['verdict']} | {_estimate(row['curvature_ratio']).fmt()} | {_estimate(row['alignment_gain']).fmt('+.3f')} |"
+                f"{row['verdict']} | {k.fmt()} | {a.fmt('+.3f')} |"
             )
-    lines += ["", "| model | weights | images | trajectories x steps | image size | device | seconds | commit |", "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| model | weights | images | trajectories x steps | image size | device | seconds | commit |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for rec in records:
         cfg = rec["config"]
         lines.append(

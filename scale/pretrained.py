@@ -37,11 +37,7 @@ import argparse
 import http.client
 import json
 import math
-import os
-import platform
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,15 +46,18 @@ import numpy as np
 import torch
 
 from mini.invariance import l2_normalize, orbit_spread, sweep_curvature
+from scale.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
+from scale.data import DataError
 from scale.orbits import DATASETS, FAMILIES, dataset_images, folder_images, imagenet_normalize, orbit_batch
 from scale.pretrained_models import (
     MODELS,
     OFFICIAL_FILES,
-    CheckpointKeyError,
+    CheckpointError,
     PretrainedSSL,
     check_model_name,
     load_checkpoint,
 )
+from scale.run_report import device_name, git_commit, versions
 
 CONFIDENCE = 0.95
 # Orbit variances of unit vectors lie in [0, 1]; below this an orbit has not moved at all (e.g. hue
@@ -263,43 +262,11 @@ def summarize(raw: dict[str, dict[str, list[float]]], confidence: float = CONFID
 # --------------------------------------------------------------------------------------------
 
 
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write through a temporary file in the same folder, then rename (no half-written results)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _git_commit() -> str:
-    try:
-        root = Path(__file__).resolve().parent.parent
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def provenance(cfg: Config) -> dict:
-    import kornia
-
-    device = cfg.device
-    if device.startswith("cuda") and torch.cuda.is_available():
-        device += f" ({torch.cuda.get_device_name(torch.device(device))})"
     return {
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "kornia": kornia.__version__,
-            "numpy": np.__version__,
-        },
-        "device": device,
-        "git_commit": _git_commit(),
+        "versions": versions(),
+        "device": device_name(torch.device(cfg.device)),
+        "git_commit": git_commit(),
         "seed": cfg.seed,
     }
 
@@ -405,7 +372,7 @@ def _figures(records: list[dict], out: Path) -> list[tuple[str, str]]:
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=120)
         plt.close(fig)
-        write_atomic(out / fname, buf.getvalue())
+        atomic_write_bytes(out / fname, buf.getvalue())
         made.append((title, fname))
     return made
 
@@ -418,7 +385,7 @@ def write_report(out: Path) -> Path:
         if path.is_file():
             records.append(json.loads(path.read_text()))
     report = out / "report.md"
-    write_atomic(report, render_report(records, out))
+    atomic_write_text(report, render_report(records, out))
     return report
 
 
@@ -451,7 +418,7 @@ def run(cfg: Config) -> Path:
         if cfg.device.startswith("cuda"):
             torch.cuda.synchronize()
         record = result_record(name, weights[name], cfg, raw, time.perf_counter() - start, len(images))
-        write_atomic(out / f"{name}.json", json.dumps(record, indent=1))
+        atomic_write_json(out / f"{name}.json", record)
         row = record["summary"]["all"]
         print(f"{name}: collapse ratio {_estimate(row['collapse_ratio']).fmt()} -> {row['verdict']}")
     return write_report(out)
@@ -500,10 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     try:
         report = run(cfg)
-    except OfflineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (CheckpointKeyError, FileNotFoundError, ValueError) as exc:
+    except (OfflineError, DataError, CheckpointError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"report: {report}")

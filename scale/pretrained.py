@@ -60,9 +60,10 @@ from scale.pretrained_models import (
 from scale.run_report import device_name, git_commit, versions
 
 CONFIDENCE = 0.95
-# Orbit variances of unit vectors lie in [0, 1]; below this an orbit has not moved at all (e.g. hue
-# on a grey image) and its log ratio is undefined: such trajectories are counted and left out.
-DEGENERATE_VARIANCE = 1e-12
+# Orbit variances of unit vectors lie in [0, 1] and kappas in [0, 4]; below this floor an orbit has not
+# moved at all (e.g. hue on a grey image) and its log ratio is undefined: such trajectories are counted
+# and left out.
+DEGENERATE_FLOOR = 1e-12
 
 
 class OfflineError(RuntimeError):
@@ -187,18 +188,22 @@ def t_interval(values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[floa
 def log_ratios(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``log(num / den)`` per trajectory and the mask of trajectories where both are non-degenerate."""
     num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
-    ok = (num > DEGENERATE_VARIANCE) & (den > DEGENERATE_VARIANCE)
+    ok = (num > DEGENERATE_FLOOR) & (den > DEGENERATE_FLOOR)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(ok, np.log(num) - np.log(den), np.nan), ok
+
+
+def _exp_estimate(logs: np.ndarray, ok: np.ndarray, confidence: float) -> Estimate:
+    """``exp`` of the mean log and of its t interval, over the entries where ``ok``."""
+    mean, low, high = t_interval(logs[ok], confidence)
+    value = math.exp(mean) if ok.any() else math.nan
+    return Estimate(value, math.exp(low), math.exp(high), int(ok.sum()), int((~ok).sum()))
 
 
 def ratio_estimate(num: np.ndarray, den: np.ndarray, confidence: float = CONFIDENCE) -> Estimate:
     """Geometric-mean ratio ``exp(mean log(num/den))`` with the exponentiated t interval."""
     r, ok = log_ratios(num, den)
-    mean, low, high = t_interval(r[ok], confidence)
-    return Estimate(
-        math.exp(mean) if ok.any() else math.nan, math.exp(low), math.exp(high), int(ok.sum()), int((~ok).sum())
-    )
+    return _exp_estimate(r, ok, confidence)
 
 
 def mean_estimate(values: np.ndarray, confidence: float = CONFIDENCE) -> Estimate:
@@ -239,18 +244,12 @@ def summarize(raw: dict[str, dict[str, list[float]]], confidence: float = CONFID
     per_image_c, per_image_k = np.mean(pooled_c, axis=0), np.mean(pooled_k, axis=0)
     ok_c, ok_k = np.isfinite(per_image_c), np.isfinite(per_image_k)
 
-    def from_logs(logs: np.ndarray, ok: np.ndarray) -> Estimate:
-        mean, low, high = t_interval(logs[ok], confidence)
-        return Estimate(
-            math.exp(mean) if ok.any() else math.nan, math.exp(low), math.exp(high), int(ok.sum()), int((~ok).sum())
-        )
-
-    collapse = from_logs(per_image_c, ok_c)
+    collapse = _exp_estimate(per_image_c, ok_c, confidence)
     rows["all"] = {
         "var_z": float(np.mean([r["var_z"] for r in rows.values()])),
         "var_h": float(np.mean([r["var_h"] for r in rows.values()])),
         "collapse_ratio": collapse,
-        "curvature_ratio": from_logs(per_image_k, ok_k),
+        "curvature_ratio": _exp_estimate(per_image_k, ok_k, confidence),
         "alignment_gain": mean_estimate(np.mean(pooled_a, axis=0), confidence),
         "verdict": verdict(collapse),
     }

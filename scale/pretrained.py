@@ -453,6 +453,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
         p.error("--trajectories must be at least 2 (the interval is over trajectories)")
     if a.steps < 3:
         p.error("--steps must be at least 3 (kappa is a second difference)")
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error(f"--device {a.device}: CUDA is not available here; use --device cpu")
     if a.image_size < 16:
         p.error("--image-size must be at least 16 (one ViT patch)")
     return Config(

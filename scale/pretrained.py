@@ -295,6 +295,11 @@ def _estimate(d: dict) -> Estimate:
     return Estimate(**d)
 
 
+def _row_order(record: dict) -> list[str]:
+    """The families in the paper's order, then the pooled row (the JSON files store keys sorted)."""
+    return [f for f in FAMILIES if f in record["summary"]] + ["all"]
+
+
 def render_report(records: list[dict], out: Path) -> str:
     """One markdown table across models and families, plus the two figures (written into ``out``)."""
     lines = [
@@ -310,7 +315,8 @@ def render_report(records: list[dict], out: Path) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for rec in records:
-        for fam, row in rec["summary"].items():
+        for fam in _row_order(rec):
+            row = rec["summary"][fam]
             c = _estimate(row["collapse_ratio"])
             n = f"{c.n}" + (f" (+{c.excluded} degenerate)" if c.excluded else "")
             k, a = _estimate(row["curvature_ratio"]), _estimate(row["alignment_gain"])
@@ -353,7 +359,7 @@ def _figures(records: list[dict], out: Path) -> list[tuple[str, str]]:
         ("collapse_ratio", "collapse ratio (z var / h var)", "collapse_ratio.png"),
         ("curvature_ratio", "curvature ratio (kappa h / kappa z)", "curvature_ratio.png"),
     ):
-        families = list(records[0]["summary"]) if records else []
+        families = _row_order(records[0]) if records else []
         fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(families), 3.6))
         width = 0.8 / max(len(records), 1)
         for i, rec in enumerate(records):

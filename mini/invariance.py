@@ -20,6 +20,17 @@ std, ddof = 0, over orbits, over class pairs for ``D_inter``, over sweeps for ``
 per-orbit values stay available as arrays of the input library (``orbit_spread``, ``intra_distance``,
 ...). Results are Python floats, so NumPy and torch give the same numbers (tested).
 
+Proposition 5.2 and Theorem 5.3 (NumPy + autograd, float64)
+-----------------------------------------------------------
+``pullback_metric(fn, z)``: ``G(z) = J_h(z)^T J_h(z)`` (d, d) for a head ``fn: (n, d) -> (n, k)``.
+``orbit_gain(G, V)``: ``(v^T G v / |v|^2) / (tr G / d)`` for each tangent ``v`` (rows of ``V``): the
+head's gain along the orbit relative to its mean gain over all directions; 1 for an isotropic ``G``,
+0 for an invariant head (Proposition 5.2), independent of the head's overall scale.
+``invariant_head(invariants, head)``: a head that is a function of the orbit invariants only.
+``fisher_information(phi, xi, sigma)``: ``I(xi) = J^T J / sigma^2`` for the Gaussian observation
+model ``y = phi(xi) + sigma * eps``, ``J = d phi / d xi``. ``fisher_rank(I)``: the number of
+eigenvalues above ``FISHER_RANK_RTOL * lambda_max`` (Theorem 5.3).
+
 Probes (E3), array API
 ----------------------
 ``linear_probe``: ridge least squares onto one-hot targets (closed form, bias column, features
@@ -244,6 +255,72 @@ def orbit_geometry(F: Array, labels: Array, sweep: Array | None = None) -> Orbit
 def compression(z: OrbitGeometry, h: OrbitGeometry) -> float:
     """The paper's compression factor ``mean spread(z) / mean spread(h)`` (> 1: the head compresses)."""
     return z.spread.mean / h.spread.mean if h.spread.mean > 0 else math.inf
+
+
+# --------------------------------------------------------------------------------------------
+# Proposition 5.2: the pullback metric and its restriction to V_aug
+# --------------------------------------------------------------------------------------------
+
+FISHER_RANK_RTOL = 1e-10  # eigenvalues of I below this fraction of lambda_max count as zero (Thm 5.3)
+
+
+def head_jacobian(fn, z: np.ndarray) -> np.ndarray:
+    """``J_h(z) = dh/dz`` (k, d) at one point ``z`` (d,), by autograd; ``fn`` maps (n, d) to (n, k)."""
+    from autograd import jacobian
+
+    z = np.asarray(z, dtype=float)
+    if z.ndim != 1:
+        raise ValueError(f"z must be one point (d,), got shape {z.shape}")
+    return jacobian(lambda x: fn(x[None, :])[0])(z)
+
+
+def pullback_metric(fn, z: np.ndarray) -> np.ndarray:
+    """Proposition 5.2's ``G(z) = J_h(z)^T J_h(z)`` (d, d): the metric the head pulls back onto ``Z``."""
+    J = head_jacobian(fn, z)
+    return J.T @ J
+
+
+def orbit_gain(G: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """``(v^T G v / |v|^2) / (tr G / d)`` for each row ``v`` of ``V`` (m, d) -> (m,).
+
+    Normalisation: ``tr G / d`` is the mean of ``u^T G u`` over unit directions ``u``, so the gain is
+    1 when the head stretches the orbit direction as much as an average direction and 0 when it is
+    blind to it; rescaling the head leaves it unchanged. ``ValueError`` if ``G`` vanishes."""
+    G = np.asarray(G, dtype=float)
+    V = np.atleast_2d(np.asarray(V, dtype=float))
+    tr = float(np.trace(G))
+    if not tr > 0:
+        raise ValueError("orbit_gain: G has zero trace (the head is constant here)")
+    quad = np.einsum("md,de,me->m", V, G, V) / np.sum(V * V, axis=1)
+    return quad / (tr / G.shape[0])
+
+
+def invariant_head(invariants, head):
+    """``z -> head(invariants(z))``: invariant to the group by construction (Proposition 5.2's premise)."""
+    return lambda Z: head(invariants(Z))
+
+
+# --------------------------------------------------------------------------------------------
+# Theorem 5.3: Fisher information of a Gaussian observation model
+# --------------------------------------------------------------------------------------------
+
+
+def fisher_information(phi, xi: np.ndarray, sigma: float = 1.0) -> np.ndarray:
+    """``I(xi) = J^T J / sigma^2`` (p, p) for ``y = phi(xi) + sigma * eps``, ``eps ~ N(0, I)``,
+    ``J = d phi / d xi`` (autograd); ``phi`` maps latent parameters (p,) to an observation (q,)."""
+    from autograd import jacobian
+
+    if not sigma > 0:
+        raise ValueError(f"sigma must be positive, got {sigma!r}")
+    J = jacobian(phi)(np.asarray(xi, dtype=float))
+    return J.T @ J / sigma**2
+
+
+def fisher_rank(I: np.ndarray, rtol: float = FISHER_RANK_RTOL) -> int:
+    """Numerical rank: eigenvalues of the PSD matrix ``I`` above ``rtol * lambda_max`` (0 if ``I = 0``)."""
+    eig = np.linalg.eigvalsh(0.5 * (I + I.T))
+    top = float(eig.max(initial=0.0))
+    return 0 if top <= 0 else int(np.sum(eig > rtol * top))
 
 
 # --------------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ import copy
 import json
 import math
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -574,8 +575,9 @@ class Trainer:
             if self.progress and self.rank == 0:
                 from tqdm import tqdm
 
+                # A live bar only on a terminal: in logs and pipes the per-epoch line says it all.
                 bar = tqdm(total=self.steps_per_epoch, initial=first, desc=f"epoch {epoch + 1}/{cfg.epochs}",
-                           leave=False, dynamic_ncols=True)
+                           leave=False, dynamic_ncols=True, disable=not sys.stderr.isatty())
             pending: list[tuple[int, int, torch.Tensor]] = []
             t0, images0 = time.perf_counter(), 0
             for step in range(first, self.steps_per_epoch):

@@ -93,7 +93,7 @@ FLOW_METHOD = "RK45"  # explicit: the evaluation budget exposes stiffness instea
 FLOW_RTOL = 1e-6  # solve_ivp tolerances of the grid's gradient flow
 FLOW_ATOL = 1e-9
 FLOW_MAX_EVALS = 4_000  # a flow needing more field evaluations stops there, reported as stiff@t
-DIVERGED_NORM = 1e6  # a parameter vector larger than this has diverged
+DIVERGED_NORM = 1e3  # a parameter vector this large (100x its initial size) has diverged
 
 HEADS: tuple[str, ...] = ("linear", "relu2", "gelu2", "swish2", "swish3")
 INITS: tuple[str, ...] = ("normal", "pseudo", "collapsed")
@@ -396,6 +396,7 @@ class Snapshot:
     t: float
     loss: float
     std: float
+    z_std: float  # the same measure on the backbone output z (Theorem 4.1's collapse is in Z)
     cond: float
     curvature: Curvature
     grad_head: float
@@ -612,6 +613,7 @@ class _Problem:
         wh, wb = float(np.linalg.norm(w[h])), float(np.linalg.norm(w[b]))
         return Snapshot(
             t=t, loss=float(simsiam_mse(self.arch, p, self.X, T)), std=representation_std(Hb),
+            z_std=representation_std(Z),
             cond=covariance_condition(Hb), curvature=effective_curvature(self.arch, p, Z),
             grad_head=gh, grad_backbone=gb, rel_update_head=lr * gh / wh, rel_update_backbone=lr * gb / wb,
         )
@@ -639,15 +641,31 @@ def run(arch: Arch, init: str, dynamics: str, seed: int, cfg: Config = Config())
         rate = lr
     traj.status, traj.n_evals = status, problem.n_evals
     for t, w in states:
-        traj.snapshots.append(problem.snapshot(t, w, rate))
+        with np.errstate(all="ignore"):
+            try:
+                snap = problem.snapshot(t, w, rate)
+            except (ValueError, FloatingPointError):  # overflow inside the head: H_eff not finite
+                snap = None
+        if snap is None or not all(np.isfinite(v) for v in _numbers(snap)):
+            traj.status = "diverged"
+            break
+        traj.snapshots.append(snap)
     return traj
+
+
+def _numbers(snap: Snapshot) -> list[float]:
+    c = snap.curvature
+    return [snap.loss, snap.std, snap.cond, c.lambda_min, c.lambda_max, c.m_ratio, snap.grad_head, snap.grad_backbone]
 
 
 def _flow(problem: _Problem, times: np.ndarray) -> tuple[list[tuple[float, np.ndarray]], str]:
     """Adaptive RK45 (``solve_ivp``'s stepper, driven step by step so that a flow too stiff for the
     evaluation budget keeps the checkpoints it reached; dense output gives the checkpoint states)."""
-    solver = RK45(lambda _, w: -problem.field(w), times[0], problem.w0, times[-1],
-                  rtol=FLOW_RTOL, atol=FLOW_ATOL)
+    def rhs(_, w):
+        with np.errstate(all="ignore"):
+            return -problem.field(w)
+
+    solver = RK45(rhs, times[0], problem.w0, times[-1], rtol=FLOW_RTOL, atol=FLOW_ATOL)
     states = [(float(times[0]), problem.w0)]
     while solver.status == "running":
         if problem.n_evals >= FLOW_MAX_EVALS:
@@ -668,7 +686,8 @@ def _descent(problem: _Problem, times: np.ndarray, lr: float) -> tuple[list[tupl
     w = problem.w0
     states = [(0.0, w)]
     for step in range(1, marks[-1] + 1):
-        w = w - lr * problem.field(w)
+        with np.errstate(all="ignore"):
+            w = w - lr * problem.field(w)
         if not _finite(w):
             return states, "diverged"
         if step in marks:
@@ -736,7 +755,7 @@ def run_grid(heads: Sequence[str] = HEADS, inits: Sequence[str] = ("normal", "ps
     return cells
 
 
-COLUMNS = ("head", "init", "dynamics", "std t0->T", "cond t0->T", "cond", "lmin<0 epochs",
+COLUMNS = ("head", "init", "dynamics", "std t0->T", "z std x", "cond t0->T", "cond", "lmin<0 epochs",
            "lmin (med)", "|M|/|H|", "head/bb upd", "rho_s", "escaped", "t_esc", "status")
 
 
@@ -753,10 +772,11 @@ def format_row(c: Cell) -> list[str]:
     last = c.median(lambda r: r.snapshots[-1].std if r.status == "ok" else None)
     cond0 = c.median(lambda r: r.snapshots[0].cond if r.snapshots else None)
     cond1 = c.median(lambda r: r.snapshots[-1].cond if r.status == "ok" else None)
+    z_growth = c.median(lambda r: r.snapshots[-1].z_std / r.snapshots[0].z_std if r.status == "ok" else None)
     ratio = c.median(lambda r: float(np.median(r.series("rel_update_head") / r.series("rel_update_backbone")))
                      if r.snapshots else None)
     return [
-        c.arch.label, c.init, c.dynamics, f"{fmt(first, '.3f')}->{fmt(last, '.3f')}",
+        c.arch.label, c.init, c.dynamics, f"{fmt(first, '.2g')}->{fmt(last, '.2g')}", fmt(z_growth, ".2g"),
         f"{fmt(cond0, '.1e')}->{fmt(cond1, '.1e')}", c.cond_behaviour(),
         f"{'/'.join(str(v) for v in neg)} of {epochs}", fmt(lmins, ".1e"),
         fmt(c.median(lambda r: float(np.max(r.series("m_ratio"))) if r.snapshots else None), ".1e"),
@@ -783,6 +803,7 @@ def legend(cfg: Config, seeds: Sequence[int]) -> str:
         f"std = mean per-dim std of L2-normalised projector output (isotropic value 1/sqrt(k) = "
         f"{1 / math.sqrt(cfg.k):.3f}); escaped = final std >= {ESCAPE_STD:g}/sqrt(k) = "
         f"{ESCAPE_STD / math.sqrt(cfg.k):.3f} and finite; t_esc = first epoch time at/above it (median).\n"
+        f"z std x = final/initial ratio of the same std measured on the backbone output z (ok runs).\n"
         f"cond = covariance condition number (lambda_min clamped at {COND_CLAMP:g}), medians over seeds; "
         f"'cond' column: rises/falls if the median final/initial ratio passes 10x.\n"
         f"lmin<0 epochs = epochs with an eigenvalue of H_eff below -{1e-9:g} |H_eff| (per seed); lmin = "

@@ -75,7 +75,7 @@ from scipy.stats import spearmanr
 
 from mini.batchnorm import BN_EPS, batchnorm
 from mini.heads import Head, HeadSpec, activation_fn, derivatives, forward, init_head, parse_head_spec
-from mini.hessian import decompose_closed_form, head_derivatives, interaction_blocks, spectrum
+from mini.hessian import NEG_FLOOR, decompose_closed_form, head_derivatives, interaction_blocks, spectrum
 from mini.losses import Objective, mse_targets, normalize
 
 Array = Any
@@ -810,7 +810,7 @@ def legend(cfg: Config, seeds: Sequence[int]) -> str:
         f"z std x = final/initial ratio of the same std measured on the backbone output z (ok runs).\n"
         f"cond = covariance condition number (lambda_min clamped at {COND_CLAMP:g}), medians over seeds; "
         f"'cond' column: rises/falls if the median final/initial ratio passes 10x.\n"
-        f"lmin<0 epochs = epochs with an eigenvalue of H_eff below -{1e-9:g} |H_eff| (per seed); lmin = "
+        f"lmin<0 epochs = epochs with an eigenvalue of H_eff below -{NEG_FLOOR:g} |H_eff| (per seed); lmin = "
         f"median over seeds of the smallest lambda_min seen; |M|/|H| = largest ratio seen; head/bb upd = "
         f"median relative-update ratio (|g|/|w| head over backbone); rho_s = Spearman(std, cond) over epochs."
     )

@@ -1,0 +1,130 @@
+"""Theorem 4.1, dynamic reading (PAPER.md, Section 4): a strict saddle at collapse is left by the flow.
+
+Statement (part 2, its dynamic content): at a collapsed state ``z*`` with ``rho = grad_h L != 0``, a
+smooth head's interaction term ``M`` brings negative eigenvalues into ``H_eff``: "a strict saddle
+that gradient descent leaves almost surely". Part 1: a linear head (and a ReLU head, off its kinks)
+has ``M = 0`` and ``H_eff = G`` PSD for an MSE loss: "no infinitesimal escape direction".
+
+What is checked, exactly. The flow is ``dZ/dt = -grad_Z L(h(Z))`` with the head and the loss's
+fixed data (stop-gradient targets) held fixed (the theorem's timescale separation, taken to its
+limit); its Jacobian at a critical point ``Z*`` is ``-H_eff(Z*)``. Hypotheses of the instance
+(``mini.dynamics.collapsed_critical_point``): ``n`` samples collapsed onto one point ``z*`` in
+``R^d``, an MSE loss ``mse_targets(T)`` (``grad^2_h L = I/n``, PSD), ``k > d`` so that
+``rho_i in null(J(z*)^T) \\ {0}`` makes ``Z*`` critical with ``rho != 0``.
+
+1. Saddle (smooth heads: GELU, Swish, tanh, softplus): ``lambda_min(H_eff) < 0`` and the integrated
+   flow from ``Z* + eps v`` (``v`` its unit eigenvector) is ``Z* + eps e^{-lambda_min t} v`` up to
+   ``LINEAR_REL_TOL`` at ``t = 1/|lambda_min|``: growth at rate ``-lambda_min`` along ``v``.
+2. Negative control / contrast: at points where ``H_eff`` is PSD (linear and ReLU heads at the same
+   kind of critical point with ``rho != 0``; smooth heads at ``rho = 0``) the integrated flow
+   matches ``expm(-H_eff t)`` and *no* direction grows: the growth property of 1 is asserted to fail.
+
+Tolerances are relative to the perturbation ``eps`` and to ``H_eff``'s own scale.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from autograd import grad
+from conftest import seeds
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
+from scipy.linalg import expm
+
+from mini.dynamics import collapsed_critical_point, z_flow
+from mini.heads import init_head, preactivations
+from mini.hessian import decompose_closed_form, head_jacobian_autograd, spectrum
+from mini.losses import mse_targets
+
+D, K, WIDTH, N = 2, 4, 4, 3  # k > d: null(J^T) is nontrivial, so a collapsed critical point has rho != 0
+EPS = 1e-6  # perturbation size, relative to |z*| ~ 1: second-order terms are O(EPS) relative
+LINEAR_REL_TOL = 1e-3  # |flow - linear prediction| / |linear prediction|
+CRITICAL_TOL = 1e-12  # |grad_Z L(Z*)| relative to |J| |rho|: Z* is a critical point
+GROWTH_TOL = 1e-3  # "no growth": |delta(t)| <= (1 + GROWTH_TOL) eps
+KINK_MARGIN = 1e-3  # ReLU pre-activations at least this far from 0 (EPS cannot cross a kink)
+SMOOTH = ("gelu2", "swish2", "tanh2", "softplus2", "gelu3", "swish3")
+PIECEWISE_LINEAR = ("linear", "relu2", "relu3")
+
+
+def critical_instance(spec: str, seed: int, *, zero_rho: bool = False):
+    rng = np.random.default_rng(seed)
+    head = init_head(spec, D, K, WIDTH, rng)
+    z_star = rng.standard_normal(D)
+    if zero_rho:  # targets at the outputs: rho = 0, H_eff = G
+        Z = np.tile(z_star, (N, 1))
+        objective = mse_targets(head(Z))
+    else:
+        Z, objective = collapsed_critical_point(head, z_star, N, rng)
+    dec = decompose_closed_form(head, objective, Z)
+    return head, objective, Z, dec
+
+
+def assert_critical(head, objective, Z, dec) -> None:
+    """``|grad_Z L(Z*)| <= CRITICAL_TOL |J(z*)|_2 max(|rho|, 1/n)``: ``Z*`` is a critical point."""
+    g = grad(lambda z: objective(head(z.reshape(Z.shape))))(Z.ravel())
+    scale = np.linalg.norm(head_jacobian_autograd(head, Z[0]), 2) * max(np.linalg.norm(dec.rho), 1.0 / N)
+    assert np.linalg.norm(g) <= CRITICAL_TOL * scale, f"Z* is not critical: |grad| = {np.linalg.norm(g):.2e}"
+
+
+def flow_from(head, objective, Z, direction, t):
+    """``(Z(t) - Z*) / eps`` for the flow started at ``Z* + eps direction``; the base point's own drift
+    (it is critical, so only round-off) is integrated too and subtracted."""
+    start = Z + EPS * direction.reshape(Z.shape)
+    return (z_flow(head, objective, start, t) - z_flow(head, objective, Z, t)).ravel() / EPS
+
+
+@settings(max_examples=6)
+@given(spec=st.sampled_from(SMOOTH), seed=seeds)
+@example(spec="gelu2", seed=0)
+@example(spec="swish3", seed=1)
+def test_strict_saddle_grows_at_rate_minus_lambda_min(spec: str, seed: int) -> None:
+    head, objective, Z, dec = critical_instance(spec, seed)
+    assert np.abs(dec.rho).max() > 0, "the theorem needs rho != 0"
+    assert_critical(head, objective, Z, dec)
+    spec_H = spectrum(dec.H)
+    assert spec_H.n_negative > 0, f"no negative curvature at a smooth head's collapsed saddle ({spec}, seed {seed})"
+    lam = spec_H.lambda_min
+    v = np.linalg.eigh(np.asarray(dec.H))[1][:, 0]
+    t = 1.0 / abs(lam)  # one e-fold of the predicted growth
+    delta = flow_from(head, objective, Z, v, t)
+    predicted = np.exp(-lam * t) * v
+    err = np.linalg.norm(delta - predicted) / np.linalg.norm(predicted)
+    assert err <= LINEAR_REL_TOL, f"flow departs from the linear prediction by {err:.2e} ({spec}, seed {seed})"
+    rate = np.log(np.linalg.norm(delta)) / t
+    assert abs(rate - (-lam)) <= LINEAR_REL_TOL * abs(lam), f"growth rate {rate} vs -lambda_min {-lam}"
+    assert np.linalg.norm(delta) >= np.e * (1.0 - LINEAR_REL_TOL)  # it grows: the contrast to the control
+
+
+def psd_instances():
+    return st.one_of(
+        st.tuples(st.sampled_from(PIECEWISE_LINEAR), seeds, st.just(False)),  # rho != 0, M = 0
+        st.tuples(st.sampled_from(SMOOTH), seeds, st.just(True)),  # rho = 0, M = 0
+    )
+
+
+@settings(max_examples=6)
+@given(case=psd_instances())
+@example(case=("relu2", 0, False))
+@example(case=("linear", 3, False))
+@example(case=("gelu2", 0, True))
+def test_negative_control_psd_point_has_no_growing_direction(case) -> None:
+    spec, seed, zero_rho = case
+    head, objective, Z, dec = critical_instance(spec, seed, zero_rho=zero_rho)
+    if head.spec.activation == "relu":
+        assume(all(np.abs(a).min() > KINK_MARGIN for a in preactivations(head, Z)))
+    assert_critical(head, objective, Z, dec)
+    if not zero_rho:
+        assert np.abs(dec.rho).max() > 0, "part 1 is about rho != 0"
+    H = np.asarray(dec.H)
+    spec_H = spectrum(H)
+    assert spec_H.n_negative == 0, f"H_eff not PSD at {spec} (M should vanish): lambda_min = {spec_H.lambda_min}"
+    t = 1.0 / spec_H.scale
+    rng = np.random.default_rng(seed)
+    directions = [*np.linalg.eigh(H)[1].T[:2], *(u / np.linalg.norm(u) for u in rng.standard_normal((2, H.shape[0])))]
+    for u in directions:
+        delta = flow_from(head, objective, Z, u, t)
+        predicted = expm(-H * t) @ u
+        err = np.linalg.norm(delta - predicted) / np.linalg.norm(predicted)
+        assert err <= LINEAR_REL_TOL, f"flow departs from expm(-H t) by {err:.2e} at {spec}"
+        grows = np.linalg.norm(delta) > 1.0 + GROWTH_TOL
+        assert not grows, f"a direction grows at a PSD point ({spec}): |delta| = {np.linalg.norm(delta)}"

@@ -276,6 +276,43 @@ def interaction_gap(rho_phi: Array, rho_star: Array, T_phi: Array, T_star: Array
     return max(spectral_norm(D) for D in M_phi - M_star)
 
 
+@dataclass(frozen=True)
+class EffectiveHessianGap:
+    """``|H_phi - H_*|_2`` for two real heads on one batch, and the bound's parts:
+    (3.4) ``gauss_newton``, the loss-Hessian change ``(L + eps)^2 |A_phi - A_*|_2``, and (3.4')."""
+
+    gap: float
+    gauss_newton: float
+    loss_hessian_change: float
+    interaction: float
+
+    @property
+    def bound(self) -> float:
+        return self.gauss_newton + self.loss_hessian_change + self.interaction
+
+
+def effective_hessian_gap(head_phi: Head, head_star: Head, objective, Z: Array) -> EffectiveHessianGap:
+    """``H_eff`` of two heads (closed form, eq. (1)) against the full bound:
+
+        |H_phi - H_*|_2 <= 2 L M eps + M eps^2 + (L + eps)^2 |A_phi - A_*|_2 + (3.4'),
+
+    ``M = |A_*|_2``; from ``G_phi - G_* = J_phi^T (A_phi - A_*) J_phi + (J_phi^T A_* J_phi - J_*^T A_* J_*)``.
+    """
+    from mini.hessian import decompose_closed_form, loss_derivatives
+
+    Z = np.asarray(Z, dtype=float)
+    n = Z.shape[0]
+    d_phi, d_star = head_derivatives(head_phi, Z), head_derivatives(head_star, Z)
+    rho_phi, A_phi = loss_derivatives(objective, d_phi.h)
+    rho_star, A_star = loss_derivatives(objective, d_star.h)
+    k = rho_phi.shape[1]
+    gn = gauss_newton_gap(d_star.J, d_phi.J, A_star)
+    dA = spectral_norm((A_phi - A_star).reshape(n * k, n * k))
+    inter = interaction_bound(rho_phi, rho_star, head_hessians(head_phi, Z), head_hessians(head_star, Z))
+    gap = spectral_norm(decompose_closed_form(head_phi, objective, Z).H - decompose_closed_form(head_star, objective, Z).H)
+    return EffectiveHessianGap(gap, gn.bound, (gn.L + gn.eps) ** 2 * dA, inter)
+
+
 # --------------------------------------------------------------------------------------------
 # Sharpness: instances attaining (3.4) and (3.4')
 # --------------------------------------------------------------------------------------------

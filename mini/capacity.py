@@ -186,7 +186,8 @@ def fit_isotropic_head(
         Hs = trajectory_hessians(loss, spec_name, _unflatten(x, shapes), Z)
         return anp.mean(anp.sum((Hs - eye) ** 2, axis=(1, 2)) ** power)
 
-    res = minimize(surrogate, x0, jac=grad(surrogate), method="L-BFGS-B", options={"maxiter": iters})
+    res = minimize(surrogate, x0, jac=grad(surrogate), method="L-BFGS-B",
+                   options={"maxiter": iters, "ftol": 0.0, "gtol": 1e-14})  # run the budget: f is tiny near 0
     layers = [{"W": np.asarray(lay["W"]), "b": np.asarray(lay["b"])} for lay in _unflatten(res.x, shapes)]
     head = Head(head0.spec, layers)
     eps = isotropy_error(trajectory_hessians(loss, spec_name, layers, Z))
@@ -309,7 +310,8 @@ def effective_hessian_gap(head_phi: Head, head_star: Head, objective, Z: Array) 
     gn = gauss_newton_gap(d_star.J, d_phi.J, A_star)
     dA = spectral_norm((A_phi - A_star).reshape(n * k, n * k))
     inter = interaction_bound(rho_phi, rho_star, head_hessians(head_phi, Z), head_hessians(head_star, Z))
-    gap = spectral_norm(decompose_closed_form(head_phi, objective, Z).H - decompose_closed_form(head_star, objective, Z).H)
+    H_phi, H_star = (decompose_closed_form(h, objective, Z).H for h in (head_phi, head_star))
+    gap = spectral_norm(H_phi - H_star)
     return EffectiveHessianGap(gap, gn.bound, (gn.L + gn.eps) ** 2 * dA, inter)
 
 

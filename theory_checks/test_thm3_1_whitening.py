@@ -25,6 +25,8 @@ subspace is refused (``W^T A W`` has rank at most ``r``, so no head can whiten i
 
 from __future__ import annotations
 
+import itertools
+
 import autograd.numpy as anp
 import numpy as np
 import pytest
@@ -134,7 +136,7 @@ def test_whitening_real_objectives(name: str, reading: str) -> None:
             A, loss, h_star = HL[0, :, 0, :], sample_loss(objective, Hb, 0), Hb[0]
         else:
             A, h_star = HL.reshape(N * K, N * K), Hb.ravel()
-            loss = lambda h: objective(anp.reshape(h, (N, K)))  # noqa: E731
+            loss = lambda h, objective=objective: objective(anp.reshape(h, (N, K)))  # noqa: E731
         lam = np.linalg.eigvalsh(A)
         r = int(np.sum(lam > NEG_FLOOR * np.abs(lam).max()))
         if r == 0:
@@ -177,7 +179,7 @@ def steps_with_head(cond: float) -> int:
 
 def steps_without_head(cond: float) -> int:
     """GD on ``h`` itself (``W = I``), step ``1 / lam_max(A)``, from the exact iterates."""
-    A, h_star, _, rng = gd_instance(cond)
+    A, _, _, rng = gd_instance(cond)
     e0 = rng.standard_normal(A.shape[0])
     return gd_steps_quadratic(A, e0, lr=1.0 / np.linalg.eigvalsh(A)[-1], tol=GD_TOL)
 
@@ -187,7 +189,7 @@ def test_gd_steps_do_not_depend_on_condition_number_with_the_head() -> None:
     with_head = [steps_with_head(c) for c in CONDITIONS]
     without = [steps_without_head(c) for c in CONDITIONS]
     assert len(set(with_head)) == 1 and with_head[0] <= 2, with_head
-    for a, b in zip(without, without[1:]):
+    for a, b in itertools.pairwise(without):
         assert b >= STEP_GROWTH * a, without
 
 
@@ -197,5 +199,5 @@ def test_exact_iterate_count_matches_running_gradient_descent() -> None:
         A, h_star, _, rng = gd_instance(cond)
         e0 = rng.standard_normal(A.shape[0])
         lr = 1.0 / np.linalg.eigvalsh(A)[-1]
-        run = gd_steps(lambda h: A @ (h - h_star), h_star + e0, h_star, lr, GD_TOL, max_steps=10**6)
+        run = gd_steps(lambda h, A=A, h_star=h_star: A @ (h - h_star), h_star + e0, h_star, lr, GD_TOL, max_steps=10**6)
         assert run == gd_steps_quadratic(A, e0, lr, GD_TOL)

@@ -19,8 +19,9 @@ threshold. ``eps*`` is sharp.
 
 Tolerances: ``BOUND_REL_TOL`` (round-off, relative to the bound); tightness ``TIGHT`` = within 1%.
 Negative controls: a tight instance breaks any bound 1% smaller; with loss Hessians that differ the
-common-Hessian bound (3.4) fails; past ``eps*`` (and between ``eps*`` and the paraphrase's
-``lam_min / (2 L M)``) the tight instance loses definiteness.
+common-Hessian bound (3.4) fails; for a smooth head (3.4) alone does not bound ``H_eff``; past
+``eps*`` (and between ``eps*`` and the paraphrase's ``lam_min / (2 L M)``) the tight instance loses
+definiteness.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from mini.losses import barlow, mse_targets, mse_views, nt_xent, vicreg
 BOUND_REL_TOL = 1e-10  # round-off allowance, relative to the bound
 TIGHT = 0.99  # "attained within 1%": gap >= TIGHT * bound
 WEYL_REL_TOL = 1e-9
+MATERIAL_FACTOR = 2.0  # "exceeded": by at least this factor, far beyond round-off
 sizes = st.integers(2, 4)
 
 
@@ -148,6 +150,20 @@ def test_full_bound_on_real_heads_and_objectives(spec: str, name: str) -> None:
     assert g.gap <= g.bound * (1.0 + BOUND_REL_TOL)
     if name == "mse":
         assert g.loss_hessian_change <= 1e-12 * g.gauss_newton
+
+
+def test_negative_control_gauss_newton_part_alone_does_not_bound_H_eff() -> None:
+    """Control: for a smooth head on MSE (common ``A``), the Gauss-Newton bound (3.4) alone is exceeded by
+    ``|H_phi - H_*|_2`` (here by ``MATERIAL_FACTOR``): the interaction extension (3.4') is needed."""
+    rng = np.random.default_rng(1)
+    head_star = init_head("swish3", 3, 3, 4, rng)
+    head_phi = head_star.with_layers([{key: w + 0.05 * rng.standard_normal(w.shape) for key, w in layer.items()}
+                                      for layer in head_star.layers])
+    Z = rng.standard_normal((6, 3))
+    g = effective_hessian_gap(head_phi, head_star, mse_targets(rng.standard_normal((6, 3))), Z)
+    assert g.loss_hessian_change == 0.0
+    assert g.gap > MATERIAL_FACTOR * g.gauss_newton
+    assert g.gap <= g.bound * (1.0 + BOUND_REL_TOL)
 
 
 # --------------------------------------------------------------------------------------------

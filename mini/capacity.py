@@ -119,7 +119,15 @@ def pointwise_hessians(f: Callable[[Array], Array], Z: Array) -> Array:
 
 
 def trajectory_hessians(loss: RowLoss, spec: str, layers: list, Z: Array) -> Array:
-    """``H_eff(z_t) = grad^2_z phi(h(z))`` at every sample: (T, d, d)."""
+    """``H_eff(z_t) = grad^2_z phi(h(z))`` at every sample: (T, d, d).
+
+    A linear head has ``M = 0`` and ``J = W``: eq. (1) gives ``W^T g(h(z_t)) W``, one derivative order
+    cheaper than differentiating through the head (the same numbers; the check compares them).
+    """
+    if parse_head_spec(spec).activation is None and len(layers) == 1:
+        W = layers[0]["W"]  # (k, d)
+        g = pointwise_hessians(lambda U: anp.sum(loss(U)), forward(spec, layers, Z))  # (T, k, k)
+        return anp.matmul(anp.matmul(W.T, g), W)
     return pointwise_hessians(lambda X: anp.sum(loss(forward(spec, layers, X))), Z)
 
 

@@ -61,6 +61,7 @@ from typing import Any
 import autograd.numpy as anp
 import numpy as np
 from autograd import hessian, jacobian
+from autograd.scipy.special import logsumexp
 from scipy.linalg import eigh
 
 from mini.hessian import NEG_FLOOR
@@ -264,7 +265,8 @@ def quadratic_loss(A: np.ndarray) -> Loss:
 def log_partition(u: Array) -> Array:
     """``phi(u) = log(1 + sum_c exp u_c)``: InfoNCE-like (a positive logit held at 0). Its Hessian is
     the categorical Fisher metric, of constant curvature +1/4 (a piece of the sphere of radius 2)."""
-    return anp.logaddexp(0.0, anp.log(anp.sum(anp.exp(u), axis=-1)))
+    logits = anp.concatenate([anp.zeros((*anp.shape(u)[:-1], 1)), u], axis=-1)  # (..., k + 1)
+    return logsumexp(logits, axis=-1)  # shifted by the max inside: no overflow
 
 
 def softplus_mix(u: Array) -> Array:

@@ -10,7 +10,8 @@ shrinking the curve's image.
 
 Checked, for the curved loss ``phi(u) = log(1 + sum_c exp u_c)`` (constant curvature 1/4, k = d = 2)
 on a 3/4 arc of the unit circle (``T_POINTS`` samples):
-(a) the per-point Hessians used in fitting equal autograd's Hessian at each point (``HESS_REL_TOL``);
+(a) the per-point Hessians used in fitting equal autograd's Hessian at each point (``HESS_REL_TOL``),
+    and the linear-head shortcut ``W^T g W`` equals differentiating through the head;
 (b) an MLP head (tanh, one hidden layer of ``WIDTH``) fitted by L-BFGS reaches an ``eps`` at least
     ``ADVANTAGE`` = 10 times smaller than the best linear head found from ``LINEAR_STARTS`` starts;
 (c) consistency with Proposition 3.3: the best linear head's ``eps`` is at least ``tanh(B/2)``, ``B``
@@ -22,6 +23,7 @@ The full table over trajectories, widths and depths is ``python -m mini.capacity
 
 from __future__ import annotations
 
+import autograd.numpy as anp
 import numpy as np
 import pytest
 from autograd import hessian
@@ -31,6 +33,7 @@ from mini.capacity import (
     fit_isotropic_head,
     isotropy_error,
     linear_certificate,
+    pointwise_hessians,
     trajectory,
     trajectory_hessians,
 )
@@ -64,6 +67,10 @@ def test_pointwise_hessians_equal_autograd_per_point() -> None:
     for z, H in zip(Z, Hs):
         ref = hessian(lambda x: log_partition(head(x[None, :])[0]))(z)
         assert np.abs(H - ref).max() <= HESS_REL_TOL * np.abs(ref).max()
+    lin = init_head("linear", 2, 2, 1, 2)  # the linear shortcut W^T g W against differentiating the head
+    fast = trajectory_hessians(log_partition, "linear", lin.layers, Z)
+    slow = pointwise_hessians(lambda X: anp.sum(log_partition(lin(X))), Z)
+    assert np.abs(fast - slow).max() <= HESS_REL_TOL * np.abs(slow).max()
 
 
 def test_mlp_head_beats_best_linear_head_tenfold(fits) -> None:

@@ -194,11 +194,16 @@ def fit_isotropic_head(
         Hs = trajectory_hessians(loss, spec_name, _unflatten(x, shapes), Z)
         return anp.mean(anp.sum((Hs - eye) ** 2, axis=(1, 2)) ** power)
 
-    res = minimize(surrogate, x0, jac=grad(surrogate), method="L-BFGS-B",
-                   options={"maxiter": iters, "ftol": 0.0, "gtol": 1e-14})  # run the budget: f is tiny near 0
+    # ftol = 0: run the budget (f is tiny near the optimum). A trial step of the line search may
+    # overflow a smooth activation (swish's exp(-a)); L-BFGS-B backs off, and the result is checked below.
+    with np.errstate(over="ignore", invalid="ignore"):
+        res = minimize(surrogate, x0, jac=grad(surrogate), method="L-BFGS-B",
+                       options={"maxiter": iters, "ftol": 0.0, "gtol": 1e-14})
     layers = [{"W": np.asarray(lay["W"]), "b": np.asarray(lay["b"])} for lay in _unflatten(res.x, shapes)]
     head = Head(head0.spec, layers)
     eps = isotropy_error(trajectory_hessians(loss, spec_name, layers, Z))
+    if not np.isfinite(eps):
+        raise FloatingPointError(f"fitting {spec_name} (width {width}, seed {seed}) ended at a non-finite H_eff")
     return IsotropicFit(head, eps, float(res.fun), int(res.nit))
 
 

@@ -130,7 +130,8 @@ _INV_SQRT2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 def _sigmoid(xp, a):
-    return 1.0 / (1.0 + xp.exp(-a))
+    # sigma(a) = (1 + tanh(a/2)) / 2: the same function, without exp(-a) overflowing for a << 0
+    return 0.5 * (1.0 + xp.tanh(0.5 * a))
 
 
 def derivatives(activation: str | None, a: Array) -> tuple[Array, Array]:
@@ -171,7 +172,7 @@ def _gelu(a):
 
 
 def _swish(a):
-    return a / (1.0 + anp.exp(-a))
+    return a * 0.5 * (1.0 + anp.tanh(0.5 * a))  # a sigma(a), overflow-free
 
 
 def _softplus(a):

@@ -19,8 +19,10 @@ so equality is asserted too.
 Numerical rank: eigenvalues above ``FISHER_RANK_RTOL * lambda_max`` (``mini.invariance``, 1e-10;
 exactly invariant directions sit at ~1e-30 relative, generic ones far above 1e-10 on these
 well-scaled instances). ``dim(V_aug)`` is the rank of ``V^T V`` with the same tolerance.
-Negative control: a non-invariant head of the same kind (the MLP applied to ``z``, ``k >= a + g``)
-keeps the full rank, ``rank(I_h) = rank(I_z) > rank(I_z) - dim(V_aug)``: the bound fails.
+Negative control: for a non-invariant head of the same kind (the MLP applied to ``z``, ``k >= a + g``)
+the bound fails, ``rank(I_h) > rank(I_z) - dim(V_aug)``. Generically it keeps the full rank, but a
+small random head can come within the rank tolerance of losing a direction (pinned: gelu3, d=7, g=2,
+a=5, seed=0, whose control Fisher matrix has a relative eigenvalue 6e-12), so full rank is not asserted.
 """
 
 from __future__ import annotations
@@ -64,6 +66,15 @@ def test_fisher_rank_drops_by_dim_v_aug_on_torus(d, data, spec, seed):
     """Random ``T^g`` on ``R^d``, ``a`` semantic dimensions with ``a + g <= d``: bound and equality."""
     g = data.draw(st.integers(1, d // 2), label="g") if data is not None else 2
     a = data.draw(st.integers(1, d - g), label="a") if data is not None else 2
+    check_torus_instance(d, g, a, spec, seed)
+
+
+def test_pinned_control_with_a_nearly_degenerate_random_head():
+    """Regression: the control head here nearly loses rank; the bound must still be violated."""
+    check_torus_instance(d=7, g=2, a=5, spec="gelu3", seed=0)
+
+
+def check_torus_instance(d: int, g: int, a: int, spec: str, seed: int) -> None:
     rng = np.random.default_rng(seed)
     torus = Torus(d, g, rng)
     x0 = semantic_family(d, a, rng)
@@ -74,10 +85,10 @@ def test_fisher_rank_drops_by_dim_v_aug_on_torus(d, data, spec, seed):
     assert dim_v == g and r_z == a + g  # the instance is generic: V_aug is g-dim, xi -> z an immersion
     assert r_h <= r_z - dim_v  # Theorem 5.3
     assert r_h == r_z - dim_v  # equality in the generic case
-    # Negative control: a non-invariant head (on z itself, wide enough) keeps the full rank.
+    # Negative control: a non-invariant head (on z itself, wide enough) violates the bound.
     control = init_head(spec, d, a + g, a + g + 1, rng)
     _, r_control = ranks(torus.act, x0, control, a, g, xi)
-    assert r_control == r_z > r_z - dim_v
+    assert r_control > r_z - dim_v
 
 
 @given(name=st.sampled_from(MANIFOLDS), a=st.integers(1, 3), spec=smooth_specs, seed=seeds)

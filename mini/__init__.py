@@ -1,7 +1,8 @@
 """mini: the geometry of projection heads, exact and small (NumPy + HIPS autograd, float64).
 
-Reading order: heads -> losses -> hessian -> collapse (then whitening, capacity, manifolds,
-invariance, train as they arrive). Each module opens with the paper section it makes executable.
+Reading order: heads -> losses -> hessian (equation (1)) -> whitening -> capacity (Section 3) ->
+collapse -> batchnorm -> dynamics (Section 4) -> manifolds -> invariance -> train (Section 5).
+Each module opens with the paper section it makes executable.
 """
 
 from mini.heads import Head, HeadSpec, apply_head, init_head, parse_head_spec

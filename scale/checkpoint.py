@@ -1,0 +1,53 @@
+"""Atomic files and checkpoints.
+
+Every file a run writes goes through a temporary file in the same folder and ``os.replace`` (atomic on
+POSIX), so a crash or a kill leaves either the old file or the new one, never half of one.
+Checkpoints hold only tensors and plain Python values and load with ``torch.load(weights_only=True)``:
+loading runs no pickled code.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
+    """``torch.save`` into memory, then an atomic write (temporary file + rename)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load with ``weights_only=True`` (tensors and plain values only)."""
+    return torch.load(path, map_location=map_location, weights_only=True)

@@ -1,0 +1,276 @@
+"""Datasets as uint8 tensors that live on the training device.
+
+    cifar10, cifar100   the official python-pickle archives (Krizhevsky 2009): downloaded with an MD5
+                        check when online, or read from ``--data-dir`` (the ``.tar.gz`` or its extracted
+                        folder). 32 x 32 RGB; 50,000 train / 10,000 test images.
+    digits              scikit-learn's bundled handwritten digits (1,797 real 8 x 8 grey images, 0-16,
+                        no network), brought to the backbone's format: scaled to 0-255, resized
+                        (bilinear) to ``image_size`` and repeated to 3 channels; fixed 1,347/450 split.
+    synthetic           random class-patterned images, for unit tests only.
+
+A ``Dataset`` holds ``train_x``/``test_x`` as uint8 ``(N, 3, H, W)`` and int64 labels; the
+augmentation turns batches into normalised floats on the device (``scale/augment.py``). Missing or
+corrupt files raise ``DataError`` with a message saying exactly which file to put where.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import tarfile
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+DATASETS: tuple[str, ...] = ("cifar10", "cifar100", "digits", "synthetic")
+
+
+class DataError(RuntimeError):
+    """A dataset cannot be found or read; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class CifarArchive:
+    name: str
+    filename: str
+    md5: str
+    folder: str  # top folder inside the archive
+    train_files: tuple[str, ...]
+    test_files: tuple[str, ...]
+    label_key: str
+    classes: int
+
+    @property
+    def url(self) -> str:
+        return f"https://www.cs.toronto.edu/~kriz/{self.filename}"
+
+
+ARCHIVES: dict[str, CifarArchive] = {
+    "cifar10": CifarArchive(
+        "CIFAR-10", "cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a", "cifar-10-batches-py",
+        tuple(f"data_batch_{i}" for i in range(1, 6)), ("test_batch",), "labels", 10,
+    ),
+    "cifar100": CifarArchive(
+        "CIFAR-100", "cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85", "cifar-100-python",
+        ("train",), ("test",), "fine_labels", 100,
+    ),
+}
+
+# Per-channel statistics used to normalise the augmented floats (CIFAR: the usual published values).
+STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "digits": ((0.3, 0.3, 0.3), (0.4, 0.4, 0.4)),
+    "synthetic": ((0.5, 0.5, 0.5), (0.29, 0.29, 0.29)),
+}
+
+
+@dataclass
+class Dataset:
+    name: str
+    train_x: torch.Tensor  # uint8 (N, 3, H, W)
+    train_y: torch.Tensor  # int64 (N,)
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    @property
+    def image_size(self) -> int:
+        return int(self.train_x.shape[-1])
+
+    def to(self, device: torch.device | str) -> Dataset:
+        return Dataset(
+            self.name, self.train_x.to(device), self.train_y.to(device), self.test_x.to(device),
+            self.test_y.to(device), self.classes, self.mean, self.std,
+        )
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("SCALE_DATA_DIR", Path.home() / ".cache" / "headgeometry" / "data"))
+
+
+# --------------------------------------------------------------------------------------------
+# CIFAR
+# --------------------------------------------------------------------------------------------
+
+
+def md5sum(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _missing_message(spec: CifarArchive, data_dir: Path, why: str) -> str:
+    return (
+        f"{spec.name} not found ({why}). Put {spec.filename} (from {spec.url}, MD5 {spec.md5}) "
+        f"into {data_dir}/ , or its extracted folder as {data_dir / spec.folder}/ , "
+        f"then rerun (or pass --data-dir DIR pointing at the folder that holds either)."
+    )
+
+
+def _download(spec: CifarArchive, target: Path, timeout: float = 30.0) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(target.suffix + ".part")
+    with urllib.request.urlopen(spec.url, timeout=timeout) as response, open(tmp, "wb") as fh:
+        while block := response.read(1 << 20):
+            fh.write(block)
+    got = md5sum(tmp)
+    if got != spec.md5:
+        tmp.unlink(missing_ok=True)
+        raise DataError(f"downloaded {spec.filename} has MD5 {got}, expected {spec.md5}; try again later")
+    os.replace(tmp, target)
+
+
+def _unpickle(blob: bytes, where: str) -> dict:
+    try:
+        obj = pickle.loads(blob, encoding="latin1")
+    except Exception as exc:  # pickle raises many types on garbage
+        raise DataError(f"{where} is not a readable CIFAR pickle ({type(exc).__name__}: {exc}); "
+                        "the file is corrupt: delete it and download or copy it again") from None
+    if not isinstance(obj, dict) or "data" not in obj:
+        raise DataError(f"{where} is not a CIFAR batch (no 'data' entry); the file is corrupt or not CIFAR")
+    return obj
+
+
+def _batches_to_arrays(batches: list[dict], label_key: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        x = np.concatenate([np.asarray(b["data"], dtype=np.uint8) for b in batches])
+        y = np.concatenate([np.asarray(b[label_key], dtype=np.int64) for b in batches])
+        x = x.reshape(-1, 3, 32, 32)  # rows are R (1024) G (1024) B (1024), each 32 x 32 row-major
+    except (KeyError, ValueError) as exc:
+        raise DataError(f"{where}: unexpected CIFAR batch layout ({exc}); the file is corrupt or not CIFAR") from None
+    if len(x) != len(y):
+        raise DataError(f"{where}: {len(x)} images but {len(y)} labels; the file is corrupt")
+    return x, y
+
+
+def _read_archive(spec: CifarArchive, path: Path, verify_md5: bool) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    if verify_md5:
+        got = md5sum(path)
+        if got != spec.md5:
+            raise DataError(
+                f"{path} is corrupt or truncated: MD5 {got}, expected {spec.md5} (the official {spec.filename}); "
+                "delete it and download or copy it again"
+            )
+    out = {}
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for split, files in (("train", spec.train_files), ("test", spec.test_files)):
+                batches = []
+                for fname in files:
+                    member = f"{spec.folder}/{fname}"
+                    try:
+                        fh = tar.extractfile(member)
+                    except KeyError:
+                        raise DataError(f"{path} has no {member}; it is not the official {spec.filename}") from None
+                    batches.append(_unpickle(fh.read(), f"{path}:{member}"))
+                out[split] = _batches_to_arrays(batches, spec.label_key, str(path))
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise DataError(f"{path} is corrupt or truncated ({type(exc).__name__}: {exc}); "
+                        "delete it and download or copy it again") from None
+    return out
+
+
+def _read_folder(spec: CifarArchive, folder: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    out = {}
+    for split, files in (("train", spec.train_files), ("test", spec.test_files)):
+        batches = []
+        for fname in files:
+            f = folder / fname
+            if not f.is_file():
+                raise DataError(f"{folder} lacks {fname}: the extracted {spec.folder}/ folder is incomplete; "
+                                f"put the whole folder (or {spec.filename}) there")
+            batches.append(_unpickle(f.read_bytes(), str(f)))
+        out[split] = _batches_to_arrays(batches, spec.label_key, str(folder))
+    return out
+
+
+def load_cifar(name: str, data_dir: str | Path | None = None, download: bool = True) -> Dataset:
+    """CIFAR-10/100 from ``data_dir`` (archive or extracted folder), downloading the archive if allowed."""
+    spec = ARCHIVES[name]
+    data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
+    folder_candidates = [data_dir / spec.folder, data_dir] if data_dir.name == spec.folder else [data_dir / spec.folder]
+    archive = data_dir / spec.filename
+    arrays = None
+    for folder in folder_candidates:
+        if (folder / spec.train_files[0]).is_file():
+            arrays = _read_folder(spec, folder)
+            break
+    if arrays is None and data_dir.is_file() and data_dir.name.endswith(".tar.gz"):
+        arrays = _read_archive(spec, data_dir, verify_md5=True)  # --data-dir points at the archive itself
+    if arrays is None:
+        if not archive.is_file():
+            if not download:
+                raise DataError(_missing_message(spec, data_dir, "downloads are off"))
+            try:
+                _download(spec, archive)
+            except DataError:
+                raise
+            except Exception as exc:  # no network, DNS failure, HTTP error, timeout
+                raise DataError(_missing_message(spec, data_dir, f"offline? download failed: {exc}")) from None
+        arrays = _read_archive(spec, archive, verify_md5=True)
+    (tx, ty), (vx, vy) = arrays["train"], arrays["test"]
+    mean, std = STATS[name]
+    return Dataset(name, torch.from_numpy(tx), torch.from_numpy(ty), torch.from_numpy(vx), torch.from_numpy(vy),
+                   spec.classes, mean, std)
+
+
+# --------------------------------------------------------------------------------------------
+# digits, synthetic
+# --------------------------------------------------------------------------------------------
+
+DIGITS_TRAIN = 1347  # fixed split of the 1,797 images (a seeded permutation), 75 % / 25 %
+
+
+def load_digits(image_size: int = 16) -> Dataset:
+    """scikit-learn's digits as uint8 RGB ``(N, 3, image_size, image_size)``."""
+    from sklearn.datasets import load_digits as _sk_digits
+
+    bunch = _sk_digits()
+    x = torch.from_numpy(bunch.images.astype(np.float32) * (255.0 / 16.0))[:, None]  # (1797, 1, 8, 8)
+    if image_size != 8:
+        x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", align_corners=False)
+    x = x.round().clamp(0, 255).to(torch.uint8).expand(-1, 3, -1, -1).contiguous()
+    y = torch.from_numpy(bunch.target.astype(np.int64))
+    perm = torch.from_numpy(np.random.default_rng(0).permutation(len(y)))
+    tr, te = perm[:DIGITS_TRAIN], perm[DIGITS_TRAIN:]
+    mean, std = STATS["digits"]
+    return Dataset("digits", x[tr], y[tr], x[te], y[te], 10, mean, std)
+
+
+def load_synthetic(n_train: int = 256, n_test: int = 64, image_size: int = 16, classes: int = 4, seed: int = 0) -> Dataset:
+    """Noisy class-coloured blobs: cheap, deterministic, learnable. Unit tests only."""
+    g = torch.Generator().manual_seed(seed)
+    n = n_train + n_test
+    y = torch.arange(n) % classes
+    colours = torch.rand(classes, 3, 1, 1, generator=g)
+    yy, xx = torch.meshgrid(torch.linspace(-1, 1, image_size), torch.linspace(-1, 1, image_size), indexing="ij")
+    centres = torch.rand(n, 2, generator=g) - 0.5
+    blob = torch.exp(-((xx - centres[:, :1, None]) ** 2 + (yy - centres[:, 1:, None]) ** 2) * 6.0)  # (n, S, S)
+    img = colours[y] * blob[:, None] + 0.15 * torch.rand(n, 3, image_size, image_size, generator=g)
+    x = (img.clamp(0, 1) * 255).round().to(torch.uint8)
+    mean, std = STATS["synthetic"]
+    return Dataset("synthetic", x[:n_train], y[:n_train], x[n_train:], y[n_train:], classes, mean, std)
+
+
+def load_dataset(name: str, data_dir: str | Path | None = None, *, download: bool = True,
+                 image_size: int | None = None) -> Dataset:
+    """Any dataset of ``DATASETS`` (``image_size`` applies to digits and synthetic; CIFAR is 32 x 32)."""
+    if name in ARCHIVES:
+        if image_size not in (None, 32):
+            raise ValueError(f"{name} images are 32 x 32; --image-size {image_size} is not supported for it")
+        return load_cifar(name, data_dir, download)
+    if name == "digits":
+        return load_digits(image_size or 16)
+    if name == "synthetic":
+        return load_synthetic(image_size=image_size or 16)
+    raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")

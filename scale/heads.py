@@ -1,0 +1,171 @@
+"""Projection heads in torch, from the one head grammar of ``mini.heads``.
+
+``build_head("gelu3", d, k, width)`` is the torch twin of ``mini.heads.init_head``: the same spec
+parser (bad specs raise its ``ValueError``), the same activations (GELU in its exact erf form, swish =
+SiLU, softplus = log(1 + e^a) without torch's linear cut-off, tanh, relu) and the same layout
+(``layers[l]`` is an ``nn.Linear`` with ``weight`` (out, in), ``bias`` (out,)), so weights copy across
+without transposes (``head_from_mini``) and the same parameters evaluate to the same ``h(z)`` on both
+sides.
+
+    h = W_n s(BN(... s(BN(W_1 z + b_1)) ...)) + b_n      (BN only with ``batchnorm=True``)
+
+Options beyond the grammar: ``bias`` (E1's projector has none), ``batchnorm`` (BatchNorm1d after each
+hidden Linear, before the activation, as in SimCLR/SimSiam projectors) and ``out_batchnorm`` (a
+BatchNorm1d on the output, E3's "2048 BN" head). ``collapse_init_`` is the paper's pseudo-collapse
+initialisation (every Linear weight times 0.1).
+
+Shapes: ``z`` is ``(n, d)``; ``h`` is ``(n, k)``; hidden widths are ``width`` (one int or a sequence
+of ``n_layers - 1`` ints).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from mini.heads import Head, HeadSpec, parse_head_spec
+
+
+class Softplus(nn.Module):
+    """``s(a) = log(1 + e^a)`` exactly (``logaddexp(a, 0)``), as in ``mini``; torch's ``nn.Softplus``
+    switches to the identity above ``threshold=20``, a 2e-9 difference that cross-checks would see."""
+
+    def forward(self, a: torch.Tensor) -> torch.Tensor:
+        return torch.logaddexp(a, torch.zeros((), dtype=a.dtype, device=a.device))
+
+
+def activation_module(activation: str | None) -> nn.Module:
+    """The torch module for a grammar activation (``None`` -> identity)."""
+    if activation is None:
+        return nn.Identity()
+    table = {
+        "relu": lambda: nn.ReLU(),
+        "gelu": lambda: nn.GELU(approximate="none"),  # exact: a Phi(a)
+        "swish": lambda: nn.SiLU(),  # a sigmoid(a)
+        "tanh": lambda: nn.Tanh(),
+        "softplus": lambda: Softplus(),
+    }
+    if activation not in table:
+        raise ValueError(f"unknown activation {activation!r}; valid: {', '.join(table)}")
+    return table[activation]()
+
+
+def _hidden_widths(spec: HeadSpec, width: int | Sequence[int]) -> list[int]:
+    hidden = [int(width)] * (spec.n_layers - 1) if np.isscalar(width) else [int(w) for w in width]
+    if len(hidden) != spec.n_layers - 1 or any(w < 1 for w in hidden):
+        raise ValueError(f"head {spec.name} needs {spec.n_layers - 1} positive hidden widths, got {width!r}")
+    return hidden
+
+
+class MLPHead(nn.Module):
+    """A head of the grammar: ``layers`` (ModuleList of Linear), ``norms`` (BatchNorm1d or Identity
+    per hidden layer), one shared activation ``act``, optional ``out_norm``."""
+
+    def __init__(
+        self,
+        spec: str | HeadSpec,
+        d: int,
+        k: int,
+        width: int | Sequence[int] = 2048,
+        *,
+        bias: bool = True,
+        batchnorm: bool = False,
+        out_batchnorm: bool = False,
+    ) -> None:
+        super().__init__()
+        self.spec = parse_head_spec(spec)
+        for name, value in (("d", d), ("k", k)):
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        dims = [int(d), *_hidden_widths(self.spec, width), int(k)]
+        self.layers = nn.ModuleList(nn.Linear(i, o, bias=bias) for i, o in itertools.pairwise(dims))
+        self.norms = nn.ModuleList(
+            nn.BatchNorm1d(o) if batchnorm else nn.Identity() for o in dims[1:-1]
+        )
+        self.act = activation_module(self.spec.activation)
+        self.out_norm = nn.BatchNorm1d(dims[-1]) if out_batchnorm else nn.Identity()
+
+    @property
+    def d(self) -> int:
+        return self.layers[0].in_features
+
+    @property
+    def k(self) -> int:
+        return self.layers[-1].out_features
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        x = z
+        for l, linear in enumerate(self.layers):
+            x = linear(x)  # a_l = x_{l-1} W_l^T + b_l
+            if l < len(self.layers) - 1:
+                x = self.act(self.norms[l](x))
+        return self.out_norm(x)
+
+    def preactivations(self, z: torch.Tensor) -> list[torch.Tensor]:
+        """Hidden pre-activations ``a_1 .. a_{L-1}`` (after BatchNorm when present), each ``(n, width_l)``."""
+        out, x = [], z
+        for l, linear in enumerate(self.layers[:-1]):
+            a = self.norms[l](linear(x))
+            out.append(a)
+            x = self.act(a)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"spec={self.spec.name}"
+
+
+def build_head(
+    spec: str | HeadSpec,
+    d: int,
+    k: int,
+    width: int | Sequence[int] = 2048,
+    *,
+    bias: bool = True,
+    batchnorm: bool = False,
+    out_batchnorm: bool = False,
+) -> MLPHead:
+    """``MLPHead`` for ``spec`` (``'linear'``, ``'gelu3'``, ...); torch's default Linear initialisation."""
+    return MLPHead(spec, d, k, width, bias=bias, batchnorm=batchnorm, out_batchnorm=out_batchnorm)
+
+
+@torch.no_grad()
+def collapse_init_(module: nn.Module, factor: float = 0.1) -> nn.Module:
+    """The paper's pseudo-collapse initialisation (E1): every Linear weight of ``module`` times ``factor``."""
+    for sub in module.modules():
+        if isinstance(sub, nn.Linear):
+            sub.weight.mul_(factor)
+    return module
+
+
+def head_from_mini(head: Head, dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu") -> MLPHead:
+    """An ``MLPHead`` holding exactly ``head``'s weights (float64 by default, so values agree to rounding)."""
+    layers = head.layers
+    bias = all("b" in layer for layer in layers)
+    if not bias and any("b" in layer for layer in layers):
+        raise ValueError("head_from_mini: either every layer has a bias or none does")
+    hidden = [int(layer["W"].shape[0]) for layer in layers[:-1]]
+    module = MLPHead(head.spec, head.d, head.k, hidden if hidden else 1, bias=bias)
+    module = module.to(device=device, dtype=dtype)
+    with torch.no_grad():
+        for linear, layer in zip(module.layers, layers):
+            linear.weight.copy_(torch.as_tensor(np.asarray(layer["W"]), dtype=dtype))
+            if bias:
+                linear.bias.copy_(torch.as_tensor(np.asarray(layer["b"]), dtype=dtype))
+    return module
+
+
+def head_to_mini(module: MLPHead) -> Head:
+    """The inverse of ``head_from_mini`` (float64 NumPy weights); refuses heads with BatchNorm."""
+    if any(not isinstance(n, nn.Identity) for n in [*module.norms, module.out_norm]):
+        raise ValueError("head_to_mini: a head with BatchNorm has no mini counterpart (fold BN first)")
+    layers = []
+    for linear in module.layers:
+        layer = {"W": linear.weight.detach().cpu().double().numpy()}
+        if linear.bias is not None:
+            layer["b"] = linear.bias.detach().cpu().double().numpy()
+        layers.append(layer)
+    return Head(module.spec, layers)

@@ -1,0 +1,640 @@
+"""The training engine: one SSL run (SimCLR, SimSiam, BYOL, VICReg, Barlow Twins) with hooks.
+
+Data path (the speed of the whole thing): the dataset sits on the device as uint8; a step indexes a
+batch from a per-epoch permutation, augments it there in one batched call (``scale/augment.py``) into
+two views stacked ``[view1; view2]``, and runs one forward of ``SSLModel`` on the ``2B`` images.
+
+    x (2B, 3, S, S) -> backbone -> z (2B, d) -> projector (the head) -> h (2B, k) [-> predictor -> p]
+
+Losses (``scale/objectives.py``, mirrors of ``mini.losses``):
+    simclr   nt_xent(h, tau)               on the global batch (all-gathered across ranks)
+    simsiam  simsiam(p, targets=h)         = mini's simsiam(targets=stopgrad(h), predictor)(h)
+    byol     byol(p, targets=h_target)     targets from the momentum (EMA) target network
+    vicreg   vicreg(h), barlow   barlow(h) on the global batch
+
+Determinism: the epoch permutation is drawn from a generator seeded by (seed, epoch) and the
+augmentation's randomness is reseeded at every step from (seed, global step, rank), so a run resumed
+from a checkpoint (epoch end, or mid-epoch after Ctrl-C) replays exactly the batches and views of the
+uninterrupted run; on CPU its metrics are bitwise identical.
+
+Hooks (where the curvature tracker and the paper's measurements plug in): subclass ``Hook`` and pass
+instances to ``Trainer(hooks=[...])``. Each callback receives the live ``TrainState``:
+
+    on_fit_start(state)     after the model, optimiser and probe batch exist (and after a resume)
+    on_step_end(state)      after each optimiser step; ``state.x``, ``state.z``, ``state.h`` are the
+                            step's augmented batch and outputs (detached), ``state.loss`` a 0-d tensor
+    on_epoch_end(state)     before the epoch's record is written: add numbers to ``state.metrics``
+                            (a dict of floats) and they land in metrics.jsonl and the checkpoint
+    on_fit_end(state)
+
+``state.model`` is the bare ``SSLModel`` (never the DDP wrapper); ``state.probe_x``/``state.probe_y``
+a fixed batch of unaugmented, normalised training images (the same in every epoch and after a
+resume); ``state.embed(x)`` returns ``(z, h)`` in eval mode without gradients; ``state.objective(h)``
+returns ``L`` as a function of embeddings with every stop-gradient quantity bound at the current
+batch (what ``H_eff`` differentiates, ``mini.losses`` semantics). Hooks that keep state across epochs
+implement ``state_dict``/``load_state_dict`` and are checkpointed with the run.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from mini.heads import parse_head_spec
+from scale import objectives as so
+from scale.augment import GPUAugment
+from scale.backbones import build_backbone
+from scale.checkpoint import atomic_write_text, load_checkpoint, save_checkpoint
+from scale.data import Dataset
+from scale.heads import build_head, collapse_init_
+
+METHODS: tuple[str, ...] = ("simclr", "simsiam", "byol", "vicreg", "barlow")
+OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "lars")
+SCHEDULES: tuple[str, ...] = ("cosine", "constant")
+COND_FLOOR = 1e-7  # E1: covariance condition number with lambda_min clamped here
+
+
+@dataclass
+class TrainConfig:
+    """A fully resolved run configuration (``scale.run`` fills every field; saved as config.json)."""
+
+    dataset: str = "synthetic"
+    method: str = "simclr"
+    backbone: str = "resnet18"
+    backbone_width: int | None = None  # resnet18 base channels (64 = standard) / vit model dim (192)
+    image_size: int = 16
+    head: str = "gelu3"
+    head_width: int = 2048
+    head_out: int = 2048
+    head_bn: bool = False
+    head_out_bn: bool = False
+    head_bias: bool = True
+    predictor: str | None = None  # simsiam / byol: spec of the predictor (2-layer, same activation)
+    pred_width: int = 512
+    init: str = "normal"  # or "collapsed": projector Linear weights x 0.1 (E1)
+    augment: str = "e3"
+    epochs: int = 2
+    batch_size: int = 64
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    warmup_epochs: int = 0
+    schedule: str = "cosine"
+    temperature: float = 0.1
+    ema: float = 0.99  # BYOL base target momentum, raised to 1 by a cosine
+    seed: int = 0
+    device: str = "cpu"
+    precision: str = "fp32"
+    compile: bool = False
+    sync_bn: bool = False
+    probe_size: int = 256
+    train_subset: int | None = None
+    log_every: int = 10
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------------
+
+
+def default_predictor(head: str) -> str:
+    """Predictor spec for a projector spec: 2 layers with the projector's activation (E1); linear -> linear."""
+    act = parse_head_spec(head).activation
+    return "linear" if act is None else f"{act}2"
+
+
+class SSLModel(nn.Module):
+    """backbone + projector (the head) [+ predictor]: ``forward(x) -> (z, h, p or None)``."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        super().__init__()
+        self.backbone = build_backbone(cfg.backbone, cfg.image_size, cfg.backbone_width)
+        d = self.backbone.out_dim
+        self.projector = build_head(cfg.head, d, cfg.head_out, cfg.head_width, bias=cfg.head_bias,
+                                    batchnorm=cfg.head_bn, out_batchnorm=cfg.head_out_bn)
+        if cfg.init == "collapsed":
+            collapse_init_(self.projector)
+        elif cfg.init != "normal":
+            raise ValueError(f"unknown init {cfg.init!r}; valid: normal, collapsed")
+        self.predictor: nn.Module | None = None
+        if cfg.method in ("simsiam", "byol"):
+            spec = cfg.predictor or default_predictor(cfg.head)
+            # E1: predictor 2048-512-2048, same activation, same bias and BN choice as the projector
+            self.predictor = build_head(spec, cfg.head_out, cfg.head_out, cfg.pred_width, bias=cfg.head_bias,
+                                        batchnorm=cfg.head_bn)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        z = self.backbone(x)
+        h = self.projector(z)
+        p = self.predictor(h) if self.predictor is not None else None
+        return z, h, p
+
+
+# --------------------------------------------------------------------------------------------
+# Optimisers and schedule
+# --------------------------------------------------------------------------------------------
+
+
+class LARS(torch.optim.Optimizer):
+    """SGD with momentum and layer-wise trust ratios (You et al. 2017), as used in SSL recipes.
+
+    For each weight with ``ndim > 1``: ``g <- g + wd w``, then ``g <- g * min(eta |w| / (|g| + wd |w|) / lr, 1)``
+    (the "clipped" variant); biases and norm parameters get plain SGD without weight decay.
+    """
+
+    def __init__(self, params, lr: float, momentum: float = 0.9, weight_decay: float = 0.0, eta: float = 0.02):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, eta=eta))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, mom, wd, eta = group["lr"], group["momentum"], group["weight_decay"], group["eta"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g = p.grad
+                if p.ndim > 1:
+                    g = g.add(p, alpha=wd)
+                    w_norm, g_norm = torch.linalg.vector_norm(p), torch.linalg.vector_norm(p.grad)
+                    trust = eta * w_norm / (g_norm + wd * w_norm + 1e-12)
+                    trust = torch.where((w_norm > 0) & (g_norm > 0), torch.clamp(trust / lr, max=1.0), 1.0)
+                    g = g * trust
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = g.clone()
+                else:
+                    state["momentum_buffer"].mul_(mom).add_(g)
+                p.add_(state["momentum_buffer"], alpha=-lr)
+
+
+def build_optimizer(cfg: TrainConfig, params: Sequence[nn.Parameter], device: torch.device) -> torch.optim.Optimizer:
+    fused = {"fused": True} if device.type == "cuda" else {}
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, **fused)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused)
+    if cfg.optimizer == "lars":
+        return LARS(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    raise ValueError(f"unknown optimizer {cfg.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
+
+
+def lr_at(cfg: TrainConfig, step: int, total: int, warmup: int) -> float:
+    """Linear warmup over ``warmup`` steps, then cosine to 0 (or constant)."""
+    if step < warmup:
+        return cfg.lr * (step + 1) / warmup
+    if cfg.schedule == "constant":
+        return cfg.lr
+    progress = (step - warmup) / max(1, total - warmup)
+    return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+# --------------------------------------------------------------------------------------------
+# Hooks and state
+# --------------------------------------------------------------------------------------------
+
+
+class Hook:
+    """Base class for trainer callbacks; override what you need (see the module docstring)."""
+
+    def on_fit_start(self, state: TrainState) -> None: ...
+    def on_step_end(self, state: TrainState) -> None: ...
+    def on_epoch_end(self, state: TrainState) -> None: ...
+    def on_fit_end(self, state: TrainState) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class TrainState:
+    config: TrainConfig
+    model: SSLModel
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    probe_x: torch.Tensor
+    probe_y: torch.Tensor
+    steps_per_epoch: int
+    rank: int = 0
+    world_size: int = 1
+    epoch: int = 0  # current epoch (0-based)
+    step: int = 0  # step within the epoch (0-based) of the last finished step
+    global_step: int = 0  # optimiser steps done
+    lr: float = 0.0
+    loss: torch.Tensor | None = None
+    x: torch.Tensor | None = None
+    z: torch.Tensor | None = None
+    h: torch.Tensor | None = None
+    target_h: torch.Tensor | None = None  # BYOL targets of the step
+    metrics: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    target: SSLModel | None = None  # BYOL momentum network
+    autocast: Callable[[], Any] | None = None
+
+    @torch.no_grad()
+    def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(z, h)`` of normalised images in eval mode (BatchNorm uses running statistics)."""
+        was = self.model.training
+        self.model.eval()
+        try:
+            z, h, _ = self.model(x)
+        finally:
+            self.model.train(was)
+        return z, h
+
+    def objective(self, h: torch.Tensor | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``Hb -> L(Hb)`` with stop-gradient data bound at ``h`` (default: the step's ``state.h``)."""
+        return objective_fn(self.config, self.model, self.h if h is None else h, self.target_h)
+
+
+def objective_fn(cfg: TrainConfig, model: SSLModel, h: torch.Tensor, target_h: torch.Tensor | None = None
+                 ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The method's loss as a function of the embedding batch (mini.losses semantics)."""
+    if cfg.method == "simclr":
+        return lambda Hb: so.global_loss(so.nt_xent, Hb, cfg.temperature)
+    if cfg.method == "vicreg":
+        return lambda Hb: so.global_loss(so.vicreg, Hb)
+    if cfg.method == "barlow":
+        return lambda Hb: so.global_loss(so.barlow, Hb)
+    if cfg.method == "simsiam":
+        T = h.detach()
+        return lambda Hb: so.simsiam(Hb, T, model.predictor)
+    if cfg.method == "byol":
+        if target_h is None:
+            raise ValueError("byol's objective needs the target network's embeddings of the same batch")
+        T = target_h.detach()
+        return lambda Hb: so.byol(Hb, T, model.predictor)
+    raise ValueError(f"unknown method {cfg.method!r}; valid: {', '.join(METHODS)}")
+
+
+def training_loss(cfg: TrainConfig, h: torch.Tensor, p: torch.Tensor | None, target_h: torch.Tensor | None
+                  ) -> torch.Tensor:
+    """The loss of one step from the forward's outputs (predictor already applied inside the model)."""
+    h, p = h.float(), (p.float() if p is not None else None)  # losses in fp32 under bf16 autocast
+    if cfg.method == "simclr":
+        return so.global_loss(so.nt_xent, h, cfg.temperature)
+    if cfg.method == "vicreg":
+        return so.global_loss(so.vicreg, h)
+    if cfg.method == "barlow":
+        return so.global_loss(so.barlow, h)
+    if cfg.method == "simsiam":
+        return so.simsiam(p, targets=h)  # P = p(h), T = stopgrad(h)
+    if cfg.method == "byol":
+        return so.byol(p, targets=target_h.float())
+    raise ValueError(f"unknown method {cfg.method!r}; valid: {', '.join(METHODS)}")
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+class Interrupted(RuntimeError):
+    pass
+
+
+def _likely_cause(cfg: TrainConfig) -> str:
+    causes = [f"the learning rate ({cfg.lr:g}, {cfg.optimizer}) is too high for this setup: try a smaller --lr"]
+    if cfg.precision == "bf16":
+        causes.append("bf16 overflow: try --precision fp32")
+    if cfg.method in ("vicreg", "barlow"):
+        causes.append(f"{cfg.method}'s batch statistics blew up (a tiny batch makes them unstable)")
+    return "; or ".join(causes)
+
+
+# --------------------------------------------------------------------------------------------
+# Trainer
+# --------------------------------------------------------------------------------------------
+
+
+def _seed_for(*parts: int) -> int:
+    """A 63-bit seed from integers (stable across runs and platforms)."""
+    h = 1469598103934665603
+    for p in parts:
+        h = ((h ^ (int(p) & 0xFFFFFFFFFFFF)) * 1099511628211) % (1 << 63)
+    return h
+
+
+@torch.no_grad()
+def _spread_stats(x: torch.Tensor) -> tuple[float, float]:
+    """E1's collapse numbers for a batch: mean per-dimension std of the L2-normalised rows, and the
+    condition number of their covariance with lambda_min clamped at ``COND_FLOOR``."""
+    u = so.normalize(x.double())
+    std = float(u.std(dim=0).mean())
+    eig = torch.linalg.eigvalsh(torch.cov(u.T))
+    return std, float(eig[-1].clamp_min(COND_FLOOR) / eig[0].clamp_min(COND_FLOOR))
+
+
+class Trainer:
+    """One SSL run. ``fit()`` trains to ``config.epochs``; ``run_dir`` gets checkpoint.pt and metrics.jsonl.
+
+    ``rank``/``world_size`` > 1: torch.distributed must be initialised; each rank takes its slice of
+    every global batch (``batch_size`` is global) and the model is wrapped in DDP.
+    """
+
+    def __init__(self, cfg: TrainConfig, data: Dataset, device: torch.device, run_dir: str | Path | None = None,
+                 hooks: Sequence[Hook] = (), progress: bool = False, log: Callable[[str], None] | None = print):
+        self.cfg, self.device, self.hooks = cfg, device, list(hooks)
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.progress, self.log = progress, log or (lambda s: None)
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.rank = dist.get_rank() if self.distributed else 0
+        self.world = dist.get_world_size() if self.distributed else 1
+        if cfg.batch_size % self.world:
+            raise ValueError(f"--batch-size {cfg.batch_size} is not divisible by the {self.world} processes")
+        self.local_batch = cfg.batch_size // self.world
+
+        train_x, train_y = data.train_x, data.train_y
+        if cfg.train_subset is not None:
+            train_x, train_y = train_x[: cfg.train_subset], train_y[: cfg.train_subset]
+        self.data = data
+        self.train_x, self.train_y = train_x.to(device), train_y.to(device)
+        if cfg.batch_size > len(self.train_x):
+            raise ValueError(f"--batch-size {cfg.batch_size} is larger than the {len(self.train_x)} training images")
+        self.steps_per_epoch = len(self.train_x) // cfg.batch_size  # drop the last partial batch
+        self.total_steps = self.steps_per_epoch * cfg.epochs
+        self.warmup_steps = self.steps_per_epoch * cfg.warmup_epochs
+
+        torch.manual_seed(cfg.seed)  # model initialisation
+        self.model = SSLModel(cfg).to(device)
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        if self.distributed and cfg.sync_bn:
+            self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
+        self.target: SSLModel | None = None
+        if cfg.method == "byol":
+            self.target = copy.deepcopy(self.model).requires_grad_(False)
+            self.target.predictor = None
+        self.forward_model: nn.Module = self.model
+        if self.distributed:
+            ids = [device.index] if self.cuda else None
+            self.forward_model = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        if cfg.compile:
+            self.forward_model = torch.compile(self.forward_model)
+        self.optimizer = build_optimizer(cfg, [p for p in self.model.parameters() if p.requires_grad], device)
+        self.augment = GPUAugment(cfg.augment, data.image_size, data.mean, data.std).to(device)
+
+        g = torch.Generator().manual_seed(_seed_for(cfg.seed, 7))
+        probe_idx = torch.randperm(len(self.train_x), generator=g)[: min(cfg.probe_size, len(self.train_x))]
+        probe_idx = probe_idx.to(device)
+        self.state = TrainState(
+            config=cfg, model=self.model, optimizer=self.optimizer, device=device,
+            probe_x=self.augment.normalize(self.train_x[probe_idx]), probe_y=self.train_y[probe_idx],
+            steps_per_epoch=self.steps_per_epoch, rank=self.rank, world_size=self.world, target=self.target,
+        )
+        self.start_epoch, self.start_step = 0, 0
+        self.partial = {"loss_sum": 0.0, "steps": 0, "images": 0, "seconds": 0.0}
+        self._stop_requested = False
+
+    # ---------------------------------------------------------------- checkpoints
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        return self.run_dir / "checkpoint.pt" if self.run_dir is not None else None
+
+    def _checkpoint(self, epoch: int, step: int) -> dict[str, Any]:
+        """``epoch``/``step``: where training continues (epoch-end checkpoints have step 0 of the next)."""
+        return {
+            "format": 1,
+            "config": self.cfg.to_dict(),
+            "epoch": epoch,
+            "step": step,
+            "global_step": self.state.global_step,
+            "model": self.model.state_dict(),
+            "target": self.target.state_dict() if self.target is not None else None,
+            "optimizer": self.optimizer.state_dict(),
+            "partial": dict(self.partial),
+            "history": list(self.state.history),
+            "hooks": [h.state_dict() for h in self.hooks],
+        }
+
+    def save(self, epoch: int, step: int) -> None:
+        if self.rank == 0 and self.checkpoint_path is not None:
+            save_checkpoint(self.checkpoint_path, self._checkpoint(epoch, step))
+
+    def load(self, path: str | Path) -> None:
+        ck = load_checkpoint(path, map_location=self.device)
+        self.model.load_state_dict(ck["model"])
+        if self.target is not None:
+            self.target.load_state_dict(ck["target"])
+        self.optimizer.load_state_dict(ck["optimizer"])
+        self.start_epoch, self.start_step = int(ck["epoch"]), int(ck["step"])
+        self.state.global_step = int(ck["global_step"])
+        self.state.history = list(ck["history"])
+        self.partial = dict(ck["partial"])
+        for hook, hs in zip(self.hooks, ck["hooks"]):
+            hook.load_state_dict(hs)
+
+    # ---------------------------------------------------------------- training
+
+    def _autocast(self):
+        if self.cfg.precision == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=self.device.type, enabled=False)
+
+    def _permutation(self, epoch: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(_seed_for(self.cfg.seed, 11, epoch))
+        return torch.randperm(len(self.train_x), generator=g).to(self.device)
+
+    @torch.no_grad()
+    def _ema_update(self) -> None:
+        """BYOL: target <- tau target + (1 - tau) online, tau from ``ema`` to 1 by a cosine."""
+        tau = 1.0 - (1.0 - self.cfg.ema) * (math.cos(math.pi * self.state.global_step / max(1, self.total_steps)) + 1) / 2
+        online = dict(self.model.named_parameters())
+        for name, p in self.target.named_parameters():
+            p.lerp_(online[name], 1.0 - tau)
+        buffers = dict(self.model.named_buffers())
+        for name, b in self.target.named_buffers():
+            b.copy_(buffers[name])
+
+    def step_loss(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Forward and loss of one batch ``x`` (local ``[view1; view2]``): ``(loss, z, h, target_h)``."""
+        if self.cuda:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with self._autocast():
+            z, h, p = self.forward_model(x)
+            target_h = None
+            if self.target is not None:
+                with torch.no_grad():
+                    _, target_h, _ = self.target(x)
+        return training_loss(self.cfg, h, p, target_h), z, h, target_h
+
+    @torch.no_grad()
+    def _grad_stats(self) -> dict[str, float]:
+        """Gradient norms and relative update ``lr |g| / |w|`` of head and backbone (timescale separation)."""
+        out = {}
+        for name, module in (("head", self.model.projector), ("backbone", self.model.backbone)):
+            ps = [p for p in module.parameters() if p.grad is not None]
+            if not ps:
+                continue
+            g = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in ps]))
+            w = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p) for p in ps]))
+            out[f"grad_norm_{name}"] = float(g)
+            out[f"rel_update_{name}"] = float(self.state.lr * g / w.clamp_min(1e-30))
+        return out
+
+    def _check_finite(self, losses: list[tuple[int, int, torch.Tensor]]) -> None:
+        if not losses:
+            return
+        values = torch.stack([v for _, _, v in losses]).double().cpu()
+        for v in values.tolist():  # sequential float64 sum: the same however the epoch was cut by resumes
+            self.partial["loss_sum"] += v
+        self.partial["steps"] += len(losses)
+        bad = (~torch.isfinite(values)).nonzero()
+        if len(bad):
+            epoch, step, v = losses[int(bad[0])]
+            where = f"epoch {epoch + 1}, step {step + 1} of {self.steps_per_epoch} (global step {epoch * self.steps_per_epoch + step + 1})"
+            kept = (f"the last good checkpoint ({self.checkpoint_path}, end of epoch {self.start_epoch_done})"
+                    if self.checkpoint_path is not None and self.start_epoch_done > 0 else "no checkpoint was kept (the failure came before the first epoch end)")
+            raise NonFiniteLoss(f"loss became {float(v)} at {where}; likely cause: {_likely_cause(self.cfg)}. "
+                                f"{kept[0].upper() + kept[1:]}.")
+
+    def _epoch_metrics(self, epoch: int) -> dict[str, float]:
+        p = self.partial
+        zs, hs = self.state.embed(self.state.probe_x)
+        z_std, z_cond = _spread_stats(zs)
+        h_std, h_cond = _spread_stats(hs)
+        loss = p["loss_sum"] / max(1, p["steps"])
+        if self.distributed:  # mean loss over ranks (each rank saw its slice)
+            t = torch.tensor([loss], dtype=torch.float64, device=self.device)
+            dist.all_reduce(t)
+            loss = float(t) / self.world
+        return {
+            "epoch": epoch + 1, "step": self.state.global_step, "loss": loss, "lr": self.state.lr,
+            "h_std": h_std, "h_cond": h_cond, "z_std": z_std, "z_cond": z_cond,
+            "images_per_s": p["images"] * self.world / max(p["seconds"], 1e-9), "epoch_seconds": p["seconds"],
+        }
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self._stop_requested:  # second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        self._stop_requested = True
+
+    def request_stop(self) -> None:
+        """Finish the current step, save a checkpoint, and raise ``Interrupted`` (what Ctrl-C does)."""
+        self._stop_requested = True
+
+    def fit(self) -> TrainState:
+        cfg, state = self.cfg, self.state
+        old_handler = None
+        try:
+            old_handler = signal.signal(signal.SIGINT, self._on_sigint)
+        except ValueError:  # not the main thread
+            pass
+        try:
+            for hook in self.hooks:
+                hook.on_fit_start(state)
+            self._fit_loop()
+            for hook in self.hooks:
+                hook.on_fit_end(state)
+        finally:
+            if old_handler is not None:
+                signal.signal(signal.SIGINT, old_handler)
+        return state
+
+    def _fit_loop(self) -> None:
+        cfg, state = self.cfg, self.state
+        self.model.train()
+        self.start_epoch_done = self.start_epoch
+        bar = None
+        for epoch in range(self.start_epoch, cfg.epochs):
+            state.epoch, state.metrics = epoch, {}
+            perm = self._permutation(epoch)
+            first = self.start_step if epoch == self.start_epoch else 0
+            if first == 0:
+                self.partial = {"loss_sum": 0.0, "steps": 0, "images": 0, "seconds": 0.0}
+            if self.progress and self.rank == 0:
+                from tqdm import tqdm
+
+                bar = tqdm(total=self.steps_per_epoch, initial=first, desc=f"epoch {epoch + 1}/{cfg.epochs}",
+                           leave=False, dynamic_ncols=True)
+            pending: list[tuple[int, int, torch.Tensor]] = []
+            t0, images0 = time.perf_counter(), 0
+            for step in range(first, self.steps_per_epoch):
+                state.lr = lr_at(cfg, state.global_step, self.total_steps, self.warmup_steps)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = state.lr
+                start = step * cfg.batch_size + self.rank * self.local_batch
+                idx = perm[start : start + self.local_batch]
+                torch.manual_seed(_seed_for(cfg.seed, 13, state.global_step, self.rank))
+                x = self.augment.views(self.train_x[idx])  # (2b, 3, S, S), rows [view1; view2]
+                loss, z, h, target_h = self.step_loss(x)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if step == self.steps_per_epoch - 1:
+                    state.metrics.update(self._grad_stats())
+                self.optimizer.step()
+                if self.target is not None:
+                    self._ema_update()
+                state.global_step += 1
+                state.step, state.loss = step, loss.detach()
+                state.x, state.z, state.h, state.target_h = x, z.detach(), h.detach(), target_h
+                pending.append((epoch, step, state.loss))
+                images0 += len(idx)
+                if not self.cuda or len(pending) >= cfg.log_every or step == self.steps_per_epoch - 1:
+                    self._check_finite(pending)
+                    pending = []
+                for hook in self.hooks:
+                    hook.on_step_end(state)
+                if bar is not None and (step % max(1, cfg.log_every) == 0 or step == self.steps_per_epoch - 1):
+                    seconds = time.perf_counter() - t0
+                    bar.set_postfix(loss=f"{float(state.loss):.4f}", img_s=f"{images0 * self.world / max(seconds, 1e-9):.0f}")
+                if bar is not None:
+                    bar.update(1)
+                if self._stop_requested:
+                    self._check_finite(pending)
+                    self._accumulate(images0, time.perf_counter() - t0)
+                    if bar is not None:
+                        bar.close()
+                    last = step + 1 == self.steps_per_epoch
+                    if not last:
+                        self.save(epoch, step + 1)
+                        raise Interrupted(f"interrupted at epoch {epoch + 1}, step {step + 1}")
+                    break
+            else:
+                self._accumulate(images0, time.perf_counter() - t0)
+            if bar is not None:
+                bar.close()
+            record = self._epoch_metrics(epoch)
+            for hook in self.hooks:
+                hook.on_epoch_end(state)
+            record.update(state.metrics)
+            state.history.append(record)
+            self.partial = {"loss_sum": 0.0, "steps": 0, "images": 0, "seconds": 0.0}
+            self.save(epoch + 1, 0)
+            self.start_epoch_done = epoch + 1
+            if self.rank == 0 and self.run_dir is not None:
+                lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in state.history)
+                atomic_write_text(self.run_dir / "metrics.jsonl", lines)
+            self.log(
+                f"epoch {epoch + 1:>3}/{cfg.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.3g}  "
+                f"h_std {record['h_std']:.4f}  z_std {record['z_std']:.4f}  "
+                f"{record['images_per_s']:.0f} img/s  {record['epoch_seconds']:.1f} s"
+            )
+            if self._stop_requested:
+                raise Interrupted(f"interrupted at the end of epoch {epoch + 1}")
+
+    def _accumulate(self, images: int, seconds: float) -> None:
+        self.partial["images"] += images
+        self.partial["seconds"] += seconds

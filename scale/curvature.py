@@ -1,0 +1,284 @@
+r"""Matrix-free effective-Hessian operators on the backbone output (PAPER.md, equation (1)).
+
+For a fixed probe batch ``z`` (n, d) of detached backbone outputs, a head ``h`` (n, d) -> (n, k)
+and an objective ``L(Hb)`` (a scalar of the embeddings, anything it holds fixed already bound):
+
+    H v = d/dt grad_z L(h(z + t v))                      forward-over-reverse: jvp of grad
+    G v = J^T (grad^2_H L) (J v)                         jvp(head) -> loss HVP -> vjp(head)
+    M v = d/dt grad_z <stopgrad(rho), h(z + t v)>        rho = grad_H L at h(z), held fixed
+
+all on the flattened ``z`` (``N = n*d``, index ``(i, a) -> i*d + a``, as in ``mini.hessian``), so
+``H = G + M`` holds product by product (``tests/test_curvature.py``). Nothing is materialised
+except by ``dense()``, which exists for small ``N`` (cross-checks against ``mini``).
+
+Products are batched with ``torch.func.vmap`` (``matmat``). Where an op in the head or the loss
+has no forward-mode rule, ``mode="auto"`` falls back to double backward (reverse-over-reverse)
+and records it in ``info["hvp_mode"]``.
+
+BatchNorm in the head. ``bn_mode="eval"`` (default) uses the running statistics: every BatchNorm
+is a fixed affine map, the head acts row by row and ``J`` and ``M`` are block-diagonal, as eq. (1)
+assumes. ``bn_mode="train"`` uses the probe batch's own statistics (what the training step sees):
+the head then couples samples, and ``J`` and ``M`` are no longer block-diagonal. Running
+statistics are never updated by a curvature product (the head is copied and its BatchNorms stop
+tracking). The mode used is in ``info`` and is written next to every result built on it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, grad, jvp, vjp, vmap
+
+BN_MODES: tuple[str, ...] = ("eval", "train")
+HVP_MODES: tuple[str, ...] = ("auto", "forward", "double-backward")
+MAX_DENSE = 8192  # dense() refuses larger N unless asked: N^2 float64 entries
+
+
+# --------------------------------------------------------------------------------------------
+# Heads as functions of z
+# --------------------------------------------------------------------------------------------
+
+
+def _has_batchnorm(module: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in module.modules())
+
+
+def functional_head(
+    head: nn.Module | Callable[[Tensor], Tensor],
+    bn_mode: str = "eval",
+    dtype: torch.dtype | None = None,
+) -> tuple[Callable[[Tensor], Tensor], dict[str, Any]]:
+    """``z -> h(z)`` as a pure function of ``z`` (parameters detached), and what it assumes.
+
+    A module is copied (its training state is never touched), cast to ``dtype`` if given, put in
+    eval mode, and its BatchNorms set per ``bn_mode``. A plain callable is used as it is.
+    """
+    if bn_mode not in BN_MODES:
+        raise ValueError(f"bn_mode must be one of {BN_MODES}, got {bn_mode!r}")
+    if not isinstance(head, nn.Module):
+        if not callable(head):
+            raise ValueError(f"head must be an nn.Module or a callable z -> h, got {type(head).__name__}")
+        return head, {"batchnorm": "unknown (callable head)", "bn_mode": "as given"}
+    module = copy.deepcopy(head)
+    if dtype is not None:
+        module = module.to(dtype)
+    module.eval()
+    has_bn = _has_batchnorm(module)
+    if has_bn and bn_mode == "train":
+        for m in module.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                # batch statistics, and nothing written back: no in-place buffer update under vmap
+                m.train()
+                m.track_running_stats = False
+                m.running_mean = None
+                m.running_var = None
+    params = {name: p.detach() for name, p in module.named_parameters()}
+    buffers = {name: b.detach() for name, b in module.named_buffers()}
+
+    def head_fn(z: Tensor) -> Tensor:
+        return functional_call(module, (params, buffers), (z,))
+
+    info = {"batchnorm": has_bn, "bn_mode": bn_mode if has_bn else "none"}
+    return head_fn, info
+
+
+# --------------------------------------------------------------------------------------------
+# Linear operators
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Operator:
+    """A symmetric linear operator on ``R^N``: ``matvec`` (N,) -> (N,), ``matmat`` (N, p) -> (N, p)."""
+
+    name: str
+    N: int
+    dtype: torch.dtype
+    device: torch.device
+    _matvec: Callable[[Tensor], Tensor] = field(repr=False)
+    _matmat: Callable[[Tensor], Tensor] | None = field(default=None, repr=False)
+    info: dict[str, Any] = field(default_factory=dict)
+    n_products: int = 0
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.N, self.N)
+
+    def _check(self, v: Tensor, ndim: int) -> Tensor:
+        if v.ndim != ndim or v.shape[0] != self.N:
+            want = "(N,)" if ndim == 1 else "(N, p)"
+            raise ValueError(f"{self.name}: expected a vector of shape {want} with N={self.N}, got {tuple(v.shape)}")
+        return v.to(dtype=self.dtype, device=self.device)
+
+    def matvec(self, v: Tensor) -> Tensor:
+        self.n_products += 1
+        with torch.no_grad():  # torch.func ignores an outer no_grad; parameters record no graph
+            return self._matvec(self._check(v, 1))
+
+    def __matmul__(self, v: Tensor) -> Tensor:
+        return self.matvec(v) if v.ndim == 1 else self.matmat(v)
+
+    def matmat(self, V: Tensor, chunk: int = 64) -> Tensor:
+        """``A V`` column by column, ``chunk`` columns per vmapped call (memory bound)."""
+        V = self._check(V, 2)
+        self.n_products += V.shape[1]
+        fn = self._matmat or (lambda C: torch.stack([self._matvec(c) for c in C]))
+        with torch.no_grad():
+            cols = [fn(V[:, s:s + chunk].T.contiguous()) for s in range(0, V.shape[1], chunk)]
+        return torch.cat(cols).T
+
+    def dense(self, force: bool = False) -> Tensor:
+        """The (N, N) matrix, symmetrised (for small N: cross-checks, tests)."""
+        if self.N > MAX_DENSE and not force:
+            raise ValueError(f"{self.name}: dense() of N={self.N} > {MAX_DENSE}; use Lanczos or force=True")
+        A = self.matmat(torch.eye(self.N, dtype=self.dtype, device=self.device))
+        return 0.5 * (A + A.T)
+
+
+def operator_from_matrix(A: Tensor, name: str = "A") -> Operator:
+    """A dense symmetric matrix as an ``Operator`` (tests, and the Lanczos/power comparisons)."""
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"{name}: need a square matrix, got shape {tuple(A.shape)}")
+    return Operator(name, A.shape[0], A.dtype, A.device, lambda v: A @ v, lambda C: C @ A.T)
+
+
+# --------------------------------------------------------------------------------------------
+# The three products
+# --------------------------------------------------------------------------------------------
+
+
+def _hvp_forward(f: Callable[[Tensor], Tensor], x: Tensor) -> Callable[[Tensor], Tensor]:
+    g = grad(f)
+    return lambda v: jvp(g, (x,), (v,))[1]
+
+
+def _hvp_double_backward(f: Callable[[Tensor], Tensor], x: Tensor) -> Callable[[Tensor], Tensor]:
+    def hv(v: Tensor) -> Tensor:
+        with torch.enable_grad():
+            xg = x.detach().requires_grad_(True)
+            (g,) = torch.autograd.grad(f(xg), xg, create_graph=True)
+            (out,) = torch.autograd.grad(g, xg, grad_outputs=v, allow_unused=True)
+        return torch.zeros_like(v) if out is None else out.detach()
+
+    return hv
+
+
+def _jvp_double_backward(f: Callable[[Tensor], Tensor], x: Tensor) -> Callable[[Tensor], Tensor]:
+    """``J v`` by the double-vjp trick: ``u -> J^T u`` is linear in ``u``; differentiate it."""
+
+    def jv(v: Tensor) -> Tensor:
+        with torch.enable_grad():
+            xg = x.detach().requires_grad_(True)
+            y = f(xg)
+            u = torch.zeros_like(y, requires_grad=True)
+            (jt,) = torch.autograd.grad(y, xg, grad_outputs=u, create_graph=True)
+            (out,) = torch.autograd.grad(jt, u, grad_outputs=v)
+        return out.detach()
+
+    return jv
+
+
+class EffectiveHessian:
+    """``H``, ``G`` and ``M`` of ``z -> L(h(z))`` at a fixed probe batch, as ``Operator`` s.
+
+    ``head``: an ``nn.Module`` (copied; see ``bn_mode``) or a callable ``z (n, d) -> h (n, k)``.
+    ``loss``: a callable ``Hb (n, k) -> scalar`` with its fixed data (targets, predictor) bound.
+    ``dtype``: the dtype of every product (``z`` and a module head are cast; float64 for exact work).
+    ``mode``: ``"forward"`` (jvp of grad), ``"double-backward"``, or ``"auto"`` (forward, falling
+    back on the first product that has no forward-mode rule).
+    """
+
+    def __init__(
+        self,
+        z: Tensor,
+        head: nn.Module | Callable[[Tensor], Tensor],
+        loss: Callable[[Tensor], Tensor],
+        *,
+        bn_mode: str = "eval",
+        dtype: torch.dtype | None = None,
+        mode: str = "auto",
+    ):
+        if mode not in HVP_MODES:
+            raise ValueError(f"mode must be one of {HVP_MODES}, got {mode!r}")
+        if not isinstance(z, Tensor) or z.ndim != 2:
+            raise ValueError(f"z must be a 2-D tensor (n, d), got {getattr(z, 'shape', type(z).__name__)}")
+        if not torch.isfinite(z).all():
+            raise ValueError("z contains NaN or infinite values")
+        self.z = z.detach().to(dtype or z.dtype)
+        self.n, self.d = self.z.shape
+        self.head_fn, head_info = functional_head(head, bn_mode, self.z.dtype if isinstance(head, nn.Module) else None)
+        self.loss_fn = loss
+        with torch.no_grad():
+            self.Hb = self.head_fn(self.z)
+        if self.Hb.ndim != 2 or self.Hb.shape[0] != self.n:
+            raise ValueError(f"head must map (n, d) to (n, k); got {tuple(self.Hb.shape)} from {tuple(self.z.shape)}")
+        self.k = self.Hb.shape[1]
+        with torch.no_grad():
+            self.rho = grad(loss)(self.Hb).detach()  # rho = grad_H L, (n, k), held fixed in M
+            self.value = float(loss(self.Hb))
+        self._mode = mode
+        self.info: dict[str, Any] = {
+            **head_info, "n": self.n, "d": self.d, "k": self.k, "N": self.n * self.d,
+            "dtype": str(self.z.dtype).removeprefix("torch."), "device": str(self.z.device), "hvp_mode": None,
+        }
+        with torch.no_grad():
+            self._build("forward" if mode in ("auto", "forward") else "double-backward")
+
+    def _build(self, mode: str) -> None:
+        n, d = self.n, self.d
+        zf = self.z.reshape(-1)
+        head_fn, loss_fn, rho = self.head_fn, self.loss_fn, self.rho
+
+        def total(x: Tensor) -> Tensor:  # z -> L(h(z))
+            return loss_fn(head_fn(x.reshape(n, d)))
+
+        def interaction(x: Tensor) -> Tensor:  # z -> <stopgrad(rho), h(z)>
+            return (rho * head_fn(x.reshape(n, d))).sum()
+
+        def head_flat(x: Tensor) -> Tensor:
+            return head_fn(x.reshape(n, d))
+
+        if mode == "forward":
+            hv, mv = _hvp_forward(total, zf), _hvp_forward(interaction, zf)
+            jv = lambda v: jvp(head_flat, (zf,), (v,))[1]  # noqa: E731  J v, (n, k)
+            lv = _hvp_forward(loss_fn, self.Hb)
+        else:
+            hv, mv = _hvp_double_backward(total, zf), _hvp_double_backward(interaction, zf)
+            jv = _jvp_double_backward(head_flat, zf)
+            lv = _hvp_double_backward(loss_fn, self.Hb)
+        _, head_vjp = vjp(head_flat, zf)  # u (n, k) -> J^T u (N,)
+
+        def gv(v: Tensor) -> Tensor:
+            return head_vjp(lv(jv(v)))[0]
+
+        batched = mode == "forward"
+        common = (n * d, self.z.dtype, self.z.device)
+        self.H = Operator("H_eff", *common, hv, vmap(hv) if batched else None, self.info)
+        self.G = Operator("G", *common, gv, vmap(gv) if batched else None, self.info)
+        self.M = Operator("M", *common, mv, vmap(mv) if batched else None, self.info)
+        self.info["hvp_mode"] = "forward-over-reverse" if batched else "double-backward"
+        if batched and self._mode == "auto":
+            self._probe_forward()
+
+    def _probe_forward(self) -> None:
+        """One product of each kind; fall back to double backward if forward AD is missing."""
+        v = torch.zeros(self.n * self.d, dtype=self.z.dtype, device=self.z.device)
+        try:
+            for op in (self.H, self.G, self.M):
+                op._matvec(v)
+        except (NotImplementedError, RuntimeError) as err:
+            if "forward" not in str(err).lower() and "jvp" not in str(err).lower():
+                raise
+            self._build("double-backward")
+            self.info["hvp_fallback_reason"] = str(err).splitlines()[0][:200]
+
+    def gradient(self) -> Tensor:
+        """``grad_z L(h(z))`` flattened (N,)."""
+        n, d = self.n, self.d
+        with torch.no_grad():
+            return grad(lambda x: self.loss_fn(self.head_fn(x.reshape(n, d))))(self.z.reshape(-1)).detach()

@@ -1,0 +1,245 @@
+r"""Extreme eigenvalues of a symmetric operator: Lanczos, and the paper's shifted power iteration.
+
+``lanczos(op)`` builds the Krylov basis ``Q = [q_1 .. q_m]`` of ``op`` in float64 whatever the
+operator's own dtype (each product is cast back and accumulated in float64), with full
+reorthogonalisation (classical Gram-Schmidt, applied twice: "twice is enough"), so that the
+tridiagonal ``T = Q^T A Q`` is exact to round-off and its eigenvalues (Ritz values) approach BOTH
+ends of the spectrum at once: ``lambda_min`` is read directly, never by shifting.
+
+For a Ritz pair ``(theta, y = Q s)`` the residual is ``|A y - theta y| = beta_m |s_m|`` (exact in
+exact arithmetic; used for stopping) and, for the returned pairs, measured with one more product
+each. A pair is converged when its residual is at most ``tol * scale`` (``scale`` = the largest
+|Ritz value|); an eigenvalue of ``A`` lies within the residual of each Ritz value. When the Krylov
+space is the whole space (``exhausted``) the Ritz values are the spectrum.
+
+Negative counts use the relative floor of ``mini.hessian`` (``lambda < -NEG_FLOOR * scale``); from
+Lanczos they count converged Ritz values only (a lower bound unless ``exhausted``). The condition
+number is reported only when the operator is positive definite (``lambda_min > floor``).
+
+``shifted_power_iteration`` is the estimator of the paper's E2 (20 power steps on ``A`` for the
+dominant eigenvalue ``mu``, then 20 on ``A - mu I``, ``lambda_min = mu + (result)``), kept to
+measure its error. It assumes the dominant eigenvalue is the largest; when the largest-magnitude
+eigenvalue is negative, the first run returns it, the shift moves the spectrum the wrong way and
+the "lambda_min" lands near ``lambda_max``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from mini.hessian import NEG_FLOOR
+
+TOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 1e-2}
+
+
+class SymmetricOperator(Protocol):
+    N: int
+    dtype: torch.dtype
+    device: torch.device
+
+    def matvec(self, v: Tensor) -> Tensor: ...
+
+
+@dataclass(frozen=True)
+class LanczosResult:
+    """Extreme Ritz pairs: ``values`` ascending, the ``k`` lowest then the ``k`` highest (deduplicated)."""
+
+    values: np.ndarray  # (p,) Ritz values, ascending
+    vectors: Tensor = field(repr=False)  # (N, p) float64 Ritz vectors
+    residuals: np.ndarray  # (p,) |A y - theta y|, measured
+    converged: np.ndarray  # (p,) bool: residual <= tol * scale
+    ritz_all: np.ndarray = field(repr=False)  # every Ritz value of the final T, ascending
+    residual_estimates: np.ndarray = field(repr=False)  # beta_m |s_m| for ritz_all
+    n_products: int
+    n_iter: int
+    exhausted: bool
+    tol: float
+    rel_floor: float
+
+    @property
+    def lambda_min(self) -> float:
+        return float(self.values[0])
+
+    @property
+    def lambda_max(self) -> float:
+        return float(self.values[-1])
+
+    @property
+    def scale(self) -> float:
+        return float(max(abs(self.values[0]), abs(self.values[-1])))
+
+    @property
+    def floor(self) -> float:
+        return self.rel_floor * self.scale
+
+    @property
+    def ends_converged(self) -> bool:
+        return bool(self.converged[0] and self.converged[-1])
+
+    @property
+    def n_negative(self) -> int:
+        """Converged Ritz values below ``-floor`` (a lower bound on the count unless ``exhausted``)."""
+        ok = self.residual_estimates <= self.tol * self.scale
+        return int(np.sum((self.ritz_all < -self.floor) & ok))
+
+    @property
+    def condition(self) -> float | None:
+        """``lambda_max / lambda_min`` when positive definite at both converged ends, else ``None``."""
+        if self.ends_converged and self.lambda_min > self.floor:
+            return self.lambda_max / self.lambda_min
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "lambda_min": self.lambda_min, "lambda_max": self.lambda_max, "scale": self.scale,
+            "residual_min": float(self.residuals[0]), "residual_max": float(self.residuals[-1]),
+            "converged_min": bool(self.converged[0]), "converged_max": bool(self.converged[-1]),
+            "n_negative": self.n_negative, "n_negative_is": "exact" if self.exhausted else "lower bound",
+            "condition": self.condition, "n_products": self.n_products, "n_iter": self.n_iter,
+            "exhausted": self.exhausted, "tol": self.tol, "rel_floor": self.rel_floor,
+        }
+
+
+def _start_vector(N: int, device, v0: Tensor | None, warm: LanczosResult | None, seed: int) -> Tensor:
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    r = torch.randn(N, generator=gen, dtype=torch.float64).to(device)
+    r = r / r.norm()
+    if v0 is not None:
+        q = v0.detach().to(dtype=torch.float64, device=device).reshape(-1)
+    elif warm is not None:
+        if warm.vectors.shape[0] != N:
+            raise ValueError(f"warm start from a result of dimension {warm.vectors.shape[0]}, operator has N={N}")
+        q = warm.vectors.to(device).sum(dim=1)  # the previous extreme Ritz vectors, both ends
+        q = q / q.norm() + 1e-2 * r  # plus a little of everything else
+    else:
+        return r
+    if q.shape[0] != N or not torch.isfinite(q).all() or q.norm() == 0:
+        raise ValueError(f"start vector must be a finite nonzero vector of length N={N}")
+    return q / q.norm()
+
+
+def lanczos(
+    op: SymmetricOperator,
+    k: int = 1,
+    *,
+    max_iter: int | None = None,
+    tol: float | None = None,
+    v0: Tensor | None = None,
+    warm: LanczosResult | None = None,
+    seed: int = 0,
+    rel_floor: float = NEG_FLOOR,
+    min_iter: int = 2,
+) -> LanczosResult:
+    """The ``k`` lowest and ``k`` highest eigenpairs of ``op`` by Lanczos (full reorthogonalisation).
+
+    Stops when the ``k`` extreme Ritz pairs at each end have residual estimates ``<= tol * scale``,
+    when the Krylov space is exhausted, or after ``max_iter`` products (default ``min(N, 200)``).
+    ``tol`` defaults by the operator's dtype (float64: 1e-10, float32: 1e-5). ``warm``: start from a
+    previous result's Ritz vectors (same operator dimension).
+    """
+    N = int(op.N)
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    m_max = min(N, 200) if max_iter is None else min(int(max_iter), N)
+    if m_max < 1:
+        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
+    tol = TOL.get(op.dtype, 1e-5) if tol is None else float(tol)
+    device = op.device
+    Q = torch.zeros(m_max + 1, N, dtype=torch.float64, device=device)  # rows q_1 .. q_m
+    Q[0] = _start_vector(N, device, v0, warm, seed)
+    alpha = np.zeros(m_max)
+    beta = np.zeros(m_max)  # beta[j] couples q_j and q_{j+1}
+    gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+    n_products, m, exhausted = 0, 0, False
+    theta = s = None
+    for j in range(m_max):
+        w = op.matvec(Q[j].to(op.dtype)).to(torch.float64)
+        n_products += 1
+        alpha[j] = float(Q[j] @ w)
+        basis = Q[: j + 1]
+        for _ in range(2):  # full reorthogonalisation, twice
+            w = w - basis.T @ (basis @ w)
+        b = float(w.norm())
+        m = j + 1
+        theta, s = np.linalg.eigh(np.diag(alpha[:m]) + np.diag(beta[: m - 1], 1) + np.diag(beta[: m - 1], -1))
+        scale = max(float(np.abs(theta).max()), np.finfo(float).tiny)
+        est = b * np.abs(s[-1])
+        ends = np.r_[np.arange(min(k, m)), np.arange(max(m - k, 0), m)]
+        if m == N:
+            exhausted = True
+            break
+        if m >= min_iter and np.all(est[ends] <= tol * scale):
+            break
+        if m == m_max:
+            break
+        if b <= 1e-12 * scale:  # invariant subspace found: continue from a fresh orthogonal direction
+            b = 0.0
+            r = torch.randn(N, generator=gen, dtype=torch.float64).to(device)
+            for _ in range(2):
+                r = r - basis.T @ (basis @ r)
+            Q[j + 1] = r / r.norm()
+        else:
+            Q[j + 1] = w / b
+        beta[j] = b
+    est = b * np.abs(s[-1]) if not exhausted else np.zeros(m)
+    pick = sorted(set(range(min(k, m))) | set(range(max(m - k, 0), m)))
+    S = torch.as_tensor(s[:, pick], dtype=torch.float64, device=device)
+    Y = Q[:m].T @ S  # (N, p) Ritz vectors
+    Y = Y / Y.norm(dim=0, keepdim=True)
+    residuals = []
+    for c, t in zip(range(Y.shape[1]), theta[pick]):
+        Ay = op.matvec(Y[:, c].to(op.dtype)).to(torch.float64)
+        n_products += 1
+        residuals.append(float((Ay - t * Y[:, c]).norm()))
+    residuals = np.asarray(residuals)
+    scale = max(float(np.abs(theta).max()), np.finfo(float).tiny)
+    return LanczosResult(
+        values=theta[pick], vectors=Y, residuals=residuals, converged=residuals <= max(tol, 1e-13) * scale,
+        ritz_all=theta, residual_estimates=est, n_products=n_products, n_iter=m, exhausted=exhausted,
+        tol=tol, rel_floor=rel_floor,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The paper's estimator, for comparison
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PowerResult:
+    lambda_dominant: float  # first run: the eigenvalue of largest magnitude (the paper reads it as lambda_max)
+    lambda_min: float  # dominant + second run on A - dominant I
+    n_products: int
+    dtype: str
+
+
+def shifted_power_iteration(op: SymmetricOperator, n_iter: int = 20, *, dtype: torch.dtype = torch.float32,
+                            seed: int = 0) -> PowerResult:
+    """The paper's E2 estimator: ``n_iter`` power steps on ``A``, then ``n_iter`` on ``A - mu I``.
+
+    Vectors are kept in ``dtype`` (float32 as in the paper); eigenvalue estimates are Rayleigh
+    quotients. The result is what the estimator returns, right or wrong.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def run(shift: float) -> float:
+        v = torch.randn(op.N, generator=gen, dtype=torch.float64).to(dtype=dtype, device=op.device)
+        v = v / v.norm()
+        lam = 0.0
+        for _ in range(n_iter):
+            w = (op.matvec(v.to(op.dtype)).to(dtype) - shift * v).to(dtype)
+            lam = float(v @ w)
+            nrm = w.norm()
+            if nrm == 0:
+                break
+            v = w / nrm
+        return lam
+
+    mu = run(0.0)
+    shifted = run(mu)
+    return PowerResult(mu, mu + shifted, 2 * n_iter, str(dtype).removeprefix("torch."))

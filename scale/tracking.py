@@ -1,0 +1,278 @@
+r"""Curvature tracking during training: ``H_eff`` on a fixed probe batch, every N steps or per epoch.
+
+At each measurement, on the same probe batch (the first training step's augmented views, the first
+``probe_pairs`` pairs, fixed for the whole run and saved with the checkpoint):
+
+    z, h = backbone(x), head(z)                eval mode, no gradient (BatchNorm: running statistics)
+    L    = the method's loss of h, stop-gradient data bound at the probe (mini.losses semantics)
+    lambda_min, lambda_max of H_eff            scale.lanczos on scale.curvature's H (warm start from
+                                               the previous measurement's Ritz vectors)
+    n_negative                                 exact from the per-sample blocks where the objective is
+                                               block-diagonal (simsiam, byol) and the blocks fit in
+                                               memory; otherwise converged Ritz values (a lower bound)
+    |M| / |H|                                  exact spectral norms on blocks, or ``|M|_F / |H|_F`` by a
+                                               Hutchinson estimate (``E|Av|^2 = |A|_F^2``, Rademacher v)
+    condition = lambda_max / lambda_min        only when positive definite
+    z_var                                      mean per-dimension variance of the L2-normalised z
+
+Records go to ``curvature.jsonl`` in the run directory, the last one of each epoch into the epoch's
+metrics (``hess_*``), and at the end ``curvature.png`` (the paper's Figure 3 in our form: lambda_min,
+lambda_max and the condition number against training time) and ``curvature_summary.json`` with the
+Spearman correlation between representation variance and condition number over the measurements
+where ``H_eff`` was positive definite (the condition number exists only there; the number of such
+points is reported next to it).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from mini.hessian import NEG_FLOOR
+from scale import objectives as so
+from scale.blocks import effective_hessian_blocks
+from scale.curvature import EffectiveHessian
+from scale.lanczos import LanczosResult, lanczos
+
+BLOCK_MEMORY = 2**29  # bytes: per-sample Jacobians larger than this use Lanczos + Hutchinson instead
+BLOCK_DIAGONAL_METHODS = frozenset({"simsiam", "byol"})
+
+
+def probe_objective(method: str, model: nn.Module, h: Tensor, target_h: Tensor | None, temperature: float = 0.1):
+    """The method's loss as a function of the probe's embeddings, computed locally (no all-gather:
+    curvature products run on one process), stop-gradient data bound at the probe. The predictor
+    is a copy in eval mode and in ``h``'s dtype (it is held fixed: part of the objective)."""
+    if method == "simclr":
+        return lambda Hb: so.nt_xent(Hb, temperature)
+    if method == "vicreg":
+        return so.vicreg
+    if method == "barlow":
+        return so.barlow
+    pred = None if model.predictor is None else copy.deepcopy(model.predictor).to(h.dtype).eval()
+    if method == "simsiam":
+        T = h.detach()
+        return lambda Hb: so.simsiam(Hb, T, pred)
+    if method == "byol":
+        if target_h is None:
+            raise ValueError("byol's curvature needs the target network's embeddings of the probe")
+        T = target_h.detach()
+        return lambda Hb: so.byol(Hb, T, pred)
+    raise ValueError(f"unknown method {method!r}; valid: simclr, simsiam, byol, vicreg, barlow")
+
+
+def hutchinson_ratio(num, den, N: int, probes: int, dtype, device, seed: int = 0) -> float:
+    """``|num|_F / |den|_F`` from ``probes`` Rademacher vectors (the same ones for both)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    V = (torch.randint(0, 2, (N, probes), generator=gen) * 2 - 1).to(dtype=dtype, device=device)
+    a = float((num.matmat(V).double() ** 2).sum())
+    b = float((den.matmat(V).double() ** 2).sum())
+    return float(np.sqrt(a / b)) if b > 0 else float("nan")
+
+
+def z_variance(z: Tensor) -> float:
+    """Mean per-dimension variance of the L2-normalised representations (the probe's spread)."""
+    u = so.normalize(z.double())
+    return float(u.var(dim=0, unbiased=False).mean())
+
+
+def measure(
+    z: Tensor,
+    head: nn.Module,
+    loss,
+    *,
+    block_diagonal: bool,
+    bn_mode: str = "eval",
+    dtype: torch.dtype = torch.float64,
+    warm: LanczosResult | None = None,
+    max_iter: int = 80,
+    tol: float | None = None,
+    hutchinson_probes: int = 4,
+    use_blocks: bool | str = "auto",
+    rel_floor: float = NEG_FLOOR,
+) -> tuple[dict[str, Any], LanczosResult]:
+    """One curvature measurement of ``H_eff`` at ``z`` (n, d); returns the record and the Lanczos result."""
+    t0 = time.perf_counter()
+    E = EffectiveHessian(z, head, loss, bn_mode=bn_mode, dtype=dtype)
+    res = lanczos(E.H, k=1, max_iter=max_iter, tol=tol, warm=warm)
+    rec: dict[str, Any] = {k: v for k, v in res.summary().items() if k not in ("n_negative", "n_negative_is")}
+    rec.update(bn_mode=E.info["bn_mode"], hvp_mode=E.info["hvp_mode"], dtype=E.info["dtype"], N=E.info["N"],
+               loss=E.value, z_var=z_variance(z))
+    widths = [m.out_features for m in head.modules() if isinstance(m, nn.Linear)]
+    jac_bytes = z.shape[0] * max(widths or [E.k]) * z.shape[1] * 8
+    blocks_ok = block_diagonal and (bn_mode == "eval" or not E.info["batchnorm"])
+    if use_blocks is True or (use_blocks == "auto" and blocks_ok and jac_bytes <= BLOCK_MEMORY):
+        audit = effective_hessian_blocks(z, head, loss, dtype=torch.float64).audit(rel_floor)
+        rec.update(n_negative=audit["n_negative_H"], n_negative_is="exact (blocks)",
+                   n_negative_G=audit["n_negative_G"], M_over_H=audit["M_over_H"], M_over_H_is=audit["M_over_H_is"],
+                   lambda_min_exact=audit["lambda_min"], lambda_max_exact=audit["lambda_max"])
+    else:
+        rec.update(n_negative=res.n_negative,
+                   n_negative_is="exact (Krylov exhausted)" if res.exhausted else "lower bound (converged Ritz values)",
+                   M_over_H=hutchinson_ratio(E.M, E.H, E.info["N"], hutchinson_probes, E.z.dtype, E.z.device),
+                   M_over_H_is=f"frobenius, Hutchinson estimate ({hutchinson_probes} probes)")
+    rec["seconds"] = time.perf_counter() - t0
+    return rec, res
+
+
+def spearman(x: list[float], y: list[float]) -> float | None:
+    """Spearman's rank correlation (``None`` with fewer than 3 points or a constant series)."""
+    if len(x) < 3 or len(set(x)) < 2 or len(set(y)) < 2:
+        return None
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(x, y).statistic)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+class HessianTracker:
+    """A trainer hook (``scale.train.Hook`` protocol): curvature of ``H_eff`` every ``every`` steps
+    (an int) or once per epoch (``every="epoch"``), on a fixed probe of ``probe_pairs`` view pairs."""
+
+    def __init__(self, every: int | str = "epoch", *, probe_pairs: int = 32, run_dir: str | Path | None = None,
+                 dtype: torch.dtype = torch.float64, max_iter: int = 80, tol: float | None = None,
+                 hutchinson_probes: int = 4, bn_mode: str = "eval", log=None):
+        if every != "epoch" and not (isinstance(every, int) and every >= 1):
+            raise ValueError(f"--track-hessian-every takes a positive number of steps or 'epoch', got {every!r}")
+        if probe_pairs < 2:
+            raise ValueError(f"probe_pairs must be >= 2 (batch statistics need two rows per view), got {probe_pairs}")
+        self.every, self.probe_pairs, self.dtype = every, probe_pairs, dtype
+        self.max_iter, self.tol, self.hutchinson_probes, self.bn_mode = max_iter, tol, hutchinson_probes, bn_mode
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.log = log
+        self.records: list[dict[str, Any]] = []
+        self.probe_x: Tensor | None = None
+        self.warm: LanczosResult | None = None
+        self.seconds = 0.0
+
+    # ---- the hook protocol
+    def on_fit_start(self, state) -> None: ...
+
+    def on_step_end(self, state) -> None:
+        if self.probe_x is None:  # the first step's views: rows [view1; view2] of the first probe_pairs pairs
+            b = state.x.shape[0] // 2
+            m = min(self.probe_pairs, b)
+            self.probe_x = torch.cat([state.x[:m], state.x[b:b + m]]).detach().clone()
+        if self.every != "epoch" and state.global_step % self.every == 0:
+            self.track(state)
+
+    def on_epoch_end(self, state) -> None:
+        if self.every == "epoch" and self.probe_x is not None:
+            self.track(state)
+        last = [r for r in self.records if r["epoch"] == state.epoch + 1]
+        if last:
+            r = last[-1]
+            for key in ("lambda_min", "lambda_max", "n_negative", "M_over_H", "condition", "seconds"):
+                if r.get(key) is not None:
+                    state.metrics[f"hess_{key}"] = float(r[key])
+
+    def on_fit_end(self, state) -> None:
+        summary = self.summary()
+        if self.run_dir is not None and self.records:
+            _atomic_write(self.run_dir / "curvature_summary.json", json.dumps(summary, indent=2).encode())
+            _atomic_write(self.run_dir / "curvature.png", plot_curvature(self.records))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"records": self.records, "probe_x": self.probe_x, "seconds": self.seconds,
+                "warm": None if self.warm is None else self.warm.vectors.cpu()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.records = list(state.get("records", []))
+        self.probe_x = state.get("probe_x")
+        self.seconds = float(state.get("seconds", 0.0))
+        self._warm_vectors = state.get("warm")
+
+    # ---- the measurement
+    @torch.no_grad()
+    def track(self, state) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        cfg, model = state.config, state.model
+        x = self.probe_x.to(state.device)
+        z, h = state.embed(x)
+        target_h = None
+        if cfg.method == "byol" and state.target is not None:
+            was = state.target.training
+            state.target.eval()
+            target_h = state.target(x)[1]
+            state.target.train(was)
+        loss = probe_objective(cfg.method, model, h.to(self.dtype), None if target_h is None else target_h.to(self.dtype),
+                               cfg.temperature)
+        if self.warm is None and getattr(self, "_warm_vectors", None) is not None:
+            self.warm = _vectors_as_result(self._warm_vectors.to(state.device))
+        rec, self.warm = measure(z, model.projector, loss, block_diagonal=cfg.method in BLOCK_DIAGONAL_METHODS,
+                                 bn_mode=self.bn_mode, dtype=self.dtype, warm=self.warm, max_iter=self.max_iter,
+                                 tol=self.tol, hutchinson_probes=self.hutchinson_probes)
+        rec.update(epoch=state.epoch + 1, step=state.global_step, probe_rows=int(x.shape[0]), method=cfg.method)
+        self.seconds += time.perf_counter() - t0
+        self.records.append(rec)
+        if self.run_dir is not None:
+            lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records)
+            _atomic_write(self.run_dir / "curvature.jsonl", lines.encode())
+        if self.log is not None:
+            cond = rec["condition"]
+            self.log(f"  H_eff  lambda_min {rec['lambda_min']:+.3e}  lambda_max {rec['lambda_max']:+.3e}  "
+                     f"neg {rec['n_negative']}  |M|/|H| {rec['M_over_H']:.3f}  "
+                     f"cond {'-' if cond is None else f'{cond:.3g}'}  ({rec['seconds']:.2f} s)")
+        return rec
+
+    def summary(self) -> dict[str, Any]:
+        pd = [r for r in self.records if r.get("condition") is not None]
+        return {
+            "n_measurements": len(self.records), "tracking_seconds": self.seconds,
+            "spearman_zvar_condition": spearman([r["z_var"] for r in pd], [r["condition"] for r in pd]),
+            "spearman_points": len(pd),
+            "spearman_note": "over measurements where H_eff was positive definite (condition defined only there)",
+            "cadence": self.every, "probe_rows": self.records[0]["probe_rows"] if self.records else None,
+            "bn_mode": self.bn_mode, "dtype": str(self.dtype).removeprefix("torch."),
+            "negative_lambda_min_fraction": (float(np.mean([r["lambda_min"] < -NEG_FLOOR * r["scale"]
+                                                            for r in self.records])) if self.records else None),
+        }
+
+
+def _vectors_as_result(vectors: Tensor) -> LanczosResult:
+    """A stand-in result carrying only Ritz vectors (a warm start restored from a checkpoint)."""
+    p = vectors.shape[1]
+    z = np.zeros(p)
+    return LanczosResult(z, vectors.double(), z, np.zeros(p, bool), z, z, 0, 0, False, 0.0, NEG_FLOOR)
+
+
+def plot_curvature(records: list[dict[str, Any]]) -> bytes:
+    """lambda_min, lambda_max (symlog) and condition number against the training step, as PNG bytes."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r["step"] for r in records]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    ax1.plot(steps, [r["lambda_max"] for r in records], marker="o", label="lambda_max")
+    ax1.plot(steps, [r["lambda_min"] for r in records], marker="o", label="lambda_min")
+    ax1.axhline(0.0, color="grey", lw=0.5)
+    ax1.set_yscale("symlog", linthresh=max(1e-8, 1e-3 * max(r["scale"] for r in records)))
+    ax1.set_xlabel("step")
+    ax1.set_ylabel("eigenvalue of H_eff (probe batch)")
+    ax1.legend()
+    pd = [(r["step"], r["condition"]) for r in records if r.get("condition") is not None]
+    if pd:
+        ax2.semilogy(*zip(*pd), marker="o")
+    ax2.set_xlabel("step")
+    ax2.set_ylabel("condition number (when PD)")
+    ax2.set_title(f"PD at {len(pd)} of {len(records)} measurements", fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()

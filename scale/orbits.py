@@ -1,0 +1,153 @@
+"""Augmentation orbits of E6, generated on the device in batches with kornia.
+
+PAPER.md, E6: orbits under rotation (0-45 degrees), hue (+-0.4), saturation (0-2) and blur (sigma
+0.1-3). A trajectory is one image swept through ``steps`` evenly spaced values of one family's
+parameter (default 12 steps), so that consecutive points are neighbours on the orbit and the
+discrete curvature kappa (E4) is defined along it.
+
+Shapes: images ``(n, 3, S, S)`` in [0, 1]; ``orbit_batch(images, family, steps)`` returns
+``(n * steps, 3, S, S)``, image-major (rows ``i * steps ... (i + 1) * steps - 1`` are image i's
+trajectory), still in [0, 1]; ``imagenet_normalize`` is applied afterwards.
+
+Image sources (all return ``(n, 3, size, size)`` float32 in [0, 1]): ``folder_images`` (any folder of
+PNG/JPEG files, read with Pillow, centre-cropped to a square), ``digits_images`` (scikit-learn's
+bundled 8 x 8 digits, offline: upsampled, each digit given two random colours, strokes and
+background, because hue and saturation do nothing to a grey image) and ``dataset_images``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from scale.pretrained_models import IMAGENET_MEAN, IMAGENET_STD
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    low: float
+    high: float
+    unit: str
+
+
+FAMILIES: dict[str, Family] = {
+    "rotation": Family("rotation", 0.0, 45.0, "degrees"),
+    "hue": Family("hue", -0.4, 0.4, "fraction of the hue circle (torchvision's hue_factor)"),
+    "saturation": Family("saturation", 0.0, 2.0, "saturation factor (1 = unchanged)"),
+    "blur": Family("blur", 0.1, 3.0, "Gaussian sigma in pixels"),
+}
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
+
+
+def check_family(name: str) -> Family:
+    if name not in FAMILIES:
+        raise ValueError(f"unknown augmentation family {name!r}; valid choices: {', '.join(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def family_parameters(name: str, steps: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The ``steps`` evenly spaced parameter values of one family, low to high, shape (steps,)."""
+    if steps < 3:
+        raise ValueError(f"an orbit needs at least 3 steps (kappa is a second difference), got {steps}")
+    fam = check_family(name)
+    return torch.linspace(fam.low, fam.high, steps, device=device)
+
+
+def orbit_batch(images: torch.Tensor, family: str, steps: int) -> torch.Tensor:
+    """Every image swept through the family: (n, 3, S, S) -> (n * steps, 3, S, S), on images' device."""
+    from kornia.enhance import adjust_hue, adjust_saturation
+    from kornia.filters import gaussian_blur2d
+    from kornia.geometry.transform import rotate
+
+    n = images.shape[0]
+    t = family_parameters(family, steps, images.device).repeat(n)  # (n * steps,), image-major
+    x = images.repeat_interleave(steps, dim=0)  # (n * steps, 3, S, S)
+    if family == "rotation":
+        out = rotate(x, t)  # degrees, about the centre, zero padding
+    elif family == "hue":
+        out = adjust_hue(x, t * 2 * math.pi)  # kornia takes radians; torchvision's factor is a fraction of 2 pi
+    elif family == "saturation":
+        out = adjust_saturation(x, t)
+    else:  # blur
+        size = min(2 * math.ceil(3 * FAMILIES["blur"].high) + 1, 2 * ((x.shape[-1] - 1) // 2) - 1)
+        out = gaussian_blur2d(x, (size, size), torch.stack([t, t], dim=1))
+    return out.clamp(0.0, 1.0)
+
+
+def imagenet_normalize(x: torch.Tensor) -> torch.Tensor:
+    mean = torch.tensor(IMAGENET_MEAN, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+    return (x - mean) / std
+
+
+# --------------------------------------------------------------------------------------------
+# Image sources
+# --------------------------------------------------------------------------------------------
+
+
+def _resize_square(x: torch.Tensor, size: int) -> torch.Tensor:
+    """(n, 3, H, W) -> centre crop to a square -> (n, 3, size, size), antialiased bilinear."""
+    h, w = x.shape[-2:]
+    s = min(h, w)
+    x = x[..., (h - s) // 2 : (h - s) // 2 + s, (w - s) // 2 : (w - s) // 2 + s]
+    return F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=s > size).clamp(0, 1)
+
+
+def folder_images(directory: str | Path, n: int, size: int) -> torch.Tensor:
+    """The first ``n`` images (sorted by name) of a folder, RGB in [0, 1]."""
+    from PIL import Image
+
+    root = Path(directory)
+    if not root.is_dir():
+        raise FileNotFoundError(f"--images: {root} is not a directory")
+    files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise FileNotFoundError(f"--images: no image files ({', '.join(IMAGE_SUFFIXES)}) under {root}")
+    out = []
+    for path in files[:n]:
+        with Image.open(path) as im:
+            arr = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0  # (H, W, 3)
+        out.append(_resize_square(torch.from_numpy(arr).permute(2, 0, 1)[None], size))
+    if len(out) < n:
+        raise ValueError(f"--images: {root} holds {len(out)} images, {n} trajectories asked for (lower --trajectories)")
+    return torch.cat(out)
+
+
+def digits_images(n: int, size: int, seed: int = 0) -> torch.Tensor:
+    """``n`` of scikit-learn's bundled digits, upsampled to ``size``, strokes and background coloured."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    rng = np.random.default_rng(seed)
+    idx = rng.choice(len(data.images), size=n, replace=n > len(data.images))
+    ink = torch.from_numpy(data.images[idx] / 16.0).float()[:, None]  # (n, 1, 8, 8) in [0, 1]
+    ink = F.interpolate(ink, size=(size, size), mode="bilinear", align_corners=False).clamp(0, 1)
+    fg = torch.from_numpy(rng.uniform(0.1, 1.0, size=(n, 3, 1, 1))).float()  # saturated random colours
+    bg = torch.from_numpy(rng.uniform(0.0, 0.6, size=(n, 3, 1, 1))).float()
+    return ink * fg + (1 - ink) * bg
+
+
+DATASETS = ("digits", "cifar10")
+
+
+def dataset_images(name: str, n: int, size: int, seed: int = 0, data_dir: str | None = None) -> torch.Tensor:
+    """``digits`` (offline) or ``cifar10`` (test split, upsampled as in the paper; needs ``scale.data``)."""
+    if name == "digits":
+        return digits_images(n, size, seed)
+    if name == "cifar10":
+        try:
+            from scale import data as scale_data
+        except ImportError as exc:  # the CIFAR loader lives with the training engine
+            raise ValueError("--dataset cifar10 needs scale.data (the CIFAR loader); use --images DIR or digits") from exc
+        images = scale_data.load_images("cifar10", split="test", data_dir=data_dir)  # (N, 3, 32, 32) in [0, 1]
+        rng = np.random.default_rng(seed)
+        idx = torch.from_numpy(rng.choice(len(images), size=n, replace=False))
+        return _resize_square(images[idx].float(), size)
+    raise ValueError(f"unknown dataset {name!r}; valid choices: {', '.join(DATASETS)}")

@@ -1,0 +1,495 @@
+"""Experiment E6: do pretrained SSL heads compress or expand augmentation orbits?
+
+    python -m scale.pretrained MODEL [MODEL ...] [--weights PATH] [--images DIR | --dataset NAME]
+
+PAPER.md, E6: DINO ViT-S/16 and ResNet-50, VICReg ResNet-50, Barlow Twins ResNet-50 at 224 px;
+orbits under rotation, hue, saturation and blur; "collapse ratio" = backbone orbit variance / head
+orbit variance. The paper's finding: DINO heads compress orbits, VICReg/Barlow heads expand them.
+
+Per model and augmentation family, over ``T`` trajectories (one image swept through ``P`` steps,
+see ``scale.orbits``), with ``z`` the backbone output and ``h`` the compared head output
+(``scale.pretrained_models``), both L2-normalised (``mini.invariance.l2_normalize``; the head itself
+runs on the raw ``z`` it was trained on):
+
+    v_t(x)      = orbit_spread  (mini.invariance)  mean squared distance to the orbit centroid
+    kappa_t(x)  = sweep_curvature (mini.invariance) mean |x_{i+1} - 2 x_i + x_{i-1}|
+    a_t(x)      = mean_p cos(x_{t,p}, x_t^0)        cosine to the unaugmented image's features
+
+    collapse ratio   R = exp(mean_t log(v_t(z) / v_t(h)))      geometric mean over trajectories
+    curvature ratio  K = exp(mean_t log(kappa_t(h) / kappa_t(z)))
+    alignment gain   A = mean_t (a_t(h) - a_t(z))
+
+Intervals are Student-t 95% intervals over trajectories of the log ratios (then exponentiated) and
+of the alignment differences. Verdict: "compressor" where R's interval lies above 1, "expander"
+where it lies below 1, "inconclusive" otherwise. The per-model row pools the families per image
+(mean of the log ratios over families), so its trajectories stay independent.
+
+Weights: ``--weights PATH`` reads the official full checkpoint (``weights_only=True``). Without it,
+the file is taken from torch hub's cache (``$TORCH_HOME/hub/checkpoints``), downloaded there first
+when online; offline, one message names the file, its URL and where to put it (exit 2).
+Results: ``<out>/<model>.json`` per model (per-trajectory values, config, versions, device, commit)
+and ``<out>/report.md`` with one table across every model found in ``<out>`` and two figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mini.invariance import l2_normalize, orbit_spread, sweep_curvature
+from scale.orbits import DATASETS, FAMILIES, dataset_images, folder_images, imagenet_normalize, orbit_batch
+from scale.pretrained_models import (
+    MODELS,
+    OFFICIAL_FILES,
+    CheckpointKeyError,
+    PretrainedSSL,
+    check_model_name,
+    load_checkpoint,
+)
+
+CONFIDENCE = 0.95
+# Orbit variances of unit vectors lie in [0, 1]; below this an orbit has not moved at all (e.g. hue
+# on a grey image) and its log ratio is undefined: such trajectories are counted and left out.
+DEGENERATE_VARIANCE = 1e-12
+
+
+class OfflineError(RuntimeError):
+    """The official checkpoint is neither given, nor cached, nor downloadable."""
+
+
+@dataclass
+class Config:
+    models: list[str]
+    weights: str | None = None
+    images: str | None = None
+    dataset: str = "digits"
+    data_dir: str | None = None
+    trajectories: int = 50
+    steps: int = 12
+    image_size: int = 224
+    batch_images: int = 4  # images per forward pass: batch_images * steps orbit points
+    families: list[str] = field(default_factory=lambda: list(FAMILIES))
+    device: str = "cuda" if torch.cuda.is_available() else "cpu"
+    seed: int = 0
+    out: str = "results/pretrained"
+
+
+# --------------------------------------------------------------------------------------------
+# Weights
+# --------------------------------------------------------------------------------------------
+
+
+def hub_cache_path(name: str) -> Path:
+    url = OFFICIAL_FILES[name].url
+    return Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[1]
+
+
+def resolve_weights(name: str, weights: str | None) -> Path:
+    """``--weights`` if given, else torch hub's cached copy, downloaded into the cache when online."""
+    if weights is not None:
+        path = Path(weights)
+        if not path.is_file():
+            raise FileNotFoundError(f"--weights: no file at {path}")
+        return path
+    cached, url = hub_cache_path(name), OFFICIAL_FILES[name].url
+    if cached.is_file():
+        return cached
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        torch.hub.download_url_to_file(url, str(cached), progress=sys.stderr.isatty())
+    except (OSError, http.client.HTTPException) as exc:
+        raise OfflineError(
+            f"cannot download the {name} full checkpoint (backbone + head): {exc}\n"
+            f"Fetch this file on a machine with network access:\n  {url}\n"
+            f"then either put it at\n  {cached}\n(torch hub's cache; set TORCH_HOME to move it) "
+            f"or pass it with --weights PATH."
+        ) from None
+    return cached
+
+
+# --------------------------------------------------------------------------------------------
+# Measurement
+# --------------------------------------------------------------------------------------------
+
+
+@torch.inference_mode()
+def _features(model: PretrainedSSL, images01: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images in [0, 1] -> L2-normalised (z, h) in float64 (the head sees the raw z)."""
+    z, h = model.embed(imagenet_normalize(images01))
+    return l2_normalize(z.double()), l2_normalize(h.double())
+
+
+def measure(model: PretrainedSSL, images: torch.Tensor, cfg: Config) -> dict[str, dict[str, list[float]]]:
+    """Per family, per trajectory: orbit variance, kappa and anchor alignment of z and of h."""
+    device = torch.device(cfg.device)
+    model = model.to(device).eval()
+    out = {fam: {k: [] for k in ("var_z", "var_h", "kappa_z", "kappa_h", "cos_z", "cos_h")} for fam in cfg.families}
+    P = cfg.steps
+    for start in range(0, len(images), cfg.batch_images):
+        chunk = images[start : start + cfg.batch_images].to(device)
+        z0, h0 = _features(model, chunk)  # anchors (b, d), (b, k)
+        for fam in cfg.families:
+            z, h = _features(model, orbit_batch(chunk, fam, P))
+            z, h = z.reshape(len(chunk), P, -1), h.reshape(len(chunk), P, -1)  # (b, P, dim), image-major
+            rec = out[fam]
+            for key, x, x0 in (("z", z, z0), ("h", h, h0)):
+                rec[f"var_{key}"] += orbit_spread(x).cpu().tolist()
+                rec[f"kappa_{key}"] += sweep_curvature(x).cpu().tolist()
+                rec[f"cos_{key}"] += (x * x0[:, None, :]).sum(-1).mean(1).cpu().tolist()
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics of E6
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with its ``CONFIDENCE`` interval over ``n`` trajectories (``excluded`` left out)."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+    excluded: int = 0
+
+    def fmt(self, spec: str = ".3g") -> str:
+        if math.isnan(self.low):
+            return f"{self.value:{spec}}"
+        return f"{self.value:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
+
+
+def t_interval(values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """Mean and Student-t interval of i.i.d. values (NaN interval below two values)."""
+    from scipy.stats import t as student_t
+
+    values = np.asarray(values, dtype=np.float64)
+    n, mean = len(values), float(np.mean(values)) if len(values) else math.nan
+    if n < 2:
+        return mean, math.nan, math.nan
+    half = float(student_t.ppf(0.5 + confidence / 2, n - 1) * np.std(values, ddof=1) / math.sqrt(n))
+    return mean, mean - half, mean + half
+
+
+def log_ratios(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``log(num / den)`` per trajectory and the mask of trajectories where both are non-degenerate."""
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    ok = (num > DEGENERATE_VARIANCE) & (den > DEGENERATE_VARIANCE)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ok, np.log(num) - np.log(den), np.nan), ok
+
+
+def ratio_estimate(num: np.ndarray, den: np.ndarray, confidence: float = CONFIDENCE) -> Estimate:
+    """Geometric-mean ratio ``exp(mean log(num/den))`` with the exponentiated t interval."""
+    r, ok = log_ratios(num, den)
+    mean, low, high = t_interval(r[ok], confidence)
+    return Estimate(math.exp(mean) if ok.any() else math.nan, math.exp(low), math.exp(high), int(ok.sum()), int((~ok).sum()))
+
+
+def mean_estimate(values: np.ndarray, confidence: float = CONFIDENCE) -> Estimate:
+    mean, low, high = t_interval(values, confidence)
+    return Estimate(mean, low, high, len(values))
+
+
+def verdict(collapse: Estimate) -> str:
+    """Compressor / expander only where the interval of the collapse ratio excludes 1."""
+    if math.isnan(collapse.low):
+        return "inconclusive"
+    if collapse.low > 1.0:
+        return "compressor"
+    if collapse.high < 1.0:
+        return "expander"
+    return "inconclusive"
+
+
+def summarize(raw: dict[str, dict[str, list[float]]], confidence: float = CONFIDENCE) -> dict[str, dict]:
+    """Per family, and pooled over families per image ("all"): collapse, curvature, alignment, verdict."""
+    rows: dict[str, dict] = {}
+    pooled_c, pooled_k, pooled_a = [], [], []
+    for fam, rec in raw.items():
+        v = {k: np.asarray(x, dtype=np.float64) for k, x in rec.items()}
+        collapse = ratio_estimate(v["var_z"], v["var_h"], confidence)
+        rows[fam] = {
+            "var_z": float(np.mean(v["var_z"])),
+            "var_h": float(np.mean(v["var_h"])),
+            "collapse_ratio": collapse,
+            "curvature_ratio": ratio_estimate(v["kappa_h"], v["kappa_z"], confidence),
+            "alignment_gain": mean_estimate(v["cos_h"] - v["cos_z"], confidence),
+            "verdict": verdict(collapse),
+        }
+        pooled_c.append(log_ratios(v["var_z"], v["var_h"])[0])
+        pooled_k.append(log_ratios(v["kappa_h"], v["kappa_z"])[0])
+        pooled_a.append(v["cos_h"] - v["cos_z"])
+    # Pool per image: mean over families of each image's log ratio (images with a degenerate family drop out).
+    per_image_c, per_image_k = np.mean(pooled_c, axis=0), np.mean(pooled_k, axis=0)
+    ok_c, ok_k = np.isfinite(per_image_c), np.isfinite(per_image_k)
+
+    def from_logs(logs: np.ndarray, ok: np.ndarray) -> Estimate:
+        mean, low, high = t_interval(logs[ok], confidence)
+        return Estimate(math.exp(mean) if ok.any() else math.nan, math.exp(low), math.exp(high), int(ok.sum()), int((~ok).sum()))
+
+    collapse = from_logs(per_image_c, ok_c)
+    rows["all"] = {
+        "var_z": float(np.mean([r["var_z"] for r in rows.values()])),
+        "var_h": float(np.mean([r["var_h"] for r in rows.values()])),
+        "collapse_ratio": collapse,
+        "curvature_ratio": from_logs(per_image_k, ok_k),
+        "alignment_gain": mean_estimate(np.mean(pooled_a, axis=0), confidence),
+        "verdict": verdict(collapse),
+    }
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Results and report
+# --------------------------------------------------------------------------------------------
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write through a temporary file in the same folder, then rename (no half-written results)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _git_commit() -> str:
+    try:
+        root = Path(__file__).resolve().parent.parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def provenance(cfg: Config) -> dict:
+    import kornia
+
+    device = cfg.device
+    if device.startswith("cuda") and torch.cuda.is_available():
+        device += f" ({torch.cuda.get_device_name(torch.device(device))})"
+    return {
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "kornia": kornia.__version__, "numpy": np.__version__},
+        "device": device,
+        "git_commit": _git_commit(),
+        "seed": cfg.seed,
+    }
+
+
+def result_record(name: str, weights: Path, cfg: Config, raw: dict, seconds: float, n_images: int) -> dict:
+    summary = summarize(raw)
+    return {
+        "model": name,
+        "weights": str(weights),
+        "compared_head_output": "256-d bottleneck before L2 norm and prototypes" if name.startswith("dino") else "projector output",
+        "config": {**asdict(cfg), "models": [name]},
+        "images": cfg.images or f"dataset:{cfg.dataset}",
+        "n_images": n_images,
+        "seconds": seconds,
+        **provenance(cfg),
+        "summary": {fam: {k: (asdict(v) if isinstance(v, Estimate) else v) for k, v in row.items()} for fam, row in summary.items()},
+        "per_trajectory": raw,
+    }
+
+
+def _estimate(d: dict) -> Estimate:
+    return Estimate(**d)
+
+
+def render_report(records: list[dict], out: Path) -> str:
+    """One markdown table across models and families, plus the two figures (written into ``out``)."""
+    lines = [
+        "# E6: pretrained heads, orbit compression or expansion",
+        "",
+        "Collapse ratio = backbone orbit variance / head orbit variance (geometric mean over trajectories; "
+        f"{int(CONFIDENCE * 100)}% t-interval). Compressor / expander only where the interval excludes 1. "
+        "Curvature ratio = kappa(h) / kappa(z). Alignment gain = mean cos to the unaugmented image, h minus z. "
+        "Features L2-normalised; 'all' pools the families per image.",
+        "",
+        "| model | family | n | orbit var z | orbit var h | collapse ratio [95% CI] | verdict "
+        "| curvature ratio h/z [95% CI] | alignment gain [95% CI] |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for rec in records:
+        for fam, row in rec["summary"].items():
+            c = _estimate(row["collapse_ratio"])
+            n = f"{c.n}" + (f" (+{c.excluded} degenerate)" if c.excluded else "")
+            lines.append(
+                f"| {rec['model']} | {fam} | {n} | {row['var_z']:.3g} | {row['var_h']:.3g} | {c.fmt()} | "
+                f"{row['verdict']} | {_estimate(row['curvature_ratio']).fmt()} | {_estimate(row['alignment_gain']).fmt('+.3f')} |"
+            )
+    lines += ["", "| model | weights | images | trajectories x steps | image size | device | seconds | commit |", "|---|---|---|---|---|---|---|---|"]
+    for rec in records:
+        cfg = rec["config"]
+        lines.append(
+            f"| {rec['model']} | `{rec['weights']}` | {rec['images']} | {cfg['trajectories']} x {cfg['steps']} | "
+            f"{cfg['image_size']} | {rec['device']} | {rec['seconds']:.1f} | {rec['git_commit'][:10]} |"
+        )
+    figures = _figures(records, out)
+    lines += [""] + [f"![{title}]({fname})" for title, fname in figures]
+    lines += [
+        "",
+        "Paper (E6): DINO heads compress orbits, VICReg/Barlow Twins heads expand them. "
+        "The verdicts above are this run's; nothing expected is written into them.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _figures(records: list[dict], out: Path) -> list[tuple[str, str]]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import io
+
+    import matplotlib.pyplot as plt
+
+    made = []
+    for key, title, fname in (
+        ("collapse_ratio", "collapse ratio (z var / h var)", "collapse_ratio.png"),
+        ("curvature_ratio", "curvature ratio (kappa h / kappa z)", "curvature_ratio.png"),
+    ):
+        families = list(records[0]["summary"]) if records else []
+        fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(families), 3.6))
+        width = 0.8 / max(len(records), 1)
+        for i, rec in enumerate(records):
+            ests = [_estimate(rec["summary"][f][key]) for f in families]
+            x = np.arange(len(families)) + (i - (len(records) - 1) / 2) * width
+            vals = np.array([e.value for e in ests])
+            err = np.array([[e.value - e.low for e in ests], [e.high - e.value for e in ests]])
+            ax.bar(x, vals, width, yerr=np.nan_to_num(err), capsize=2, label=rec["model"])
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(np.arange(len(families)), families)
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=120)
+        plt.close(fig)
+        write_atomic(out / fname, buf.getvalue())
+        made.append((title, fname))
+    return made
+
+
+def write_report(out: Path) -> Path:
+    """Regenerate ``report.md`` from every ``<model>.json`` in ``out`` (models in the paper's order)."""
+    records = []
+    for name in MODELS:
+        path = out / f"{name}.json"
+        if path.is_file():
+            records.append(json.loads(path.read_text()))
+    report = out / "report.md"
+    write_atomic(report, render_report(records, out))
+    return report
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def load_images(cfg: Config) -> torch.Tensor:
+    if cfg.images is not None:
+        return folder_images(cfg.images, cfg.trajectories, cfg.image_size)
+    return dataset_images(cfg.dataset, cfg.trajectories, cfg.image_size, seed=cfg.seed, data_dir=cfg.data_dir)
+
+
+def run(cfg: Config) -> Path:
+    """Measure every model of ``cfg`` and rewrite the report; returns the report's path."""
+    for name in cfg.models:
+        check_model_name(name)
+    for fam in cfg.families:
+        if fam not in FAMILIES:
+            raise ValueError(f"unknown augmentation family {fam!r}; valid choices: {', '.join(FAMILIES)}")
+    weights = {name: resolve_weights(name, cfg.weights) for name in cfg.models}  # fail fast, before any work
+    torch.manual_seed(cfg.seed)
+    images = load_images(cfg)
+    out = Path(cfg.out)
+    for name in cfg.models:
+        model = load_checkpoint(name, str(weights[name]))
+        start = time.perf_counter()
+        raw = measure(model, images, cfg)
+        if cfg.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        record = result_record(name, weights[name], cfg, raw, time.perf_counter() - start, len(images))
+        write_atomic(out / f"{name}.json", json.dumps(record, indent=1))
+        row = record["summary"]["all"]
+        print(f"{name}: collapse ratio {_estimate(row['collapse_ratio']).fmt()} -> {row['verdict']}")
+    return write_report(out)
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    p = argparse.ArgumentParser(prog="python -m scale.pretrained", description=__doc__.split("\n\n")[0])
+    p.add_argument("models", nargs="+", metavar="MODEL", help=f"one or more of {', '.join(MODELS)}, or 'all'")
+    p.add_argument("--weights", help="the official full checkpoint file (one MODEL only)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--images", help="a folder of images (PNG/JPEG, searched recursively)")
+    src.add_argument("--dataset", choices=DATASETS, default="digits", help="default: digits (offline)")
+    p.add_argument("--data-dir", help="where the dataset archive lives (cifar10)")
+    p.add_argument("--trajectories", type=int, default=50)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--batch-images", type=int, default=4, help="images per forward pass (x steps orbit points)")
+    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+    p.add_argument("--device", default=Config.device)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="results/pretrained")
+    a = p.parse_args(argv)
+    models = list(MODELS) if a.models == ["all"] else a.models
+    for name in models:
+        if name not in MODELS:
+            p.error(f"unknown model {name!r}; valid choices: {', '.join(MODELS)} or all")
+    if a.weights is not None and len(models) != 1:
+        p.error("--weights names one checkpoint file: give exactly one MODEL with it")
+    for flag in ("trajectories", "batch_images", "image_size"):
+        if getattr(a, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be positive")
+    if a.trajectories < 2:
+        p.error("--trajectories must be at least 2 (the interval is over trajectories)")
+    if a.steps < 3:
+        p.error("--steps must be at least 3 (kappa is a second difference)")
+    if a.image_size < 16:
+        p.error("--image-size must be at least 16 (one ViT patch)")
+    return Config(
+        models=models, weights=a.weights, images=a.images, dataset=a.dataset, data_dir=a.data_dir,
+        trajectories=a.trajectories, steps=a.steps, image_size=a.image_size, batch_images=a.batch_images,
+        families=a.families, device=a.device, seed=a.seed, out=a.out,
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    try:
+        report = run(cfg)
+    except OfflineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (CheckpointKeyError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"report: {report}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -247,7 +247,9 @@ def load_digits(image_size: int = 16) -> Dataset:
     return Dataset("digits", x[tr], y[tr], x[te], y[te], 10, mean, std)
 
 
-def load_synthetic(n_train: int = 256, n_test: int = 64, image_size: int = 16, classes: int = 4, seed: int = 0) -> Dataset:
+def load_synthetic(
+    n_train: int = 256, n_test: int = 64, image_size: int = 16, classes: int = 4, seed: int = 0
+) -> Dataset:
     """Noisy class-coloured blobs: cheap, deterministic, learnable. Unit tests only."""
     g = torch.Generator().manual_seed(seed)
     n = n_train + n_test

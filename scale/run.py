@@ -226,7 +226,7 @@ def _setup_distributed(device_flag: str) -> int | None:
 def _free_cores() -> int:
     cores = os.cpu_count() or 1
     try:
-        busy = int(round(os.getloadavg()[0]))
+        busy = round(os.getloadavg()[0])
     except OSError:
         busy = 0
     return max(1, min(torch.get_num_threads(), cores - busy))

@@ -72,7 +72,9 @@ def plot_curves(history: list[dict[str, float]]) -> bytes:
     return buf.getvalue()
 
 
-def write_outputs(run_dir: Path, config: dict[str, Any], history: list[dict[str, float]], summary: dict[str, Any]) -> None:
+def write_outputs(
+    run_dir: Path, config: dict[str, Any], history: list[dict[str, float]], summary: dict[str, Any]
+) -> None:
     atomic_write_json(run_dir / "summary.json", summary)
     if history:
         atomic_write_bytes(run_dir / "curves.png", plot_curves(history))

@@ -286,7 +286,10 @@ def objective_fn(cfg: TrainConfig, model: SSLModel, h: torch.Tensor, target_h: t
 def training_loss(cfg: TrainConfig, h: torch.Tensor, p: torch.Tensor | None, target_h: torch.Tensor | None
                   ) -> torch.Tensor:
     """The loss of one step from the forward's outputs (predictor already applied inside the model)."""
-    h, p = h.float(), (p.float() if p is not None else None)  # losses in fp32 under bf16 autocast
+    def full(t):  # losses in fp32 under bf16 autocast; float64 stays float64 (cross-checks)
+        return t.float() if t is not None and t.dtype in (torch.bfloat16, torch.float16) else t
+
+    h, p, target_h = full(h), full(p), full(target_h)
     if cfg.method == "simclr":
         return so.global_loss(so.nt_xent, h, cfg.temperature)
     if cfg.method == "vicreg":
@@ -296,7 +299,7 @@ def training_loss(cfg: TrainConfig, h: torch.Tensor, p: torch.Tensor | None, tar
     if cfg.method == "simsiam":
         return so.simsiam(p, targets=h)  # P = p(h), T = stopgrad(h)
     if cfg.method == "byol":
-        return so.byol(p, targets=target_h.float())
+        return so.byol(p, targets=target_h)
     raise ValueError(f"unknown method {cfg.method!r}; valid: {', '.join(METHODS)}")
 
 
@@ -460,7 +463,8 @@ class Trainer:
     @torch.no_grad()
     def _ema_update(self) -> None:
         """BYOL: target <- tau target + (1 - tau) online, tau from ``ema`` to 1 by a cosine."""
-        tau = 1.0 - (1.0 - self.cfg.ema) * (math.cos(math.pi * self.state.global_step / max(1, self.total_steps)) + 1) / 2
+        progress = self.state.global_step / max(1, self.total_steps)
+        tau = 1.0 - (1.0 - self.cfg.ema) * (math.cos(math.pi * progress) + 1) / 2
         online = dict(self.model.named_parameters())
         for name, p in self.target.named_parameters():
             p.lerp_(online[name], 1.0 - tau)
@@ -504,11 +508,14 @@ class Trainer:
         bad = (~torch.isfinite(values)).nonzero()
         if len(bad):
             epoch, step, v = losses[int(bad[0])]
-            where = f"epoch {epoch + 1}, step {step + 1} of {self.steps_per_epoch} (global step {epoch * self.steps_per_epoch + step + 1})"
-            kept = (f"the last good checkpoint ({self.checkpoint_path}, end of epoch {self.start_epoch_done})"
-                    if self.checkpoint_path is not None and self.start_epoch_done > 0 else "no checkpoint was kept (the failure came before the first epoch end)")
-            raise NonFiniteLoss(f"loss became {float(v)} at {where}; likely cause: {_likely_cause(self.cfg)}. "
-                                f"{kept[0].upper() + kept[1:]}.")
+            where = (f"epoch {epoch + 1}, step {step + 1} of {self.steps_per_epoch} "
+                     f"(global step {epoch * self.steps_per_epoch + step + 1})")
+            if self.checkpoint_path is not None and self.start_epoch_done > 0:
+                kept = (f"The last good checkpoint ({self.checkpoint_path}, end of epoch {self.start_epoch_done}) "
+                        "is kept")
+            else:
+                kept = "No checkpoint was written (the failure came before the first epoch end)"
+            raise NonFiniteLoss(f"loss became {float(v)} at {where}; likely cause: {_likely_cause(self.cfg)}. {kept}.")
 
     def _epoch_metrics(self, epoch: int) -> dict[str, float]:
         p = self.partial
@@ -536,7 +543,7 @@ class Trainer:
         self._stop_requested = True
 
     def fit(self) -> TrainState:
-        cfg, state = self.cfg, self.state
+        state = self.state
         old_handler = None
         try:
             old_handler = signal.signal(signal.SIGINT, self._on_sigint)
@@ -599,7 +606,8 @@ class Trainer:
                     hook.on_step_end(state)
                 if bar is not None and (step % max(1, cfg.log_every) == 0 or step == self.steps_per_epoch - 1):
                     seconds = time.perf_counter() - t0
-                    bar.set_postfix(loss=f"{float(state.loss):.4f}", img_s=f"{images0 * self.world / max(seconds, 1e-9):.0f}")
+                    rate = images0 * self.world / max(seconds, 1e-9)
+                    bar.set_postfix(loss=f"{float(state.loss):.4f}", img_s=f"{rate:.0f}")
                 if bar is not None:
                     bar.update(1)
                 if self._stop_requested:

@@ -1,0 +1,136 @@
+"""The trainer through ``scale.run.main``: resume exactness, Ctrl-C, non-finite loss, hooks, every method."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+import torch
+
+from scale import objectives as so
+from scale.checkpoint import load_checkpoint
+from scale.run import main
+from scale.train import Hook
+
+TINY = ["synthetic", "--quiet", "--train-subset", "96", "--batch-size", "32", "--probe-size", "32",
+        "--head-width", "16", "--head-out", "8", "--backbone-width", "4", "--image-size", "8"]
+TIMING = {"images_per_s", "epoch_seconds"}
+
+
+def _metrics(run_dir) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+
+
+class Crash(Hook):
+    """Simulates a killed process: raises at a chosen global step (after the step, before any save)."""
+
+    def __init__(self, at_step: int) -> None:
+        self.at_step = at_step
+
+    def on_step_end(self, state):
+        if state.global_step == self.at_step:
+            raise RuntimeError("simulated kill")
+
+
+class CtrlC(Hook):
+    def __init__(self, at_step: int) -> None:
+        self.at_step = at_step
+
+    def on_step_end(self, state):
+        if state.global_step == self.at_step:
+            os.kill(os.getpid(), signal.SIGINT)  # the real signal path: handled after this step
+
+
+@pytest.mark.parametrize("method", ["simclr", "byol"])
+def test_resume_after_kill_reproduces_metrics_exactly(tmp_path, method):
+    argv = [*TINY, "--epochs", "2", "--method", method, "--out", str(tmp_path)]
+    assert main([*argv, "--run-name", "full"]) == 0
+    # killed during epoch 2 (3 steps per epoch): only the epoch-1 checkpoint exists
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        main([*argv, "--run-name", "cut"], hooks=[Crash(at_step=4)])
+    assert int(load_checkpoint(tmp_path / "cut" / "checkpoint.pt")["epoch"]) == 1
+    assert len(_metrics(tmp_path / "cut")) == 1
+    assert main(["--resume", str(tmp_path / "cut"), "--quiet"]) == 0
+    full, resumed = _metrics(tmp_path / "full"), _metrics(tmp_path / "cut")
+    assert len(full) == 2 and full == resumed
+    # and the weights are identical
+    a = load_checkpoint(tmp_path / "full" / "checkpoint.pt")["model"]
+    b = load_checkpoint(tmp_path / "cut" / "checkpoint.pt")["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_ctrl_c_mid_epoch_saves_and_resumes_exactly(tmp_path, capsys):
+    argv = [*TINY, "--epochs", "2", "--method", "simsiam", "--out", str(tmp_path)]
+    assert main([*argv, "--run-name", "full"]) == 0
+    assert main([*argv, "--run-name", "cut"], hooks=[CtrlC(at_step=2)]) == 130
+    assert "--resume" in capsys.readouterr().err
+    ck = load_checkpoint(tmp_path / "cut" / "checkpoint.pt")
+    assert (int(ck["epoch"]), int(ck["step"])) == (0, 2)  # mid-epoch position
+    assert main(["--resume", str(tmp_path / "cut"), "--quiet"]) == 0
+    assert _metrics(tmp_path / "full") == _metrics(tmp_path / "cut")
+
+
+class Poison(Hook):
+    def on_step_end(self, state):
+        if state.global_step == 4:
+            with torch.no_grad():
+                state.model.projector.layers[0].weight.fill_(float("nan"))
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, capsys):
+    code = main([*TINY, "--epochs", "3", "--out", str(tmp_path), "--run-name", "nan"], hooks=[Poison()])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "epoch 2, step 2 of 3 (global step 5)" in err and "likely cause" in err and "learning rate" in err
+    ck = load_checkpoint(tmp_path / "nan" / "checkpoint.pt")
+    assert int(ck["epoch"]) == 1 and all(torch.isfinite(v).all() for v in ck["model"].values() if v.is_floating_point())
+    summary = json.loads((tmp_path / "nan" / "summary.json").read_text())
+    assert summary["status"] == "non-finite loss"
+
+
+class Recorder(Hook):
+    def __init__(self):
+        self.seen, self.probes, self.epochs = [], [], []
+
+    def on_step_end(self, state):
+        assert state.x.shape[0] == 2 * 32 and state.z.shape == (64, state.model.backbone.out_dim)
+        assert state.h.shape == (64, 8) and not state.h.requires_grad
+        # the objective closure reproduces the step's loss from h (simclr: no stop-gradient data)
+        h = state.h.clone().requires_grad_(True)
+        value = state.objective(h)(h)
+        torch.testing.assert_close(value, state.loss, rtol=1e-5, atol=1e-6)
+        self.seen.append(state.global_step)
+        self.probes.append(state.probe_x.clone())
+
+    def on_epoch_end(self, state):
+        z, h = state.embed(state.probe_x)
+        state.metrics["probe_h_norm"] = float(so.safe_norm(h).mean())
+        self.epochs.append(state.epoch)
+
+
+def test_hooks_see_state_and_add_metrics(tmp_path):
+    rec = Recorder()
+    assert main([*TINY, "--epochs", "2", "--out", str(tmp_path), "--run-name", "hooks"], hooks=[rec]) == 0
+    assert rec.seen == [1, 2, 3, 4, 5, 6] and rec.epochs == [0, 1]
+    assert all(torch.equal(p, rec.probes[0]) for p in rec.probes)  # fixed probe batch
+    rows = _metrics(tmp_path / "hooks")
+    assert all("probe_h_norm" in r for r in rows)
+    for name in ("config.json", "summary.json", "report.md", "curves.png", "checkpoint.pt"):
+        assert (tmp_path / "hooks" / name).is_file(), name
+    summary = json.loads((tmp_path / "hooks" / "summary.json").read_text())
+    assert set(summary["linear_probe"]) >= {"z", "h"} and summary["versions"]["torch"] == torch.__version__
+
+
+@pytest.mark.parametrize(
+    ("method", "extra"),
+    [("vicreg", []), ("barlow", []), ("simsiam", ["--init", "collapsed", "--head", "swish2"]),
+     ("simclr", ["--backbone", "vit_tiny", "--backbone-width", "12", "--optimizer", "lars", "--head", "linear"])],
+)
+def test_methods_run(tmp_path, method, extra, capsys):
+    assert main([*TINY, "--epochs", "1", "--method", method, *extra, "--out", str(tmp_path), "--run-name", "m"]) == 0
+    row = _metrics(tmp_path / "m")[0]
+    assert torch.isfinite(torch.tensor(row["loss"]))
+    assert "linear probe" in capsys.readouterr().out

@@ -32,9 +32,8 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-import autograd.numpy as anp
 import numpy as np
-from autograd import grad, jacobian
+from autograd import jacobian
 from autograd.misc import flatten
 
 from mini.heads import Head, forward, init_head, parse_head_spec
@@ -326,14 +325,20 @@ def head_table(rep: HeadReport) -> str:
         a, b, c = getattr(z, key), getattr(h, key), getattr(u, key)
         lines.append(_row(label, [f"{a:.3f}", f"{b:.3f}", f"{a.mean / b.mean:.3g}x smaller",
                                   f"{c:.3f}", f"{a.mean / c.mean:.3g}x smaller"]))
-    lines.append(_row("D_inter / D_intra", [f"{z.ratio:.3g}", f"{h.ratio:.3g}", f"{h.ratio.mean / z.ratio.mean:.3g}x higher",
-                                            f"{u.ratio:.3g}", f"{u.ratio.mean / z.ratio.mean:.3g}x higher"]))
+    lines.append(_row("D_inter / D_intra", [
+        f"{z.ratio:.3g}", f"{h.ratio:.3g}", f"{h.ratio.mean / z.ratio.mean:.3g}x higher",
+        f"{u.ratio:.3g}", f"{u.ratio.mean / z.ratio.mean:.3g}x higher"]))
     for target, label in (("aug", "4-way augmentation probe"), ("class", "class probe")):
         for kind in ("linear", "mlp"):
             zz, hh, uu = (acc[f"{target}/{f}/{kind}"] for f in ("z", "h", "h_untrained"))
             lines.append(_row(f"{label}, {kind}", [f"{zz:.2f} %", f"{hh:.2f} %", f"{hh - zz:+.2f} points",
                                                    f"{uu:.2f} %", f"{uu - zz:+.2f} points"]))
     return "\n".join(lines)
+
+
+def _probe_gap(rep: HeadReport, target: str, kind: str) -> float:
+    """Test accuracy of the probe on h minus on z, in points."""
+    return 100 * (rep.probes[f"{target}/h/{kind}"].test_accuracy - rep.probes[f"{target}/z/{kind}"].test_accuracy)
 
 
 def summary_table(reports: list[HeadReport]) -> str:
@@ -353,8 +358,7 @@ def summary_table(reports: list[HeadReport]) -> str:
     add("ratio h / z", "1.22x", lambda r: f"{r.h.ratio.mean / r.z.ratio.mean:.3g}x")
     for target, kind, paper in (("aug", "linear", "-14.72"), ("aug", "mlp", "-11.90"), ("class", "linear", "n/a"),
                                 ("class", "mlp", "n/a")):
-        add(f"{target} probe {kind}, h - z (points)", paper,
-            lambda r, t=target, k=kind: f"{100 * (r.probes[f'{t}/h/{k}'].test_accuracy - r.probes[f'{t}/z/{k}'].test_accuracy):+.2f}")
+        add(f"{target} probe {kind}, h - z (points)", paper, lambda r, t=target, k=kind: f"{_probe_gap(r, t, k):+.2f}")
     add("orbit gain at init -> end (Prop 5.2)", "n/a",
         lambda r: f"{r.gain_curve[0][1]:.3g} -> {r.gain_curve[-1][1]:.3g}")
     return "\n".join(lines)
@@ -388,8 +392,8 @@ def run_report(base: TrainConfig, heads: tuple[str, ...] = REPORT_HEADS, probe_s
         summary_table(reports),
     ]
     for r in reports:
-        parts += ["", f"## Head {r.head} (E4 orbits 15 x 12, kappa sweep 10 steps over 1/8 period; probe test accuracy)",
-                  "", head_table(r)]
+        title = f"## Head {r.head} (E4 orbits 15 x 12, kappa sweep 10 steps over 1/8 period; probe test accuracy)"
+        parts += ["", title, "", head_table(r)]
     parts += ["", "## Proposition 5.2 over training: orbit gain (v^T G v / |v|^2) / (tr G / d), mean over points",
               "", gain_table(reports)]
     return reports, "\n".join(parts)

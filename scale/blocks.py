@@ -14,7 +14,8 @@ Two paths to ``J_i`` and ``M_i``:
 - ``"closed_form"``: ``mini.hessian.head_derivatives`` and ``interaction_blocks`` (the array-API
   recursion) run directly on torch tensors, on the tensors' device, with weights read from the torch
   head (``mini_head_of``; eval-mode BatchNorm is an affine map and is folded into its Linear layer).
-- ``"autodiff"``: per-sample ``torch.func.jacrev`` and ``torch.func.hessian`` under ``vmap``.
+- ``"autodiff"``: per-sample ``torch.func.jacrev`` (``J_i``) and reverse-over-reverse Hessians of
+  ``<rho_i, h(z_i)>`` (``M_i``) under ``vmap`` (some activations' backward ops lack forward-mode rules).
 
 The loss blocks ``grad^2_{h_i} L`` (n, k, k) come from ``k`` Hessian-vector products of the batch
 loss, one per output coordinate ``c`` with the direction ``e_c`` in every row: for a block-diagonal
@@ -31,7 +32,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.func import grad, hessian, jacrev, jvp, vmap
+from torch.func import grad, jacrev, jvp, vmap
 
 from mini.heads import Head
 from mini.hessian import NEG_FLOOR, head_derivatives, interaction_blocks
@@ -148,25 +149,23 @@ def effective_hessian_blocks(
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     z = z.detach().to(dtype)
     head_fn, head_info = functional_head(head, "eval", dtype)
-    if method == "closed_form":
-        der = head_derivatives(mini_head_of(head, dtype), z)
-        Hb, J = der.h, der.J  # (n, k), (n, k, d)
-    else:
-        Hb = head_fn(z)
-        one = lambda x: head_fn(x[None])[0]  # noqa: E731  (d,) -> (k,)
-        J = vmap(jacrev(one))(z)
-    rho, HL, premise = loss_blocks(loss, Hb.detach())
-    scale_hb = float(HL.abs().max()) if HL.numel() else 0.0
-    if premise > BLOCK_TOL and scale_hb > 0:
+    one = lambda x: head_fn(x[None])[0]  # noqa: E731  (d,) -> (k,)
+    with torch.no_grad():
+        if method == "closed_form":
+            der = head_derivatives(mini_head_of(head, dtype), z)
+            Hb, J = der.h, der.J  # (n, k), (n, k, d)
+        else:
+            Hb, J = head_fn(z), vmap(jacrev(one))(z)
+    with torch.no_grad():  # torch.func transforms still differentiate; parameters record no graph
+        rho, HL, premise = loss_blocks(loss, Hb.detach())
+    if premise > BLOCK_TOL:
         raise ValueError(
             f"the objective's Hessian is not block-diagonal over samples (relative mismatch {premise:.2e}); "
             "exact blocks exist only for per-sample objectives (mse to targets, simsiam, byol); "
             "use scale.curvature.EffectiveHessian with scale.lanczos for coupled objectives"
         )
-    if method == "closed_form":
-        M = interaction_blocks(der, rho)
-    else:
-        M = vmap(hessian(lambda x, r: (r * one(x)).sum()))(z, rho)
+    with torch.no_grad():
+        M = interaction_blocks(der, rho) if method == "closed_form" else vmap(jacrev(jacrev(lambda x, r: (r * one(x)).sum())))(z, rho)
     G = J.transpose(1, 2) @ HL @ J
     G, M = 0.5 * (G + G.transpose(1, 2)), 0.5 * (M + M.transpose(1, 2))
     H = G + M

@@ -266,8 +266,10 @@ class EffectiveHessian:
             self._probe_forward()
 
     def _probe_forward(self) -> None:
-        """One product of each kind; fall back to double backward if forward AD is missing."""
-        v = torch.zeros(self.n * self.d, dtype=self.z.dtype, device=self.z.device)
+        """One product of each kind; fall back to double backward if forward AD is missing.
+        (A random direction: zero tangents can short-circuit forward mode and hide a missing rule.)"""
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        v = torch.randn(self.n * self.d, generator=gen, dtype=torch.float64).to(self.z)
         try:
             for op in (self.H, self.G, self.M):
                 op._matvec(v)

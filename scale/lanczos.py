@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from scipy.linalg import eigh_tridiagonal
 from torch import Tensor
 
 from mini.hessian import NEG_FLOOR
@@ -105,6 +106,14 @@ class LanczosResult:
         }
 
 
+def _eigh_tridiagonal(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Eigenpairs of the symmetric tridiagonal ``T`` (diagonal ``a``, off-diagonal ``b``): LAPACK's
+    tridiagonal solver, O(m^2) and free of BLAS threading (a dense eigh per step was the bottleneck)."""
+    if len(a) == 1:
+        return a.copy(), np.ones((1, 1))
+    return eigh_tridiagonal(a, b)
+
+
 def _start_vector(N: int, device, v0: Tensor | None, warm: LanczosResult | None, seed: int) -> Tensor:
     gen = torch.Generator(device="cpu").manual_seed(seed)
     r = torch.randn(N, generator=gen, dtype=torch.float64).to(device)
@@ -166,7 +175,7 @@ def lanczos(
             w = w - basis.T @ (basis @ w)
         b = float(w.norm())
         m = j + 1
-        theta, s = np.linalg.eigh(np.diag(alpha[:m]) + np.diag(beta[: m - 1], 1) + np.diag(beta[: m - 1], -1))
+        theta, s = _eigh_tridiagonal(alpha[:m], beta[: m - 1])
         scale = max(float(np.abs(theta).max()), np.finfo(float).tiny)
         est = b * np.abs(s[-1])
         ends = np.r_[np.arange(min(k, m)), np.arange(max(m - k, 0), m)]

@@ -120,36 +120,39 @@ def folder_images(directory: str | Path, n: int, size: int) -> torch.Tensor:
     return torch.cat(out)
 
 
-def digits_images(n: int, size: int, seed: int = 0) -> torch.Tensor:
-    """``n`` of scikit-learn's bundled digits, upsampled to ``size``, strokes and background coloured."""
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
+def colourise(grey: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    """Grey images (n, 1 or 3, S, S) in [0, 1] -> ink in one random colour on a background of another."""
     rng = np.random.default_rng(seed)
-    idx = rng.choice(len(data.images), size=n, replace=n > len(data.images))
-    ink = torch.from_numpy(data.images[idx] / 16.0).float()[:, None]  # (n, 1, 8, 8) in [0, 1]
-    ink = F.interpolate(ink, size=(size, size), mode="bilinear", align_corners=False).clamp(0, 1)
-    fg = torch.from_numpy(rng.uniform(0.1, 1.0, size=(n, 3, 1, 1))).float()  # saturated random colours
+    n = grey.shape[0]
+    ink = grey[:, :1]
+    fg = torch.from_numpy(rng.uniform(0.1, 1.0, size=(n, 3, 1, 1))).float()
     bg = torch.from_numpy(rng.uniform(0.0, 0.6, size=(n, 3, 1, 1))).float()
     return ink * fg + (1 - ink) * bg
+
+
+def digits_images(n: int, size: int, seed: int = 0) -> torch.Tensor:
+    """``n`` test-split digits (``scale.data``), upsampled to ``size``, strokes and background coloured."""
+    from scale.data import load_dataset
+
+    test = load_dataset("digits", image_size=8).test_x  # uint8 (N, 3, 8, 8)
+    idx = torch.from_numpy(np.random.default_rng(seed).choice(len(test), size=n, replace=n > len(test)))
+    grey = F.interpolate(test[idx].float() / 255.0, size=(size, size), mode="bilinear", align_corners=False)
+    return colourise(grey.clamp(0, 1), seed)
 
 
 DATASETS = ("digits", "cifar10")
 
 
 def dataset_images(name: str, n: int, size: int, seed: int = 0, data_dir: str | None = None) -> torch.Tensor:
-    """``digits`` (offline) or ``cifar10`` (test split, upsampled as in the paper; needs ``scale.data``)."""
+    """``digits`` (offline) or ``cifar10`` (test split, upsampled as in the paper; see ``scale.data``)."""
     if name == "digits":
         return digits_images(n, size, seed)
     if name == "cifar10":
-        try:
-            from scale import data as scale_data
-        except ImportError as exc:  # the CIFAR loader lives with the training engine
-            raise ValueError("--dataset cifar10 needs scale.data (the CIFAR loader); use --images DIR or digits") from exc
-        images = scale_data.load_images("cifar10", split="test", data_dir=data_dir)  # (N, 3, 32, 32) in [0, 1]
-        rng = np.random.default_rng(seed)
-        idx = torch.from_numpy(rng.choice(len(images), size=n, replace=False))
-        return _resize_square(images[idx].float(), size)
+        from scale.data import load_cifar
+
+        test = load_cifar("cifar10", data_dir).test_x  # uint8 (10000, 3, 32, 32)
+        idx = torch.from_numpy(np.random.default_rng(seed).choice(len(test), size=n, replace=False))
+        return _resize_square(test[idx].float() / 255.0, size)
     raise ValueError(f"unknown dataset {name!r}; valid choices: {', '.join(DATASETS)}")
 
 

@@ -37,11 +37,7 @@ import argparse
 import http.client
 import json
 import math
-import os
-import platform
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,20 +46,24 @@ import numpy as np
 import torch
 
 from mini.invariance import l2_normalize, orbit_spread, sweep_curvature
+from scale.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
+from scale.data import DataError
 from scale.orbits import DATASETS, FAMILIES, dataset_images, folder_images, imagenet_normalize, orbit_batch
 from scale.pretrained_models import (
     MODELS,
     OFFICIAL_FILES,
-    CheckpointKeyError,
+    CheckpointError,
     PretrainedSSL,
     check_model_name,
     load_checkpoint,
 )
+from scale.run_report import device_name, git_commit, versions
 
 CONFIDENCE = 0.95
-# Orbit variances of unit vectors lie in [0, 1]; below this an orbit has not moved at all (e.g. hue
-# on a grey image) and its log ratio is undefined: such trajectories are counted and left out.
-DEGENERATE_VARIANCE = 1e-12
+# Orbit variances of unit vectors lie in [0, 1] and kappas in [0, 4]; below this floor an orbit has not
+# moved at all (e.g. hue on a grey image) and its log ratio is undefined: such trajectories are counted
+# and left out.
+DEGENERATE_FLOOR = 1e-12
 
 
 class OfflineError(RuntimeError):
@@ -188,16 +188,22 @@ def t_interval(values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[floa
 def log_ratios(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``log(num / den)`` per trajectory and the mask of trajectories where both are non-degenerate."""
     num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
-    ok = (num > DEGENERATE_VARIANCE) & (den > DEGENERATE_VARIANCE)
+    ok = (num > DEGENERATE_FLOOR) & (den > DEGENERATE_FLOOR)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(ok, np.log(num) - np.log(den), np.nan), ok
+
+
+def _exp_estimate(logs: np.ndarray, ok: np.ndarray, confidence: float) -> Estimate:
+    """``exp`` of the mean log and of its t interval, over the entries where ``ok``."""
+    mean, low, high = t_interval(logs[ok], confidence)
+    value = math.exp(mean) if ok.any() else math.nan
+    return Estimate(value, math.exp(low), math.exp(high), int(ok.sum()), int((~ok).sum()))
 
 
 def ratio_estimate(num: np.ndarray, den: np.ndarray, confidence: float = CONFIDENCE) -> Estimate:
     """Geometric-mean ratio ``exp(mean log(num/den))`` with the exponentiated t interval."""
     r, ok = log_ratios(num, den)
-    mean, low, high = t_interval(r[ok], confidence)
-    return Estimate(math.exp(mean) if ok.any() else math.nan, math.exp(low), math.exp(high), int(ok.sum()), int((~ok).sum()))
+    return _exp_estimate(r, ok, confidence)
 
 
 def mean_estimate(values: np.ndarray, confidence: float = CONFIDENCE) -> Estimate:
@@ -238,16 +244,12 @@ def summarize(raw: dict[str, dict[str, list[float]]], confidence: float = CONFID
     per_image_c, per_image_k = np.mean(pooled_c, axis=0), np.mean(pooled_k, axis=0)
     ok_c, ok_k = np.isfinite(per_image_c), np.isfinite(per_image_k)
 
-    def from_logs(logs: np.ndarray, ok: np.ndarray) -> Estimate:
-        mean, low, high = t_interval(logs[ok], confidence)
-        return Estimate(math.exp(mean) if ok.any() else math.nan, math.exp(low), math.exp(high), int(ok.sum()), int((~ok).sum()))
-
-    collapse = from_logs(per_image_c, ok_c)
+    collapse = _exp_estimate(per_image_c, ok_c, confidence)
     rows["all"] = {
         "var_z": float(np.mean([r["var_z"] for r in rows.values()])),
         "var_h": float(np.mean([r["var_h"] for r in rows.values()])),
         "collapse_ratio": collapse,
-        "curvature_ratio": from_logs(per_image_k, ok_k),
+        "curvature_ratio": _exp_estimate(per_image_k, ok_k, confidence),
         "alignment_gain": mean_estimate(np.mean(pooled_a, axis=0), confidence),
         "verdict": verdict(collapse),
     }
@@ -259,38 +261,11 @@ def summarize(raw: dict[str, dict[str, list[float]]], confidence: float = CONFID
 # --------------------------------------------------------------------------------------------
 
 
-def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write through a temporary file in the same folder, then rename (no half-written results)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _git_commit() -> str:
-    try:
-        root = Path(__file__).resolve().parent.parent
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def provenance(cfg: Config) -> dict:
-    import kornia
-
-    device = cfg.device
-    if device.startswith("cuda") and torch.cuda.is_available():
-        device += f" ({torch.cuda.get_device_name(torch.device(device))})"
     return {
-        "versions": {"python": platform.python_version(), "torch": torch.__version__, "kornia": kornia.__version__, "numpy": np.__version__},
-        "device": device,
-        "git_commit": _git_commit(),
+        "versions": versions(),
+        "device": device_name(torch.device(cfg.device)),
+        "git_commit": git_commit(),
         "seed": cfg.seed,
     }
 
@@ -300,13 +275,18 @@ def result_record(name: str, weights: Path, cfg: Config, raw: dict, seconds: flo
     return {
         "model": name,
         "weights": str(weights),
-        "compared_head_output": "256-d bottleneck before L2 norm and prototypes" if name.startswith("dino") else "projector output",
+        "compared_head_output": "256-d bottleneck before L2 norm and prototypes"
+        if name.startswith("dino")
+        else "projector output",
         "config": {**asdict(cfg), "models": [name]},
         "images": cfg.images or f"dataset:{cfg.dataset}",
         "n_images": n_images,
         "seconds": seconds,
         **provenance(cfg),
-        "summary": {fam: {k: (asdict(v) if isinstance(v, Estimate) else v) for k, v in row.items()} for fam, row in summary.items()},
+        "summary": {
+            fam: {k: (asdict(v) if isinstance(v, Estimate) else v) for k, v in row.items()}
+            for fam, row in summary.items()
+        },
         "per_trajectory": raw,
     }
 
@@ -333,11 +313,16 @@ def render_report(records: list[dict], out: Path) -> str:
         for fam, row in rec["summary"].items():
             c = _estimate(row["collapse_ratio"])
             n = f"{c.n}" + (f" (+{c.excluded} degenerate)" if c.excluded else "")
+            k, a = _estimate(row["curvature_ratio"]), _estimate(row["alignment_gain"])
             lines.append(
                 f"| {rec['model']} | {fam} | {n} | {row['var_z']:.3g} | {row['var_h']:.3g} | {c.fmt()} | "
-                f"{row['verdict']} | {_estimate(row['curvature_ratio']).fmt()} | {_estimate(row['alignment_gain']).fmt('+.3f')} |"
+                f"{row['verdict']} | {k.fmt()} | {a.fmt('+.3f')} |"
             )
-    lines += ["", "| model | weights | images | trajectories x steps | image size | device | seconds | commit |", "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| model | weights | images | trajectories x steps | image size | device | seconds | commit |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for rec in records:
         cfg = rec["config"]
         lines.append(
@@ -386,7 +371,7 @@ def _figures(records: list[dict], out: Path) -> list[tuple[str, str]]:
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=120)
         plt.close(fig)
-        write_atomic(out / fname, buf.getvalue())
+        atomic_write_bytes(out / fname, buf.getvalue())
         made.append((title, fname))
     return made
 
@@ -399,7 +384,7 @@ def write_report(out: Path) -> Path:
         if path.is_file():
             records.append(json.loads(path.read_text()))
     report = out / "report.md"
-    write_atomic(report, render_report(records, out))
+    atomic_write_text(report, render_report(records, out))
     return report
 
 
@@ -432,7 +417,7 @@ def run(cfg: Config) -> Path:
         if cfg.device.startswith("cuda"):
             torch.cuda.synchronize()
         record = result_record(name, weights[name], cfg, raw, time.perf_counter() - start, len(images))
-        write_atomic(out / f"{name}.json", json.dumps(record, indent=1))
+        atomic_write_json(out / f"{name}.json", record)
         row = record["summary"]["all"]
         print(f"{name}: collapse ratio {_estimate(row['collapse_ratio']).fmt()} -> {row['verdict']}")
     return write_report(out)
@@ -481,10 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     try:
         report = run(cfg)
-    except OfflineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (CheckpointKeyError, FileNotFoundError, ValueError) as exc:
+    except (OfflineError, DataError, CheckpointError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"report: {report}")

@@ -126,7 +126,9 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, t, c = x.shape
-        qkv = self.qkv(x).reshape(n, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)  # (3, n, heads, t, c/heads)
+        qkv = (
+            self.qkv(x).reshape(n, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        )  # (3, n, heads, t, c/heads)
         y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2])  # softmax(q k^T / sqrt(c/heads)) v
         return self.proj(y.transpose(1, 2).reshape(n, t, c))
 
@@ -227,7 +229,9 @@ class DINOHead(nn.Module):
                 layers += [nn.BatchNorm1d(dims[i + 1])] if use_bn else []
                 layers.append(nn.GELU())
         self.mlp = nn.Sequential(*layers)
-        self.last_layer = WeightNormLinear(bottleneck, out_dim) if weight_norm else nn.Linear(bottleneck, out_dim, bias=False)
+        self.last_layer = (
+            WeightNormLinear(bottleneck, out_dim) if weight_norm else nn.Linear(bottleneck, out_dim, bias=False)
+        )
 
     def bottleneck(self, z: torch.Tensor) -> torch.Tensor:
         return self.mlp(z)
@@ -241,7 +245,11 @@ def projector(dims: list[int], hidden_bias: bool) -> nn.Sequential:
     Barlow Twins (hidden_bias=False) projectors, indices 0 1 2 | 3 4 5 | 6."""
     layers: list[nn.Module] = []
     for i in range(len(dims) - 2):
-        layers += [nn.Linear(dims[i], dims[i + 1], bias=hidden_bias), nn.BatchNorm1d(dims[i + 1]), nn.ReLU(inplace=True)]
+        layers += [
+            nn.Linear(dims[i], dims[i + 1], bias=hidden_bias),
+            nn.BatchNorm1d(dims[i + 1]),
+            nn.ReLU(inplace=True),
+        ]
     layers.append(nn.Linear(dims[-2], dims[-1], bias=False))
     return nn.Sequential(*layers)
 
@@ -283,7 +291,9 @@ class PretrainedSSL(nn.Module):
         elif name == "dino_resnet50":
             self.head = DINOHead(d, dims.hidden, dims.bottleneck, dims.out, nlayers=2, use_bn=True, weight_norm=False)
         else:
-            self.projector = projector([d, dims.hidden, dims.hidden, dims.bottleneck], hidden_bias=name == "vicreg_resnet50")
+            self.projector = projector(
+                [d, dims.hidden, dims.hidden, dims.bottleneck], hidden_bias=name == "vicreg_resnet50"
+            )
             if name == "barlow_resnet50":
                 self.bn = nn.BatchNorm1d(dims.bottleneck, affine=False)  # loss-only normalisation
 
@@ -355,7 +365,9 @@ def load_state_dict_strict(model: nn.Module, sd: dict[str, torch.Tensor]) -> Non
         for label, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", shapes)):
             if keys:
                 parts.append(f"{len(keys)} {label} key(s):\n  " + "\n  ".join(keys))
-        raise CheckpointKeyError(f"checkpoint does not match the {getattr(model, 'name', '')} layout; " + "\n".join(parts))
+        raise CheckpointKeyError(
+            f"checkpoint does not match the {getattr(model, 'name', '')} layout; " + "\n".join(parts)
+        )
     model.load_state_dict(sd, strict=True)
 
 
@@ -426,7 +438,6 @@ _exclude_bias_and_norm.__name__ = _exclude_bias_and_norm.__qualname__ = "exclude
 def read_checkpoint(path: str) -> dict:
     """``torch.load(path, weights_only=True)`` with the two known non-tensor globals allowed."""
     import argparse
-
     import pickle
 
     try:

@@ -37,7 +37,7 @@ def test_action_is_the_exponential_of_its_generator_and_a_group_law(manifold):
 
 
 def test_invariants_are_constant_on_orbits_and_not_constant_across_classes(manifold):
-    X0, labels = manifold.base(2, 4)
+    X0, _ = manifold.base(2, 4)
     q = manifold.invariants(X0)
     for t in (0.4, -2.0, 5.0):
         np.testing.assert_allclose(manifold.invariants(manifold.act(X0, t)), q, atol=1e-10)

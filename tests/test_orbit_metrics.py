@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -12,6 +13,15 @@ from mini import invariance as inv
 torch = pytest.importorskip("torch")
 
 AGREE_RTOL = 1e-12  # NumPy and torch run the same float64 arithmetic; only summation order differs
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny matrices: intra-op threads only add overhead (and oversubscribe a shared machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def _orbits(seed: int = 0, n_classes: int = 5, per_class: int = 3, points: int = 12, dim: int = 8):
@@ -57,7 +67,8 @@ def test_numpy_and_torch_give_identical_metrics_and_probes():
     groups = np.repeat(np.arange(F.shape[0]), F.shape[1])
     train, test = inv.group_split(groups, 0.34, seed=1)
     Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
-    for probe in (inv.linear_probe, inv.mlp_probe):
+    mlp = functools.partial(inv.mlp_probe, steps=100)
+    for probe in (inv.linear_probe, mlp):
         pa, pb = probe(X, y, train, test), probe(Xt, yt, train, test)
         assert (pa.train_accuracy, pa.test_accuracy) == (pb.train_accuracy, pb.test_accuracy)
         assert 0.0 <= pa.test_accuracy <= 1.0

@@ -67,8 +67,18 @@ def official_container(name: str, teacher: torch.nn.Module, student: torch.nn.Mo
             "dino_loss": {"center": torch.zeros(1, 64)},
         }
     filt = exclude_bias_and_norm if name == "vicreg_resnet50" else True
-    group = {"lr": 0.0, "weight_decay": 1e-6, "weight_decay_filter": filt, "lars_adaptation_filter": filt, "params": [0]}
-    return {"epoch": 1000, "model": {f"module.{k}": v for k, v in sd.items()}, "optimizer": {"state": {}, "param_groups": [group]}}
+    group = {
+        "lr": 0.0,
+        "weight_decay": 1e-6,
+        "weight_decay_filter": filt,
+        "lars_adaptation_filter": filt,
+        "params": [0],
+    }
+    return {
+        "epoch": 1000,
+        "model": {f"module.{k}": v for k, v in sd.items()},
+        "optimizer": {"state": {}, "param_groups": [group]},
+    }
 
 
 def save(obj: dict, path: Path, monkeypatch) -> Path:
@@ -111,13 +121,28 @@ def test_official_key_names():
     keys = {name: set(build_model(name, SMALL[name]).state_dict()) for name in MODELS}
     vit = keys["dino_vits16"]
     assert {"backbone.cls_token", "backbone.pos_embed", "backbone.patch_embed.proj.weight", "backbone.norm.bias"} <= vit
-    assert {f"backbone.blocks.11.{k}" for k in ("norm1.weight", "attn.qkv.bias", "attn.proj.weight", "mlp.fc2.bias")} <= vit
-    assert {"head.mlp.0.weight", "head.mlp.2.weight", "head.mlp.4.weight", "head.last_layer.weight_g", "head.last_layer.weight_v"} <= vit
+    assert {
+        f"backbone.blocks.11.{k}" for k in ("norm1.weight", "attn.qkv.bias", "attn.proj.weight", "mlp.fc2.bias")
+    } <= vit
+    assert {
+        "head.mlp.0.weight",
+        "head.mlp.2.weight",
+        "head.mlp.4.weight",
+        "head.last_layer.weight_g",
+        "head.last_layer.weight_v",
+    } <= vit
     rn = keys["dino_resnet50"]
-    assert {"backbone.layer4.2.bn3.running_var", "backbone.layer1.0.downsample.0.weight", "head.mlp.1.running_mean"} <= rn
+    assert {
+        "backbone.layer4.2.bn3.running_var",
+        "backbone.layer1.0.downsample.0.weight",
+        "head.mlp.1.running_mean",
+    } <= rn
     assert {"head.mlp.3.weight", "head.last_layer.weight"} <= rn and not any(k.startswith("backbone.fc") for k in rn)
     assert "projector.6.bias" not in keys["vicreg_resnet50"] and "projector.3.bias" in keys["vicreg_resnet50"]
-    assert not any(k.endswith("bias") and k.startswith("projector.") and ".1." not in k and ".4." not in k for k in keys["barlow_resnet50"])
+    assert not any(
+        k.endswith("bias") and k.startswith("projector.") and ".1." not in k and ".4." not in k
+        for k in keys["barlow_resnet50"]
+    )
     assert {"bn.running_mean", "bn.running_var"} <= keys["barlow_resnet50"]
 
 
@@ -213,10 +238,16 @@ def test_measurement_end_to_end(tmp_path, monkeypatch):
         Image.fromarray(arr).save(img_dir / f"im{i}.png")
     assert folder_images(img_dir, 3, 32).shape == (3, 3, 32, 32)
     out = tmp_path / "out"
-    for name in MODELS:
+    # ViT through --weights and --images; the three ResNets from torch hub's cache, official file names.
+    _, _, path = small_checkpoint("dino_vits16", tmp_path, monkeypatch)
+    assert e6.main(["dino_vits16", "--weights", str(path), "--out", str(out), *FAST, "--images", str(img_dir)]) == 0
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    resnets = [name for name in MODELS if name.endswith("resnet50")]
+    for name in resnets:
         _, _, path = small_checkpoint(name, tmp_path, monkeypatch)
-        source = ["--images", str(img_dir)] if name == "dino_vits16" else ["--dataset", "digits"]
-        assert e6.main([name, "--weights", str(path), "--out", str(out), *FAST, *source]) == 0
+        e6.hub_cache_path(name).parent.mkdir(parents=True, exist_ok=True)
+        path.rename(e6.hub_cache_path(name))
+    assert e6.main([*resnets, "--out", str(out), *FAST, "--dataset", "digits"]) == 0
     report = (out / "report.md").read_text()
     for name in MODELS:
         rec = json.loads((out / f"{name}.json").read_text())

@@ -1,0 +1,125 @@
+"""Throughput of the E6 measurement: images per second through each pretrained model, orbits made on the device.
+
+    python -m bench.bench_pretrained [--image-size 224] [--trajectories 2] [--steps 12] [--device cpu]
+
+Each model is built at its official widths (random weights: throughput does not depend on their
+values, and no checkpoint is needed) and run through ``scale.pretrained.measure`` on ``digits``
+images, all four families, so the time covers orbit generation (kornia), both forward passes,
+the float64 orbit metrics and the transfers of per-trajectory numbers to the host. Orbit generation
+alone is timed too. One warm-up pass per model is not counted. Results go to
+``bench/results/pretrained.md`` (written atomically) with the device, versions and commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from scale.checkpoint import atomic_write_text
+from scale.orbits import FAMILIES, digits_images, orbit_batch
+from scale.pretrained import Config, measure
+from scale.pretrained_models import MODELS, build_model
+from scale.run_report import device_name, git_commit, versions
+
+RESULTS = Path(__file__).resolve().parent / "results" / "pretrained.md"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bench(cfg: Config, models: list[str]) -> list[dict]:
+    device = torch.device(cfg.device)
+    images = digits_images(cfg.trajectories, cfg.image_size, cfg.seed)
+    n_points = cfg.trajectories * (1 + cfg.steps * len(cfg.families))  # anchors + orbit points
+    rows = []
+    gen = images.to(device)
+    orbit_batch(gen, "blur", cfg.steps)  # warm-up
+    _sync(device)
+    start = time.perf_counter()
+    for fam in cfg.families:
+        orbit_batch(gen, fam, cfg.steps)
+    _sync(device)
+    gen_rate = cfg.trajectories * cfg.steps * len(cfg.families) / (time.perf_counter() - start)
+    for name in models:
+        model = build_model(name, seed=cfg.seed).to(device).eval()
+        warm = Config([name], **{**_small(cfg), "steps": cfg.steps, "families": ["blur"]})
+        measure(model, images[:1], warm)  # warm-up: first calls of each shape are slow on CPU
+        _sync(device)
+        start = time.perf_counter()
+        measure(model, images, cfg)
+        _sync(device)
+        seconds = time.perf_counter() - start
+        rows.append({"model": name, "images": n_points, "seconds": seconds, "images_per_s": n_points / seconds})
+        print(f"{name}: {n_points} images in {seconds:.2f} s = {n_points / seconds:.1f} images/s", flush=True)
+        del model
+    return [{"model": "orbit generation only", "images": 0, "seconds": 0.0, "images_per_s": gen_rate}, *rows]
+
+
+def _small(cfg: Config) -> dict:
+    return {k: getattr(cfg, k) for k in ("image_size", "batch_images", "families", "device", "seed")}
+
+
+def report(cfg: Config, rows: list[dict]) -> str:
+    lines = [
+        "# E6 throughput: pretrained models with on-device orbit generation",
+        "",
+        f"`python -m bench.bench_pretrained --image-size {cfg.image_size} --trajectories {cfg.trajectories} "
+        f"--steps {cfg.steps} --batch-images {cfg.batch_images} --device {cfg.device}`",
+        "",
+        f"Device: {device_name(torch.device(cfg.device))}. Versions: "
+        + ", ".join(f"{k} {v}" for k, v in versions().items())
+        + f". Commit: {git_commit()[:12]}. Load average at the end (1/5/15 min): "
+        + " / ".join(f"{v:.1f}" for v in os.getloadavg())
+        + " (shared machine: rates are lower bounds).",
+        "",
+        f"Per model: {cfg.trajectories} trajectories x (1 anchor + {cfg.steps} steps x {len(cfg.families)} families) "
+        f"images of {cfg.image_size} px, official widths, random weights, batches of {cfg.batch_images} images x "
+        f"{cfg.steps} steps; time covers orbit generation, backbone + head, float64 metrics.",
+        "",
+        "| model | images | seconds | images/s |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        if r["images"]:
+            lines.append(f"| {r['model']} | {r['images']} | {r['seconds']:.2f} | {r['images_per_s']:.1f} |")
+        else:
+            lines.append(f"| {r['model']} (kornia, 4 families) | | | {r['images_per_s']:.1f} |")
+    full = 50 * (1 + 12 * 4)
+    slowest = min(r["images_per_s"] for r in rows if r["images"])
+    lines += [
+        "",
+        f"The paper's default per model is 50 x (1 + 12 x 4) = {full} images: about {full / slowest:.0f} s per model "
+        "at the slowest rate above on this device.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.bench_pretrained", description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--trajectories", type=int, default=2)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--batch-images", type=int, default=2)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--out", default=str(RESULTS))
+    a = p.parse_args(argv)
+    cfg = Config(
+        models=a.models, trajectories=a.trajectories, steps=a.steps, image_size=a.image_size,
+        batch_images=a.batch_images, families=list(FAMILIES), device=a.device,
+    )  # fmt: skip
+    rows = bench(cfg, a.models)
+    atomic_write_text(Path(a.out), report(cfg, rows))
+    print(f"results: {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,141 @@
+"""scale.lanczos: extreme eigenvalues by Lanczos (full reorthogonalisation, float64 accumulation)
+against dense ``eigvalsh``, and the failure mode of the paper's 20-step shifted power iteration.
+
+Tolerances are relative to the spectral scale ``max |lambda|`` of the matrix at hand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mini.hessian import NEG_FLOOR
+from scale.crosscheck import build_instance
+from scale.curvature import EffectiveHessian, operator_from_matrix
+from scale.lanczos import lanczos, shifted_power_iteration
+
+EIG_TOL = 1e-8  # Lanczos against eigvalsh, float64, relative to the spectral scale
+POWER_FAIL = 0.5  # the power iteration's lambda_min error, relative to scale, that counts as a failure
+
+
+def matrix_with_spectrum(eig: np.ndarray, seed: int) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.standard_normal((len(eig), len(eig))))
+    return torch.as_tensor((Q * eig) @ Q.T)
+
+
+SPECTRA = {
+    "indefinite": lambda rng: np.concatenate([rng.uniform(-3, -0.1, 20), rng.uniform(0.1, 10, 60)]),
+    "clustered ends": lambda rng: np.concatenate([-1 - 1e-3 * rng.random(5), rng.uniform(-0.5, 0.5, 60),
+                                                  2 + 1e-3 * rng.random(5)]),
+    "psd with zeros": lambda rng: np.concatenate([np.zeros(10), rng.uniform(0.01, 1, 50)]),
+    "negative dominant": lambda rng: np.concatenate([rng.uniform(-5, -1, 3), rng.uniform(-0.5, 1, 57)]),
+}
+
+
+@pytest.mark.parametrize("kind", list(SPECTRA))
+def test_lanczos_matches_eigvalsh(kind):
+    eig = np.sort(SPECTRA[kind](np.random.default_rng(len(kind))))
+    op = operator_from_matrix(matrix_with_spectrum(eig, 1))
+    res = lanczos(op, k=2)
+    scale = np.abs(eig).max()
+    assert abs(res.lambda_min - eig[0]) <= EIG_TOL * scale
+    assert abs(res.lambda_max - eig[-1]) <= EIG_TOL * scale
+    assert res.ends_converged
+    assert res.n_products == op.n_products  # every product is counted
+    # a measured residual r bounds the distance of its Ritz value to the spectrum
+    for theta, r in zip(res.values, res.residuals):
+        assert np.abs(eig - theta).min() <= r * (1 + 1e-6) + 1e-14 * scale
+
+
+@pytest.mark.parametrize(("spec", "objective"), [("gelu3", "simsiam"), ("swish3", "simclr"), ("tanh2", "vicreg")])
+def test_lanczos_on_effective_hessians(spec, objective):
+    inst = build_instance(spec, objective, seed=5)
+    E = EffectiveHessian(torch.as_tensor(inst.Z), inst.scale_head, inst.torch_loss)
+    eig = np.linalg.eigvalsh(E.H.dense().numpy())
+    res = lanczos(E.H)
+    scale = np.abs(eig).max()
+    assert abs(res.lambda_min - eig[0]) <= EIG_TOL * scale and abs(res.lambda_max - eig[-1]) <= EIG_TOL * scale
+
+
+def test_float32_operator_float64_accumulation_reports_honest_residuals():
+    eig = np.sort(SPECTRA["indefinite"](np.random.default_rng(0)))
+    A = matrix_with_spectrum(eig, 2).float()
+    res = lanczos(operator_from_matrix(A), max_iter=80)
+    assert res.tol == 1e-5  # the float32 default
+    for theta, r in zip(res.values, res.residuals):
+        assert np.abs(eig - theta).min() <= r * (1 + 1e-3) + 1e-6 * np.abs(eig).max()
+
+
+def test_warm_start_needs_fewer_products():
+    eig = np.sort(SPECTRA["indefinite"](np.random.default_rng(3)))
+    A = matrix_with_spectrum(eig, 4)
+    first = lanczos(operator_from_matrix(A))
+    drift = matrix_with_spectrum(np.random.default_rng(5).uniform(-1, 1, len(eig)), 6)
+    B = A + 1e-3 * drift  # the next measurement: a nearby operator
+    cold = lanczos(operator_from_matrix(B), seed=7)
+    warm = lanczos(operator_from_matrix(B), warm=first)
+    exact = np.linalg.eigvalsh(B.numpy())
+    assert abs(warm.lambda_min - exact[0]) <= EIG_TOL * np.abs(exact).max()
+    assert warm.n_products < cold.n_products
+
+
+def test_negative_count_uses_relative_floor_and_condition_only_when_pd():
+    # eigenvalues at -1e-12 * scale are round-off (not counted); -1e-6 * scale are curvature (counted)
+    eig = np.array([-1e-6, -1e-12, *np.linspace(0.1, 1.0, 18)]) * 4.0
+    res = lanczos(operator_from_matrix(matrix_with_spectrum(eig, 8)), max_iter=20)
+    assert res.exhausted and res.n_negative == 1 == int((eig < -NEG_FLOOR * 4.0).sum())
+    assert res.condition is None  # indefinite: no condition number
+    pd = np.linspace(0.5, 4.0, 20)
+    res_pd = lanczos(operator_from_matrix(matrix_with_spectrum(pd, 9)))
+    assert res_pd.condition == pytest.approx(8.0, rel=1e-8)
+    psd = np.r_[0.0, pd[1:]]  # a zero eigenvalue: semidefinite, no condition number either
+    assert lanczos(operator_from_matrix(matrix_with_spectrum(psd, 10))).condition is None
+
+
+def test_bad_arguments_are_named():
+    op = operator_from_matrix(torch.eye(4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="k must be"):
+        lanczos(op, k=0)
+    with pytest.raises(ValueError, match="start vector"):
+        lanczos(op, v0=torch.zeros(4))
+    with pytest.raises(ValueError, match="square"):
+        operator_from_matrix(torch.zeros(3, 4))
+
+
+# --------------------------------------------------------------------------------------------
+# The paper's estimator and its failure mode
+# --------------------------------------------------------------------------------------------
+
+SIMSIAM_TOYS = [(spec, seed) for spec in ("gelu3", "swish3", "tanh2", "softplus2") for seed in range(4)]
+
+
+def test_shifted_power_iteration_fails_when_the_dominant_eigenvalue_is_negative():
+    """On toy SimSiam instances (negative cosine: indefinite loss Hessian) whose largest-magnitude
+    eigenvalue is negative, the 20-step shifted power iteration's "lambda_min" is off by at least
+    POWER_FAIL x scale and lands nearer lambda_max than lambda_min; Lanczos is within EIG_TOL."""
+    failures = 0
+    for spec, seed in SIMSIAM_TOYS:
+        inst = build_instance(spec, "simsiam", seed=seed)
+        E = EffectiveHessian(torch.as_tensor(inst.Z), inst.scale_head, inst.torch_loss)
+        eig = np.linalg.eigvalsh(E.H.dense().numpy())
+        scale = np.abs(eig).max()
+        lz = lanczos(E.H)
+        assert abs(lz.lambda_min - eig[0]) <= EIG_TOL * scale
+        if -eig[0] <= eig[-1]:
+            continue  # dominant eigenvalue positive: not the case under test
+        pw = shifted_power_iteration(E.H, 20)
+        err = abs(pw.lambda_min - eig[0]) / scale
+        assert err >= POWER_FAIL, (spec, seed, err)
+        assert abs(pw.lambda_min - eig[-1]) < abs(pw.lambda_min - eig[0])
+        failures += 1
+    assert failures >= 4  # the case is common on these instances, not a curiosity
+
+
+def test_shifted_power_iteration_works_when_the_dominant_eigenvalue_is_positive():
+    """Control: with a positive dominant eigenvalue and a lambda_min well separated after the shift
+    (ratios 0.5 and 2/3 per step) the same estimator is accurate."""
+    eig = np.r_[-10.0, np.linspace(0.0, 1.0, 28), 20.0]
+    pw = shifted_power_iteration(operator_from_matrix(matrix_with_spectrum(eig, 12)), 20)
+    assert abs(pw.lambda_min - eig[0]) <= 0.05 * np.abs(eig).max()

@@ -258,7 +258,8 @@ def final_measurement(trainer: Any, data: Any, run_dir: Path, orbits: str = "5x3
                            GeometrySettings(classes=classes, per_class=per_class))
     save_orbits(run_dir / "orbits.npz", geo.arrays)
     probes = run_probes(trainer.state.embed, trainer.augment.normalize, data.train_x, data.train_y, data.test_x,
-                        data.test_y, data.classes, ProbeSettings(train_images=probe_images, seed=cfg.seed))
+                        data.test_y, data.classes,
+                        ProbeSettings(train_images=probe_images, test_images=probe_images, seed=cfg.seed))
     return {"geometry": geo.summary(), "probes": probes}
 
 

@@ -17,8 +17,9 @@ the assumptions where PAPER.md is silent. Deviations (a setting whose resolved v
 paper's) are computed from each run's saved config.json, listed per run, and shown in the report.
 
 ``--quick``: 1 seed, 2 epochs, training on the first 384 images (``--train-subset``) and probes on at
-most 512 base images; every shrink lands in the deviations. On ``digits`` and ``synthetic`` the model and
-batch sizes are the dataset's CPU adjustments of ``scale.run`` (also recorded as deviations).
+most 256 training and 256 test base images; every shrink lands in the deviations. On ``digits`` and
+``synthetic`` the model and batch sizes are the dataset's CPU adjustments of ``scale.run`` (also recorded
+as deviations).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ E1_LRS: tuple[float, ...] = (0.005, 0.05, 0.5)
 E2_RUNS: tuple[tuple[str, str], ...] = (("normal", "swish2"), ("collapsed", "swish2"), ("collapsed", "relu2"))
 E5_DEPTHS: tuple[int, ...] = (1, 2, 3)
 CIFAR = ("cifar10", "cifar100")
-QUICK = dict(seeds=1, epochs=2, train_subset=384, probe_images=512)
+QUICK = dict(seeds=1, epochs=2, train_subset=384, probe_images=256)
 FULL_SEEDS = 3
 
 # PAPER.md's stated settings per experiment (CIFAR, ResNet-18); keys are TrainConfig fields.
@@ -160,7 +161,8 @@ def run_state(run_dir: Path) -> str:
     return "new"
 
 
-def deviations(config: dict[str, Any], paper: dict[str, Any], dataset: str) -> dict[str, list[Any]]:
+def deviations(config: dict[str, Any], paper: dict[str, Any], dataset: str, argv: list[str] = ()
+               ) -> dict[str, list[Any]]:
     """``{setting: [paper, ours]}`` for every checked setting whose resolved value differs from the paper's;
     the dataset itself counts (the paper's figures are CIFAR-10)."""
     out: dict[str, list[Any]] = {}
@@ -177,7 +179,9 @@ def deviations(config: dict[str, Any], paper: dict[str, Any], dataset: str) -> d
             continue
         out[key] = [ref, ours]
     if config.get("train_subset") is not None:
-        out["train_subset"] = [None, config["train_subset"]]
+        out["train_subset"] = ["all", config["train_subset"]]
+    if "--probe-images" in argv:  # a measurement setting (not in config.json): probes on fewer images
+        out["probe_images"] = ["all", int(argv[list(argv).index("--probe-images") + 1])]
     return out
 
 
@@ -217,7 +221,11 @@ def execute_in_process(run: PlannedRun, out: Path, device: str, threads: int | N
         argv = ["--resume", str(run_dir), *[a for pair in keep for a in pair], *extra]
     else:
         argv = [*run.argv, "--out", str(out / "runs"), "--run-name", run.name, *extra]
-    return scale_run.main(argv, hooks=hooks)
+    saved, sys.argv = sys.argv, ["scale.run", *argv]  # the run's summary records its own command line
+    try:
+        return scale_run.main(argv, hooks=hooks)
+    finally:
+        sys.argv = saved
 
 
 def _finish_record(run: PlannedRun, out: Path, code: int, seconds: float, dataset: str) -> dict[str, Any]:
@@ -226,7 +234,7 @@ def _finish_record(run: PlannedRun, out: Path, code: int, seconds: float, datase
     cfg_path = run_dir / "config.json"
     if cfg_path.is_file():
         cfg = json.loads(cfg_path.read_text())
-        _atomic_json(run_dir / "deviations.json", deviations(cfg, run.paper, dataset))
+        _atomic_json(run_dir / "deviations.json", deviations(cfg, run.paper, dataset, run.argv))
     return rec
 
 
@@ -368,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in runs:
         if (out / "runs" / r.name / "config.json").is_file():
             cfg = json.loads((out / "runs" / r.name / "config.json").read_text())
-            _atomic_json(out / "runs" / r.name / "deviations.json", deviations(cfg, r.paper, args.dataset))
+            _atomic_json(out / "runs" / r.name / "deviations.json", deviations(cfg, r.paper, args.dataset, r.argv))
     wall = time.perf_counter() - t0
     _log(out, {"name": "(grid)", "seconds": wall, "runs_attempted": len(todo), "time": time.time()})
     print(f"scale.paper: {len(todo)} runs attempted in {wall:.1f} s", flush=True)

@@ -259,27 +259,28 @@ def _final(r: dict[str, Any], key: str) -> float | None:
     return r["metrics"][-1].get(key) if r["metrics"] else None
 
 
-def write_report(out: str | Path) -> Path:
+def write_report(out: str | Path, figures: bool = True) -> Path:
+    """Write ``out/report.md`` (and, with ``figures``, the PNG figures) from the grid's directories."""
     out = Path(out)
     grid = load_grid(out)
     man, runs = grid["manifest"], grid["runs"]
     dataset, backbone = man["dataset"], man["backbone"]
     comparable = dataset == "cifar10" and backbone == "resnet18"
-    figures: dict[str, bytes | None] = {
-        "e1_variance.png": figure_e1(runs, "h_std", "h std (normalised)"),
-        "e1_condition.png": figure_e1(runs, "h_cond", "h covariance condition number"),
-        "e2_curvature.png": figure_e2(runs),
-    }
     e3 = _done(runs, "E3E4")
     e5 = _done(runs, "E5")
-    if e3:
-        figures["e4_orbits.png"] = figure_orbits(e3[0]["dir"] / "orbits.npz")
-    depth_groups = [(f"E5 depth {d}", [r for r in e5 if r["labels"]["depth"] == d])
-                    for d in sorted({r["labels"]["depth"] for r in e5})]
-    figures["compression.png"] = figure_compression([("E3/E4 relu2", e3), *depth_groups])
-    for name, png in figures.items():
-        if png is not None:
-            atomic_write_bytes(out / name, png)
+    if figures:
+        depth_groups = [(f"E5 depth {d}", [r for r in e5 if r["labels"]["depth"] == d])
+                        for d in sorted({r["labels"]["depth"] for r in e5})]
+        pngs: dict[str, bytes | None] = {
+            "e1_variance.png": figure_e1(runs, "h_std", "h std (normalised)"),
+            "e1_condition.png": figure_e1(runs, "h_cond", "h covariance condition number"),
+            "e2_curvature.png": figure_e2(runs),
+            "e4_orbits.png": figure_orbits(e3[0]["dir"] / "orbits.npz") if e3 else None,
+            "compression.png": figure_compression([("E3/E4 relu2", e3), *depth_groups]),
+        }
+        for name, png in pngs.items():
+            if png is not None:
+                atomic_write_bytes(out / name, png)
 
     grid_wall = [rec for rec in grid["log"] if rec.get("name") == "(grid)"]
     run_seconds = sum(rec.get("seconds", 0.0) for rec in grid["log"] if rec.get("name") != "(grid)")

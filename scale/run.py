@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--orbits", default="5x3", help="end-of-run orbit geometry (E4): CLASSESxIMAGES of the test "
                    "split, 12 rotations each (default: 5x3, the paper's 15 orbits)")
     p.add_argument("--probe-images", type=int, default=10_000, help="end-of-run probes (E3): at most this many "
-                   "training images, x 4 rotations (default: 10000)")
+                   "training and this many test images, x 4 rotations (default: 10000)")
     p.add_argument("--no-final-measure", action="store_true", help="skip the end-of-run geometry and probes")
     return p
 

@@ -158,7 +158,7 @@ def test_scale_run_ends_with_geometry_and_probes_on_cifar_format(tmp_path):
     for space in ("z", "h", "h_untrained", "h_raw_input"):
         assert np.isfinite(geo[space]["spread"]["mean"]) and geo[space]["kappa"]["n"] == 15
     assert geo["compression"] == pytest.approx(geo["z"]["spread"]["mean"] / geo["h"]["spread"]["mean"])
-    assert probes["settings"]["rotation_samples"] == {"train": 64, "test": 120}
+    assert probes["settings"]["rotation_samples"] == {"train": 64, "test": 64}  # 16 images each, x 4
     assert 0.0 <= probes["rotation"]["h"]["mlp"]["test"] <= 1.0
     assert np.load(run / "orbits.npz")["h"].shape == (15, 12, 8)
     report = (run / "report.md").read_text()

@@ -93,14 +93,18 @@ def mean_std(values: list[float]) -> tuple[float, float, int]:
     return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, int(v.size)
 
 
-def fmt(values: list[float], spec: str = ".3g", scale: float = 1.0, orbit_std: float | None = None) -> str:
-    """``mean +- std (n seeds)``; with one seed and ``orbit_std`` given, ``mean +- orbit_std (orbits)``."""
+def fmt(values: list[float], spec: str = ".3g", scale: float = 1.0, orbit_std: float | None = None,
+        unit: str = "") -> str:
+    """``mean +- std unit (n seeds)``; one seed: ``mean +- orbit_std unit (orbits)`` when ``orbit_std`` is
+    given, else ``mean unit (1 seed)``."""
     m, s, n = mean_std([None if v is None else v * scale for v in values])
     if n == 0:
         return "-"
     if n == 1:
-        return f"{m:{spec}}" + (f" +- {orbit_std * scale:{spec}} (orbits)" if orbit_std is not None else " (1 seed)")
-    return f"{m:{spec}} +- {s:{spec}} ({n} seeds)"
+        if orbit_std is not None:
+            return f"{m:{spec}} +- {orbit_std * scale:{spec}}{unit} (orbits)"
+        return f"{m:{spec}}{unit} (1 seed)"
+    return f"{m:{spec}} +- {s:{spec}}{unit} ({n} seeds)"
 
 
 def _geo(r: dict[str, Any]) -> dict[str, Any] | None:
@@ -149,6 +153,8 @@ def figure_e1(runs: list[dict[str, Any]], key: str, ylabel: str) -> bytes | None
     if not e1:
         return None
     plt = _plt()
+    from matplotlib.ticker import MaxNLocator
+
     lrs = sorted({r["labels"]["lr"] for r in e1})
     fig, axes = plt.subplots(2, len(lrs), figsize=(3.6 * len(lrs), 6), squeeze=False, sharex=True)
     for i, bn in enumerate((False, True)):
@@ -164,6 +170,7 @@ def figure_e1(runs: list[dict[str, Any]], key: str, ylabel: str) -> bytes | None
                 ax.fill_between(ep, np.maximum(m - s, 1e-12), m + s, alpha=0.2)
             ax.set_yscale("log")
             ax.set_title(f"BatchNorm {'on' if bn else 'off'}, lr {lr:g}", fontsize=9)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("epoch")
             if j == 0:
                 ax.set_ylabel(ylabel)
@@ -176,6 +183,8 @@ def figure_e2(runs: list[dict[str, Any]]) -> bytes | None:
     if not e2:
         return None
     plt = _plt()
+    from matplotlib.ticker import MaxNLocator
+
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     for r in e2:
         label = f"{r['labels']['init']}/{r['labels']['head']}"
@@ -189,6 +198,7 @@ def figure_e2(runs: list[dict[str, Any]]) -> bytes | None:
     ax2.axhline(0.0, color="grey", lw=0.5)
     ax2.set_title("lambda_min of H_eff (symlog)", fontsize=9)
     for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("epoch")
         ax.legend(fontsize=7)
     return _png(fig)
@@ -415,8 +425,12 @@ def _section_e2(runs, verdicts) -> list[str]:
          "float64; `negative` = fraction of measurements with lambda_min < -1e-9 x the spectral scale; Spearman "
          "between representation variance and condition number over the measurements where H_eff was positive "
          "definite (the condition number exists only there).", "",
-         "| run | measurements | negative lambda_min | last lambda_min | last lambda_max | Spearman (points) | paper |",
-         "|---|---|---|---|---|---|---|"]
+         "`|M|/|H|` and the negative counts of the last measurement: `H` = all negative eigenvalues of H_eff, `G` = "
+         "those of the Gauss-Newton part alone (exact, per-sample blocks, where the objective allows).", "",
+         "| run | measurements | negative lambda_min | last lambda_min | last lambda_max | last abs(M)/abs(H) | "
+         "last negatives H / G | Spearman (points) | paper |",
+         "|---|---|---|---|---|---|---|---|---|"]
+    m_ratio: dict[str, float | None] = {}
     frac: dict[str, float | None] = {}
     for r in e2:
         key = f"{r['labels']['init']}-{r['labels']['head']}"
@@ -424,9 +438,12 @@ def _section_e2(runs, verdicts) -> list[str]:
         frac[key] = cs.get("negative_lambda_min_fraction")
         rho = cs.get("spearman_zvar_condition")
         last = cur[-1] if cur else {}
+        m_ratio[key] = last.get("M_over_H")
         L.append(f"| {r['labels']['init']}/{r['labels']['head']} ({_status(r)}) | {len(cur)} | "
                  f"{'-' if frac[key] is None else f'{100 * frac[key]:.0f} %'} | {_n(last.get('lambda_min'))} | "
-                 f"{_n(last.get('lambda_max'))} | {'-' if rho is None else f'{rho:.3f}'} "
+                 f"{_n(last.get('lambda_max'))} | {_n(m_ratio[key])} | "
+                 f"{last.get('n_negative', '-')} / {last.get('n_negative_G', '-')} | "
+                 f"{'-' if rho is None else f'{rho:.3f}'} "
                  f"({cs.get('spearman_points', 0)}) | {PAPER_E2.get(key, '-')} |")
     L += ["", "![E2 curvature](e2_curvature.png)", ""]
     sw = [frac.get("normal-swish2"), frac.get("collapsed-swish2")]
@@ -436,6 +453,13 @@ def _section_e2(runs, verdicts) -> list[str]:
                      "(fraction of measurements)",
                      f"swish normal {_pct(sw[0])}, collapsed {_pct(sw[1])}; relu {_pct(re)}",
                      "about 70 % (Swish); 0 after epoch 1 (ReLU)", _verdict(ok)))
+    mr = m_ratio.get("collapsed-relu2")
+    verdicts.append(("Eq. (1) / ReLU gap: a ReLU head has no interaction term (abs(M)/abs(H) = 0 at the last "
+                     "measurement, E2 collapsed/ReLU)", _n(mr), "M = 0 (s'' = 0 a.e.)",
+                     _verdict(None if mr is None else mr == 0.0)))
+    L += ["Negative eigenvalues counted in `G` come from the loss Hessian: SimSiam's negative cosine has an "
+          "indefinite Hessian (PAPER.md's audit caveat), so `G = J^T (grad^2 L) J` need not be PSD and lambda_min "
+          "< 0 does not by itself show the head's curvature at work; `|M|/|H|` separates the two.", ""]
     return L
 
 
@@ -468,7 +492,7 @@ def _section_e4(e3, comparable: bool, verdicts) -> list[str]:
         cells = []
         for space in ("z", "h", None, "h_untrained"):
             if space is None:
-                cells.append(fmt([g[factors[key]] for g in geos], ".3g") + "x")
+                cells.append(fmt([g[factors[key]] for g in geos], ".3g", unit="x"))
                 continue
             vals = [g[space][key]["mean"] for g in geos]
             cells.append(fmt(vals, ".3g", sc, orbit_std=geos[0][space][key]["std"] if single else None))
@@ -478,21 +502,23 @@ def _section_e4(e3, comparable: bool, verdicts) -> list[str]:
     comp_raw = mean_std([g["compression_raw_input"] for g in geos])[0]
     L += ["", f"Compression: trained head {comp:.3g}x, untrained head {comp0:.3g}x (paper: {PAPER_COMPRESSION}, "
           f"{PAPER_COMPRESSION_UNTRAINED}); the head applied to the raw z it was trained on: {comp_raw:.3g}x.", ""]
-    L += ["| probe (test accuracy) | paper z | paper h | paper z - h | ours z | ours h | ours z - h |",
+    L += ["| probe (test accuracy) | paper z | paper h | paper h - z | ours z | ours h | ours h - z |",
           "|---|---|---|---|---|---|---|"]
     diffs = {}
     for kind, label in (("linear", "rotation, linear"), ("mlp", "rotation, MLP"), ("ridge", "rotation, ridge (mini)")):
         z = [_probe(r, "z", kind) for r in e3]
         h = [_probe(r, "h", kind) for r in e3]
-        d = [None if a is None or b is None else a - b for a, b in zip(z, h)]
+        d = [None if a is None or b is None else b - a for a, b in zip(z, h)]  # h - z, the paper's sign
         diffs[kind] = mean_std(d)[0]
         pz, ph, pd = PAPER_PROBES.get(kind, ("-", "-", "-"))
-        L.append(f"| {label} | {pz} | {ph} | {pd} | {fmt(z, '.4g', 100)} % | {fmt(h, '.4g', 100)} % | "
-                 f"{fmt(d, '+.3g', 100)} points |")
+        L.append(f"| {label} | {pz} | {ph} | {pd} | {fmt(z, '.4g', 100, unit=' %')} | "
+                 f"{fmt(h, '.4g', 100, unit=' %')} | "
+                 f"{fmt(d, '+.3g', 100, unit=' points')} |")
     cz = [((r["summary"] or {}).get("probes") or {}).get("class_ridge", {}).get("z", {}).get("test") for r in e3]
     ch = [((r["summary"] or {}).get("probes") or {}).get("class_ridge", {}).get("h", {}).get("test") for r in e3]
-    L.append(f"| class labels, ridge (mini; not in the paper) | - | - | - | {fmt(cz, '.4g', 100)} % | "
-             f"{fmt(ch, '.4g', 100)} % | - |")
+    dc = [None if a is None or b is None else b - a for a, b in zip(cz, ch)]
+    L.append(f"| class labels, ridge (mini; not in the paper) | - | - | - | {fmt(cz, '.4g', 100, unit=' %')} | "
+             f"{fmt(ch, '.4g', 100, unit=' %')} | {fmt(dc, '+.3g', 100, unit=' points')} |")
     L += ["", "![E4 orbits](e4_orbits.png)", "", "![compression](compression.png)", ""]
     kap = mean_std([g["kappa_factor"] for g in geos])[0]
     rat = mean_std([g["ratio_factor"] for g in geos])[0]
@@ -506,11 +532,11 @@ def _section_e4(e3, comparable: bool, verdicts) -> list[str]:
          _verdict(kap > 1 if math.isfinite(kap) else None)),
         ("E4: the head raises D_inter / D_intra (h / z > 1)", f"{rat:.3g}x", "1.22x",
          _verdict(rat > 1 if math.isfinite(rat) else None)),
-        ("E3: the rotation is easier to read from z than from h (linear probe, z - h > 0)",
-         f"{100 * diffs['linear']:+.3g} points", "-14.72 points (h lower)",
-         _verdict(diffs["linear"] > 0 if math.isfinite(diffs["linear"]) else None)),
-        ("E3: the same with the MLP probe", f"{100 * diffs['mlp']:+.3g} points", "-11.90 points (h lower)",
-         _verdict(diffs["mlp"] > 0 if math.isfinite(diffs["mlp"]) else None)),
+        ("E3: the rotation is harder to read from h than from z (linear probe, h - z < 0)",
+         f"{100 * diffs['linear']:+.3g} points", "-14.72 points",
+         _verdict(diffs["linear"] < 0 if math.isfinite(diffs["linear"]) else None)),
+        ("E3: the same with the MLP probe", f"{100 * diffs['mlp']:+.3g} points", "-11.90 points",
+         _verdict(diffs["mlp"] < 0 if math.isfinite(diffs["mlp"]) else None)),
     ]
     return L
 
@@ -527,15 +553,16 @@ def _section_e5(e5) -> list[str]:
         geos = [x for x in (_geo(r) for r in g) if x]
 
         def both(kind, rs=g):
-            return (f"{fmt([_probe(r, 'z', kind) for r in rs], '.3g', 100)} / "
-                    f"{fmt([_probe(r, 'h', kind) for r in rs], '.3g', 100)} %")
+            return (f"{fmt([_probe(r, 'z', kind) for r in rs], '.3g', 100, unit=' %')} / "
+                    f"{fmt([_probe(r, 'h', kind) for r in rs], '.3g', 100, unit=' %')}")
 
         cz = [(r["summary"].get("probes") or {}).get("class_ridge", {}).get("z", {}).get("test") for r in g]
         ch = [(r["summary"].get("probes") or {}).get("class_ridge", {}).get("h", {}).get("test") for r in g]
         L.append(f"| {d} | {g[0]['labels']['head']} | {fmt([_final(r, 'loss') for r in g], '.4g')} | "
-                 f"{fmt([x['compression'] for x in geos])}x | {fmt([x['compression_untrained'] for x in geos])}x | "
-                 f"{fmt([x['kappa_factor'] for x in geos])}x | {both('linear')} | {both('mlp')} | "
-                 f"{fmt(cz, '.3g', 100)} / {fmt(ch, '.3g', 100)} % |")
+                 f"{fmt([x['compression'] for x in geos], unit='x')} | "
+                 f"{fmt([x['compression_untrained'] for x in geos], unit='x')} | "
+                 f"{fmt([x['kappa_factor'] for x in geos], unit='x')} | {both('linear')} | {both('mlp')} | "
+                 f"{fmt(cz, '.3g', 100, unit=' %')} / {fmt(ch, '.3g', 100, unit=' %')} |")
     L.append("")
     return L
 

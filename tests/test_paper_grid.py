@@ -52,6 +52,19 @@ def test_deviations_are_read_from_the_resolved_config():
                    "probe_images": ["all", 64]}
 
 
+def test_subprocess_command_and_bad_arguments(tmp_path, capsys):
+    args = paper.build_parser().parse_args(["--dataset", "digits", "--quick", "--gpus", "0,1", "--out", "g"])
+    argv = paper._child_argv(args, "E5-depth2-s0", "cuda")
+    assert argv[1:3] == ["-m", "scale.paper"] and _argv_value(argv, "--only") == "E5-depth2-s0"
+    assert _argv_value(argv, "--device") == "cuda" and "--quick" in argv and "--no-report" in argv
+    out = str(tmp_path / "g")
+    assert paper.main(["--dataset", "digits", "--out", out, "--only", "E9-nothing"]) == 2
+    assert "no run named" in capsys.readouterr().err
+    assert paper.main(["--dataset", "digits", "--out", out, "--seeds", "0"]) == 2
+    with pytest.raises(SystemExit, match="unknown experiment"):
+        paper.main(["--experiments", "E1,E7", "--out", out])
+
+
 def _grid(tmp_path, *extra: str) -> int:
     return paper.main(["--dataset", "synthetic", "--experiments", "E3E4", "--quick", "--epochs", "1",
                        "--out", str(tmp_path / "grid"), "--device", "cpu", "--threads", "1", *extra])

@@ -246,21 +246,31 @@ def format_geometry(g: dict[str, Any]) -> list[str]:
 def final_measurement(trainer: Any, data: Any, run_dir: Path, orbits: str = "5x3",
                       probe_images: int | None = 10_000) -> dict[str, Any]:
     """E4 geometry and E3 probes of a trained model (``trainer``: a ``scale.train.Trainer``; ``data``: the
-    dataset on the training device). Returns ``{"geometry": ..., "probes": ...}`` for summary.json and
-    writes the orbit features to ``run_dir/orbits.npz``."""
+    dataset on the training device). Returns ``{"geometry": ..., "probes": ...}`` for summary.json (a part
+    is left out when the split is too small for it: geometry needs 2 classes, probes 2 images per split)
+    and writes the orbit features to ``run_dir/orbits.npz``."""
     from scale.probes import ProbeSettings, run_probes
 
     cfg, model = trainer.cfg, trainer.model
     classes, per_class = parse_orbits(orbits)
-    classes = min(classes, data.classes)
     split_x, split_y = (data.test_x, data.test_y)
-    geo = measure_geometry(model.backbone, model.projector, cfg, split_x, split_y, data.mean, data.std,
-                           GeometrySettings(classes=classes, per_class=per_class))
-    save_orbits(run_dir / "orbits.npz", geo.arrays)
-    probes = run_probes(trainer.state.embed, trainer.augment.normalize, data.train_x, data.train_y, data.test_x,
-                        data.test_y, data.classes,
-                        ProbeSettings(train_images=probe_images, test_images=probe_images, seed=cfg.seed))
-    return {"geometry": geo.summary(), "probes": probes}
+    # A split smaller than asked (tiny test archives) gives the orbits it can: the first classes present (label
+    # order, as orbit_images picks them) and their smallest image count; the settings record what was measured.
+    counts = [int((split_y == c).sum()) for c in torch.unique(split_y)]  # per label, ascending labels
+    classes = min(classes, len(counts))
+    per_class = min([per_class, *counts[:classes]])
+    out: dict[str, Any] = {}
+    if classes >= 2 and per_class >= 1:
+        geo = measure_geometry(model.backbone, model.projector, cfg, split_x, split_y, data.mean, data.std,
+                               GeometrySettings(classes=classes, per_class=per_class))
+        save_orbits(run_dir / "orbits.npz", geo.arrays)
+        out["geometry"] = geo.summary()
+        out["geometry"]["settings"]["asked"] = orbits
+    if min(len(data.train_x), len(data.test_x)) >= 2:
+        out["probes"] = run_probes(trainer.state.embed, trainer.augment.normalize, data.train_x, data.train_y,
+                                   data.test_x, data.test_y, data.classes,
+                                   ProbeSettings(train_images=probe_images, test_images=probe_images, seed=cfg.seed))
+    return out
 
 
 def append_report(run_dir: Path, summary: dict[str, Any]) -> None:
@@ -268,9 +278,12 @@ def append_report(run_dir: Path, summary: dict[str, Any]) -> None:
     from scale.checkpoint import atomic_write_text
     from scale.probes import format_probes
 
-    if "geometry" not in summary:
+    if "geometry" not in summary and "probes" not in summary:
         return
     path = Path(run_dir) / "report.md"
     text = path.read_text() if path.is_file() else ""
-    lines = ["## End-of-run measurement", "", *format_geometry(summary["geometry"]), *format_probes(summary["probes"])]
+    lines = ["## End-of-run measurement", ""]
+    lines += format_geometry(summary["geometry"]) if "geometry" in summary else ["(no orbit geometry: fewer than "
+                                                                                 "2 classes in the test split)", ""]
+    lines += format_probes(summary["probes"]) if "probes" in summary else []
     atomic_write_text(path, text.rstrip("\n") + "\n\n" + "\n".join(lines))

@@ -125,7 +125,7 @@ def test_rotation_probe_reads_rotation_from_pixels_but_not_from_an_invariant():
         ProbeSettings(epochs=0)
 
 
-def _cifar_folder(root, n_train: int = 40, n_test: int = 30) -> None:
+def _cifar_folder(root, n_train: int = 40, n_test: int = 24) -> None:
     """A CIFAR-10 extracted folder in the official layout (5 training pickles + test_batch), tiny."""
     spec = ARCHIVES["cifar10"]
     folder = root / spec.folder
@@ -154,13 +154,15 @@ def test_scale_run_ends_with_geometry_and_probes_on_cifar_format(tmp_path):
     run = tmp_path / "r"
     summary = json.loads((run / "summary.json").read_text())
     geo, probes = summary["geometry"], summary["probes"]
-    assert geo["settings"]["n_orbits"] == 15 and geo["settings"]["points_per_orbit"] == 12
+    # 24 test images, labels 0..9 in turn: classes 0-3 have 3 images, class 4 has 2, so 5 x 3 becomes 5 x 2
+    assert geo["settings"]["asked"] == "5x3" and geo["settings"]["per_class"] == 2
+    assert geo["settings"]["n_orbits"] == 10 and geo["settings"]["points_per_orbit"] == 12
     for space in ("z", "h", "h_untrained", "h_raw_input"):
-        assert np.isfinite(geo[space]["spread"]["mean"]) and geo[space]["kappa"]["n"] == 15
+        assert np.isfinite(geo[space]["spread"]["mean"]) and geo[space]["kappa"]["n"] == 10
     assert geo["compression"] == pytest.approx(geo["z"]["spread"]["mean"] / geo["h"]["spread"]["mean"])
     assert probes["settings"]["rotation_samples"] == {"train": 64, "test": 64}  # 16 images each, x 4
     assert 0.0 <= probes["rotation"]["h"]["mlp"]["test"] <= 1.0
-    assert np.load(run / "orbits.npz")["h"].shape == (15, 12, 8)
+    assert np.load(run / "orbits.npz")["h"].shape == (10, 12, 8)
     report = (run / "report.md").read_text()
     assert "Orbit geometry (E4)" in report and "Probes on frozen features (E3)" in report
     assert main(["cifar10", "--orbits", "5by3", "--data-dir", str(tmp_path / "data")]) == 2

@@ -7,6 +7,7 @@ import torch
 
 from scale.run import main
 
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [

@@ -106,7 +106,7 @@ class Recorder(Hook):
         self.probes.append(state.probe_x.clone())
 
     def on_epoch_end(self, state):
-        z, h = state.embed(state.probe_x)
+        _z, h = state.embed(state.probe_x)
         state.metrics["probe_h_norm"] = float(so.safe_norm(h).mean())
         self.epochs.append(state.epoch)
 

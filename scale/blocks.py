@@ -165,7 +165,10 @@ def effective_hessian_blocks(
             "use scale.curvature.EffectiveHessian with scale.lanczos for coupled objectives"
         )
     with torch.no_grad():
-        M = interaction_blocks(der, rho) if method == "closed_form" else vmap(jacrev(jacrev(lambda x, r: (r * one(x)).sum())))(z, rho)
+        if method == "closed_form":
+            M = interaction_blocks(der, rho)
+        else:  # reverse-over-reverse: some activations' backward ops have no forward-mode rule
+            M = vmap(jacrev(jacrev(lambda x, r: (r * one(x)).sum())))(z, rho)
     G = J.transpose(1, 2) @ HL @ J
     G, M = 0.5 * (G + G.transpose(1, 2)), 0.5 * (M + M.transpose(1, 2))
     H = G + M

@@ -32,6 +32,7 @@ from scale.data import DATASETS, DataError, load_dataset
 from scale.geometry import append_report, final_measurement, parse_orbits
 from scale.linprobe import features, linear_probe_accuracy
 from scale.run_report import command_line, device_name, git_commit, versions, write_outputs
+from scale.tracking import HessianTracker
 from scale.train import METHODS, OPTIMIZERS, SCHEDULES, Hook, Interrupted, NonFiniteLoss, TrainConfig, Trainer
 
 # Per-method defaults. simsiam: PAPER.md E1; simclr: PAPER.md E3; byol/vicreg/barlow: solo-learn's CIFAR
@@ -142,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=("fp32", "bf16"), help="default: bf16 on CUDA, fp32 on CPU")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (default: off)")
     p.add_argument("--sync-bn", action="store_true", help="SyncBatchNorm across ranks under torchrun (CUDA)")
+    p.add_argument("--track-hessian-every", nargs="?", const="epoch", default=None, metavar="N|epoch",
+                   help="track H_eff (lambda_min, lambda_max, negative count, |M|/|H|, condition) on a fixed probe "
+                        "every N steps, or once per epoch (the flag alone or 'epoch'); default: off")
     p.add_argument("--probe-size", type=int, help="fixed probe batch for the per-epoch measurements (default 256)")
     p.add_argument("--train-subset", type=int, help="train on the first N images only (quick checks)")
     p.add_argument("--data-dir", help="folder with the CIFAR archive or its extracted folder "
@@ -239,6 +243,15 @@ def _run_dir(args: argparse.Namespace, cfg: TrainConfig) -> Path:
     return Path(args.out) / name
 
 
+def hessian_tracker(every: str, run_dir: Path, log) -> HessianTracker:
+    """``--track-hessian-every`` as a tracker hook (an ``ArgError`` names a bad value)."""
+    try:
+        cadence: int | str = "epoch" if every == "epoch" else int(every)
+        return HessianTracker(cadence, run_dir=run_dir, log=log)
+    except ValueError as exc:
+        raise ArgError(f"--track-hessian-every {every!r}: expected a positive number of steps or 'epoch'") from exc
+
+
 def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = ()) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -271,6 +284,10 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
                                 image_size=cfg.image_size if cfg.dataset in ("digits", "synthetic") else None)
         except ValueError as exc:
             raise ArgError(str(exc)) from None
+        tracker = None
+        if args.track_hessian_every is not None and rank == 0:
+            tracker = hessian_tracker(args.track_hessian_every, run_dir, None if args.quiet else print)
+            hooks = [*hooks, tracker]
         try:
             trainer = Trainer(cfg, data, device, run_dir=run_dir, hooks=hooks, progress=not args.quiet,
                               log=None if args.quiet or rank else print)
@@ -320,8 +337,12 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
             summary.update(final_measurement(trainer, data_dev, run_dir, args.orbits, args.probe_images))
     summary.update(status=status, wall_seconds=time.perf_counter() - t_start, epochs_done=len(history),
                    final=history[-1] if history else None)
+    if tracker is not None:
+        summary["curvature"] = tracker.summary()
     if rank == 0:
         write_outputs(run_dir, cfg.to_dict(), history, summary)
+        if tracker is not None:
+            tracker.append_report(run_dir)
         append_report(run_dir, summary)
         if "linear_probe" in summary:
             lp = summary["linear_probe"]

@@ -40,8 +40,9 @@ from scale import objectives as so
 from scale.blocks import effective_hessian_blocks
 from scale.curvature import EffectiveHessian
 from scale.lanczos import LanczosResult, lanczos
+from scale.train import Hook
 
-BLOCK_MEMORY = 2**29  # bytes: per-sample Jacobians larger than this use Lanczos + Hutchinson instead
+BLOCK_MEMORY = 2**26  # bytes: per-sample Jacobians larger than this use Lanczos + Hutchinson instead
 BLOCK_DIAGONAL_METHODS = frozenset({"simsiam", "byol"})
 
 
@@ -136,12 +137,12 @@ def _atomic_write(path: Path, data: bytes) -> None:
     tmp.replace(path)
 
 
-class HessianTracker:
-    """A trainer hook (``scale.train.Hook`` protocol): curvature of ``H_eff`` every ``every`` steps
+class HessianTracker(Hook):
+    """A trainer hook: curvature of ``H_eff`` every ``every`` steps
     (an int) or once per epoch (``every="epoch"``), on a fixed probe of ``probe_pairs`` view pairs."""
 
-    def __init__(self, every: int | str = "epoch", *, probe_pairs: int = 32, run_dir: str | Path | None = None,
-                 dtype: torch.dtype = torch.float64, max_iter: int = 80, tol: float | None = None,
+    def __init__(self, every: int | str = "epoch", *, probe_pairs: int = 16, run_dir: str | Path | None = None,
+                 dtype: torch.dtype = torch.float64, max_iter: int = 40, tol: float | None = None,
                  hutchinson_probes: int = 4, bn_mode: str = "eval", log=None):
         if every != "epoch" and not (isinstance(every, int) and every >= 1):
             raise ValueError(f"--track-hessian-every takes a positive number of steps or 'epoch', got {every!r}")
@@ -183,6 +184,34 @@ class HessianTracker:
             _atomic_write(self.run_dir / "curvature_summary.json", json.dumps(summary, indent=2).encode())
             _atomic_write(self.run_dir / "curvature.png", plot_curvature(self.records))
 
+    def append_report(self, run_dir: str | Path) -> None:
+        """Append the curvature section (table, plot, Spearman) to the run's report.md."""
+        path = Path(run_dir) / "report.md"
+        if not self.records or not path.is_file():
+            return
+        s = self.summary()
+        r = self.records[-1]
+        cond = "-" if r["condition"] is None else f"{r['condition']:.4g}"
+        rho = s["spearman_zvar_condition"]
+        lines = [
+            "", "## Curvature of H_eff (probe batch)", "",
+            f"{s['n_measurements']} measurements (cadence: {s['cadence']}), probe of {s['probe_rows']} rows, "
+            f"products in {s['dtype']}, BatchNorm mode {s['bn_mode']}, tracking time {s['tracking_seconds']:.1f} s.",
+            "", "| quantity (last measurement) | value |", "|---|---|",
+            f"| lambda_min (Lanczos residual {r['residual_min']:.1e}) | {r['lambda_min']:.6g} |",
+            f"| lambda_max (Lanczos residual {r['residual_max']:.1e}) | {r['lambda_max']:.6g} |",
+            f"| negative eigenvalues ({r['n_negative_is']}) | {r['n_negative']} of {r['N']} |",
+            f"| M/H ({r['M_over_H_is']}) | {r['M_over_H']:.4g} |",
+            f"| condition number (only when positive definite) | {cond} |",
+            f"| measurements with lambda_min < 0 | {100 * s['negative_lambda_min_fraction']:.0f} % |",
+            f"| Spearman(z variance, condition) | {'-' if rho is None else f'{rho:.3f}'} "
+            f"({s['spearman_points']} positive-definite points) |",
+            "", "![curvature](curvature.png)", "",
+        ]
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(path.read_text() + "\n".join(lines))
+        tmp.replace(path)
+
     def state_dict(self) -> dict[str, Any]:
         return {"records": self.records, "probe_x": self.probe_x, "seconds": self.seconds,
                 "warm": None if self.warm is None else self.warm.vectors.cpu()}
@@ -206,8 +235,8 @@ class HessianTracker:
             state.target.eval()
             target_h = state.target(x)[1]
             state.target.train(was)
-        loss = probe_objective(cfg.method, model, h.to(self.dtype), None if target_h is None else target_h.to(self.dtype),
-                               cfg.temperature)
+        th = None if target_h is None else target_h.to(self.dtype)
+        loss = probe_objective(cfg.method, model, h.to(self.dtype), th, cfg.temperature)
         if self.warm is None and getattr(self, "_warm_vectors", None) is not None:
             self.warm = _vectors_as_result(self._warm_vectors.to(state.device))
         rec, self.warm = measure(z, model.projector, loss, block_diagonal=cfg.method in BLOCK_DIAGONAL_METHODS,

@@ -295,6 +295,11 @@ def _estimate(d: dict) -> Estimate:
     return Estimate(**d)
 
 
+def _row_order(record: dict) -> list[str]:
+    """The families in the paper's order, then the pooled row (the JSON files store keys sorted)."""
+    return [f for f in FAMILIES if f in record["summary"]] + ["all"]
+
+
 def render_report(records: list[dict], out: Path) -> str:
     """One markdown table across models and families, plus the two figures (written into ``out``)."""
     lines = [
@@ -310,7 +315,8 @@ def render_report(records: list[dict], out: Path) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for rec in records:
-        for fam, row in rec["summary"].items():
+        for fam in _row_order(rec):
+            row = rec["summary"][fam]
             c = _estimate(row["collapse_ratio"])
             n = f"{c.n}" + (f" (+{c.excluded} degenerate)" if c.excluded else "")
             k, a = _estimate(row["curvature_ratio"]), _estimate(row["alignment_gain"])
@@ -353,7 +359,7 @@ def _figures(records: list[dict], out: Path) -> list[tuple[str, str]]:
         ("collapse_ratio", "collapse ratio (z var / h var)", "collapse_ratio.png"),
         ("curvature_ratio", "curvature ratio (kappa h / kappa z)", "curvature_ratio.png"),
     ):
-        families = list(records[0]["summary"]) if records else []
+        families = _row_order(records[0]) if records else []
         fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(families), 3.6))
         width = 0.8 / max(len(records), 1)
         for i, rec in enumerate(records):
@@ -453,6 +459,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
         p.error("--trajectories must be at least 2 (the interval is over trajectories)")
     if a.steps < 3:
         p.error("--steps must be at least 3 (kappa is a second difference)")
+    if a.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error(f"--device {a.device}: CUDA is not available here; use --device cpu")
     if a.image_size < 16:
         p.error("--image-size must be at least 16 (one ViT patch)")
     return Config(

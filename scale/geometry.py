@@ -7,6 +7,8 @@ Protocol (PAPER.md, E4), all on the training device:
              the paper's 5 x 3 = 15 is the default, any number works
     orbits   each image rotated by 12 angles, 0 to 330 degrees (``scale.orbits.orbit_batch_at``)
     sweep    each image rotated by 10 angles, 0 to 45 degrees: the path along which kappa is taken
+             (``GeometrySettings.for_family``: the same for hue, saturation or blur across the family's
+             range, PAPER.md E6)
     z        backbone output (eval mode: BatchNorm running statistics), L2-normalised
     h        the head applied to the normalised z, then L2-normalised (``mini.invariance.normalized_features``)
     raw      beside the protocol: the head on the raw z it was trained on (its BatchNorm running
@@ -34,7 +36,7 @@ from torch import nn
 
 from mini.invariance import OrbitGeometry, compression, l2_normalize, normalized_features, orbit_geometry
 from scale.heads import build_head, collapse_init_
-from scale.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, orbit_batch_at
+from scale.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, check_family, family_parameters, orbit_batch_at
 
 CONTROL_SEED = 12345  # the untrained control head's initialisation seed (fixed: the same control in every run)
 
@@ -43,8 +45,9 @@ CONTROL_SEED = 12345  # the untrained control head's initialisation seed (fixed:
 class GeometrySettings:
     classes: int = 5
     per_class: int = 3
-    angles: tuple[float, ...] = E4_ROTATION_ANGLES
-    sweep_angles: tuple[float, ...] = E4_SWEEP_ANGLES
+    family: str = "rotation"  # any of scale.orbits.FAMILIES (hue, saturation, blur: for later use)
+    values: tuple[float, ...] = E4_ROTATION_ANGLES  # the orbit's parameter values (degrees for rotation)
+    sweep_values: tuple[float, ...] = E4_SWEEP_ANGLES  # the kappa sweep's, equally spaced
     split: str = "test"
     control_seed: int = CONTROL_SEED
     batch: int = 512
@@ -54,10 +57,21 @@ class GeometrySettings:
             raise ValueError(f"orbit geometry needs at least 2 classes (D_inter), got {self.classes}")
         if self.per_class < 1:
             raise ValueError(f"orbit geometry needs at least 1 image per class, got {self.per_class}")
-        if len(self.angles) < 2 or len(self.sweep_angles) < 3:
-            raise ValueError("orbits need >= 2 angles and the kappa sweep >= 3 angles")
+        check_family(self.family)
+        if len(self.values) < 2 or len(self.sweep_values) < 3:
+            raise ValueError("orbits need >= 2 parameter values and the kappa sweep >= 3")
         if self.split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {self.split!r}")
+
+    @classmethod
+    def for_family(cls, family: str, points: int = 12, sweep_points: int = 10, **kw: Any) -> GeometrySettings:
+        """E4's rotation orbits (0-330 degrees, sweep 0-45) or, for another family, ``points`` values across
+        its range (PAPER.md, E6) and a ``sweep_points`` sweep across the same range."""
+        if family == "rotation":
+            return cls(**kw)
+        vals = family_parameters(family, points).tolist()
+        sweep = family_parameters(family, sweep_points).tolist()
+        return cls(family=family, values=tuple(vals), sweep_values=tuple(sweep), **kw)
 
 
 def parse_orbits(text: str) -> tuple[int, int]:
@@ -162,13 +176,13 @@ def measure_geometry(backbone: nn.Module, head: nn.Module, cfg: Any, x_uint8: to
     mean_t = torch.as_tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
     std_t = torch.as_tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
     images, labels, idx = orbit_images(x_uint8, y, settings.classes, settings.per_class)
-    n, P, Q = len(images), len(settings.angles), len(settings.sweep_angles)
+    n, P, Q = len(images), len(settings.values), len(settings.sweep_values)
     control = control_head(cfg, backbone.out_dim).to(device)
     with _eval(backbone, head, control):
-        Z = _backbone_features(backbone, orbit_batch_at(images, "rotation", settings.angles), mean_t, std_t,
-                               settings.batch).reshape(n, P, -1)  # (n_orbits, P, d)
-        S = _backbone_features(backbone, orbit_batch_at(images, "rotation", settings.sweep_angles), mean_t, std_t,
-                               settings.batch).reshape(n, Q, -1)  # (n_orbits, Q, d)
+        orbit_x = orbit_batch_at(images, settings.family, settings.values)  # (n * P, 3, S, S), image-major
+        sweep_x = orbit_batch_at(images, settings.family, settings.sweep_values)  # (n * Q, 3, S, S)
+        Z = _backbone_features(backbone, orbit_x, mean_t, std_t, settings.batch).reshape(n, P, -1)  # (n, P, d)
+        S = _backbone_features(backbone, sweep_x, mean_t, std_t, settings.batch).reshape(n, Q, -1)  # (n, Q, d)
 
         def as_fn(module: nn.Module):
             return lambda a: module(a.float()).double()  # the head runs in float32, metrics in float64
@@ -192,7 +206,7 @@ def measure_geometry(backbone: nn.Module, head: nn.Module, cfg: Any, x_uint8: to
     )
     res.arrays = {"z": zn.float().cpu().numpy(), "h": hn.float().cpu().numpy(),
                   "h_untrained": h0n.float().cpu().numpy(), "labels": labels.cpu().numpy(),
-                  "angles": np.asarray(settings.angles)}
+                  "values": np.asarray(settings.values)}
     return res
 
 
@@ -216,8 +230,9 @@ def format_geometry(g: dict[str, Any]) -> list[str]:
     s = g["settings"]
     lines = [
         f"### Orbit geometry (E4): {s['n_orbits']} orbits ({s['classes']} classes x {s['per_class']} images, "
-        f"{s['split']} split) x {s['points_per_orbit']} rotations; kappa on a {s['sweep_points']}-angle sweep "
-        f"0-{s['sweep_angles'][-1]:g} degrees",
+        f"{s['split']} split) x {s['points_per_orbit']} {s['family']} values {s['values'][0]:g} to "
+        f"{s['values'][-1]:g}; kappa on a {s['sweep_points']}-point sweep {s['sweep_values'][0]:g} to "
+        f"{s['sweep_values'][-1]:g}",
         "",
         "| quantity | backbone z | head h(z) | untrained head (control) |",
         "|---|---|---|---|",

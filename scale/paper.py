@@ -116,6 +116,8 @@ def plan(dataset: str, backbone: str, quick: bool, experiments: tuple[str, ...] 
                 argv += [f"--{k.replace('_', '-')}", str(v)]
         if quick:
             argv += ["--probe-images", str(QUICK["probe_images"])]
+        if track:  # E2: H_eff once per epoch (scale.tracking through scale.run)
+            argv += ["--track-hessian-every", "epoch"]
         runs.append(PlannedRun(name, exp, seed, argv, ref, track, labels))
 
     for seed in range(n_seeds):
@@ -202,28 +204,23 @@ def _log(out: Path, record: dict[str, Any]) -> None:
 
 
 def execute_in_process(run: PlannedRun, out: Path, device: str, threads: int | None = None) -> int:
-    """One run through ``scale.run.main`` in this process (E2 with the curvature tracker as a hook)."""
+    """One run through ``scale.run.main`` in this process (a subprocess per device calls this too)."""
     from scale import run as scale_run
 
     run_dir = out / "runs" / run.name
     state = run_state(run_dir)
     if state == "done":
         return 0
-    hooks = []
-    if run.track_hessian:
-        from scale.tracking import HessianTracker
-
-        run_dir.mkdir(parents=True, exist_ok=True)
-        hooks.append(HessianTracker("epoch", probe_pairs=32, run_dir=run_dir))
     extra = ["--quiet", "--device", device] + (["--threads", str(threads)] if threads else [])
     if state == "resume":  # the saved config holds the training settings; measurement and data flags do not
-        keep = [run.argv[i : i + 2] for i, a in enumerate(run.argv) if a in ("--probe-images", "--data-dir")]
+        keep = [run.argv[i : i + 2] for i, a in enumerate(run.argv)
+                if a in ("--probe-images", "--data-dir", "--track-hessian-every")]
         argv = ["--resume", str(run_dir), *[a for pair in keep for a in pair], *extra]
     else:
         argv = [*run.argv, "--out", str(out / "runs"), "--run-name", run.name, *extra]
     saved, sys.argv = sys.argv, ["scale.run", *argv]  # the run's summary records its own command line
     try:
-        return scale_run.main(argv, hooks=hooks)
+        return scale_run.main(argv)
     finally:
         sys.argv = saved
 

@@ -478,7 +478,8 @@ def _section_e4(e3, comparable: bool, verdicts) -> list[str]:
     s = geos[0]["settings"]
     L = ["## E3 + E4: the guillotine (SimCLR): orbit geometry and probes", "",
          f"{s['n_orbits']} orbits ({s['classes']} classes x {s['per_class']} test images) x {s['points_per_orbit']} "
-         f"rotations (0-330 degrees); kappa on a {s['sweep_points']}-angle sweep (0-45 degrees). "
+         f"{s['family']} values ({s['values'][0]:g} to {s['values'][-1]:g}); kappa on a {s['sweep_points']}-point "
+         f"sweep ({s['sweep_values'][0]:g} to {s['sweep_values'][-1]:g}). "
          + ("One seed: +- is the std over orbits (class pairs for D_inter, sweeps for kappa)."
             if single else "+- is the std over seeds of the per-run means."), "",
          f"| quantity | {paper_head} z | h | factor | ours z | ours h | ours factor | untrained head (ours) |",

@@ -74,15 +74,19 @@ def test_orbit_images_and_settings_errors():
         GeometrySettings(classes=1)
 
 
-def test_geometry_equals_mini_on_numpy_and_orthogonal_head_compresses_nothing():
+@pytest.mark.parametrize("family", ["rotation", "hue"])
+def test_geometry_equals_mini_on_numpy_and_orthogonal_head_compresses_nothing(family):
     x, y = _images()
     d = Flatten.out_dim
     head = nn.Linear(d, d, bias=False)
     with torch.no_grad():
         head.weight.copy_(torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(1)))[0])
-    res = measure_geometry(Flatten(), head, _cfg(), x, y, (0.5,) * 3, (0.25,) * 3)
+    settings = GeometrySettings.for_family(family)
+    res = measure_geometry(Flatten(), head, _cfg(), x, y, (0.5,) * 3, (0.25,) * 3, settings)
     s = res.summary()
-    assert res.arrays["z"].shape == (15, 12, d)
+    assert res.arrays["z"].shape == (15, 12, d) and s["settings"]["family"] == family
+    if family == "hue":
+        assert settings.values[0] == pytest.approx(-0.4) and settings.values[-1] == pytest.approx(0.4)
     # the torch path equals mini's metrics on the saved NumPy arrays
     ref = orbit_geometry(res.arrays["z"].astype(np.float64), res.arrays["labels"])
     assert s["z"]["spread"]["mean"] == pytest.approx(ref.spread.mean, rel=REL_TOL)
@@ -95,7 +99,7 @@ def test_geometry_equals_mini_on_numpy_and_orthogonal_head_compresses_nothing():
     with torch.no_grad():
         blind.weight.zero_()
         blind.bias.fill_(1.0)
-    s1 = measure_geometry(Flatten(), blind, _cfg(), x, y, (0.5,) * 3, (0.25,) * 3).summary()
+    s1 = measure_geometry(Flatten(), blind, _cfg(), x, y, (0.5,) * 3, (0.25,) * 3, settings).summary()
     assert s1["h"]["spread"]["mean"] < 1e-10 < s["h"]["spread"]["mean"]
     # the control is an untrained head of the same architecture, not the head measured
     assert s["compression_untrained"] != pytest.approx(1.0, rel=1e-3)

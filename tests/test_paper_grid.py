@@ -32,6 +32,7 @@ def test_full_plan_has_the_paper_grid_and_settings():
     assert "--head-out-bn" in lin.argv and "--no-head-bn" in lin.argv  # a linear head's BatchNorm: on its output
     e2 = [r for r in runs if r.experiment == "E2"]
     assert all(r.track_hessian and _argv_value(r.argv, "--batch-size") == "256" for r in e2)
+    assert all(_argv_value(r.argv, "--track-hessian-every") == "epoch" for r in e2)
     assert {(r.labels["init"], r.labels["head"]) for r in e2} == set(paper.E2_RUNS)
     assert [_argv_value(r.argv, "--head") for r in by_exp["E5"][:3]] == ["swish2", "swish3", "swish4"]
     assert all("--temperature" in r.argv and _argv_value(r.argv, "--method") == "simclr" for r in by_exp["E5"])

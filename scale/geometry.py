@@ -14,7 +14,9 @@ Protocol (PAPER.md, E4), all on the training device:
     raw      beside the protocol: the head on the raw z it was trained on (its BatchNorm running
              statistics come from there), then normalised (``h_raw_input``, ``compression_raw_input``)
     control  a fresh, untrained head of the same architecture (same spec, widths, bias, BatchNorm and
-             initialisation scheme, its own seed) applied to the same z: the paper's negative control
+             initialisation scheme, its own seed) applied to the same z: the paper's negative control;
+             and the same control without biases (``h_untrained_nobias``): on unit-norm z a default bias
+             can outweigh ``W1 z`` and compress orbits by itself
 
 The metrics are ``mini.invariance``'s array-API functions called on the torch tensors (float64):
 orbit spread, D_intra, D_inter, ratio, kappa, each a ``Stat`` (mean, population std, n), and the
@@ -122,12 +124,13 @@ def _backbone_features(backbone: nn.Module, x01: torch.Tensor, mean: torch.Tenso
     return torch.cat(out)
 
 
-def control_head(cfg: Any, d: int, seed: int = CONTROL_SEED) -> nn.Module:
-    """An untrained head of the run's architecture (``cfg`` is the run's ``TrainConfig``), drawn from its
-    own generator so that building it leaves the global RNG untouched."""
+def control_head(cfg: Any, d: int, seed: int = CONTROL_SEED, bias: bool | None = None) -> nn.Module:
+    """An untrained head of the run's architecture (``cfg`` is the run's ``TrainConfig``; ``bias`` overrides
+    its bias setting), drawn from its own generator so that building it leaves the global RNG untouched."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        head = build_head(cfg.head, d, cfg.head_out, cfg.head_width, bias=cfg.head_bias, batchnorm=cfg.head_bn,
+        use_bias = cfg.head_bias if bias is None else bias
+        head = build_head(cfg.head, d, cfg.head_out, cfg.head_width, bias=use_bias, batchnorm=cfg.head_bn,
                           out_batchnorm=cfg.head_out_bn)
     if cfg.init == "collapsed":
         collapse_init_(head)
@@ -144,6 +147,7 @@ class GeometryResult:
     z: OrbitGeometry
     h: OrbitGeometry
     h_untrained: OrbitGeometry
+    h_untrained_nobias: OrbitGeometry
     h_raw_input: OrbitGeometry
     labels: list[int]
     image_indices: list[int]
@@ -159,6 +163,8 @@ class GeometryResult:
             "settings": self.settings, "labels": self.labels, "image_indices": self.image_indices,
             "z": _geometry_dict(z), "h": _geometry_dict(h), "h_untrained": _geometry_dict(h0),
             "h_raw_input": _geometry_dict(self.h_raw_input),
+            "h_untrained_nobias": _geometry_dict(self.h_untrained_nobias),
+            "compression_untrained_nobias": compression(z, self.h_untrained_nobias),
             "compression": compression(z, h), "compression_untrained": compression(z, h0),
             "compression_raw_input": compression(z, self.h_raw_input),
             "kappa_factor": ratio(h.kappa.mean, z.kappa.mean),  # h / z (paper: 1.93x)
@@ -178,7 +184,10 @@ def measure_geometry(backbone: nn.Module, head: nn.Module, cfg: Any, x_uint8: to
     images, labels, idx = orbit_images(x_uint8, y, settings.classes, settings.per_class)
     n, P, Q = len(images), len(settings.values), len(settings.sweep_values)
     control = control_head(cfg, backbone.out_dim).to(device)
-    with _eval(backbone, head, control):
+    # The same control without biases: on unit-norm inputs a default-initialised bias can dominate the first
+    # layer's output and pull every point together, which the bias-free control separates out.
+    control_nb = control_head(cfg, backbone.out_dim, bias=False).to(device)
+    with _eval(backbone, head, control, control_nb):
         orbit_x = orbit_batch_at(images, settings.family, settings.values)  # (n * P, 3, S, S), image-major
         sweep_x = orbit_batch_at(images, settings.family, settings.sweep_values)  # (n * Q, 3, S, S)
         Z = _backbone_features(backbone, orbit_x, mean_t, std_t, settings.batch).reshape(n, P, -1)  # (n, P, d)
@@ -189,6 +198,8 @@ def measure_geometry(backbone: nn.Module, head: nn.Module, cfg: Any, x_uint8: to
 
         zn, hn = normalized_features(Z, as_fn(head))
         _, h0n = normalized_features(Z, as_fn(control))
+        _, h0b = normalized_features(Z, as_fn(control_nb))
+        _, sh0b = normalized_features(S, as_fn(control_nb))
         # Beside the paper's protocol: the head on the raw z it was trained on (BatchNorm's running
         # statistics were gathered there), then normalised; same metrics.
         hrn = l2_normalize(as_fn(head)(Z.reshape(n * P, -1)).reshape(n, P, -1))
@@ -201,7 +212,8 @@ def measure_geometry(backbone: nn.Module, head: nn.Module, cfg: Any, x_uint8: to
                   "head_input": "L2-normalised z (PAPER.md E4)", "bn_mode": "eval (running statistics)",
                   "control": f"untrained {cfg.head} head, init {cfg.init}, seed {settings.control_seed}"},
         z=orbit_geometry(zn, lab, sweep=sz), h=orbit_geometry(hn, lab, sweep=sh),
-        h_untrained=orbit_geometry(h0n, lab, sweep=sh0), h_raw_input=orbit_geometry(hrn, lab, sweep=hrs),
+        h_untrained=orbit_geometry(h0n, lab, sweep=sh0), h_untrained_nobias=orbit_geometry(h0b, lab, sweep=sh0b),
+        h_raw_input=orbit_geometry(hrn, lab, sweep=hrs),
         labels=[int(v) for v in labels.tolist()], image_indices=[int(v) for v in idx.tolist()],
     )
     res.arrays = {"z": zn.float().cpu().numpy(), "h": hn.float().cpu().numpy(),
@@ -245,7 +257,8 @@ def format_geometry(g: dict[str, Any]) -> list[str]:
     lines += [
         "",
         f"Compression (mean spread z / mean spread h): **{g['compression']:.3g}x**; untrained control "
-        f"{g['compression_untrained']:.3g}x; the head on the raw (unnormalised) z it was trained on: "
+        f"{g['compression_untrained']:.3g}x (without biases {g['compression_untrained_nobias']:.3g}x); the head on "
+        "the raw (unnormalised) z it was trained on: "
         f"{g['compression_raw_input']:.3g}x. Mean +- population std over orbits (class pairs for D_inter, sweeps "
         "for kappa). Head applied to the L2-normalised z, BatchNorm in eval mode.",
         "",

@@ -243,9 +243,11 @@ def figure_compression(groups: list[tuple[str, list[dict[str, Any]]]]) -> bytes 
     plt = _plt()
     fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(rows), 3.6))
     x = np.arange(len(rows))
-    for off, key, label in ((-0.2, "compression", "trained head"), (0.2, "compression_untrained", "untrained head")):
-        ms = [mean_std([g[key] for g in gs]) for _, gs in rows]
-        ax.bar(x + off, [m for m, _, _ in ms], 0.4, yerr=[s for _, s, _ in ms], label=label, capsize=3)
+    bars = ((-0.27, "compression", "trained head"), (0.0, "compression_untrained", "untrained head"),
+            (0.27, "compression_untrained_nobias", "untrained head, no biases"))
+    for off, key, label in bars:
+        ms = [mean_std([g.get(key) for g in gs]) for _, gs in rows]
+        ax.bar(x + off, [m for m, _, _ in ms], 0.27, yerr=[s for _, s, _ in ms], label=label, capsize=3)
     ax.axhline(1.0, color="grey", lw=0.6)
     ax.set_xticks(x, [n for n, _ in rows], fontsize=8)
     ax.set_ylabel("spread z / spread h")
@@ -501,8 +503,11 @@ def _section_e4(e3, comparable: bool, verdicts) -> list[str]:
     comp = mean_std([g["compression"] for g in geos])[0]
     comp0 = mean_std([g["compression_untrained"] for g in geos])[0]
     comp_raw = mean_std([g["compression_raw_input"] for g in geos])[0]
+    comp0b = mean_std([g.get("compression_untrained_nobias") for g in geos])[0]
     L += ["", f"Compression: trained head {comp:.3g}x, untrained head {comp0:.3g}x (paper: {PAPER_COMPRESSION}, "
-          f"{PAPER_COMPRESSION_UNTRAINED}); the head applied to the raw z it was trained on: {comp_raw:.3g}x.", ""]
+          f"{PAPER_COMPRESSION_UNTRAINED}). Beside the protocol: the untrained head without biases {_n(comp0b)}x "
+          f"(on unit-norm z a default bias can outweigh the first layer's W z and pull all points together); the "
+          f"trained head applied to the raw z it was trained on {comp_raw:.3g}x.", ""]
     L += ["| probe (test accuracy) | paper z | paper h | paper h - z | ours z | ours h | ours h - z |",
           "|---|---|---|---|---|---|---|"]
     diffs = {}

@@ -101,8 +101,10 @@ def test_geometry_equals_mini_on_numpy_and_orthogonal_head_compresses_nothing(fa
         blind.bias.fill_(1.0)
     s1 = measure_geometry(Flatten(), blind, _cfg(), x, y, (0.5,) * 3, (0.25,) * 3, settings).summary()
     assert s1["h"]["spread"]["mean"] < 1e-10 < s["h"]["spread"]["mean"]
-    # the control is an untrained head of the same architecture, not the head measured
+    # the control is an untrained head of the same architecture, not the head measured; this head has no
+    # biases, so the bias-free control is the same head
     assert s["compression_untrained"] != pytest.approx(1.0, rel=1e-3)
+    assert s["compression_untrained_nobias"] == s["compression_untrained"]
 
 
 def test_rotation_probe_reads_rotation_from_pixels_but_not_from_an_invariant():
@@ -161,7 +163,7 @@ def test_scale_run_ends_with_geometry_and_probes_on_cifar_format(tmp_path):
     # 24 test images, labels 0..9 in turn: classes 0-3 have 3 images, class 4 has 2, so 5 x 3 becomes 5 x 2
     assert geo["settings"]["asked"] == "5x3" and geo["settings"]["per_class"] == 2
     assert geo["settings"]["n_orbits"] == 10 and geo["settings"]["points_per_orbit"] == 12
-    for space in ("z", "h", "h_untrained", "h_raw_input"):
+    for space in ("z", "h", "h_untrained", "h_untrained_nobias", "h_raw_input"):
         assert np.isfinite(geo[space]["spread"]["mean"]) and geo[space]["kappa"]["n"] == 10
     assert geo["compression"] == pytest.approx(geo["z"]["spread"]["mean"] / geo["h"]["spread"]["mean"])
     assert probes["settings"]["rotation_samples"] == {"train": 64, "test": 64}  # 16 images each, x 4

@@ -62,8 +62,9 @@ ASSUMPTIONS: dict[str, str] = {
     "E1": "E1 runs from the pseudo-collapse initialisation (listed under E1 in PAPER.md); the linear head is the "
           "grammar's one Linear layer 512-2048 (a product of linear layers is one linear map), so its 'BatchNorm on' "
           "puts BatchNorm1d on the projector output (there is no hidden layer); cosine schedule.",
-    "E2": "E2's objective is not named in PAPER.md: SimSiam (E1's setup). Probe batch: 32 view pairs of the first "
-          "step; lambda_min/lambda_max by Lanczos in float64 (the paper: 20 power iterations in float32); 1 seed.",
+    "E2": "E2's objective is not named in PAPER.md: SimSiam (E1's setup). Probe batch: scale.tracking's fixed view "
+          "pairs of the first step (rows in the E2 table); lambda_min/lambda_max by Lanczos in float64 (the paper: "
+          "20 power iterations in float32 on the first 5 batches of each epoch); 1 seed.",
     "E3E4": "Probe images: training split for fitting, test split for scoring; orbits from the test split.",
     "E5": "Depth = number of hidden (Swish + BatchNorm) layers: swish2, swish3, swish4; output BatchNorm as in E3.",
 }

@@ -429,8 +429,8 @@ def _section_e2(runs, verdicts) -> list[str]:
          "definite (the condition number exists only there).", "",
          "`|M|/|H|` and the negative counts of the last measurement: `H` = all negative eigenvalues of H_eff, `G` = "
          "those of the Gauss-Newton part alone (exact, per-sample blocks, where the objective allows).", "",
-         "| run | measurements | negative lambda_min | last lambda_min | last lambda_max | last abs(M)/abs(H) | "
-         "last negatives H / G | Spearman (points) | paper |",
+         "| run | measurements (probe rows) | negative lambda_min | last lambda_min | last lambda_max | "
+         "last abs(M)/abs(H) | last negatives H / G | Spearman (points) | paper |",
          "|---|---|---|---|---|---|---|---|---|"]
     m_ratio: dict[str, float | None] = {}
     frac: dict[str, float | None] = {}
@@ -441,7 +441,8 @@ def _section_e2(runs, verdicts) -> list[str]:
         rho = cs.get("spearman_zvar_condition")
         last = cur[-1] if cur else {}
         m_ratio[key] = last.get("M_over_H")
-        L.append(f"| {r['labels']['init']}/{r['labels']['head']} ({_status(r)}) | {len(cur)} | "
+        L.append(f"| {r['labels']['init']}/{r['labels']['head']} ({_status(r)}) | {len(cur)} "
+                 f"({cs.get('probe_rows', '-')}) | "
                  f"{'-' if frac[key] is None else f'{100 * frac[key]:.0f} %'} | {_n(last.get('lambda_min'))} | "
                  f"{_n(last.get('lambda_max'))} | {_n(m_ratio[key])} | "
                  f"{last.get('n_negative', '-')} / {last.get('n_negative_G', '-')} | "

@@ -154,3 +154,38 @@ def dataset_images(name: str, n: int, size: int, seed: int = 0, data_dir: str | 
         idx = torch.from_numpy(np.random.default_rng(seed).choice(len(test), size=n, replace=False))
         return _resize_square(test[idx].float() / 255.0, size)
     raise ValueError(f"unknown dataset {name!r}; valid choices: {', '.join(DATASETS)}")
+
+
+# --------------------------------------------------------------------------------------------
+# Orbits at given parameter values (E4: full-circle rotation orbits and the kappa sweep)
+# --------------------------------------------------------------------------------------------
+
+E4_ROTATION_ANGLES: tuple[float, ...] = tuple(30.0 * i for i in range(12))  # 0, 30, ..., 330 degrees
+E4_SWEEP_ANGLES: tuple[float, ...] = tuple(45.0 * i / 9 for i in range(10))  # 10 angles, 0 to 45 degrees
+
+
+def orbit_batch_at(images: torch.Tensor, family: str, values) -> torch.Tensor:
+    """Every image taken through the family at the given parameter ``values`` (P,), any range (E4's
+    rotation orbits go round the full circle, 0 to 330 degrees): (n, 3, S, S) in [0, 1] ->
+    (n * P, 3, S, S), image-major as ``orbit_batch``."""
+    from kornia.enhance import adjust_hue, adjust_saturation
+    from kornia.filters import gaussian_blur2d
+    from kornia.geometry.transform import rotate
+
+    check_family(family)
+    t = torch.as_tensor(values, dtype=images.dtype, device=images.device).reshape(-1)
+    if t.numel() < 1:
+        raise ValueError("orbit_batch_at needs at least one parameter value")
+    n, P = images.shape[0], t.numel()
+    t = t.repeat(n)  # (n * P,), image-major
+    x = images.repeat_interleave(P, dim=0)  # (n * P, 3, S, S)
+    if family == "rotation":
+        out = rotate(x, t)
+    elif family == "hue":
+        out = adjust_hue(x, t * 2 * math.pi)
+    elif family == "saturation":
+        out = adjust_saturation(x, t)
+    else:  # blur
+        size = min(2 * math.ceil(3 * float(t.max())) + 1, 2 * ((x.shape[-1] - 1) // 2) - 1)
+        out = gaussian_blur2d(x, (size, size), torch.stack([t, t], dim=1))
+    return out.clamp(0.0, 1.0)

@@ -29,6 +29,7 @@ from scale.augment import PRESETS
 from scale.backbones import BACKBONES
 from scale.checkpoint import atomic_write_json
 from scale.data import DATASETS, DataError, load_dataset
+from scale.geometry import append_report, final_measurement, parse_orbits
 from scale.linprobe import features, linear_probe_accuracy
 from scale.run_report import command_line, device_name, git_commit, versions, write_outputs
 from scale.tracking import HessianTracker
@@ -156,6 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: the cores not already busy "
                    "by the 1-minute load average, at least 1; oversubscribed cores make torch many times slower)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no per-epoch lines")
+    p.add_argument("--orbits", default="5x3", help="end-of-run orbit geometry (E4): CLASSESxIMAGES of the test "
+                   "split, 12 rotations each (default: 5x3, the paper's 15 orbits)")
+    p.add_argument("--probe-images", type=int, default=10_000, help="end-of-run probes (E3): at most this many "
+                   "training and this many test images, x 4 rotations (default: 10000)")
+    p.add_argument("--no-final-measure", action="store_true", help="skip the end-of-run geometry and probes")
     return p
 
 
@@ -190,6 +196,12 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
             raise ArgError(f"--{key} must be a positive finite number, got {getattr(cfg, key)}")
     if cfg.warmup_epochs < 0 or cfg.warmup_epochs > cfg.epochs:
         raise ArgError(f"--warmup-epochs must be between 0 and --epochs ({cfg.epochs}), got {cfg.warmup_epochs}")
+    try:
+        parse_orbits(args.orbits)
+    except ValueError as exc:
+        raise ArgError(str(exc)) from None
+    if args.probe_images is not None and args.probe_images < 2:
+        raise ArgError(f"--probe-images must be >= 2, got {args.probe_images}")
     if cfg.train_subset is not None and cfg.train_subset < 1:
         raise ArgError(f"--train-subset must be positive, got {cfg.train_subset}")
     return cfg
@@ -321,6 +333,8 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         acc_z = linear_probe_accuracy(ztr, data_dev.train_y, zte, data_dev.test_y, data.classes)
         acc_h = linear_probe_accuracy(htr, data_dev.train_y, hte, data_dev.test_y, data.classes)
         summary["linear_probe"] = {"z": acc_z, "h": acc_h, "train_images": len(ztr), "test_images": len(zte)}
+        if not args.no_final_measure:  # E4 orbit geometry and E3 probes (scale/geometry.py, scale/probes.py)
+            summary.update(final_measurement(trainer, data_dev, run_dir, args.orbits, args.probe_images))
     summary.update(status=status, wall_seconds=time.perf_counter() - t_start, epochs_done=len(history),
                    final=history[-1] if history else None)
     if tracker is not None:
@@ -329,6 +343,7 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         write_outputs(run_dir, cfg.to_dict(), history, summary)
         if tracker is not None:
             tracker.append_report(run_dir)
+        append_report(run_dir, summary)
         if "linear_probe" in summary:
             lp = summary["linear_probe"]
             print(f"linear probe ({data.name} classes, test accuracy): backbone z {100 * lp['z']:.2f} %  "

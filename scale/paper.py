@@ -1,0 +1,390 @@
+r"""``python -m scale.paper``: the paper's experiment grid E1-E5 with its defaults, and the side-by-side report.
+
+    E1    collapse dynamics, SimSiam-style: projector and predictor with the same activation (linear, ReLU,
+          GELU, Swish), no bias, pseudo-collapse initialisation; BatchNorm off/on x lr {0.005, 0.05, 0.5}
+          x 3 seeds; SGD momentum 0.9, no weight decay, batch 512, 50 epochs (20 on CIFAR-100), crop + flip
+    E2    Hessian tracking (H_eff w.r.t. the backbone output, once per epoch on a fixed probe batch):
+          normal/Swish, collapsed/Swish, collapsed/ReLU; batch 256, SGD 0.05/0.9, no BatchNorm, 100 epochs
+    E3E4  SimCLR (NT-Xent 0.1, Adam 1e-3, batch 512, 50 epochs, crop/flip/rotation 45/colour jitter), head
+          512-2048 BN ReLU 2048 BN; every run ends with the rotation probes (E3) and orbit geometry (E4)
+    E5    the E3 setup with a Swish + BatchNorm head of depth 1, 2, 3 (hidden layers: swish2 .. swish4)
+
+Each run is one ``python -m scale.run`` (in this process, or one subprocess per device with ``--gpus``)
+in ``OUT/runs/NAME``. A run whose summary.json says it finished (or stopped on a non-finite loss, a
+result in itself) is skipped; one with a checkpoint but no summary is resumed (``--resume``). The plan
+is ``OUT/manifest.json``: every run's command line, the paper's value of every setting it checks, and
+the assumptions where PAPER.md is silent. Deviations (a setting whose resolved value differs from the
+paper's) are computed from each run's saved config.json, listed per run, and shown in the report.
+
+``--quick``: 1 seed, 2 epochs, training on the first 384 images (``--train-subset``) and probes on at
+most 256 training and 256 test base images; every shrink lands in the deviations. On ``digits`` and
+``synthetic`` the model and batch sizes are the dataset's CPU adjustments of ``scale.run`` (also recorded
+as deviations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+EXPERIMENTS: tuple[str, ...] = ("E1", "E2", "E3E4", "E5")
+E1_HEADS: tuple[str, ...] = ("linear", "relu2", "gelu2", "swish2")  # projector 512-2048-2048: 2 Linear layers
+E1_LRS: tuple[float, ...] = (0.005, 0.05, 0.5)
+E2_RUNS: tuple[tuple[str, str], ...] = (("normal", "swish2"), ("collapsed", "swish2"), ("collapsed", "relu2"))
+E5_DEPTHS: tuple[int, ...] = (1, 2, 3)
+CIFAR = ("cifar10", "cifar100")
+QUICK = dict(seeds=1, epochs=2, train_subset=384, probe_images=256)
+FULL_SEEDS = 3
+
+# PAPER.md's stated settings per experiment (CIFAR, ResNet-18); keys are TrainConfig fields.
+_COMMON = dict(backbone="resnet18", backbone_width=64, head_width=2048, head_out=2048)
+PAPER_SETTINGS: dict[str, dict[str, Any]] = {
+    "E1": dict(_COMMON, method="simsiam", pred_width=512, head_bias=False, optimizer="sgd", momentum=0.9,
+               weight_decay=0.0, batch_size=512, epochs=50, augment="e1", init="collapsed"),
+    "E2": dict(_COMMON, method="simsiam", pred_width=512, head_bias=False, head_bn=False, optimizer="sgd", lr=0.05,
+               momentum=0.9, weight_decay=0.0, batch_size=256, epochs=100, augment="e1"),
+    "E3E4": dict(_COMMON, method="simclr", temperature=0.1, head="relu2", head_bn=True, head_out_bn=True,
+                 optimizer="adam", lr=1e-3, weight_decay=0.0, batch_size=512, epochs=50, augment="e3"),
+    "E5": dict(_COMMON, method="simclr", temperature=0.1, head_bn=True, head_out_bn=True, optimizer="adam", lr=1e-3,
+               weight_decay=0.0, batch_size=512, epochs=50, augment="e3"),
+}
+# Where PAPER.md is silent, what the grid does (written into the manifest and the report).
+ASSUMPTIONS: dict[str, str] = {
+    "E1": "E1 runs from the pseudo-collapse initialisation (listed under E1 in PAPER.md); the linear head is the "
+          "grammar's one Linear layer 512-2048 (a product of linear layers is one linear map), so its 'BatchNorm on' "
+          "puts BatchNorm1d on the projector output (there is no hidden layer); cosine schedule.",
+    "E2": "E2's objective is not named in PAPER.md: SimSiam (E1's setup). Probe batch: scale.tracking's fixed view "
+          "pairs of the first step (rows in the E2 table); lambda_min/lambda_max by Lanczos in float64 (the paper: "
+          "20 power iterations in float32 on the first 5 batches of each epoch); 1 seed.",
+    "E3E4": "Probe images: training split for fitting, test split for scoring; orbits from the test split.",
+    "E5": "Depth = number of hidden (Swish + BatchNorm) layers: swish2, swish3, swish4; output BatchNorm as in E3.",
+}
+DONE_STATUSES = ("finished", "non-finite loss")
+
+
+@dataclass
+class PlannedRun:
+    name: str
+    experiment: str
+    seed: int
+    argv: list[str]  # scale.run arguments, without --out / --run-name / --device / --quiet
+    paper: dict[str, Any]  # the paper's value of each checked setting
+    track_hessian: bool = False
+    labels: dict[str, Any] = field(default_factory=dict)
+
+
+def _bool_flag(name: str, value: bool) -> str:
+    return f"--{name}" if value else f"--no-{name}"
+
+
+def plan(dataset: str, backbone: str, quick: bool, experiments: tuple[str, ...] = EXPERIMENTS,
+         seeds: int | None = None, epochs: int | None = None) -> list[PlannedRun]:
+    """Every run of the grid, in execution order."""
+    n_seeds = seeds or (QUICK["seeds"] if quick else FULL_SEEDS)
+    cifar = dataset in CIFAR
+    runs: list[PlannedRun] = []
+
+    def add(name: str, exp: str, seed: int, flags: dict[str, Any], paper: dict[str, Any], labels: dict[str, Any],
+            track: bool = False) -> None:
+        ref = dict(PAPER_SETTINGS[exp], **paper)
+        if exp == "E1" and dataset == "cifar100":
+            ref["epochs"] = 20
+        values = {k: v for k, v in ref.items() if k != "backbone"}
+        if not cifar:  # the dataset's CPU adjustments of scale.run apply to the model and batch sizes
+            for k in ("backbone_width", "head_width", "head_out", "pred_width", "batch_size", "epochs"):
+                values.pop(k, None)
+        values.update(flags)
+        if quick:
+            values.update(epochs=QUICK["epochs"], train_subset=QUICK["train_subset"])
+        if epochs is not None:
+            values["epochs"] = epochs
+        argv = [dataset, "--backbone", backbone, "--seed", str(seed)]
+        for k, v in values.items():
+            if v is None:
+                continue
+            if isinstance(v, bool):
+                argv.append(_bool_flag(k.replace("_", "-"), v))
+            else:
+                argv += [f"--{k.replace('_', '-')}", str(v)]
+        if quick:
+            argv += ["--probe-images", str(QUICK["probe_images"])]
+        if track:  # E2: H_eff once per epoch (scale.tracking through scale.run)
+            argv += ["--track-hessian-every", "epoch"]
+        runs.append(PlannedRun(name, exp, seed, argv, ref, track, labels))
+
+    for seed in range(n_seeds):
+        if "E1" in experiments:
+            for head in E1_HEADS:
+                for bn in (False, True):
+                    for lr in E1_LRS:
+                        flags = dict(head=head, head_bn=bn, lr=lr)
+                        if head == "linear":  # no hidden layer: BatchNorm goes on the projector output
+                            flags = dict(head=head, head_bn=False, head_out_bn=bn, lr=lr)
+                        add(f"E1-{head}-bn{int(bn)}-lr{lr:g}-s{seed}", "E1", seed, flags,
+                            dict(head=head, lr=lr), dict(head=head, bn=bn, lr=lr))
+        if "E3E4" in experiments:
+            add(f"E3E4-relu2-s{seed}", "E3E4", seed, {}, {}, dict(head="relu2"))
+        if "E5" in experiments:
+            for depth in E5_DEPTHS:
+                head = f"swish{depth + 1}"
+                add(f"E5-depth{depth}-s{seed}", "E5", seed, dict(head=head), dict(head=head),
+                    dict(depth=depth, head=head))
+    if "E2" in experiments:
+        for init, head in E2_RUNS:
+            add(f"E2-{init}-{head}-s0", "E2", 0, dict(head=head, init=init), dict(head=head, init=init),
+                dict(init=init, head=head), track=True)
+    return runs
+
+
+# --------------------------------------------------------------------------------------------
+# Run states and deviations
+# --------------------------------------------------------------------------------------------
+
+
+def run_state(run_dir: Path) -> str:
+    """``done`` (summary says finished or non-finite loss), ``resume`` (a checkpoint, no final summary) or ``new``."""
+    summary = run_dir / "summary.json"
+    if summary.is_file():
+        try:
+            if json.loads(summary.read_text()).get("status") in DONE_STATUSES:
+                return "done"
+        except (OSError, json.JSONDecodeError):
+            pass
+    if (run_dir / "checkpoint.pt").is_file() and (run_dir / "config.json").is_file():
+        return "resume"
+    return "new"
+
+
+def deviations(config: dict[str, Any], paper: dict[str, Any], dataset: str, argv: list[str] = ()
+               ) -> dict[str, list[Any]]:
+    """``{setting: [paper, ours]}`` for every checked setting whose resolved value differs from the paper's;
+    the dataset itself counts (the paper's figures are CIFAR-10)."""
+    out: dict[str, list[Any]] = {}
+    if dataset != "cifar10":
+        out["dataset"] = ["cifar10", dataset]
+    for key, ref in paper.items():
+        ours = config.get(key)
+        if key == "backbone_width" and ours is None:
+            ours = 64  # resnet18's standard width
+        if key in ("lr", "momentum", "weight_decay", "temperature") and ours is not None:
+            if abs(float(ours) - float(ref)) <= 1e-12 * max(1.0, abs(float(ref))):
+                continue
+        elif ours == ref:
+            continue
+        out[key] = [ref, ours]
+    if config.get("train_subset") is not None:
+        out["train_subset"] = ["all", config["train_subset"]]
+    if "--probe-images" in argv:  # a measurement setting (not in config.json): probes on fewer images
+        out["probe_images"] = ["all", int(argv[list(argv).index("--probe-images") + 1])]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Execution
+# --------------------------------------------------------------------------------------------
+
+
+def _atomic_json(path: Path, obj: Any) -> None:
+    from scale.checkpoint import atomic_write_json
+
+    atomic_write_json(path, obj)
+
+
+def _log(out: Path, record: dict[str, Any]) -> None:
+    with open(out / "grid_log.jsonl", "a") as fh:  # append-only log of attempts (one line each)
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def execute_in_process(run: PlannedRun, out: Path, device: str, threads: int | None = None) -> int:
+    """One run through ``scale.run.main`` in this process (a subprocess per device calls this too)."""
+    from scale import run as scale_run
+
+    run_dir = out / "runs" / run.name
+    state = run_state(run_dir)
+    if state == "done":
+        return 0
+    extra = ["--quiet", "--device", device] + (["--threads", str(threads)] if threads else [])
+    if state == "resume":  # the saved config holds the training settings; measurement and data flags do not
+        keep = [run.argv[i : i + 2] for i, a in enumerate(run.argv)
+                if a in ("--probe-images", "--data-dir", "--track-hessian-every")]
+        argv = ["--resume", str(run_dir), *[a for pair in keep for a in pair], *extra]
+    else:
+        argv = [*run.argv, "--out", str(out / "runs"), "--run-name", run.name, *extra]
+    saved, sys.argv = sys.argv, ["scale.run", *argv]  # the run's summary records its own command line
+    try:
+        return scale_run.main(argv)
+    finally:
+        sys.argv = saved
+
+
+def _finish_record(run: PlannedRun, out: Path, code: int, seconds: float, dataset: str) -> dict[str, Any]:
+    run_dir = out / "runs" / run.name
+    rec: dict[str, Any] = {"name": run.name, "exit_code": code, "seconds": seconds, "time": time.time()}
+    cfg_path = run_dir / "config.json"
+    if cfg_path.is_file():
+        cfg = json.loads(cfg_path.read_text())
+        _atomic_json(run_dir / "deviations.json", deviations(cfg, run.paper, dataset, run.argv))
+    return rec
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m scale.paper", description="Run the paper's experiment grid E1-E5 "
+                                "with its defaults (PAPER.md) and write the side-by-side report.")
+    p.add_argument("--dataset", default="cifar10", choices=("cifar10", "cifar100", "digits", "synthetic"),
+                   help="default: cifar10 (the paper's; digits offline on a CPU)")
+    p.add_argument("--backbone", default="resnet18", choices=("resnet18", "vit_tiny"), help="default: resnet18")
+    p.add_argument("--experiments", default=",".join(EXPERIMENTS),
+                   help=f"comma-separated subset of {', '.join(EXPERIMENTS)} (default: all)")
+    p.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 2 epochs, 384 training images")
+    p.add_argument("--seeds", type=int, help="seeds per configuration (default: 3; --quick 1)")
+    p.add_argument("--epochs", type=int, help="override every run's epochs (a recorded deviation)")
+    p.add_argument("--out", default=None, help="grid directory (default: paper-DATASET-BACKBONE[-quick])")
+    p.add_argument("--gpus", help="comma-separated CUDA device ids: one subprocess per device at a time")
+    p.add_argument("--jobs", type=int, default=1, help="CPU: parallel subprocesses (default 1: in this process)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: auto")
+    p.add_argument("--threads", type=int, help="torch CPU threads per run (default: scale.run's choice)")
+    p.add_argument("--data-dir", help="folder with the CIFAR archive (passed to scale.run)")
+    p.add_argument("--only", help="run only the named run of the plan (used for subprocesses)")
+    p.add_argument("--dry-run", action="store_true", help="write the manifest and print the plan; run nothing")
+    p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    return p
+
+
+def _parse_experiments(text: str) -> tuple[str, ...]:
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    bad = [n for n in names if n not in EXPERIMENTS]
+    if bad or not names:
+        raise SystemExit(f"scale.paper: error: unknown experiment(s) {bad or text!r}; valid: {', '.join(EXPERIMENTS)}")
+    return names
+
+
+def _child_argv(args: argparse.Namespace, name: str, device: str) -> list[str]:
+    argv = [sys.executable, "-m", "scale.paper", "--dataset", args.dataset, "--backbone", args.backbone,
+            "--experiments", args.experiments, "--out", str(args.out), "--only", name, "--device", device,
+            "--no-report"]
+    for flag, value in (("--seeds", args.seeds), ("--epochs", args.epochs), ("--threads", args.threads),
+                        ("--data-dir", args.data_dir)):
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv + (["--quick"] if args.quick else [])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    experiments = _parse_experiments(args.experiments)
+    for key in ("seeds", "epochs", "jobs", "threads"):
+        v = getattr(args, key)
+        if v is not None and v < 1:
+            print(f"scale.paper: error: --{key} must be a positive integer, got {v}", file=sys.stderr)
+            return 2
+    out = Path(args.out or f"paper-{args.dataset}-{args.backbone}{'-quick' if args.quick else ''}")
+    args.out = out
+    runs = plan(args.dataset, args.backbone, args.quick, experiments, args.seeds, args.epochs)
+    if args.data_dir:
+        for r in runs:
+            r.argv += ["--data-dir", args.data_dir]
+    if args.only:
+        chosen = [r for r in runs if r.name == args.only]
+        if not chosen:
+            print(f"scale.paper: error: no run named {args.only!r} in this plan", file=sys.stderr)
+            return 2
+        return execute_in_process(chosen[0], out, args.device, args.threads)
+
+    out.mkdir(parents=True, exist_ok=True)
+    from scale.run_report import git_commit, versions
+
+    manifest = {
+        "command": " ".join(["python", "-m", "scale.paper", *(argv if argv is not None else sys.argv[1:])]),
+        "dataset": args.dataset, "backbone": args.backbone, "quick": args.quick, "experiments": list(experiments),
+        "quick_settings": QUICK if args.quick else None, "assumptions": {e: ASSUMPTIONS[e] for e in experiments},
+        "paper_settings": {e: PAPER_SETTINGS[e] for e in experiments},
+        "runs": [asdict(r) for r in runs], "git_commit": git_commit(), "versions": versions(),
+    }
+    _atomic_json(out / "manifest.json", manifest)
+    states = {r.name: run_state(out / "runs" / r.name) for r in runs}
+    todo = [r for r in runs if states[r.name] != "done"]
+    print(f"scale.paper: {len(runs)} runs in {out} ({len(runs) - len(todo)} done, "
+          f"{sum(states[r.name] == 'resume' for r in todo)} to resume, "
+          f"{sum(states[r.name] == 'new' for r in todo)} new)",
+          flush=True)
+    if args.dry_run:
+        for r in runs:
+            print(f"  [{states[r.name]:6s}] {r.name}: python -m scale.run {' '.join(r.argv)}")
+        return 0
+
+    t0 = time.perf_counter()
+    interrupted = False
+    if args.gpus or args.jobs > 1:
+        slots = ([("cuda", g.strip()) for g in args.gpus.split(",") if g.strip()] if args.gpus
+                 else [("cpu", None)] * args.jobs)
+        jobs: queue.Queue[PlannedRun] = queue.Queue()
+        for r in todo:
+            jobs.put(r)
+        lock = threading.Lock()
+
+        def worker(device: str, gpu: str | None) -> None:
+            env = dict(os.environ)
+            if gpu is not None:
+                env["CUDA_VISIBLE_DEVICES"] = gpu
+            while True:
+                try:
+                    r = jobs.get_nowait()
+                except queue.Empty:
+                    return
+                t = time.perf_counter()
+                code = subprocess.run(_child_argv(args, r.name, device), env=env).returncode
+                rec = _finish_record(r, out, code, time.perf_counter() - t, args.dataset)
+                rec["device"] = f"{device}:{gpu}" if gpu is not None else device
+                with lock:
+                    _log(out, rec)
+                    print(f"  {r.name}: exit {code}, {rec['seconds']:.1f} s on {rec['device']}", flush=True)
+
+        threads = [threading.Thread(target=worker, args=slot) for slot in slots]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    else:
+        for r in todo:
+            t = time.perf_counter()
+            try:
+                code = execute_in_process(r, out, args.device, args.threads)
+            except KeyboardInterrupt:
+                code = 130
+            except Exception as exc:  # one broken run must not lose the rest of the grid
+                print(f"  {r.name}: failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                code = 1
+            rec = _finish_record(r, out, code, time.perf_counter() - t, args.dataset)
+            _log(out, rec)
+            print(f"  {r.name}: exit {code}, {rec['seconds']:.1f} s", flush=True)
+            if code == 130:
+                interrupted = True
+                print("scale.paper: interrupted; rerun the same command to resume", file=sys.stderr)
+                break
+    # Deviations of runs finished earlier (skipped now) are refreshed too.
+    for r in runs:
+        if (out / "runs" / r.name / "config.json").is_file():
+            cfg = json.loads((out / "runs" / r.name / "config.json").read_text())
+            _atomic_json(out / "runs" / r.name / "deviations.json", deviations(cfg, r.paper, args.dataset, r.argv))
+    wall = time.perf_counter() - t0
+    _log(out, {"name": "(grid)", "seconds": wall, "runs_attempted": len(todo), "time": time.time()})
+    print(f"scale.paper: {len(todo)} runs attempted in {wall:.1f} s", flush=True)
+    if not args.no_report:
+        from scale.report import write_report
+
+        path = write_report(out)
+        print(f"scale.paper: report {path}", flush=True)
+    return 130 if interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,593 @@
+r"""``python -m scale.report DIR``: the side-by-side report of a grid written by ``python -m scale.paper``.
+
+Reads ``DIR/manifest.json`` and every run directory under ``DIR/runs`` (config.json, metrics.jsonl,
+summary.json, deviations.json, curvature.jsonl and curvature_summary.json for E2, orbits.npz) and
+writes ``DIR/report.md`` with PNG figures beside it:
+
+    e1_variance.png     E1: mean per-dimension std of the normalised projector output per epoch
+    e1_condition.png    E1: covariance condition number of the projector output per epoch
+    e2_curvature.png    E2: lambda_min and lambda_max of H_eff per epoch
+    e4_orbits.png       E4: 2-D PCA projection of the rotation orbits, backbone z, head h, untrained head
+    compression.png     E4/E5: compression factor (spread z / spread h), trained and untrained heads
+
+Tables carry PAPER.md's reference figure (CIFAR-10, ResNet-18) next to ours, ours as mean +- std over
+seeds (over orbits where a single seed ran, and then said so). Each claim gets a verdict computed
+from our numbers only; the paper's figure is printed beside it and never enters a result.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scale.checkpoint import atomic_write_bytes, atomic_write_text
+
+# PAPER.md, "Reference figures (CIFAR-10, ResNet-18)": quantity -> (z, h, factor), as printed there.
+PAPER_E4 = {
+    "spread": ("2.25 +- 1.07", "0.10 +- 0.06", "21.85x compression"),
+    "kappa": ("0.125", "0.242", "1.93x"),
+    "d_intra": ("0.211 +- 0.045", "0.044 +- 0.011", "4.76x smaller"),
+    "d_inter": ("0.432 +- 0.052", "0.111 +- 0.014", "3.89x smaller"),
+    "ratio": ("2.04 +- 0.52", "2.50 +- 0.72", "1.22x higher"),
+}
+PAPER_PROBES = {"linear": ("52.27 %", "37.55 %", "-14.72 points"), "mlp": ("55.46 %", "43.56 %", "-11.90 points")}
+PAPER_E2 = {"normal-swish2": "rho_s 0.339; negative lambda_min in about 70 of 100 epochs",
+            "collapsed-swish2": "rho_s 0.609; negative lambda_min in about 70 of 100 epochs",
+            "collapsed-relu2": "rho_s 0.669; lambda_min exactly 0 after the first epoch"}
+PAPER_COMPRESSION, PAPER_COMPRESSION_UNTRAINED = "21.85x", "0.97x"
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def load_grid(out: Path) -> dict[str, Any]:
+    manifest = _read_json(out / "manifest.json")
+    if manifest is None:
+        raise FileNotFoundError(f"{out} has no manifest.json: not a grid directory of python -m scale.paper")
+    runs = []
+    for r in manifest["runs"]:
+        d = out / "runs" / r["name"]
+        runs.append(dict(r, dir=d, config=_read_json(d / "config.json"), summary=_read_json(d / "summary.json"),
+                         metrics=_read_jsonl(d / "metrics.jsonl"), deviations=_read_json(d / "deviations.json"),
+                         curvature=_read_jsonl(d / "curvature.jsonl"),
+                         curvature_summary=_read_json(d / "curvature_summary.json")))
+    return {"manifest": manifest, "runs": runs, "log": _read_jsonl(out / "grid_log.jsonl")}
+
+
+def _status(r: dict[str, Any]) -> str:
+    return (r["summary"] or {}).get("status", "not run")
+
+
+def _done(runs: list[dict[str, Any]], exp: str) -> list[dict[str, Any]]:
+    return [r for r in runs if r["experiment"] == exp and _status(r) == "finished"]
+
+
+# --------------------------------------------------------------------------------------------
+# Numbers
+# --------------------------------------------------------------------------------------------
+
+
+def mean_std(values: list[float]) -> tuple[float, float, int]:
+    """Mean and sample std (ddof 1; 0 for one value) of the finite values."""
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return math.nan, math.nan, 0
+    return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, int(v.size)
+
+
+def fmt(values: list[float], spec: str = ".3g", scale: float = 1.0, orbit_std: float | None = None,
+        unit: str = "") -> str:
+    """``mean +- std unit (n seeds)``; one seed: ``mean +- orbit_std unit (orbits)`` when ``orbit_std`` is
+    given, else ``mean unit (1 seed)``."""
+    m, s, n = mean_std([None if v is None else v * scale for v in values])
+    if n == 0:
+        return "-"
+    if n == 1:
+        if orbit_std is not None:
+            return f"{m:{spec}} +- {orbit_std * scale:{spec}}{unit} (orbits)"
+        return f"{m:{spec}}{unit} (1 seed)"
+    return f"{m:{spec}} +- {s:{spec}}{unit} ({n} seeds)"
+
+
+def _geo(r: dict[str, Any]) -> dict[str, Any] | None:
+    return (r["summary"] or {}).get("geometry")
+
+
+def _probe(r: dict[str, Any], space: str, kind: str) -> float | None:
+    p = (r["summary"] or {}).get("probes")
+    return None if p is None else p["rotation"][space][kind]["test"]
+
+
+# --------------------------------------------------------------------------------------------
+# Figures
+# --------------------------------------------------------------------------------------------
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=100)
+    _plt().close(fig)
+    return buf.getvalue()
+
+
+def _curve(runs: list[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Epochs, mean and std over runs of ``key`` (runs cut to the shortest history)."""
+    series = [[m.get(key, math.nan) for m in r["metrics"]] for r in runs if r["metrics"]]
+    if not series:
+        return None
+    n = min(len(s) for s in series)
+    a = np.asarray([s[:n] for s in series], dtype=float)
+    return np.arange(1, n + 1), np.nanmean(a, axis=0), np.nanstd(a, axis=0)
+
+
+def figure_e1(runs: list[dict[str, Any]], key: str, ylabel: str) -> bytes | None:
+    e1 = [r for r in runs if r["experiment"] == "E1" and r["metrics"]]
+    if not e1:
+        return None
+    plt = _plt()
+    from matplotlib.ticker import MaxNLocator
+
+    lrs = sorted({r["labels"]["lr"] for r in e1})
+    fig, axes = plt.subplots(2, len(lrs), figsize=(3.6 * len(lrs), 6), squeeze=False, sharex=True)
+    for i, bn in enumerate((False, True)):
+        for j, lr in enumerate(lrs):
+            ax = axes[i][j]
+            for head in sorted({r["labels"]["head"] for r in e1}):
+                group = [r for r in e1 if r["labels"] == dict(head=head, bn=bn, lr=lr)]
+                c = _curve(group, key)
+                if c is None:
+                    continue
+                ep, m, s = c
+                ax.plot(ep, m, marker="o", ms=3, label=head)
+                ax.fill_between(ep, np.maximum(m - s, 1e-12), m + s, alpha=0.2)
+            ax.set_yscale("log")
+            ax.set_title(f"BatchNorm {'on' if bn else 'off'}, lr {lr:g}", fontsize=9)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel("epoch")
+            if j == 0:
+                ax.set_ylabel(ylabel)
+    axes[0][0].legend(fontsize=7)
+    return _png(fig)
+
+
+def figure_e2(runs: list[dict[str, Any]]) -> bytes | None:
+    e2 = [r for r in runs if r["experiment"] == "E2" and r["curvature"]]
+    if not e2:
+        return None
+    plt = _plt()
+    from matplotlib.ticker import MaxNLocator
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for r in e2:
+        label = f"{r['labels']['init']}/{r['labels']['head']}"
+        ep = [c["epoch"] for c in r["curvature"]]
+        ax1.plot(ep, [c["lambda_max"] for c in r["curvature"]], marker="o", ms=3, label=label)
+        ax2.plot(ep, [c["lambda_min"] for c in r["curvature"]], marker="o", ms=3, label=label)
+    scale = max(abs(c["lambda_max"]) for r in e2 for c in r["curvature"]) or 1.0
+    ax1.set_yscale("log")
+    ax1.set_title("lambda_max of H_eff", fontsize=9)
+    ax2.set_yscale("symlog", linthresh=max(1e-12, 1e-6 * scale))
+    ax2.axhline(0.0, color="grey", lw=0.5)
+    ax2.set_title("lambda_min of H_eff (symlog)", fontsize=9)
+    for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("epoch")
+        ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def _pca2(X: np.ndarray) -> np.ndarray:
+    Xc = X - X.mean(0)
+    _, _, Vt = np.linalg.svd(Xc, full_matrices=False)
+    return Xc @ Vt[:2].T
+
+
+def figure_orbits(npz: Path) -> bytes | None:
+    if not npz.is_file():
+        return None
+    data = np.load(npz)
+    plt = _plt()
+    spaces = [("z", "backbone z"), ("h", "head h(z)"), ("h_untrained", "untrained head (control)")]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
+    labels = data["labels"]
+    classes = sorted(set(labels.tolist()))
+    cmap = plt.get_cmap("tab10")
+    for ax, (key, title) in zip(axes, spaces):
+        F = data[key]  # (n_orbits, P, dim)
+        n, P, _ = F.shape
+        Y = _pca2(F.reshape(n * P, -1)).reshape(n, P, 2)
+        for o in range(n):
+            col = cmap(classes.index(int(labels[o])) % 10)
+            loop = np.concatenate([Y[o], Y[o][:1]])
+            ax.plot(loop[:, 0], loop[:, 1], "-", color=col, lw=0.8, alpha=0.7)
+            ax.scatter(Y[o][:, 0], Y[o][:, 1], color=col, s=10)
+        ax.set_title(f"{title}: PCA of its own points", fontsize=9)
+        ax.set_aspect("equal", adjustable="datalim")
+    fig.suptitle("E4 rotation orbits (one loop per image, colour = class)", fontsize=10)
+    return _png(fig)
+
+
+def figure_compression(groups: list[tuple[str, list[dict[str, Any]]]]) -> bytes | None:
+    rows = [(name, [g for g in (_geo(r) for r in rs) if g]) for name, rs in groups]
+    rows = [(n, g) for n, g in rows if g]
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(rows), 3.6))
+    x = np.arange(len(rows))
+    bars = ((-0.27, "compression", "trained head"), (0.0, "compression_untrained", "untrained head"),
+            (0.27, "compression_untrained_nobias", "untrained head, no biases"))
+    for off, key, label in bars:
+        ms = [mean_std([g.get(key) for g in gs]) for _, gs in rows]
+        ax.bar(x + off, [m for m, _, _ in ms], 0.27, yerr=[s for _, s, _ in ms], label=label, capsize=3)
+    ax.axhline(1.0, color="grey", lw=0.6)
+    ax.set_xticks(x, [n for n, _ in rows], fontsize=8)
+    ax.set_ylabel("spread z / spread h")
+    ax.set_yscale("log")
+    ax.set_title(f"orbit compression (paper, CIFAR-10: {PAPER_COMPRESSION} trained, "
+                 f"{PAPER_COMPRESSION_UNTRAINED} untrained)", fontsize=9)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+# --------------------------------------------------------------------------------------------
+# The report
+# --------------------------------------------------------------------------------------------
+
+
+def _verdict(ok: bool | None) -> str:
+    return "not measured" if ok is None else ("holds here" if ok else "does not hold here")
+
+
+def _final(r: dict[str, Any], key: str) -> float | None:
+    return r["metrics"][-1].get(key) if r["metrics"] else None
+
+
+def write_report(out: str | Path, figures: bool = True) -> Path:
+    """Write ``out/report.md`` (and, with ``figures``, the PNG figures) from the grid's directories."""
+    out = Path(out)
+    grid = load_grid(out)
+    man, runs = grid["manifest"], grid["runs"]
+    dataset, backbone = man["dataset"], man["backbone"]
+    comparable = dataset == "cifar10" and backbone == "resnet18"
+    e3 = _done(runs, "E3E4")
+    e5 = _done(runs, "E5")
+    if figures:
+        depth_groups = [(f"E5 depth {d}", [r for r in e5 if r["labels"]["depth"] == d])
+                        for d in sorted({r["labels"]["depth"] for r in e5})]
+        pngs: dict[str, bytes | None] = {
+            "e1_variance.png": figure_e1(runs, "h_std", "h std (normalised)"),
+            "e1_condition.png": figure_e1(runs, "h_cond", "h covariance condition number"),
+            "e2_curvature.png": figure_e2(runs),
+            "e4_orbits.png": figure_orbits(e3[0]["dir"] / "orbits.npz") if e3 else None,
+            "compression.png": figure_compression([("E3/E4 relu2", e3), *depth_groups]),
+        }
+        for name, png in pngs.items():
+            if png is not None:
+                atomic_write_bytes(out / name, png)
+
+    calls = [rec for rec in grid["log"] if rec.get("name") == "(grid)"]
+    run_seconds = sum(rec.get("seconds", 0.0) for rec in grid["log"] if rec.get("name") != "(grid)")
+    L: list[str] = [
+        f"# The paper's grid on {dataset} / {backbone}{' (--quick)' if man['quick'] else ''}",
+        "",
+        f"Generated by `{man['command']}`; regenerate this report from the run directories with "
+        f"`python -m scale.report {out}`. Commit {man['git_commit']}; versions {man['versions']}.",
+        "",
+        f"Runs: {sum(_status(r) == 'finished' for r in runs)} finished, "
+        f"{sum(_status(r) == 'non-finite loss' for r in runs)} stopped on a non-finite loss, "
+        f"{sum(_status(r) not in ('finished', 'non-finite loss') for r in runs)} not finished, of {len(runs)}. "
+        f"Wall time of all run attempts: {run_seconds:.0f} s; `scale.paper` invocations (runs attempted, wall "
+        "time): " + (", ".join(f"({c.get('runs_attempted')}, {c['seconds']:.0f} s)" for c in calls) or "none") + ".",
+        "",
+    ]
+    if not comparable:
+        L += [f"**Not comparable in value.** PAPER.md's reference figures are CIFAR-10 / ResNet-18 at the paper's "
+              f"sizes; these runs are {dataset} / {backbone} with the deviations listed below. The paper's column is "
+              "printed for orientation; the verdicts read only our numbers.", ""]
+    # Deviations, collected per experiment: setting -> set of (paper, ours)
+    L += ["## Deviations from the paper's settings", "",
+          "Computed from each run's saved config.json against PAPER.md's settings "
+          "(per run in `runs/NAME/deviations.json`).",
+          "", "| experiment | setting | paper | ours |", "|---|---|---|---|"]
+    for exp in man["experiments"]:
+        seen: dict[str, set[str]] = {}
+        paper_val: dict[str, str] = {}
+        for r in runs:
+            if r["experiment"] != exp or not r["deviations"]:
+                continue
+            for k, (p, o) in r["deviations"].items():
+                seen.setdefault(k, set()).add(str(o))
+                paper_val[k] = str(p)
+        for k in sorted(seen):
+            L.append(f"| {exp} | {k} | {paper_val[k]} | {', '.join(sorted(seen[k]))} |")
+    L += ["", "Where PAPER.md is silent:", ""]
+    L += [f"- {exp}: {text}" for exp, text in man["assumptions"].items()]
+    L += ["- E1 and E2 use SimSiam's negative-cosine loss, whose Hessian is indefinite: outside the PSD premise of "
+          "Theorem 4.1 part 1 (PAPER.md's audit caveat). E3-E5 use NT-Xent.", ""]
+
+    verdicts: list[tuple[str, str, str, str]] = []
+    L += _section_e1(runs, verdicts)
+    L += _section_e2(runs, verdicts)
+    L += _section_e4(e3, comparable, verdicts)
+    L += _section_e5(e5)
+    head = ["## Verdicts, as measured", "",
+            "Each verdict reads our numbers only (the paper's figure is beside it, for comparison).", "",
+            "| claim (PAPER.md) | ours | paper | verdict |", "|---|---|---|---|"]
+    head += [f"| {c} | {o} | {p} | {v} |" for c, o, p, v in verdicts] + [""]
+    intro_end = L.index("## Deviations from the paper's settings")
+    L = L[:intro_end] + head + L[intro_end:]
+    L += ["## Runs", "", "| run | status | epochs | final loss | wall s | deviations |", "|---|---|---|---|---|---|"]
+    for r in runs:
+        s = r["summary"] or {}
+        loss = _final(r, "loss")
+        L.append(f"| {r['name']} | {_status(r)} | {s.get('epochs_done', '-')} | "
+                 f"{'-' if loss is None else f'{loss:.4f}'} | {s.get('wall_seconds', 0):.1f} | "
+                 f"{len(r['deviations'] or {})} |")
+    L.append("")
+    path = out / "report.md"
+    atomic_write_text(path, "\n".join(L))
+    return path
+
+
+def _section_e1(runs, verdicts) -> list[str]:
+    e1 = [r for r in runs if r["experiment"] == "E1"]
+    if not e1:
+        return []
+    L = ["## E1: collapse dynamics (SimSiam-style, pseudo-collapse initialisation)", "",
+         "Final epoch, probe batch: `h std` = mean per-dimension std of the L2-normalised projector output "
+         "(collapse: 0; a uniform spread over the sphere: 1/sqrt(k)); `h cond` = covariance condition number "
+         "(lambda_min clamped at 1e-7). Mean +- std over seeds.", "",
+         "| head | BatchNorm | lr | h std after epoch 1 | h std final | h cond final | non-finite |",
+         "|---|---|---|---|---|---|---|"]
+    heads = sorted({r["labels"]["head"] for r in e1}, key=lambda h: ("linear", "relu2", "gelu2", "swish2").index(h)
+                   if h in ("linear", "relu2", "gelu2", "swish2") else 9)
+    lrs = sorted({r["labels"]["lr"] for r in e1})
+    final: dict[tuple[str, bool, float], float] = {}
+    for head in heads:
+        for bn in (False, True):
+            for lr in lrs:
+                g = [r for r in e1 if r["labels"] == dict(head=head, bn=bn, lr=lr)]
+                ok = [r for r in g if _status(r) == "finished"]
+                first = [r["metrics"][0]["h_std"] for r in ok if r["metrics"]]
+                last = [_final(r, "h_std") for r in ok]
+                final[(head, bn, lr)] = mean_std(last)[0]
+                L.append(f"| {head} | {'on' if bn else 'off'} | {lr:g} | {fmt(first, '.3g')} | {fmt(last, '.3g')} | "
+                         f"{fmt([_final(r, 'h_cond') for r in ok], '.3g')} | "
+                         f"{sum(_status(r) == 'non-finite loss' for r in g)} of {len(g)} |")
+    L += ["", "![E1 variance](e1_variance.png)", "", "![E1 condition number](e1_condition.png)", ""]
+
+    def val(head, bn, lr):
+        v = final.get((head, bn, lr))
+        return None if v is None or not math.isfinite(v) else v
+
+    lr0 = 0.05 if 0.05 in lrs else lrs[len(lrs) // 2]
+    lin, smooth = val("linear", False, lr0), [val(h, False, lr0) for h in ("gelu2", "swish2")]
+    ok = None if lin is None or None in smooth else all(s > lin for s in smooth)
+    verdicts.append(("Thm 4.1: smooth heads (GELU, Swish) leave pseudo-collapse, a linear head does not "
+                     f"(E1, BN off, lr {lr0:g}: final h std)",
+                     f"linear {_n(lin)}; gelu {_n(smooth[0])}; swish {_n(smooth[1])}", "qualitative (no figure)",
+                     _verdict(ok)))
+    lo = lrs[0]
+    relu, lin_lo = val("relu2", False, lo), val("linear", False, lo)
+    sm_lo = [val(h, False, lo) for h in ("gelu2", "swish2")]
+    ok = None
+    if relu is not None and lin_lo is not None and None not in sm_lo and relu > 0 and lin_lo > 0:
+        ok = abs(math.log(relu / lin_lo)) < abs(math.log(relu / float(np.mean(sm_lo))))
+    verdicts.append((f"ReLU gap: without BN and at the smallest step (lr {lo:g}) ReLU behaves like linear "
+                     "(final h std closer to linear's than to the smooth heads' mean, in log)",
+                     f"relu {_n(relu)}; linear {_n(lin_lo)}; "
+                     f"smooth mean {_n(float(np.mean(sm_lo)) if None not in sm_lo else None)}",
+                     "qualitative (no figure)", _verdict(ok)))
+    relu_bn = val("relu2", True, lo)
+    verdicts.append((f"ReLU escapes through BatchNorm (lr {lo:g}: final h std with BN > without)",
+                     f"BN on {_n(relu_bn)}; off {_n(relu)}", "qualitative (no figure)",
+                     _verdict(None if relu is None or relu_bn is None else relu_bn > relu)))
+    return L
+
+
+def _n(v: float | None) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:.3g}"
+
+
+def _section_e2(runs, verdicts) -> list[str]:
+    e2 = [r for r in runs if r["experiment"] == "E2"]
+    if not e2:
+        return []
+    L = ["## E2: Hessian tracking (H_eff with respect to the backbone output)", "",
+         "Once per epoch on a fixed probe batch (BatchNorm in eval mode); lambda_min and lambda_max by Lanczos in "
+         "float64; `negative` = fraction of measurements with lambda_min < -1e-9 x the spectral scale; Spearman "
+         "between representation variance and condition number over the measurements where H_eff was positive "
+         "definite (the condition number exists only there).", "",
+         "`|M|/|H|` and the negative counts of the last measurement: `H` = all negative eigenvalues of H_eff, `G` = "
+         "those of the Gauss-Newton part alone (exact, per-sample blocks, where the objective allows).", "",
+         "| run | measurements (probe rows) | negative lambda_min | last lambda_min | last lambda_max | "
+         "last abs(M)/abs(H) | last negatives H / G | Spearman (points) | paper |",
+         "|---|---|---|---|---|---|---|---|---|"]
+    m_ratio: dict[str, float | None] = {}
+    frac: dict[str, float | None] = {}
+    for r in e2:
+        key = f"{r['labels']['init']}-{r['labels']['head']}"
+        cs, cur = r["curvature_summary"] or {}, r["curvature"]
+        frac[key] = cs.get("negative_lambda_min_fraction")
+        rho = cs.get("spearman_zvar_condition")
+        last = cur[-1] if cur else {}
+        m_ratio[key] = last.get("M_over_H")
+        L.append(f"| {r['labels']['init']}/{r['labels']['head']} ({_status(r)}) | {len(cur)} "
+                 f"({cs.get('probe_rows', '-')}) | "
+                 f"{'-' if frac[key] is None else f'{100 * frac[key]:.0f} %'} | {_n(last.get('lambda_min'))} | "
+                 f"{_n(last.get('lambda_max'))} | {_n(m_ratio[key])} | "
+                 f"{last.get('n_negative', '-')} / {last.get('n_negative_G', '-')} | "
+                 f"{'-' if rho is None else f'{rho:.3f}'} "
+                 f"({cs.get('spearman_points', 0)}) | {PAPER_E2.get(key, '-')} |")
+    L += ["", "![E2 curvature](e2_curvature.png)", ""]
+    sw = [frac.get("normal-swish2"), frac.get("collapsed-swish2")]
+    re = frac.get("collapsed-relu2")
+    ok = None if re is None or None in sw else min(sw) > re
+    verdicts.append(("E2: Swish heads show negative lambda_min of H_eff more often than the collapsed ReLU head "
+                     "(fraction of measurements)",
+                     f"swish normal {_pct(sw[0])}, collapsed {_pct(sw[1])}; relu {_pct(re)}",
+                     "about 70 % (Swish); 0 after epoch 1 (ReLU)", _verdict(ok)))
+    mr = m_ratio.get("collapsed-relu2")
+    verdicts.append(("Eq. (1) / ReLU gap: a ReLU head has no interaction term (abs(M)/abs(H) = 0 at the last "
+                     "measurement, E2 collapsed/ReLU)", _n(mr), "M = 0 (s'' = 0 a.e.)",
+                     _verdict(None if mr is None else mr == 0.0)))
+    L += ["Negative eigenvalues counted in `G` come from the loss Hessian: SimSiam's negative cosine has an "
+          "indefinite Hessian (PAPER.md's audit caveat), so `G = J^T (grad^2 L) J` need not be PSD and lambda_min "
+          "< 0 does not by itself show the head's curvature at work; `|M|/|H|` separates the two.", ""]
+    return L
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.0f} %"
+
+
+def _section_e4(e3, comparable: bool, verdicts) -> list[str]:
+    if not e3:
+        return []
+    geos = [g for g in (_geo(r) for r in e3) if g]
+    if not geos:
+        return []
+    single = len(geos) == 1
+    paper_head = "paper (CIFAR-10)" if comparable else "paper (CIFAR-10; not comparable here)"
+    s = geos[0]["settings"]
+    L = ["## E3 + E4: the guillotine (SimCLR): orbit geometry and probes", "",
+         f"{s['n_orbits']} orbits ({s['classes']} classes x {s['per_class']} test images) x {s['points_per_orbit']} "
+         f"{s['family']} values ({s['values'][0]:g} to {s['values'][-1]:g}); kappa on a {s['sweep_points']}-point "
+         f"sweep ({s['sweep_values'][0]:g} to {s['sweep_values'][-1]:g}). "
+         + ("One seed: +- is the std over orbits (class pairs for D_inter, sweeps for kappa)."
+            if single else "+- is the std over seeds of the per-run means."), "",
+         f"| quantity | {paper_head} z | h | factor | ours z | ours h | ours factor | untrained head (ours) |",
+         "|---|---|---|---|---|---|---|---|"]
+    factors = {"spread": "compression", "kappa": "kappa_factor", "d_intra": "d_intra_factor",
+               "d_inter": "d_inter_factor", "ratio": "ratio_factor"}
+    rows = (("spread", "orbit spread (x 1e-2)", 100.0), ("kappa", "curvature kappa", 1.0), ("d_intra", "D_intra", 1.0),
+            ("d_inter", "D_inter", 1.0), ("ratio", "D_inter / D_intra", 1.0))
+    for key, label, sc in rows:
+        pz, ph, pf = PAPER_E4[key]
+        cells = []
+        for space in ("z", "h", None, "h_untrained"):
+            if space is None:
+                cells.append(fmt([g[factors[key]] for g in geos], ".3g", unit="x"))
+                continue
+            vals = [g[space][key]["mean"] for g in geos]
+            cells.append(fmt(vals, ".3g", sc, orbit_std=geos[0][space][key]["std"] if single else None))
+        L.append(f"| {label} | {pz} | {ph} | {pf} | " + " | ".join(cells) + " |")
+    comp = mean_std([g["compression"] for g in geos])[0]
+    comp0 = mean_std([g["compression_untrained"] for g in geos])[0]
+    comp_raw = mean_std([g["compression_raw_input"] for g in geos])[0]
+    comp0b = mean_std([g.get("compression_untrained_nobias") for g in geos])[0]
+    L += ["", f"Compression: trained head {comp:.3g}x, untrained head {comp0:.3g}x (paper: {PAPER_COMPRESSION}, "
+          f"{PAPER_COMPRESSION_UNTRAINED}). Beside the protocol: the untrained head without biases {_n(comp0b)}x "
+          f"(on unit-norm z a default bias can outweigh the first layer's W z and pull all points together); the "
+          f"trained head applied to the raw z it was trained on {comp_raw:.3g}x.", ""]
+    L += ["| probe (test accuracy) | paper z | paper h | paper h - z | ours z | ours h | ours h - z |",
+          "|---|---|---|---|---|---|---|"]
+    diffs = {}
+    for kind, label in (("linear", "rotation, linear"), ("mlp", "rotation, MLP"), ("ridge", "rotation, ridge (mini)")):
+        z = [_probe(r, "z", kind) for r in e3]
+        h = [_probe(r, "h", kind) for r in e3]
+        d = [None if a is None or b is None else b - a for a, b in zip(z, h)]  # h - z, the paper's sign
+        diffs[kind] = mean_std(d)[0]
+        pz, ph, pd = PAPER_PROBES.get(kind, ("-", "-", "-"))
+        L.append(f"| {label} | {pz} | {ph} | {pd} | {fmt(z, '.4g', 100, unit=' %')} | "
+                 f"{fmt(h, '.4g', 100, unit=' %')} | "
+                 f"{fmt(d, '+.3g', 100, unit=' points')} |")
+    cz = [((r["summary"] or {}).get("probes") or {}).get("class_ridge", {}).get("z", {}).get("test") for r in e3]
+    ch = [((r["summary"] or {}).get("probes") or {}).get("class_ridge", {}).get("h", {}).get("test") for r in e3]
+    dc = [None if a is None or b is None else b - a for a, b in zip(cz, ch)]
+    L.append(f"| class labels, ridge (mini; not in the paper) | - | - | - | {fmt(cz, '.4g', 100, unit=' %')} | "
+             f"{fmt(ch, '.4g', 100, unit=' %')} | {fmt(dc, '+.3g', 100, unit=' points')} |")
+    L += ["", "![E4 orbits](e4_orbits.png)", "", "![compression](compression.png)", ""]
+    kap = mean_std([g["kappa_factor"] for g in geos])[0]
+    rat = mean_std([g["ratio_factor"] for g in geos])[0]
+    verdicts += [
+        ("E4: the trained head compresses rotation orbits (spread z / spread h > 1)", f"{comp:.3g}x",
+         PAPER_COMPRESSION, _verdict(comp > 1 if math.isfinite(comp) else None)),
+        ("E4: the compression is learned (trained head compresses more than an untrained one)",
+         f"{comp:.3g}x vs {comp0:.3g}x", f"{PAPER_COMPRESSION} vs {PAPER_COMPRESSION_UNTRAINED}",
+         _verdict(comp > comp0 if math.isfinite(comp) and math.isfinite(comp0) else None)),
+        ("E4: the head raises the curvature kappa along the sweep (h / z > 1)", f"{kap:.3g}x", "1.93x",
+         _verdict(kap > 1 if math.isfinite(kap) else None)),
+        ("E4: the head raises D_inter / D_intra (h / z > 1)", f"{rat:.3g}x", "1.22x",
+         _verdict(rat > 1 if math.isfinite(rat) else None)),
+        ("E3: the rotation is harder to read from h than from z (linear probe, h - z < 0)",
+         f"{100 * diffs['linear']:+.3g} points", "-14.72 points",
+         _verdict(diffs["linear"] < 0 if math.isfinite(diffs["linear"]) else None)),
+        ("E3: the same with the MLP probe", f"{100 * diffs['mlp']:+.3g} points", "-11.90 points",
+         _verdict(diffs["mlp"] < 0 if math.isfinite(diffs["mlp"]) else None)),
+    ]
+    return L
+
+
+def _section_e5(e5) -> list[str]:
+    if not e5:
+        return []
+    L = ["## E5: head depth (SimCLR, Swish + BatchNorm head)", "",
+         "PAPER.md states no figure for E5; mean +- std over seeds (one seed: the value).", "",
+         "| depth | head | final loss | compression | untrained | kappa h / z | rotation linear z / h | "
+         "rotation MLP z / h | class ridge z / h |", "|---|---|---|---|---|---|---|---|---|"]
+    for d in sorted({r["labels"]["depth"] for r in e5}):
+        g = [r for r in e5 if r["labels"]["depth"] == d]
+        geos = [x for x in (_geo(r) for r in g) if x]
+
+        def both(kind, rs=g):
+            return (f"{fmt([_probe(r, 'z', kind) for r in rs], '.3g', 100, unit=' %')} / "
+                    f"{fmt([_probe(r, 'h', kind) for r in rs], '.3g', 100, unit=' %')}")
+
+        cz = [(r["summary"].get("probes") or {}).get("class_ridge", {}).get("z", {}).get("test") for r in g]
+        ch = [(r["summary"].get("probes") or {}).get("class_ridge", {}).get("h", {}).get("test") for r in g]
+        L.append(f"| {d} | {g[0]['labels']['head']} | {fmt([_final(r, 'loss') for r in g], '.4g')} | "
+                 f"{fmt([x['compression'] for x in geos], unit='x')} | "
+                 f"{fmt([x['compression_untrained'] for x in geos], unit='x')} | "
+                 f"{fmt([x['kappa_factor'] for x in geos], unit='x')} | {both('linear')} | {both('mlp')} | "
+                 f"{fmt(cz, '.3g', 100, unit=' %')} / {fmt(ch, '.3g', 100, unit=' %')} |")
+    L.append("")
+    return L
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] in ("-h", "--help"):
+        print("usage: python -m scale.report DIR   (DIR: a grid directory written by python -m scale.paper)",
+              file=sys.stderr if len(args) != 1 else sys.stdout)
+        return 0 if args and args[0] in ("-h", "--help") else 2
+    try:
+        path = write_report(Path(args[0]))
+    except FileNotFoundError as exc:
+        print(f"scale.report: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"report: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""scale.paper and scale.report: the grid's plan keeps the paper's settings (and records every deviation),
+completed runs are skipped, interrupted ones resumed, and the report regenerates from the run directories
+with verdicts that follow the numbers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from scale import paper, report
+from scale.paper import PAPER_SETTINGS, deviations, plan, run_state
+
+
+def _argv_value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_full_plan_has_the_paper_grid_and_settings():
+    runs = plan("cifar10", "resnet18", quick=False)
+    by_exp = {e: [r for r in runs if r.experiment == e] for e in paper.EXPERIMENTS}
+    assert len(by_exp["E1"]) == 4 * 2 * 3 * 3 and len(by_exp["E2"]) == 3
+    assert len(by_exp["E3E4"]) == 3 and len(by_exp["E5"]) == 3 * 3
+    assert len({r.name for r in runs}) == len(runs)
+    e1 = next(r for r in runs if r.name == "E1-swish2-bn1-lr0.5-s2")
+    for flag, value in (("--method", "simsiam"), ("--batch-size", "512"), ("--epochs", "50"), ("--lr", "0.5"),
+                        ("--optimizer", "sgd"), ("--init", "collapsed"), ("--head-width", "2048"), ("--seed", "2")):
+        assert _argv_value(e1.argv, flag) == value, flag
+    assert "--head-bn" in e1.argv and "--no-head-bias" in e1.argv
+    lin = next(r for r in runs if r.name == "E1-linear-bn1-lr0.05-s0")
+    assert "--head-out-bn" in lin.argv and "--no-head-bn" in lin.argv  # a linear head's BatchNorm: on its output
+    e2 = [r for r in runs if r.experiment == "E2"]
+    assert all(r.track_hessian and _argv_value(r.argv, "--batch-size") == "256" for r in e2)
+    assert all(_argv_value(r.argv, "--track-hessian-every") == "epoch" for r in e2)
+    assert {(r.labels["init"], r.labels["head"]) for r in e2} == set(paper.E2_RUNS)
+    assert [_argv_value(r.argv, "--head") for r in by_exp["E5"][:3]] == ["swish2", "swish3", "swish4"]
+    assert all("--temperature" in r.argv and _argv_value(r.argv, "--method") == "simclr" for r in by_exp["E5"])
+    assert all(_argv_value(r.argv, "--epochs") == "20" for r in plan("cifar100", "resnet18", False, ("E1",)))
+    quick = plan("digits", "resnet18", quick=True)
+    assert len(quick) == 24 + 3 + 1 + 3 and all(_argv_value(r.argv, "--epochs") == "2" for r in quick)
+    assert all("--batch-size" not in r.argv for r in quick)  # digits: scale.run's CPU sizes (deviations)
+
+
+def test_deviations_are_read_from_the_resolved_config():
+    ref = dict(PAPER_SETTINGS["E3E4"])
+    cfg = {k: v for k, v in ref.items()}
+    cfg.update(backbone_width=None, train_subset=None)
+    assert deviations(cfg, ref, "cifar10") == {}
+    cfg.update(epochs=2, lr=1e-3 + 1e-15, train_subset=100)
+    dev = deviations(cfg, ref, "digits", ["--probe-images", "64"])
+    assert dev == {"dataset": ["cifar10", "digits"], "epochs": [50, 2], "train_subset": ["all", 100],
+                   "probe_images": ["all", 64]}
+
+
+def test_subprocess_command_and_bad_arguments(tmp_path, capsys):
+    args = paper.build_parser().parse_args(["--dataset", "digits", "--quick", "--gpus", "0,1", "--out", "g"])
+    argv = paper._child_argv(args, "E5-depth2-s0", "cuda")
+    assert argv[1:3] == ["-m", "scale.paper"] and _argv_value(argv, "--only") == "E5-depth2-s0"
+    assert _argv_value(argv, "--device") == "cuda" and "--quick" in argv and "--no-report" in argv
+    out = str(tmp_path / "g")
+    assert paper.main(["--dataset", "digits", "--out", out, "--only", "E9-nothing"]) == 2
+    assert "no run named" in capsys.readouterr().err
+    assert paper.main(["--dataset", "digits", "--out", out, "--seeds", "0"]) == 2
+    with pytest.raises(SystemExit, match="unknown experiment"):
+        paper.main(["--experiments", "E1,E7", "--out", out])
+
+
+def _grid(tmp_path, *extra: str) -> int:
+    return paper.main(["--dataset", "synthetic", "--experiments", "E3E4", "--quick", "--epochs", "1",
+                       "--out", str(tmp_path / "grid"), "--device", "cpu", "--threads", "1", *extra])
+
+
+def test_grid_skips_completed_runs_resumes_interrupted_ones_and_the_report_regenerates(tmp_path):
+    out = tmp_path / "grid"
+    assert _grid(tmp_path) == 0
+    run = out / "runs" / "E3E4-relu2-s0"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and "geometry" in summary and "probes" in summary
+    assert json.loads((run / "deviations.json").read_text())["dataset"] == ["cifar10", "synthetic"]
+    assert run_state(run) == "done"
+    first_wall = summary["wall_seconds"]
+
+    # a second invocation attempts nothing
+    assert _grid(tmp_path, "--no-report") == 0
+    log = [json.loads(line) for line in (out / "grid_log.jsonl").read_text().splitlines()]
+    assert log[-1]["name"] == "(grid)" and log[-1]["runs_attempted"] == 0
+    assert json.loads((run / "summary.json").read_text())["wall_seconds"] == first_wall
+
+    # an interrupted run (checkpoint, no final summary) is resumed, not restarted: the history is kept
+    (run / "summary.json").unlink()
+    assert run_state(run) == "resume"
+    assert _grid(tmp_path, "--no-report") == 0
+    again = json.loads((run / "summary.json").read_text())
+    assert again["status"] == "finished" and again["epochs_done"] == 1
+    assert again["command"].split().count("--resume") == 1
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 1
+
+    # the report regenerates from the directories alone
+    for f in ("report.md", "compression.png", "e4_orbits.png"):
+        (out / f).unlink()
+    assert report.main([str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert (out / "compression.png").is_file() and (out / "e4_orbits.png").is_file()
+    assert "Not comparable in value" in text and "21.85x" in text and "## Verdicts, as measured" in text
+    assert report.main([str(tmp_path / "nothing")]) == 1
+
+
+def _fake_run(root, r, h_std: list[float], curvature: list[float] | None = None) -> None:
+    d = root / "runs" / r.name
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text(json.dumps({"status": "finished", "epochs_done": len(h_std), "wall_seconds": 1.0}))
+    (d / "metrics.jsonl").write_text("".join(
+        json.dumps({"epoch": i + 1, "loss": 0.0, "h_std": v, "h_cond": 10.0}) + "\n" for i, v in enumerate(h_std)))
+    if curvature is not None:
+        recs = [{"epoch": i + 1, "step": i + 1, "lambda_min": v, "lambda_max": 1.0, "scale": 1.0}
+                for i, v in enumerate(curvature)]
+        (d / "curvature.jsonl").write_text("".join(json.dumps(c) + "\n" for c in recs))
+        neg = sum(v < -1e-9 for v in curvature) / len(curvature)
+        (d / "curvature_summary.json").write_text(json.dumps({"negative_lambda_min_fraction": neg,
+                                                              "spearman_zvar_condition": None, "spearman_points": 0}))
+
+
+@pytest.mark.parametrize("smooth_escapes", [True, False])
+def test_report_verdicts_follow_the_measured_numbers(tmp_path, smooth_escapes):
+    runs = plan("digits", "resnet18", quick=True, experiments=("E1", "E2"))
+    man = {"command": "test", "dataset": "digits", "backbone": "resnet18", "quick": True, "experiments": ["E1", "E2"],
+           "assumptions": {}, "runs": [paper.asdict(r) for r in runs], "git_commit": "x", "versions": {}}
+    (tmp_path / "manifest.json").write_text(json.dumps(man))
+    for r in runs:
+        if r.experiment == "E1":
+            smooth = r.labels["head"] in ("gelu2", "swish2")
+            final = 0.05 if smooth == smooth_escapes else 0.001
+            _fake_run(tmp_path, r, [0.001, final])
+        else:
+            neg = r.labels["head"] == "swish2"
+            _fake_run(tmp_path, r, [0.01, 0.01], [-0.1 if neg == smooth_escapes else 0.0] * 2)
+    report.write_report(tmp_path, figures=smooth_escapes)  # the figures once (they cost seconds)
+    text = (tmp_path / "report.md").read_text()
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
+    thm = next(v for k, v in rows.items() if k.startswith("| Thm 4.1"))
+    e2 = next(v for k, v in rows.items() if k.startswith("| E2: Swish"))
+    want = "holds here" if smooth_escapes else "does not hold here"
+    assert thm.endswith(f"{want} |") and e2.endswith(f"{want} |")
+    assert (tmp_path / "e1_variance.png").is_file() == smooth_escapes
+    assert (tmp_path / "e2_curvature.png").is_file() == smooth_escapes
+    shutil.rmtree(tmp_path / "runs")

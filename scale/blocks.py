@@ -40,6 +40,7 @@ from scale.curvature import functional_head
 from scale.heads import MLPHead
 
 BLOCK_TOL = 1e-10  # relative mismatch above which the loss is not block-diagonal
+ROUNDOFF_REL = 1e3 * torch.finfo(torch.float64).eps  # a Hessian product this small is round-off
 METHODS = ("closed_form", "autodiff")
 
 
@@ -77,7 +78,11 @@ def loss_blocks(loss: Callable[[Tensor], Tensor], Hb: Tensor, seed: int = 0) -> 
     """``rho`` (n, k), the diagonal blocks ``grad^2_{h_i} L`` (n, k, k), and the premise residual.
 
     ``premise_residual = |HVP(U) - blocks U| / |HVP(U)|`` for a random ``U``: zero (to round-off)
-    exactly when the loss Hessian is block-diagonal along that direction.
+    exactly when the loss Hessian is block-diagonal along that direction. It is ``nan`` when the
+    product itself is at round-off, below ``ROUNDOFF_REL * max(|rho|/|Hb|, |L|/|Hb|^2) |U|`` (the
+    curvature a loss of value ``L`` and gradient ``rho`` at scale ``|Hb|`` shows; e.g. a dead ReLU
+    predictor makes the loss constant in ``Hb``): there a ratio of round-off to round-off says
+    nothing, and the premise is recorded as unverifiable rather than failed or passed.
     """
     n, k = Hb.shape
     g = grad(loss)
@@ -91,7 +96,12 @@ def loss_blocks(loss: Callable[[Tensor], Tensor], Hb: Tensor, seed: int = 0) -> 
     U = torch.randn(n, k, generator=gen, dtype=torch.float64).to(Hb)
     full = hvp(U)
     diag = torch.einsum("iec,ic->ie", HL, U)
-    res = float((full - diag).norm() / full.norm().clamp_min(torch.finfo(Hb.dtype).tiny))
+    eps = torch.finfo(Hb.dtype).eps
+    h_norm = float(Hb.norm().clamp_min(torch.finfo(Hb.dtype).tiny))
+    curvature_scale = float(U.norm()) * max(float(rho.norm()) / h_norm, abs(float(loss(Hb))) / h_norm**2)
+    if float(full.norm()) <= ROUNDOFF_REL * max(curvature_scale, eps):
+        return rho, HL, float("nan")
+    res = float((full - diag).norm() / full.norm())
     return rho, HL, res
 
 
@@ -173,6 +183,7 @@ def effective_hessian_blocks(
     G, M = 0.5 * (G + G.transpose(1, 2)), 0.5 * (M + M.transpose(1, 2))
     H = G + M
     info = {**head_info, "bn_mode": "eval" if head_info["batchnorm"] else "none", "method": method,
+            "block_premise": "unverifiable: loss Hessian at round-off" if premise != premise else "verified",
             "dtype": str(dtype).removeprefix("torch."), "n": z.shape[0], "d": z.shape[1], "k": Hb.shape[1],
             "loss_hessian_psd_declared": declared_psd}
     return Blocks(G, M, H, torch.linalg.eigvalsh(G), torch.linalg.eigvalsh(H), torch.linalg.eigvalsh(HL),

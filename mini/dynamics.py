@@ -26,9 +26,17 @@ The toy (the dynamics grid)
   (``linear`` = the paper's linear head: the same Linear layers with no activation).
   BatchNorm (``mini.batchnorm``, statistics per view) after every hidden Linear of both, before
   the activation; none on outputs.
-- Objective: SimSiam with stop-gradient and MSE, ``L = 1/(4m) sum_i |p_i - t_i|^2`` with
-  ``p = pred(proj(Z))`` and ``t = stopgrad([h^2; h^1])`` (each view predicts the other's projection):
-  ``mse_targets`` of ``mini.losses``, ``grad^2_P L = I/(2m)`` is PSD (Theorem 4.1's premise).
+- Objectives (``OBJECTIVES``, ``Config.objective``), with ``p = pred(proj(Z))`` and
+  ``t = stopgrad([h^2; h^1])`` (each view predicts the other's projection), ``n = 2m``:
+
+  ``mse``     ``L = 1/(2n) sum_i |p_i - t_i|^2`` (``mini.losses.mse_targets``): ``grad^2_P L = I/n``
+              is PSD, Theorem 4.1's premise holds. The default.
+  ``cosine``  ``L = -1/n sum_i <p_i/|p_i|, t_i/|t_i|>`` (``mini.losses.simsiam``, form ``cosine``:
+              the paper's E1 loss). Per row ``grad^2_{p_i} L = [w u^T + u w^T + c (I - u u^T)] / (n r^2)``
+              with ``r = |p_i|``, ``u = p_i/r``, ``c = <u, t_i/|t_i|>``, ``w = t_i/|t_i| - c u``: in the
+              basis ``(u, w/|w|)`` it is ``[[0, |w|], [|w|, c]]``, indefinite whenever ``p_i`` and ``t_i``
+              are not aligned. Outside Theorem 4.1's premise (``Objective.hessian_psd`` is False).
+
   ``H_eff`` is taken for the composite head ``z -> pred(proj(z))`` with ``t`` fixed: the Hessian
   with respect to the backbone output that E2 tracks.
 - Initialisations: ``normal`` (LeCun-normal, ``mini.heads.init_head``); ``pseudo`` (the paper's
@@ -75,8 +83,16 @@ from scipy.stats import spearmanr
 
 from mini.batchnorm import BN_EPS, batchnorm
 from mini.heads import Head, HeadSpec, activation_fn, derivatives, forward, init_head, parse_head_spec
-from mini.hessian import NEG_FLOOR, decompose_closed_form, head_derivatives, interaction_blocks, spectrum
-from mini.losses import Objective, mse_targets, normalize
+from mini.hessian import (
+    NEG_FLOOR,
+    block_diagonal,
+    decompose_closed_form,
+    head_derivatives,
+    interaction_blocks,
+    loss_hessian_blocks,
+    spectrum,
+)
+from mini.losses import NORM_EPS, Objective, mse_targets, normalize, simsiam
 
 Array = Any
 Params = dict[str, Any]
@@ -98,6 +114,7 @@ DIVERGED_NORM = 1e3  # a parameter vector this large (100x its initial size) has
 HEADS: tuple[str, ...] = ("linear", "relu2", "gelu2", "swish2", "swish3")
 INITS: tuple[str, ...] = ("normal", "pseudo", "collapsed")
 DYNAMICS: tuple[str, ...] = ("flow", "small", "large")
+OBJECTIVES: tuple[str, ...] = ("mse", "cosine")
 
 
 @dataclass(frozen=True)
@@ -117,6 +134,10 @@ class Config:
     n_checkpoints: int = 9
     aug: float = 0.15  # std of the additive view jitter
     cluster_std: float = 0.3
+    objective: str = "mse"  # one of OBJECTIVES
+
+    def __post_init__(self) -> None:
+        check_choice("objective", self.objective, OBJECTIVES)
 
     def lr(self, dynamics: str) -> float | None:
         check_choice("dynamics", dynamics, DYNAMICS)
@@ -307,6 +328,50 @@ def simsiam_mse(arch: Arch, params: Params, X: Array, targets: np.ndarray) -> Ar
     return 0.5 * anp.sum((P - targets) ** 2) / P.shape[0]
 
 
+def loss_objective(objective: str, targets: np.ndarray) -> Objective:
+    """The ``mini.losses`` objective of the predictions ``P`` (2m, k), given the row-aligned targets
+    ``t = [h^2; h^1]`` (2m, k) (``swap_views`` of the projections), held fixed.
+
+    ``mse``: ``mse_targets(t)``. ``cosine``: ``simsiam(h, form="cosine")`` with no predictor (the
+    toy's predictor is part of the head); ``simsiam`` takes the unswapped projections ``h`` and swaps
+    the views itself, and ``swap_views`` is its own inverse.
+    """
+    check_choice("objective", objective, OBJECTIVES)
+    if objective == "mse":
+        return mse_targets(targets)
+    return simsiam(swap_views(np.asarray(targets)), None, form="cosine")
+
+
+def simsiam_loss(arch: Arch, params: Params, X: Array, targets: np.ndarray, objective: str = "mse") -> Array:
+    """``L(pred(proj(f(X))))`` for either objective, targets (2m, k) fixed; autograd-safe (the reference)."""
+    P = predictor(arch, params, projector(arch, params, backbone(params, X)))
+    return loss_objective(objective, targets).fn(P)
+
+
+def loss_gradient(objective: str, P: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """``grad_P L`` (..., n, k) by hand; complex ``P`` allowed (the complex step), targets real.
+
+    ``mse``: ``(P - t) / n``. ``cosine``: ``-(t_hat - c u) / (n r)`` per row, ``r = |p|``,
+    ``u = p / r``, ``c = <u, t_hat>``: the tangential part of ``t_hat``. With ``mini.losses``' safe
+    norm, a real row with ``|p| < NORM_EPS`` has the constant ``r = NORM_EPS`` (no radial term); the
+    complex step never meets such a row, so it uses the analytic ``sqrt`` (no clamp).
+    """
+    n = P.shape[-2]
+    if objective == "mse":
+        return (P - targets) / n
+    check_choice("objective", objective, OBJECTIVES)
+    T_hat = np.asarray(normalize(targets))  # (n, k), fixed
+    s = np.sum(P * P, axis=-1, keepdims=True)  # |p|^2 (no conjugate: complex-analytic)
+    radial = np.ones(s.shape, dtype=bool)
+    if not np.iscomplexobj(P):
+        radial = s > NORM_EPS**2
+        s = np.maximum(s, NORM_EPS**2)
+    r = np.sqrt(s)
+    U = P / r
+    c = np.sum(U * T_hat, axis=-1, keepdims=True)
+    return -(T_hat - np.where(radial, c, 0.0) * U) / (n * r)
+
+
 # --------------------------------------------------------------------------------------------
 # Measurements
 # --------------------------------------------------------------------------------------------
@@ -350,40 +415,45 @@ class Curvature:
     lambda_max: float
     n_negative: int
     m_ratio: float  # |M|_2 / |H_eff|_2
+    loss_psd: bool | None = None  # Objective.hessian_psd: Theorem 4.1's premise (grad^2_P L PSD)
 
 
-def effective_curvature(arch: Arch, params: Params, Z: np.ndarray, exact_autograd: bool = False) -> Curvature:
+def effective_curvature(arch: Arch, params: Params, Z: np.ndarray, exact_autograd: bool = False,
+                        objective: str = "mse") -> Curvature:
     """Exact ``H_eff`` of ``Z -> L(pred(proj(Z)))`` with stop-gradient targets at the current state.
 
-    Without BatchNorm: the closed form of ``mini.hessian`` on the composite head. With BatchNorm the
-    head couples the rows: the complex step (default, fast) or autograd's full Hessian of the batch
-    map (``exact_autograd``, the reference); ``M = H - G`` with ``G = J^T (I/n) J``.
+    Without BatchNorm: the closed form of ``mini.hessian`` on the composite head (both objectives
+    are block-diagonal in the rows: ``loss_hessian_blocks``). With BatchNorm the head couples the
+    rows: the complex step (default, fast). ``exact_autograd``: autograd's full Hessian of the batch
+    map, with or without BatchNorm (the reference). Outside the closed form ``M = H - G`` with
+    ``G = J^T B J``, ``B`` the block-diagonal loss Hessian (``I/n`` for ``mse``).
     """
     Hb = np.asarray(projector(arch, params, Z))
     targets = swap_views(Hb)
-    objective = mse_targets(targets)
-    if not arch.bn:
-        dec = decompose_closed_form(composite_head(arch, params), objective, Z)
+    loss = loss_objective(objective, targets)
+    if not arch.bn and not exact_autograd:
+        dec = decompose_closed_form(composite_head(arch, params), loss, Z)
         H, M = np.asarray(dec.H), np.asarray(dec.M)
-    elif exact_autograd:  # per-view batch statistics: autograd on the batch map P(Z)
-        n, d = Z.shape
-
-        def P(z):
-            return predictor(arch, params, projector(arch, params, anp.reshape(z, (n, d))))
-
-        z0 = Z.ravel()
-        H = hessian(lambda z: objective.fn(P(z)))(z0)  # (n d, n d)
-        J = jacobian(lambda z: anp.ravel(P(z)))(z0)  # (n k, n d), not block-diagonal with BatchNorm
-        H = 0.5 * (H + H.T)
-        M = H - J.T @ J / n  # G = J^T (I/n) J; M = H - G is the Hessian of <stopgrad(rho), P(Z)>
     else:
-        n = Z.shape[0]
-        H, J = complex_step_curvature(arch, params, Z, targets)
-        M = H - J.T @ J / n
+        n, d = Z.shape
+        if exact_autograd:  # per-view batch statistics: autograd on the batch map P(Z)
+
+            def P(z):
+                return predictor(arch, params, projector(arch, params, anp.reshape(z, (n, d))))
+
+            z0 = Z.ravel()
+            H = hessian(lambda z: loss.fn(P(z)))(z0)  # (n d, n d)
+            J = jacobian(lambda z: anp.ravel(P(z)))(z0)  # (n k, n d), not block-diagonal with BatchNorm
+            H = 0.5 * (H + H.T)
+        else:
+            H, J = complex_step_curvature(arch, params, Z, targets, objective)
+        P0 = np.asarray(predictor(arch, params, Hb))
+        B = block_diagonal(loss_hessian_blocks(loss, P0))  # (n k, n k)
+        M = H - J.T @ B @ J  # M = H - G is the Hessian of <stopgrad(rho), P(Z)>
     spec = spectrum(H)
     norm_H = float(np.linalg.norm(H, 2))
     return Curvature(spec.lambda_min, spec.lambda_max, spec.n_negative,
-                     float(np.linalg.norm(M, 2)) / norm_H if norm_H else 0.0)
+                     float(np.linalg.norm(M, 2)) / norm_H if norm_H else 0.0, loss.hessian_psd)
 
 
 # --------------------------------------------------------------------------------------------
@@ -530,11 +600,12 @@ def _mlp_backward(activation: str | None, layers: list, bn: list | None, xs: lis
     return g_layers, g_bn, d
 
 
-def simsiam_gradient(arch: Arch, params: Params, X: np.ndarray, targets: np.ndarray) -> Params:
-    """``grad_theta`` of ``simsiam_mse`` (targets fixed), by hand: the vector field of the grid.
+def simsiam_gradient(arch: Arch, params: Params, X: np.ndarray, targets: np.ndarray,
+                     objective: str = "mse") -> Params:
+    """``grad_theta`` of ``simsiam_loss`` (targets fixed), by hand: the vector field of the grid.
 
-    The same numbers as ``autograd.grad(simsiam_mse)`` (checked in the tests), several times faster,
-    which is what lets the grid run in minutes.
+    The same numbers as ``autograd.grad(simsiam_loss)`` (checked in the tests for both objectives),
+    several times faster, which is what lets the grid run in minutes.
     """
     bb = params["backbone"]
     a1 = X @ bb[0]["W"].T + bb[0]["b"]
@@ -542,7 +613,7 @@ def simsiam_gradient(arch: Arch, params: Params, X: np.ndarray, targets: np.ndar
     Z = x1 @ bb[1]["W"].T + bb[1]["b"]
     Hb, xs_h, c_h = _mlp_forward(arch.activation, params["proj"], params.get("bn_proj"), Z)
     P, xs_p, c_p = _mlp_forward(arch.activation, params["pred"], params.get("bn_pred"), Hb)
-    dP = (P - targets) / P.shape[0]
+    dP = loss_gradient(objective, P, targets)
     g_pred, g_bn_pred, dH = _mlp_backward(arch.activation, params["pred"], params.get("bn_pred"), xs_p, c_p, dP)
     g_proj, g_bn_proj, dZ = _mlp_backward(arch.activation, params["proj"], params.get("bn_proj"), xs_h, c_h, dH)
     da1 = (dZ @ bb[1]["W"]) * (1.0 - x1 * x1)
@@ -558,8 +629,8 @@ def simsiam_gradient(arch: Arch, params: Params, X: np.ndarray, targets: np.ndar
 CSTEP = 1e-30  # complex step: f'(x) = Im f(x + i h) / h with no cancellation; truncation O(h^2) = 0 in float64
 
 
-def complex_step_curvature(arch: Arch, params: Params, Z: np.ndarray,
-                           targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def complex_step_curvature(arch: Arch, params: Params, Z: np.ndarray, targets: np.ndarray,
+                           objective: str = "mse") -> tuple[np.ndarray, np.ndarray]:
     """``H_eff`` (n d, n d) and ``J`` (n k, n d) of ``Z -> L(pred(proj(Z)))`` by the complex step.
 
     All ``n d`` directions in one batched pass: ``Z + i h E_j`` (n d, n, d) through the hand-written
@@ -573,7 +644,7 @@ def complex_step_curvature(arch: Arch, params: Params, Z: np.ndarray,
     bn_h, bn_p = params.get("bn_proj"), params.get("bn_pred")
     Hb, xs_h, c_h = _mlp_forward(arch.activation, params["proj"], bn_h, Zc)
     P, xs_p, c_p = _mlp_forward(arch.activation, params["pred"], bn_p, Hb)
-    dP = (P - targets) / n
+    dP = loss_gradient(objective, P, targets)
     _, _, dH = _mlp_backward(arch.activation, params["pred"], bn_p, xs_p, c_p, dP, params=False)
     _, _, dZ = _mlp_backward(arch.activation, params["proj"], bn_h, xs_h, c_h, dH, params=False)
     H = dZ.imag.reshape(N, N).T / CSTEP
@@ -584,8 +655,8 @@ def complex_step_curvature(arch: Arch, params: Params, Z: np.ndarray,
 class _Problem:
     """The flat parameter vector, the SimSiam vector field and the measurements of one run."""
 
-    def __init__(self, arch: Arch, params: Params, X: np.ndarray):
-        self.arch, self.X = arch, X
+    def __init__(self, arch: Arch, params: Params, X: np.ndarray, objective: str = "mse"):
+        self.arch, self.X, self.objective = arch, X, check_choice("objective", objective, OBJECTIVES)
         self.layout = layout(params)
         self.w0 = pack(params, self.layout)
         head = {key: [{name: np.full(np.shape(v), key != "backbone") for name, v in layer.items()}
@@ -600,21 +671,21 @@ class _Problem:
         """``g(theta)``: the SimSiam gradient with the targets stopped at the current projections."""
         self.n_evals += 1
         p = unpack(w, self.layout)
-        return pack(simsiam_gradient(self.arch, p, self.X, self.targets(p)), self.layout)
+        return pack(simsiam_gradient(self.arch, p, self.X, self.targets(p), self.objective), self.layout)
 
     def snapshot(self, t: float, w: np.ndarray, lr: float, curvature: bool = True) -> Snapshot:
         p = unpack(w, self.layout)
         Z = np.asarray(backbone(p, self.X))
         Hb = np.asarray(projector(self.arch, p, Z))
         T = swap_views(Hb)
-        g = pack(simsiam_gradient(self.arch, p, self.X, T), self.layout)
+        g = pack(simsiam_gradient(self.arch, p, self.X, T, self.objective), self.layout)
         h, b = self.head_mask, ~self.head_mask
         gh, gb = float(np.linalg.norm(g[h])), float(np.linalg.norm(g[b]))
         wh, wb = float(np.linalg.norm(w[h])), float(np.linalg.norm(w[b]))
         return Snapshot(
-            t=t, loss=float(simsiam_mse(self.arch, p, self.X, T)), std=representation_std(Hb),
-            z_std=representation_std(Z),
-            cond=covariance_condition(Hb), curvature=effective_curvature(self.arch, p, Z),
+            t=t, loss=float(simsiam_loss(self.arch, p, self.X, T, self.objective)), std=representation_std(Hb),
+            z_std=representation_std(Z), cond=covariance_condition(Hb),
+            curvature=effective_curvature(self.arch, p, Z, objective=self.objective),
             grad_head=gh, grad_backbone=gb, rel_update_head=lr * gh / wh, rel_update_backbone=lr * gb / wb,
         )
 
@@ -629,7 +700,7 @@ def run(arch: Arch, init: str, dynamics: str, seed: int, cfg: Config = Config())
     check_choice("dynamics", dynamics, DYNAMICS)
     rng = np.random.default_rng(seed)
     X = make_views(cfg, rng)
-    problem = _Problem(arch, init_params(arch, cfg, init, rng), X)
+    problem = _Problem(arch, init_params(arch, cfg, init, rng), X, cfg.objective)
     traj = Trajectory(arch, init, dynamics, seed, cfg)
     times = cfg.times
     lr = cfg.lr(dynamics)
@@ -795,9 +866,17 @@ def format_table(cells: Sequence[Cell]) -> str:
     return "\n".join(lines)
 
 
+def premise(objective: str) -> str:
+    """Theorem 4.1's premise for the toy's objective, read off ``Objective.hessian_psd``."""
+    psd = loss_objective(objective, np.ones((2, 1))).hessian_psd  # a property of the loss, not the data
+    return {True: "yes", False: "no (indefinite)", None: "depends on the state"}[psd]
+
+
 def legend(cfg: Config, seeds: Sequence[int]) -> str:
+    name = {"mse": "MSE", "cosine": "negative-cosine"}[cfg.objective]
     return (
-        f"SimSiam-MSE toy: m={cfg.m} per view, d_in={cfg.d_in}, backbone tanh2 width {cfg.backbone_width}, "
+        f"SimSiam toy, {name} objective (grad^2_P L PSD, Theorem 4.1's premise: {premise(cfg.objective)}): "
+        f"m={cfg.m} per view, d_in={cfg.d_in}, backbone tanh2 width {cfg.backbone_width}, "
         f"d={cfg.d}, projector width {cfg.proj_width} (no bias), k={cfg.k}, predictor width {cfg.pred_width}; "
         f"full batch, horizon t={cfg.horizon:g}, lr small {cfg.lr_small:g}, large {cfg.lr_large:g}; "
         f"flow {FLOW_METHOD} rtol={FLOW_RTOL:g} atol={FLOW_ATOL:g}; {cfg.n_checkpoints} epochs (checkpoints); "
@@ -822,6 +901,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--inits", default="normal,pseudo,collapsed", help=f"comma list from {', '.join(INITS)}")
     ap.add_argument("--dynamics", default=",".join(DYNAMICS), help=f"comma list from {', '.join(DYNAMICS)}")
     ap.add_argument("--bn", default="off,on", help="comma list from off, on")
+    ap.add_argument("--objective", default="mse", choices=OBJECTIVES,
+                    help="mse (PSD loss Hessian, the theorem's premise; default) or cosine (SimSiam's, indefinite)")
     ap.add_argument("--seeds", type=int, default=3, help="number of seeds (0..n-1), at least 1")
     ap.add_argument("--horizon", type=float, default=Config.horizon)
     ap.add_argument("--progress", action="store_true", help="print a timing line per cell to stderr")
@@ -846,7 +927,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--seeds must be at least 1")
     if not args.horizon > 0:
         ap.error("--horizon must be positive")
-    cfg = replace(Config(), horizon=args.horizon)
+    cfg = replace(Config(), horizon=args.horizon, objective=args.objective)
     seeds = list(range(args.seeds))
     start = time.perf_counter()
     progress = (lambda s: print(s, file=sys.stderr, flush=True)) if args.progress else None

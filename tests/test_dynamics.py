@@ -1,5 +1,6 @@
-"""Software tests of ``mini.dynamics`` and ``mini.batchnorm``: fast paths against autograd, a small
-slice of the report grid (finite, consistent numbers), the command line and its error paths."""
+"""Software tests of ``mini.dynamics`` and ``mini.batchnorm``: fast paths against autograd (both
+objectives), small slices of the report grid (MSE and negative cosine; finite, consistent numbers),
+the command line and its error paths."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from mini.heads import forward
 GRAD_REL_TOL = 1e-10  # hand-written backward vs autograd, relative to the largest entry
 HESS_REL_TOL = 1e-9  # complex step vs autograd Hessian, relative to |H|_max
 SLICE_CFG = replace(dyn.Config(), horizon=2.0, n_checkpoints=3)
+COSINE_CFG = replace(SLICE_CFG, objective="cosine")
 ARCHS = [dyn.Arch(h, bn) for h in ("linear", "relu2", "gelu2", "swish3") for bn in (False, True)]
 
 
@@ -62,14 +64,42 @@ def test_batchnorm_is_differentiable_and_rejects_bad_input() -> None:
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("objective", dyn.OBJECTIVES)
 @pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a.label)
-def test_hand_gradient_matches_autograd(arch: dyn.Arch) -> None:
+def test_hand_gradient_matches_autograd(arch: dyn.Arch, objective: str) -> None:
     params, X = setup(arch)
     lay = dyn.layout(params)
     w = dyn.pack(params, lay)
     T = dyn.swap_views(np.asarray(dyn.projector(arch, params, dyn.backbone(params, X)))) + 0.1
-    reference = grad(lambda v: dyn.simsiam_mse(arch, dyn.unpack(v, lay), X, T))(w)
-    fast = dyn.pack(dyn.simsiam_gradient(arch, params, X, T), lay)
+    reference = grad(lambda v: dyn.simsiam_loss(arch, dyn.unpack(v, lay), X, T, objective))(w)
+    fast = dyn.pack(dyn.simsiam_gradient(arch, params, X, T, objective), lay)
+    assert np.abs(fast - reference).max() <= GRAD_REL_TOL * np.abs(reference).max()
+
+
+def test_losses_are_the_mini_losses_objectives() -> None:
+    """``simsiam_mse`` is the ``mse`` loss; the ``cosine`` loss is ``-mean cos(p_i, t_i)`` (SimSiam's)."""
+    arch = dyn.Arch("gelu2")
+    params, X = setup(arch)
+    P = np.asarray(dyn.predictor(arch, params, dyn.projector(arch, params, dyn.backbone(params, X))))
+    T = np.random.default_rng(0).standard_normal(P.shape)
+    assert dyn.simsiam_loss(arch, params, X, T, "mse") == pytest.approx(dyn.simsiam_mse(arch, params, X, T), rel=1e-14)
+    cos = np.sum(P * T, axis=1) / np.linalg.norm(P, axis=1) / np.linalg.norm(T, axis=1)
+    assert dyn.simsiam_loss(arch, params, X, T, "cosine") == pytest.approx(-cos.mean(), rel=1e-14)
+    assert dyn.loss_objective("mse", T).hessian_psd is True and dyn.loss_objective("cosine", T).hessian_psd is False
+    with pytest.raises(ValueError, match="valid choices"):
+        dyn.loss_objective("nmse", T)
+    with pytest.raises(ValueError, match="valid choices"):
+        dyn.Config(objective="byol")
+
+
+def test_cosine_gradient_at_a_zero_row_follows_the_safe_norm() -> None:
+    """A prediction row below ``NORM_EPS`` has the clamped norm: the hand gradient still matches autograd."""
+    rng = np.random.default_rng(2)
+    P, T = rng.standard_normal((6, 4)), rng.standard_normal((6, 4))
+    P[1] = 0.0
+    reference = grad(dyn.loss_objective("cosine", T).fn)(P)
+    fast = dyn.loss_gradient("cosine", P, T)
+    assert np.all(np.isfinite(fast))
     assert np.abs(fast - reference).max() <= GRAD_REL_TOL * np.abs(reference).max()
 
 
@@ -86,6 +116,39 @@ def test_complex_step_curvature_matches_autograd(head: str, init: str) -> None:
     assert abs(fast.lambda_max - exact.lambda_max) <= HESS_REL_TOL * scale
     assert fast.n_negative == exact.n_negative
     assert fast.m_ratio == pytest.approx(exact.m_ratio, rel=1e-6)
+
+
+@pytest.mark.parametrize("bn", [False, True])
+@pytest.mark.parametrize("head", ["linear", "relu2", "gelu2"])
+def test_cosine_curvature_matches_autograd(head: str, bn: bool) -> None:
+    """Negative cosine: the closed form (no BatchNorm) and the complex step (BatchNorm) against
+    autograd's full Hessian of the batch map, at a collapsed start."""
+    arch = dyn.Arch(head, bn)
+    params, X = setup(arch, "collapsed")
+    Z = np.asarray(dyn.backbone(params, X))
+    fast = dyn.effective_curvature(arch, params, Z, objective="cosine")
+    exact = dyn.effective_curvature(arch, params, Z, exact_autograd=True, objective="cosine")
+    scale = max(abs(exact.lambda_min), abs(exact.lambda_max))
+    assert abs(fast.lambda_min - exact.lambda_min) <= HESS_REL_TOL * scale
+    assert abs(fast.lambda_max - exact.lambda_max) <= HESS_REL_TOL * scale
+    assert fast.n_negative == exact.n_negative
+    assert fast.m_ratio == pytest.approx(exact.m_ratio, rel=1e-6, abs=1e-12)
+    assert fast.loss_psd is exact.loss_psd is False
+
+
+def test_indefinite_loss_gives_a_linear_head_negative_curvature() -> None:
+    """Linear head, collapsed start: ``M = 0`` under either loss, so ``H_eff = G = J^T B J``. With the
+    MSE loss (``B = I/n``) ``G`` is PSD; with the negative cosine each block ``B_i`` has a negative
+    eigenvalue in ``span(p_i, t_i)`` when they are not parallel, and ``J`` (full row rank ``k < d``)
+    carries it into ``G``: the negative curvature comes from the loss, not the head."""
+    arch = dyn.Arch("linear")
+    params, X = setup(arch, "collapsed")
+    Z = np.asarray(dyn.backbone(params, X))
+    mse = dyn.effective_curvature(arch, params, Z, objective="mse")
+    cosine = dyn.effective_curvature(arch, params, Z, objective="cosine")
+    assert mse.m_ratio == 0.0 and cosine.m_ratio == 0.0
+    assert mse.n_negative == 0 and mse.loss_psd is True
+    assert cosine.n_negative > 0 and cosine.lambda_min < 0 and cosine.loss_psd is False
 
 
 @pytest.mark.parametrize("head", ["linear", "relu2", "swish3"])
@@ -124,9 +187,22 @@ def grid_slice() -> list[dyn.Cell]:
                         bns=(False, True), seeds=(0,), cfg=SLICE_CFG)
 
 
-def test_slice_numbers_are_finite_and_in_range(grid_slice) -> None:
-    assert len(grid_slice) == 2 * 2 * 2 * 2
-    for cell in grid_slice:
+@pytest.fixture(scope="module")
+def cosine_slice() -> list[dyn.Cell]:
+    """Gradient descent over heads x inits x BatchNorm, and one flow (stiff cosine flows would spend the
+    whole evaluation budget, seconds each)."""
+    steps = dyn.run_grid(heads=("linear", "gelu2"), inits=("normal", "collapsed"), dynamics=("small",),
+                         bns=(False, True), seeds=(0,), cfg=COSINE_CFG)
+    flow = dyn.run_grid(heads=("gelu2",), inits=("collapsed",), dynamics=("flow",), bns=(False,), seeds=(0,),
+                        cfg=COSINE_CFG)
+    return steps + flow
+
+
+@pytest.mark.parametrize("name, n_cells", [("grid_slice", 16), ("cosine_slice", 9)])
+def test_slice_numbers_are_finite_and_in_range(name: str, n_cells: int, request) -> None:
+    cells = request.getfixturevalue(name)
+    assert len(cells) == n_cells
+    for cell in cells:
         for r in cell.runs:
             assert r.snapshots, f"{cell.arch.label} {cell.init} {cell.dynamics}: no snapshot"
             assert [s.t for s in r.snapshots] == pytest.approx(list(SLICE_CFG.times[:len(r.snapshots)]))
@@ -138,6 +214,19 @@ def test_slice_numbers_are_finite_and_in_range(grid_slice) -> None:
             if r.status == "ok":
                 assert len(r.snapshots) == SLICE_CFG.n_checkpoints
             assert r.escaped == (r.status == "ok" and r.snapshots[-1].std >= r.threshold)
+
+
+def test_cosine_slice_losses_and_premise(cosine_slice) -> None:
+    """Negative cosine: the loss is a mean cosine in [-1, 1], the PSD premise is reported as not
+    holding at every checkpoint, and a linear head without BatchNorm still has ``M = 0``."""
+    for cell in cosine_slice:
+        for r in cell.runs:
+            assert r.cfg.objective == "cosine"
+            for s in r.snapshots:
+                assert -1.0 - 1e-12 <= s.loss <= 1.0 + 1e-12
+                assert s.curvature.loss_psd is False
+            if cell.arch == dyn.Arch("linear"):
+                assert np.all(r.series("m_ratio") == 0.0)
 
 
 def test_slice_is_consistent_with_theorem_part_one(grid_slice) -> None:
@@ -172,8 +261,13 @@ def test_command_line_runs_and_rejects_bad_choices(capsys) -> None:
     assert dyn.main(["--heads", "relu2", "--inits", "collapsed", "--dynamics", "small", "--bn", "off",
                      "--seeds", "1", "--horizon", "0.5"]) == 0
     out = capsys.readouterr().out
-    assert "relu2" in out and "escaped" in out
-    for bad in (["--inits", "bogus"], ["--heads", "relu1"], ["--dynamics", "fast"], ["--seeds", "0"]):
+    assert "relu2" in out and "escaped" in out and "premise: yes" in out
+    assert dyn.main(["--heads", "gelu2", "--inits", "normal", "--dynamics", "small", "--bn", "off",
+                     "--seeds", "1", "--horizon", "0.5", "--objective", "cosine"]) == 0
+    out = capsys.readouterr().out
+    assert "negative-cosine objective" in out and "premise: no" in out
+    for bad in (["--inits", "bogus"], ["--heads", "relu1"], ["--dynamics", "fast"], ["--seeds", "0"],
+                ["--objective", "nmse"]):
         with pytest.raises(SystemExit):
             dyn.main(bad)
         assert "valid" in capsys.readouterr().err or bad[0] == "--seeds"

@@ -830,6 +830,13 @@ COLUMNS = ("head", "init", "dynamics", "cond", "lmin<0 epochs", "escaped", "t_es
            "cond t0->T", "lmin (med)", "|M|/|H|", "head/bb upd", "rho_s", "status")
 
 
+def _update_ratio(run) -> float:
+    """Median head/backbone relative update; a backbone that does not move gives +inf, not a warning."""
+    head, backbone = run.series("rel_update_head"), run.series("rel_update_backbone")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(np.median(np.where(backbone > 0, head / backbone, np.inf)))
+
+
 def format_row(c: Cell) -> list[str]:
     """One row: the paper's columns first (activation, init, condition-number behaviour, lambda_min < 0
     injected, escape), then the measurements behind them."""
@@ -845,8 +852,7 @@ def format_row(c: Cell) -> list[str]:
     cond0 = c.median(lambda r: r.snapshots[0].cond if r.snapshots else None)
     cond1 = c.median(lambda r: r.snapshots[-1].cond if r.status == "ok" else None)
     z_growth = c.median(lambda r: r.snapshots[-1].z_std / r.snapshots[0].z_std if r.status == "ok" else None)
-    ratio = c.median(lambda r: float(np.median(r.series("rel_update_head") / r.series("rel_update_backbone")))
-                     if r.snapshots else None)
+    ratio = c.median(lambda r: _update_ratio(r) if r.snapshots else None)
     lmins = c.median(lambda r: float(np.min(r.series("lambda_min"))) if r.snapshots else None)
     return [
         c.arch.label, c.init, c.dynamics, c.cond_behaviour(), f"{'/'.join(str(v) for v in neg)} of {epochs}",

@@ -22,6 +22,11 @@ loss, one per output coordinate ``c`` with the direction ``e_c`` in every row: f
 loss the product's row ``i`` is column ``c`` of block ``i``. The premise is checked, not assumed: one
 product along a random direction must equal the blocks' action (``premise_residual``); a loss that
 couples samples is refused with a clear error.
+
+Coupled objectives (SimCLR, VICReg, Barlow) still have a block-diagonal head part: ``factored_operator``
+is ``H_eff`` as ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` computed once, exact, so that a
+product costs one Hessian-vector product of the loss alone (through a gradient graph built once) and
+a few small batched matmuls; Lanczos on it is the tracker's cheap path (``scale/tracking.py``).
 """
 
 from __future__ import annotations

@@ -5,13 +5,20 @@ At each measurement, on the same probe batch (the first training step's augmente
 
     z, h = backbone(x), head(z)                eval mode, no gradient (BatchNorm: running statistics)
     L    = the method's loss of h, stop-gradient data bound at the probe (mini.losses semantics)
-    lambda_min, lambda_max of H_eff            scale.lanczos on scale.curvature's H (warm start from
-                                               the previous measurement's Ritz vectors)
-    n_negative                                 exact from the per-sample blocks where the objective is
-                                               block-diagonal (simsiam, byol) and the blocks fit in
-                                               memory; otherwise converged Ritz values (a lower bound)
-    |M| / |H|                                  exact spectral norms on blocks, or ``|M|_F / |H|_F`` by a
-                                               Hutchinson estimate (``E|Av|^2 = |A|_F^2``, Rademacher v)
+
+and then, by the cheapest exact path that applies (``measure``; the record's ``path`` says which):
+
+    blocks       block-diagonal objective (simsiam, byol), row-wise head: the whole spectrum from the
+                 per-sample d x d blocks (float64 eigvalsh): lambda_min, lambda_max, the negative count
+                 and |M|/|H| (spectral norms) exact; no Lanczos at all
+    factored     any objective, row-wise head (MLPHead, BatchNorm in eval mode): Lanczos on
+                 blockdiag(M) + J^T (grad^2_H L) J with J and M exact and computed once, so a product
+                 is a loss Hessian-vector product plus small batched matmuls (no pass through the
+                 head); warm start from the previous measurement's Ritz vectors; |M| exact from the
+                 blocks, |H| from the converged ends; negative count a lower bound
+    matrix-free  anything else (other heads, train-mode BatchNorm): Lanczos on scale.curvature's H,
+                 |M|_F / |H|_F by a Hutchinson estimate (``E|Av|^2 = |A|_F^2``, Rademacher v)
+
     condition = lambda_max / lambda_min        only when positive definite
     z_var                                      mean per-dimension variance of the L2-normalised z
 

@@ -18,7 +18,8 @@ Two paths to ``J_i`` and ``M_i``:
   ``<rho_i, h(z_i)>`` (``M_i``) under ``vmap`` (some activations' backward ops lack forward-mode rules).
 
 The loss blocks ``grad^2_{h_i} L`` (n, k, k) come from ``k`` Hessian-vector products of the batch
-loss, one per output coordinate ``c`` with the direction ``e_c`` in every row: for a block-diagonal
+loss (batched backward passes through its gradient graph, built once), one per output coordinate
+``c`` with the direction ``e_c`` in every row: for a block-diagonal
 loss the product's row ``i`` is column ``c`` of block ``i``. The premise is checked, not assumed: one
 product along a random direction must equal the blocks' action (``premise_residual``); a loss that
 couples samples is refused with a clear error.
@@ -37,7 +38,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.func import grad, jacrev, jvp, vmap
+from torch.func import jacrev, vmap
 
 from mini.heads import Head
 from mini.hessian import NEG_FLOOR, head_derivatives, interaction_blocks
@@ -85,11 +86,20 @@ def loss_blocks(loss: Callable[[Tensor], Tensor], Hb: Tensor, seed: int = 0) -> 
     exactly when the loss Hessian is block-diagonal along that direction.
     """
     n, k = Hb.shape
-    g = grad(loss)
-    rho = g(Hb).detach()
-    hvp = lambda U: jvp(g, (Hb,), (U,))[1]  # noqa: E731
+    with torch.enable_grad():  # the gradient graph, built once; each column is one backward through it
+        Hg = Hb.detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(loss(Hg), Hg, create_graph=True)
+
+    def hvp(U: Tensor, batched: bool = False) -> Tensor:
+        if not g.requires_grad:  # a loss linear in H: no curvature
+            return torch.zeros_like(U)
+        (out,) = torch.autograd.grad(g, Hg, grad_outputs=U, retain_graph=True, allow_unused=True,
+                                     is_grads_batched=batched)
+        return torch.zeros_like(U) if out is None else out.detach()
+
+    rho = g.detach()
     E = torch.eye(k, dtype=Hb.dtype, device=Hb.device)[:, None, :].expand(k, n, k)  # e_c in every row
-    cols = vmap(hvp)(E.contiguous())  # (c, i, e): row i of HVP(e_c) = HL_ii[:, c]
+    cols = hvp(E.contiguous(), batched=True)  # (c, i, e): row i of HVP(e_c) = HL_ii[:, c]
     HL = cols.permute(1, 2, 0).contiguous()  # (i, e, c)
     HL = 0.5 * (HL + HL.transpose(1, 2))
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -243,6 +253,8 @@ def factored_operator(
     M = M_of(rho)
 
     def lv(U: Tensor, batched: bool = False) -> Tensor:  # (n, k) -> (n, k): the loss Hessian applied to U
+        if not gH.requires_grad:  # a loss linear in H: no curvature
+            return torch.zeros_like(U)
         (out,) = torch.autograd.grad(gH, Hg, grad_outputs=U, retain_graph=True, allow_unused=True,
                                      is_grads_batched=batched)
         return torch.zeros_like(U) if out is None else out

@@ -91,11 +91,15 @@ def z_variance(z: Tensor) -> float:
     return float(u.var(dim=0, unbiased=False).mean())
 
 
+def _rowwise(head: nn.Module, bn_mode: str) -> bool:
+    """The head acts row by row and its closed-form derivatives apply (``MLPHead``, BatchNorm in eval mode)."""
+    has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in head.modules())
+    return isinstance(head, MLPHead) and (bn_mode == "eval" or not has_bn)
+
+
 def choose_path(z: Tensor, head: nn.Module, *, block_diagonal: bool, bn_mode: str, k: int | None = None) -> str:
     """The cheapest exact way to measure ``H_eff`` here (see ``measure``)."""
-    has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in head.modules())
-    rowwise = isinstance(head, MLPHead) and (bn_mode == "eval" or not has_bn)
-    if not rowwise:
+    if not _rowwise(head, bn_mode):
         return "matrix-free"
     n, d = z.shape
     widths = [m.out_features for m in head.modules() if isinstance(m, nn.Linear)]
@@ -145,6 +149,8 @@ def measure(
     t0 = time.perf_counter()
     if path == "auto":
         path = choose_path(z, head, block_diagonal=block_diagonal, bn_mode=bn_mode)
+    elif path in ("blocks", "factored") and not _rowwise(head, bn_mode):
+        raise ValueError(f"path {path!r} needs a row-wise MLPHead (BatchNorm in eval mode); use 'matrix-free'")
     n, d = z.shape
     rec: dict[str, Any] = {"path": path, "z_var": z_variance(z), "N": n * d}
     res = warm

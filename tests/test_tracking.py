@@ -154,3 +154,19 @@ def test_kill_and_resume_reproduces_curvature_records_exactly(tmp_path):
     cold = _jsonl(tmp_path / "cold" / "curvature.jsonl")
     assert cold[0] == full[0] and cold[1] != full[1]
     assert abs(cold[1]["lambda_min"] - full[1]["lambda_min"]) <= EIG_TOL * full[1]["scale"]  # equal to tolerance
+
+
+def test_exact_paths_refuse_heads_that_couple_samples():
+    """Train-mode BatchNorm couples the rows: the block and factored paths do not apply and say so;
+    ``auto`` falls back to the matrix-free operator."""
+    from scale import objectives as so
+    from scale.heads import build_head
+    from scale.tracking import choose_path, measure
+
+    head = build_head("gelu2", 4, 3, 5, batchnorm=True).double()
+    z = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="row-wise"):
+        measure(z, head, so.vicreg, block_diagonal=False, bn_mode="train", path="factored")
+    assert choose_path(z, head, block_diagonal=True, bn_mode="train") == "matrix-free"
+    assert choose_path(z, head, block_diagonal=True, bn_mode="eval") == "blocks"
+    assert choose_path(z, head, block_diagonal=False, bn_mode="eval") == "factored"

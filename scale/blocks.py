@@ -18,10 +18,16 @@ Two paths to ``J_i`` and ``M_i``:
   ``<rho_i, h(z_i)>`` (``M_i``) under ``vmap`` (some activations' backward ops lack forward-mode rules).
 
 The loss blocks ``grad^2_{h_i} L`` (n, k, k) come from ``k`` Hessian-vector products of the batch
-loss, one per output coordinate ``c`` with the direction ``e_c`` in every row: for a block-diagonal
+loss (batched backward passes through its gradient graph, built once), one per output coordinate
+``c`` with the direction ``e_c`` in every row: for a block-diagonal
 loss the product's row ``i`` is column ``c`` of block ``i``. The premise is checked, not assumed: one
 product along a random direction must equal the blocks' action (``premise_residual``); a loss that
 couples samples is refused with a clear error.
+
+Coupled objectives (SimCLR, VICReg, Barlow) still have a block-diagonal head part: ``factored_operator``
+is ``H_eff`` as ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` computed once, exact, so that a
+product costs one Hessian-vector product of the loss alone (through a gradient graph built once) and
+a few small batched matmuls; Lanczos on it is the tracker's cheap path (``scale/tracking.py``).
 """
 
 from __future__ import annotations
@@ -32,11 +38,11 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.func import grad, jacrev, jvp, vmap
+from torch.func import jacrev, vmap
 
 from mini.heads import Head
 from mini.hessian import NEG_FLOOR, head_derivatives, interaction_blocks
-from scale.curvature import functional_head
+from scale.curvature import Operator, functional_head
 from scale.heads import MLPHead
 
 BLOCK_TOL = 1e-10  # relative mismatch above which the loss is not block-diagonal
@@ -85,11 +91,20 @@ def loss_blocks(loss: Callable[[Tensor], Tensor], Hb: Tensor, seed: int = 0) -> 
     nothing, and the premise is recorded as unverifiable rather than failed or passed.
     """
     n, k = Hb.shape
-    g = grad(loss)
-    rho = g(Hb).detach()
-    hvp = lambda U: jvp(g, (Hb,), (U,))[1]  # noqa: E731
+    with torch.enable_grad():  # the gradient graph, built once; each column is one backward through it
+        Hg = Hb.detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(loss(Hg), Hg, create_graph=True)
+
+    def hvp(U: Tensor, batched: bool = False) -> Tensor:
+        if not g.requires_grad:  # a loss linear in H: no curvature
+            return torch.zeros_like(U)
+        (out,) = torch.autograd.grad(g, Hg, grad_outputs=U, retain_graph=True, allow_unused=True,
+                                     is_grads_batched=batched)
+        return torch.zeros_like(U) if out is None else out.detach()
+
+    rho = g.detach()
     E = torch.eye(k, dtype=Hb.dtype, device=Hb.device)[:, None, :].expand(k, n, k)  # e_c in every row
-    cols = vmap(hvp)(E.contiguous())  # (c, i, e): row i of HVP(e_c) = HL_ii[:, c]
+    cols = hvp(E.contiguous(), batched=True)  # (c, i, e): row i of HVP(e_c) = HL_ii[:, c]
     HL = cols.permute(1, 2, 0).contiguous()  # (i, e, c)
     HL = 0.5 * (HL + HL.transpose(1, 2))
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -107,37 +122,78 @@ def loss_blocks(loss: Callable[[Tensor], Tensor], Hb: Tensor, seed: int = 0) -> 
 
 @dataclass(frozen=True)
 class Blocks:
-    """Per-sample blocks (n, d, d) of ``G``, ``M``, ``H = G + M``, their eigenvalues, and the context."""
+    """Per-sample blocks (n, d, d) of ``G``, ``M``, ``H = G + M``, their eigenvalues, and the context.
+
+    ``eig_G`` and ``loss_hessian_eig`` are ``None`` when only ``H``'s spectrum was asked for
+    (``spectra="H"``: the tracker's lean measurement)."""
 
     G: Tensor
     M: Tensor
     H: Tensor
-    eig_G: Tensor  # (n, d) ascending per sample
+    eig_G: Tensor | None  # (n, d) ascending per sample
     eig_H: Tensor
-    loss_hessian_eig: Tensor  # (n, k): eigenvalues of grad^2_{h_i} L
+    loss_hessian_eig: Tensor | None  # (n, k): eigenvalues of grad^2_{h_i} L
     premise_residual: float
     info: dict[str, Any]
 
     def audit(self, rel_floor: float = NEG_FLOOR) -> dict[str, Any]:
         """The audit table's row: ``|M|/|H_eff|``, negative counts of ``G`` and ``H_eff`` (relative floor),
         extreme eigenvalues, scale, condition (only when positive definite), and the PSD premise."""
-        eH, eG, eL = self.eig_H.flatten(), self.eig_G.flatten(), self.loss_hessian_eig.flatten()
+        eH = self.eig_H.flatten()
         scale_H = float(eH.abs().max())
-        scale_G = float(eG.abs().max())
-        norm_M = float(torch.linalg.matrix_norm(self.M, ord=2).max())  # block-diagonal: max over blocks
-        scale_L = float(eL.abs().max())
+        norm_M = block_norm(self.M)
         lam_min, lam_max = float(eH.min()), float(eH.max())
         floor = rel_floor * scale_H
-        return {
+        out = {
             "lambda_min": lam_min, "lambda_max": lam_max, "scale": scale_H,
-            "lambda_min_G": float(eG.min()),
             "M_over_H": norm_M / scale_H if scale_H else float("nan"), "M_over_H_is": "exact (spectral norms, blocks)",
-            "n_negative_H": int((eH < -floor).sum()), "n_negative_G": int((eG < -rel_floor * scale_G).sum()),
-            "N": int(eH.numel()),
+            "n_negative_H": int((eH < -floor).sum()), "N": int(eH.numel()),
             "condition": lam_max / lam_min if lam_min > floor else None,
-            "loss_hessian_psd_measured": bool(eL.min() >= -rel_floor * scale_L),
+            "lambda_min_G": None, "n_negative_G": None, "loss_hessian_psd_measured": None,
             "premise_residual": self.premise_residual, "rel_floor": rel_floor, **self.info,
         }
+        if self.eig_G is not None:
+            eG = self.eig_G.flatten()
+            out.update(lambda_min_G=float(eG.min()), n_negative_G=int((eG < -rel_floor * float(eG.abs().max())).sum()))
+        if self.loss_hessian_eig is not None:
+            eL = self.loss_hessian_eig.flatten()
+            out["loss_hessian_psd_measured"] = bool(eL.min() >= -rel_floor * float(eL.abs().max()))
+        return out
+
+
+def block_norm(blocks: Tensor) -> float:
+    """Spectral norm of a block-diagonal symmetric matrix from its blocks (n, d, d): the largest
+    |eigenvalue| of any block (a symmetric eigensolver, cheaper than the SVD behind ``ord=2``)."""
+    return float(torch.linalg.eigvalsh(blocks).abs().max())
+
+
+def head_blocks(z: Tensor, head: nn.Module, method: str = "closed_form", dtype: torch.dtype = torch.float64):
+    """``(Hb, J, M_of)`` at ``z`` (n, d): embeddings (n, k), per-sample Jacobians (n, k, d), and
+    ``M_of(rho)`` -> the interaction blocks (n, d, d) for a residual ``rho`` (n, k).
+    BatchNorm in eval mode (the only mode in which the head acts row by row)."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    z = z.detach().to(dtype)
+    head_fn, head_info = functional_head(head, "eval", dtype)
+    one = lambda x: head_fn(x[None])[0]  # noqa: E731  (d,) -> (k,)
+    with torch.no_grad():  # torch.func transforms still differentiate; parameters record no graph
+        if method == "closed_form":
+            der = head_derivatives(mini_head_of(head, dtype), z)
+            Hb, J = der.h, der.J  # (n, k), (n, k, d)
+        else:
+            Hb, J = head_fn(z), vmap(jacrev(one))(z)
+
+    def M_of(rho: Tensor) -> Tensor:
+        with torch.no_grad():
+            if method == "closed_form":
+                M = interaction_blocks(der, rho)
+            else:  # reverse-over-reverse: some activations' backward ops have no forward-mode rule
+                M = vmap(jacrev(jacrev(lambda x, r: (r * one(x)).sum())))(z, rho)
+        return 0.5 * (M + M.transpose(1, 2))
+
+    info = {**head_info, "bn_mode": "eval" if head_info["batchnorm"] else "none", "method": method,
+            "dtype": str(dtype).removeprefix("torch."), "n": z.shape[0], "d": z.shape[1], "k": Hb.shape[1]}
+    return Hb.detach(), J, M_of, info
 
 
 def effective_hessian_blocks(
@@ -148,46 +204,94 @@ def effective_hessian_blocks(
     method: str = "closed_form",
     dtype: torch.dtype = torch.float64,
     declared_psd: bool | None = None,
+    spectra: str = "all",
 ) -> Blocks:
     """Exact per-sample blocks of eq. (1) at ``z`` (n, d), in ``dtype`` (float64 by default).
 
     The head is evaluated with BatchNorm in eval mode (the only mode in which it acts row by row).
     ``declared_psd`` records what the objective claims about ``grad^2_H L`` (``mini``'s
-    ``Objective.hessian_psd``) next to what is measured on the blocks.
+    ``Objective.hessian_psd``) next to what is measured on the blocks. ``spectra``: ``"all"``
+    (eigenvalues of ``H``, ``G`` and the loss blocks) or ``"H"`` (``H`` only: the tracker's needs).
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    z = z.detach().to(dtype)
-    head_fn, head_info = functional_head(head, "eval", dtype)
-    one = lambda x: head_fn(x[None])[0]  # noqa: E731  (d,) -> (k,)
+    if spectra not in ("all", "H"):
+        raise ValueError(f"spectra must be 'all' or 'H', got {spectra!r}")
+    Hb, J, M_of, info = head_blocks(z, head, method, dtype)
     with torch.no_grad():
-        if method == "closed_form":
-            der = head_derivatives(mini_head_of(head, dtype), z)
-            Hb, J = der.h, der.J  # (n, k), (n, k, d)
-        else:
-            Hb, J = head_fn(z), vmap(jacrev(one))(z)
-    with torch.no_grad():  # torch.func transforms still differentiate; parameters record no graph
-        rho, HL, premise = loss_blocks(loss, Hb.detach())
+        rho, HL, premise = loss_blocks(loss, Hb)
     if premise > BLOCK_TOL:
         raise ValueError(
             f"the objective's Hessian is not block-diagonal over samples (relative mismatch {premise:.2e}); "
             "exact blocks exist only for per-sample objectives (mse to targets, simsiam, byol); "
             "use scale.curvature.EffectiveHessian with scale.lanczos for coupled objectives"
         )
-    with torch.no_grad():
-        if method == "closed_form":
-            M = interaction_blocks(der, rho)
-        else:  # reverse-over-reverse: some activations' backward ops have no forward-mode rule
-            M = vmap(jacrev(jacrev(lambda x, r: (r * one(x)).sum())))(z, rho)
+    M = M_of(rho)
     G = J.transpose(1, 2) @ HL @ J
-    G, M = 0.5 * (G + G.transpose(1, 2)), 0.5 * (M + M.transpose(1, 2))
+    G = 0.5 * (G + G.transpose(1, 2))
     H = G + M
-    info = {**head_info, "bn_mode": "eval" if head_info["batchnorm"] else "none", "method": method,
-            "block_premise": "unverifiable: loss Hessian at round-off" if premise != premise else "verified",
-            "dtype": str(dtype).removeprefix("torch."), "n": z.shape[0], "d": z.shape[1], "k": Hb.shape[1],
-            "loss_hessian_psd_declared": declared_psd}
-    return Blocks(G, M, H, torch.linalg.eigvalsh(G), torch.linalg.eigvalsh(H), torch.linalg.eigvalsh(HL),
-                  premise, info)
+    info = {**info, "loss_hessian_psd_declared": declared_psd,
+            "block_premise": "unverifiable: loss Hessian at round-off" if premise != premise else "verified"}
+    full = spectra == "all"
+    return Blocks(G, M, H, torch.linalg.eigvalsh(G) if full else None, torch.linalg.eigvalsh(H),
+                  torch.linalg.eigvalsh(HL) if full else None, premise, info)
+
+
+def factored_operator(
+    z: Tensor,
+    head: nn.Module,
+    loss: Callable[[Tensor], Tensor],
+    *,
+    method: str = "closed_form",
+    dtype: torch.dtype = torch.float64,
+) -> tuple[Operator, Tensor, dict[str, Any]]:
+    r"""``H_eff`` of any objective (coupled or not) for a row-wise head, as a cheap operator.
+
+    The head's part of eq. (1) is block-diagonal whatever the loss: with ``J`` (n, k, d) and the
+    interaction blocks ``M`` (n, d, d) computed once (exact, ``dtype``),
+
+        H v = blockdiag(M) v + J^T (grad^2_H L) (J v)          v reshaped (n, d)
+
+    so a product costs two batched ``(k, d)`` matmuls, one ``(d, d)`` and one Hessian-vector product
+    of the loss alone (no pass through the head). Returns the operator, ``M`` and the context.
+    """
+    Hb, J, M_of, info = head_blocks(z, head, method, dtype)
+    n, k, d = J.shape
+    # the loss's gradient graph, built once: every product is then one backward through it
+    # (double backward; retracing torch.func's jvp of grad per product costs more than the product)
+    with torch.enable_grad():
+        Hg = Hb.detach().requires_grad_(True)
+        (gH,) = torch.autograd.grad(loss(Hg), Hg, create_graph=True)
+    rho = gH.detach()
+    M = M_of(rho)
+
+    def lv(U: Tensor, batched: bool = False) -> Tensor:  # (n, k) -> (n, k): the loss Hessian applied to U
+        if not gH.requires_grad:  # a loss linear in H: no curvature
+            return torch.zeros_like(U)
+        (out,) = torch.autograd.grad(gH, Hg, grad_outputs=U, retain_graph=True, allow_unused=True,
+                                     is_grads_batched=batched)
+        return torch.zeros_like(U) if out is None else out
+
+    small = n * k * d <= 2**22  # small blocks: broadcast-and-sum beats bmm's per-matrix overhead on CPU
+
+    def bmv(A: Tensor, x: Tensor) -> Tensor:  # (n, a, b) @ (n, b) -> (n, a)
+        return (A * x[:, None, :]).sum(-1) if small else (A @ x[:, :, None])[:, :, 0]
+
+    def bmtv(A: Tensor, x: Tensor) -> Tensor:  # (n, a, b)^T @ (n, a) -> (n, b)
+        # as row vectors: a bmm against the transposed (non-contiguous) view is ~10x slower on CPU
+        return (A * x[:, :, None]).sum(1) if small else (x[:, None, :] @ A)[:, 0, :]
+
+    def hv(v: Tensor) -> Tensor:  # (N,) -> (N,)
+        V = v.reshape(n, d)
+        return (bmv(M, V) + bmtv(J, lv(bmv(J, V)))).reshape(-1)
+
+    def hm(C: Tensor) -> Tensor:  # (p, N) -> (p, N), the columns batched
+        p = C.shape[0]
+        V = C.reshape(p, n, d)
+        JV = torch.einsum("ikd,pid->pik", J, V)
+        out = torch.einsum("ide,pie->pid", M, V) + torch.einsum("ikd,pik->pid", J, lv(JV, batched=True))
+        return out.reshape(p, n * d)
+
+    info = {**info, "N": n * d, "hvp_mode": "factored: blockdiag(M) + J^T (loss HVP, double backward) J"}
+    return Operator("H_eff (factored)", n * d, J.dtype, J.device, hv, hm, info), M, info
 
 
 def block_diag(blocks: Tensor) -> Tensor:

@@ -5,13 +5,20 @@ At each measurement, on the same probe batch (the first training step's augmente
 
     z, h = backbone(x), head(z)                eval mode, no gradient (BatchNorm: running statistics)
     L    = the method's loss of h, stop-gradient data bound at the probe (mini.losses semantics)
-    lambda_min, lambda_max of H_eff            scale.lanczos on scale.curvature's H (warm start from
-                                               the previous measurement's Ritz vectors)
-    n_negative                                 exact from the per-sample blocks where the objective is
-                                               block-diagonal (simsiam, byol) and the blocks fit in
-                                               memory; otherwise converged Ritz values (a lower bound)
-    |M| / |H|                                  exact spectral norms on blocks, or ``|M|_F / |H|_F`` by a
-                                               Hutchinson estimate (``E|Av|^2 = |A|_F^2``, Rademacher v)
+
+and then, by the cheapest exact path that applies (``measure``; the record's ``path`` says which):
+
+    blocks       block-diagonal objective (simsiam, byol), row-wise head: the whole spectrum from the
+                 per-sample d x d blocks (float64 eigvalsh): lambda_min, lambda_max, the negative count
+                 and |M|/|H| (spectral norms) exact; no Lanczos at all
+    factored     any objective, row-wise head (MLPHead, BatchNorm in eval mode): Lanczos on
+                 blockdiag(M) + J^T (grad^2_H L) J with J and M exact and computed once, so a product
+                 is a loss Hessian-vector product plus small batched matmuls (no pass through the
+                 head); warm start from the previous measurement's Ritz vectors; |M| exact from the
+                 blocks, |H| from the converged ends; negative count a lower bound
+    matrix-free  anything else (other heads, train-mode BatchNorm): Lanczos on scale.curvature's H,
+                 |M|_F / |H|_F by a Hutchinson estimate (``E|Av|^2 = |A|_F^2``, Rademacher v)
+
     condition = lambda_max / lambda_min        only when positive definite
     z_var                                      mean per-dimension variance of the L2-normalised z
 
@@ -37,12 +44,13 @@ from torch import Tensor, nn
 
 from mini.hessian import NEG_FLOOR
 from scale import objectives as so
-from scale.blocks import effective_hessian_blocks
-from scale.curvature import EffectiveHessian
+from scale.blocks import block_norm, effective_hessian_blocks, factored_operator
+from scale.curvature import EffectiveHessian, functional_head
+from scale.heads import MLPHead
 from scale.lanczos import LanczosResult, lanczos
 from scale.train import Hook
 
-BLOCK_MEMORY = 2**26  # bytes: per-sample Jacobians larger than this use Lanczos + Hutchinson instead
+BLOCK_MEMORY = 2**28  # bytes: per-sample Jacobians (or loss blocks) larger than this take the next path of ``measure``
 BLOCK_DIAGONAL_METHODS = frozenset({"simsiam", "byol"})
 
 
@@ -83,6 +91,30 @@ def z_variance(z: Tensor) -> float:
     return float(u.var(dim=0, unbiased=False).mean())
 
 
+def _rowwise(head: nn.Module, bn_mode: str) -> bool:
+    """The head acts row by row and its closed-form derivatives apply (``MLPHead``, BatchNorm in eval mode)."""
+    has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in head.modules())
+    return isinstance(head, MLPHead) and (bn_mode == "eval" or not has_bn)
+
+
+def choose_path(z: Tensor, head: nn.Module, *, block_diagonal: bool, bn_mode: str, k: int | None = None) -> str:
+    """The cheapest exact way to measure ``H_eff`` here (see ``measure``)."""
+    if not _rowwise(head, bn_mode):
+        return "matrix-free"
+    n, d = z.shape
+    widths = [m.out_features for m in head.modules() if isinstance(m, nn.Linear)]
+    k = widths[-1] if k is None else k
+    jac_bytes = n * max(widths) * d * 8  # the largest per-sample Jacobian stack (n, w, d), float64
+    if jac_bytes > BLOCK_MEMORY:
+        return "matrix-free"
+    if block_diagonal and n * k * k * 8 <= BLOCK_MEMORY:  # the loss blocks (n, k, k)
+        return "blocks"
+    return "factored"
+
+
+PATHS = ("auto", "blocks", "factored", "matrix-free")
+
+
 def measure(
     z: Tensor,
     head: nn.Module,
@@ -92,32 +124,70 @@ def measure(
     bn_mode: str = "eval",
     dtype: torch.dtype = torch.float64,
     warm: LanczosResult | None = None,
-    max_iter: int = 80,
+    max_iter: int = 120,
     tol: float | None = None,
     hutchinson_probes: int = 4,
-    use_blocks: bool | str = "auto",
+    path: str = "auto",
     rel_floor: float = NEG_FLOOR,
-) -> tuple[dict[str, Any], LanczosResult]:
-    """One curvature measurement of ``H_eff`` at ``z`` (n, d); returns the record and the Lanczos result."""
+) -> tuple[dict[str, Any], LanczosResult | None]:
+    """One curvature measurement of ``H_eff`` at ``z`` (n, d); returns the record and the Lanczos result
+    (the previous ``warm`` when no Lanczos ran: the warm start then carries over).
+
+    ``path`` (``"auto"`` picks the first that applies):
+
+    - ``"blocks"``: block-diagonal objective (simsiam, byol) and a row-wise head: the whole spectrum
+      from the per-sample ``d x d`` blocks (float64 ``eigvalsh``), so ``lambda_min``, ``lambda_max``,
+      the negative count and ``|M|/|H|`` are exact and no Lanczos runs;
+    - ``"factored"``: a row-wise head (``MLPHead``, BatchNorm in eval mode) and any objective: Lanczos
+      on ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` exact (``scale.blocks.factored_operator``,
+      products without a pass through the head); ``|M|`` exact from the blocks, ``|H|`` from Lanczos;
+    - ``"matrix-free"``: Lanczos on ``scale.curvature``'s forward-over-reverse ``H`` (any head, train-mode
+      BatchNorm), ``|M|_F/|H|_F`` by a Hutchinson estimate.
+    """
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     t0 = time.perf_counter()
-    E = EffectiveHessian(z, head, loss, bn_mode=bn_mode, dtype=dtype)
-    res = lanczos(E.H, k=1, max_iter=max_iter, tol=tol, warm=warm)
-    rec: dict[str, Any] = {k: v for k, v in res.summary().items() if k not in ("n_negative", "n_negative_is")}
-    rec.update(bn_mode=E.info["bn_mode"], hvp_mode=E.info["hvp_mode"], dtype=E.info["dtype"], N=E.info["N"],
-               loss=E.value, z_var=z_variance(z))
-    widths = [m.out_features for m in head.modules() if isinstance(m, nn.Linear)]
-    jac_bytes = z.shape[0] * max(widths or [E.k]) * z.shape[1] * 8
-    blocks_ok = block_diagonal and (bn_mode == "eval" or not E.info["batchnorm"])
-    if use_blocks is True or (use_blocks == "auto" and blocks_ok and jac_bytes <= BLOCK_MEMORY):
-        audit = effective_hessian_blocks(z, head, loss, dtype=torch.float64).audit(rel_floor)
-        rec.update(n_negative=audit["n_negative_H"], n_negative_is="exact (blocks)",
-                   n_negative_G=audit["n_negative_G"], M_over_H=audit["M_over_H"], M_over_H_is=audit["M_over_H_is"],
-                   lambda_min_exact=audit["lambda_min"], lambda_max_exact=audit["lambda_max"])
+    if path == "auto":
+        path = choose_path(z, head, block_diagonal=block_diagonal, bn_mode=bn_mode)
+    elif path in ("blocks", "factored") and not _rowwise(head, bn_mode):
+        raise ValueError(f"path {path!r} needs a row-wise MLPHead (BatchNorm in eval mode); use 'matrix-free'")
+    n, d = z.shape
+    rec: dict[str, Any] = {"path": path, "z_var": z_variance(z), "N": n * d}
+    res = warm
+    if path == "blocks":
+        blocks = effective_hessian_blocks(z, head, loss, dtype=torch.float64, spectra="H")
+        audit = blocks.audit(rel_floor)
+        head_fn, _ = functional_head(head, "eval", torch.float64)
+        with torch.no_grad():
+            value = float(loss(head_fn(z.detach().double())))
+        rec.update(lambda_min=audit["lambda_min"], lambda_max=audit["lambda_max"], scale=audit["scale"],
+                   lambda_is="exact (per-sample blocks, float64 eigvalsh)", residual_min=None, residual_max=None,
+                   converged_min=True, converged_max=True, condition=audit["condition"], n_products=0, n_iter=0,
+                   n_negative=audit["n_negative_H"], n_negative_is="exact (blocks)", M_over_H=audit["M_over_H"],
+                   M_over_H_is=audit["M_over_H_is"], bn_mode=audit["bn_mode"], hvp_mode="none (blocks)",
+                   dtype="float64", loss=value, rel_floor=rel_floor)
     else:
-        rec.update(n_negative=res.n_negative,
-                   n_negative_is="exact (Krylov exhausted)" if res.exhausted else "lower bound (converged Ritz values)",
-                   M_over_H=hutchinson_ratio(E.M, E.H, E.info["N"], hutchinson_probes, E.z.dtype, E.z.device),
-                   M_over_H_is=f"frobenius, Hutchinson estimate ({hutchinson_probes} probes)")
+        if path == "factored":
+            op, M, info = factored_operator(z, head, loss, dtype=dtype)
+            head_fn, _ = functional_head(head, "eval", dtype)
+            with torch.no_grad():
+                value = float(loss(head_fn(z.detach().to(dtype))))
+        else:
+            E = EffectiveHessian(z, head, loss, bn_mode=bn_mode, dtype=dtype)
+            op, info, value = E.H, E.info, E.value
+        if warm is not None and warm.vectors.shape[0] != op.N:
+            warm = None  # a probe of another shape: start afresh
+        res = lanczos(op, k=1, max_iter=max_iter, tol=tol, warm=warm, rel_floor=rel_floor)
+        rec.update({k: v for k, v in res.summary().items() if k not in ("n_negative", "n_negative_is")})
+        rec.update(lambda_is=f"Lanczos ({path} operator, float64 basis)", bn_mode=info["bn_mode"],
+                   hvp_mode=info["hvp_mode"], dtype=info["dtype"], loss=value, n_negative=res.n_negative,
+                   n_negative_is="exact (Krylov exhausted)" if res.exhausted else "lower bound (converged Ritz values)")
+        if path == "factored":
+            rec.update(M_over_H=block_norm(M) / res.scale if res.scale else float("nan"),
+                       M_over_H_is="spectral norms: |M| exact (blocks), |H| = max(|lambda_min|, |lambda_max|) Lanczos")
+        else:
+            rec.update(M_over_H=hutchinson_ratio(E.M, E.H, op.N, hutchinson_probes, E.z.dtype, E.z.device),
+                       M_over_H_is=f"frobenius, Hutchinson estimate ({hutchinson_probes} probes)")
     rec["seconds"] = time.perf_counter() - t0
     return rec, res
 
@@ -142,14 +212,17 @@ class HessianTracker(Hook):
     (an int) or once per epoch (``every="epoch"``), on a fixed probe of ``probe_pairs`` view pairs."""
 
     def __init__(self, every: int | str = "epoch", *, probe_pairs: int = 16, run_dir: str | Path | None = None,
-                 dtype: torch.dtype = torch.float64, max_iter: int = 40, tol: float | None = None,
-                 hutchinson_probes: int = 4, bn_mode: str = "eval", log=None):
+                 dtype: torch.dtype = torch.float64, max_iter: int = 120, tol: float | None = None,
+                 hutchinson_probes: int = 4, bn_mode: str = "eval", path: str = "auto", log=None):
         if every != "epoch" and not (isinstance(every, int) and every >= 1):
             raise ValueError(f"--track-hessian-every takes a positive number of steps or 'epoch', got {every!r}")
         if probe_pairs < 2:
             raise ValueError(f"probe_pairs must be >= 2 (batch statistics need two rows per view), got {probe_pairs}")
         self.every, self.probe_pairs, self.dtype = every, probe_pairs, dtype
+        if path not in PATHS:
+            raise ValueError(f"path must be one of {PATHS}, got {path!r}")
         self.max_iter, self.tol, self.hutchinson_probes, self.bn_mode = max_iter, tol, hutchinson_probes, bn_mode
+        self.path = path
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.log = log
         self.records: list[dict[str, Any]] = []
@@ -198,8 +271,8 @@ class HessianTracker(Hook):
             f"{s['n_measurements']} measurements (cadence: {s['cadence']}), probe of {s['probe_rows']} rows, "
             f"products in {s['dtype']}, BatchNorm mode {s['bn_mode']}, tracking time {s['tracking_seconds']:.1f} s.",
             "", "| quantity (last measurement) | value |", "|---|---|",
-            f"| lambda_min (Lanczos residual {r['residual_min']:.1e}) | {r['lambda_min']:.6g} |",
-            f"| lambda_max (Lanczos residual {r['residual_max']:.1e}) | {r['lambda_max']:.6g} |",
+            f"| lambda_min ({_how(r, 'residual_min')}) | {r['lambda_min']:.6g} |",
+            f"| lambda_max ({_how(r, 'residual_max')}) | {r['lambda_max']:.6g} |",
             f"| negative eigenvalues ({r['n_negative_is']}) | {r['n_negative']} of {r['N']} |",
             f"| M/H ({r['M_over_H_is']}) | {r['M_over_H']:.4g} |",
             f"| condition number (only when positive definite) | {cond} |",
@@ -241,7 +314,7 @@ class HessianTracker(Hook):
             self.warm = _vectors_as_result(self._warm_vectors.to(state.device))
         rec, self.warm = measure(z, model.projector, loss, block_diagonal=cfg.method in BLOCK_DIAGONAL_METHODS,
                                  bn_mode=self.bn_mode, dtype=self.dtype, warm=self.warm, max_iter=self.max_iter,
-                                 tol=self.tol, hutchinson_probes=self.hutchinson_probes)
+                                 tol=self.tol, hutchinson_probes=self.hutchinson_probes, path=self.path)
         rec.update(epoch=state.epoch + 1, step=state.global_step, probe_rows=int(x.shape[0]), method=cfg.method)
         self.seconds += time.perf_counter() - t0
         self.records.append(rec)
@@ -267,6 +340,11 @@ class HessianTracker(Hook):
             "negative_lambda_min_fraction": (float(np.mean([r["lambda_min"] < -NEG_FLOOR * r["scale"]
                                                             for r in self.records])) if self.records else None),
         }
+
+
+def _how(record: dict[str, Any], residual: str) -> str:
+    r = record.get(residual)
+    return record.get("lambda_is", "Lanczos") if r is None else f"Lanczos residual {r:.1e}"
 
 
 def _vectors_as_result(vectors: Tensor) -> LanczosResult:

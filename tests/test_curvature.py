@@ -16,7 +16,7 @@ import torch
 from mini.hessian import decompose_autograd
 from mini.losses import make_objective
 from scale import objectives as O
-from scale.blocks import block_diag, effective_hessian_blocks, mini_head_of
+from scale.blocks import block_diag, effective_hessian_blocks, factored_operator, mini_head_of
 from scale.curvature import EffectiveHessian, functional_head
 from scale.heads import build_head
 
@@ -164,6 +164,9 @@ def test_exact_blocks_both_paths_match_the_dense_operators(spec, objective, batc
     assert a["n_negative_H"] == int((eig < -a["rel_floor"] * a["scale"]).sum())
     assert a["N"] == N_ROWS * D and a["bn_mode"] == ("eval" if batchnorm else "none")
     assert audits[0]["n_negative_H"] == audits[1]["n_negative_H"]
+    lean = effective_hessian_blocks(z, head, loss, spectra="H").audit()  # the tracker's: H's spectrum only
+    assert lean["n_negative_G"] is None and lean["loss_hessian_psd_measured"] is None
+    assert all(lean[q] == a[q] for q in ("lambda_min", "lambda_max", "n_negative_H", "M_over_H", "condition"))
     if spec == "linear":
         assert a["M_over_H"] == 0.0
 
@@ -196,3 +199,25 @@ def test_bad_inputs_are_named():
         E.H.matvec(torch.zeros(7, dtype=torch.float64))
     with pytest.raises(ValueError, match="method"):
         effective_hessian_blocks(z, head, loss, method="exact")
+    with pytest.raises(ValueError, match="spectra"):
+        effective_hessian_blocks(z, head, loss, spectra="G")
+
+
+@pytest.mark.parametrize(("spec", "objective", "batchnorm"), [
+    ("gelu3", "simclr", False), ("swish3", "vicreg", True), ("tanh2", "simsiam", True), ("linear", "barlow", False),
+])
+def test_factored_operator_is_the_matrix_free_operator(spec, objective, batchnorm):
+    """``blockdiag(M) + J^T (grad^2_H L) J`` (J, M exact, the loss coupling samples or not) against the
+    forward-over-reverse ``H``: dense, single products and batched products, both paths to J and M."""
+    z, head, loss, _, _ = _instance(spec, objective, seed=19, batchnorm=batchnorm)
+    E = EffectiveHessian(z, head, loss, bn_mode="eval")
+    H = E.H.dense()
+    scale = float(H.abs().max())
+    V = torch.randn(N_ROWS * D, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    for method in ("closed_form", "autodiff"):
+        F, M, info = factored_operator(z, head, loss, method=method)
+        assert float((F.dense() - H).abs().max()) <= REL_TOL * scale
+        assert float((F.matvec(V[:, 0]) - E.H.matvec(V[:, 0])).abs().max()) <= REL_TOL * scale
+        assert float((F.matmat(V) - E.H.matmat(V)).abs().max()) <= REL_TOL * scale
+        assert float((block_diag(M) - E.M.dense()).abs().max()) <= REL_TOL * scale
+        assert info["bn_mode"] == ("eval" if batchnorm else "none") and info["N"] == N_ROWS * D

@@ -1,0 +1,172 @@
+"""scale.tracking inside tiny training runs: records against a direct dense computation on the same
+probe, what is written (curvature.jsonl, hess_* in metrics.jsonl, summary, plot, report), the
+Spearman summary, and exact reproduction of the curvature records after a kill and a resume.
+
+Tolerances are relative to the spectral scale ``max |lambda|`` of the matrix at hand.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from scale.checkpoint import load_checkpoint, save_checkpoint
+from scale.curvature import EffectiveHessian
+from scale.run import main
+from scale.tracking import HessianTracker, probe_objective, spearman
+from scale.train import Hook
+
+EIG_TOL = 1e-8  # lambda_min / lambda_max against eigvalsh of the dense H_eff, relative to its scale
+TINY = ["synthetic", "--quiet", "--train-subset", "96", "--batch-size", "32", "--probe-size", "32",
+        "--head-width", "16", "--head-out", "8", "--backbone-width", "4", "--image-size", "8", "--epochs", "2"]
+VOLATILE = {"seconds", "hess_seconds", "images_per_s", "epoch_seconds"}  # clocks, not results
+
+
+def _jsonl(path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k not in VOLATILE} for line in path.read_text().splitlines()]
+
+
+class DenseChecked(HessianTracker):
+    """The tracker, plus an independent reference at every measurement: the matrix-free operator of
+    ``scale.curvature`` made dense (N products) and ``eigvalsh``, on the same probe and state."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.reference: list[dict] = []
+
+    def track(self, state):
+        rec = super().track(state)
+        z, h = state.embed(self.probe_x)
+        target_h = None
+        if state.target is not None:  # byol: the target network's embeddings, eval mode, then restored
+            was = state.target.training
+            target_h = state.target.eval()(self.probe_x)[1].double()
+            state.target.train(was)
+        loss = probe_objective(state.config.method, state.model, h.double(), target_h, state.config.temperature)
+        E = EffectiveHessian(z, state.model.projector, loss, dtype=torch.float64)
+        eig = torch.linalg.eigvalsh(E.H.dense()).numpy()
+        norm_M = float(torch.linalg.eigvalsh(E.M.dense()).abs().max())
+        self.reference.append({"eig": eig, "M_over_H": norm_M / abs(eig).max()})
+        return rec
+
+
+@pytest.mark.parametrize(("method", "path", "expected"), [
+    ("simsiam", "auto", "blocks"), ("byol", "auto", "blocks"), ("simclr", "auto", "factored"),
+    ("vicreg", "matrix-free", "matrix-free"),
+])
+def test_records_match_dense_eigvalsh_and_are_written(tmp_path, method, path, expected):
+    run_dir = tmp_path / "run"
+    tracker = DenseChecked("epoch", probe_pairs=4, run_dir=run_dir, path=path)
+    assert main([*TINY, "--method", method, "--out", str(tmp_path), "--run-name", "run"], hooks=[tracker]) == 0
+    assert len(tracker.records) == 2 == len(tracker.reference)
+    for rec, ref in zip(tracker.records, tracker.reference):
+        eig = ref["eig"]
+        scale = abs(eig).max()
+        assert rec["path"] == expected and rec["N"] == len(eig) == 8 * 32 and rec["dtype"] == "float64"
+        assert abs(rec["lambda_min"] - eig[0]) <= EIG_TOL * scale, (rec["lambda_min"], eig[0])
+        assert abs(rec["lambda_max"] - eig[-1]) <= EIG_TOL * scale, (rec["lambda_max"], eig[-1])
+        true_negative = int((eig < -rec["rel_floor"] * scale).sum())
+        if expected == "blocks":  # the whole spectrum: the count is exact
+            assert rec["n_negative"] == true_negative and rec["n_negative_is"] == "exact (blocks)"
+        else:  # converged Ritz values: a lower bound
+            assert rec["n_negative"] <= true_negative and "lower bound" in rec["n_negative_is"]
+        if expected in ("blocks", "factored"):  # spectral norms: |M| exact from the blocks
+            assert abs(rec["M_over_H"] - ref["M_over_H"]) <= EIG_TOL * max(ref["M_over_H"], 1.0)
+        else:
+            assert "Hutchinson" in rec["M_over_H_is"] and rec["M_over_H"] >= 0
+        pd = eig[0] > rec["rel_floor"] * scale
+        assert (rec["condition"] is None) == (not pd)
+    # what the run wrote: every record, the last of each epoch in metrics.jsonl, summary and plot
+    assert _jsonl(run_dir / "curvature.jsonl") == [{k: v for k, v in r.items() if k not in VOLATILE}
+                                                   for r in tracker.records]
+    metrics = _jsonl(run_dir / "metrics.jsonl")
+    assert [m["hess_lambda_min"] for m in metrics] == [r["lambda_min"] for r in tracker.records]
+    assert [m["hess_n_negative"] for m in metrics] == [r["n_negative"] for r in tracker.records]
+    summary = json.loads((run_dir / "curvature_summary.json").read_text())
+    assert summary["n_measurements"] == 2 and summary["cadence"] == "epoch"
+    assert (run_dir / "curvature.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_step_cadence_and_report_through_the_command_line(tmp_path):
+    assert main([*TINY, "--method", "simclr", "--out", str(tmp_path), "--run-name", "r",
+                 "--track-hessian-every", "2"]) == 0
+    records = _jsonl(tmp_path / "r" / "curvature.jsonl")
+    assert [r["step"] for r in records] == [2, 4, 6]  # 3 steps per epoch, 2 epochs
+    assert all(r["probe_rows"] == 32 and r["path"] == "factored" for r in records)
+    assert "Curvature of H_eff" in (tmp_path / "r" / "report.md").read_text()
+    assert main([*TINY, "--out", str(tmp_path), "--run-name", "bad", "--track-hessian-every", "0"]) == 2
+
+
+def test_spearman_summary():
+    assert spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)  # 1 - 6 * 2 / (4 * 15)
+    assert spearman([1, 2], [2, 1]) is None and spearman([1, 1, 1], [1, 2, 3]) is None
+
+    def rec(z_var, condition, lambda_min=1.0):
+        return {"z_var": z_var, "condition": condition, "lambda_min": lambda_min, "scale": 2.0, "probe_rows": 8}
+
+    t = HessianTracker()
+    t.records = [rec(0.1, 10.0), rec(0.2, 5.0), rec(0.3, 2.0), rec(0.4, None, -1.0)]
+    s = t.summary()
+    assert s["spearman_zvar_condition"] == pytest.approx(-1.0) and s["spearman_points"] == 3
+    assert s["negative_lambda_min_fraction"] == pytest.approx(0.25)
+    t.records = [rec(0.1 * i, None, -1.0) for i in range(1, 5)]  # never positive definite
+    s = t.summary()
+    assert s["spearman_zvar_condition"] is None and s["spearman_points"] == 0
+    assert s["negative_lambda_min_fraction"] == 1.0
+    with pytest.raises(ValueError, match="path"):
+        HessianTracker(path="dense")
+
+
+class Crash(Hook):
+    """A killed process: raises after a chosen global step, before any save."""
+
+    def __init__(self, at_step: int) -> None:
+        self.at_step = at_step
+
+    def on_step_end(self, state):
+        if state.global_step == self.at_step:
+            raise RuntimeError("simulated kill")
+
+
+def test_kill_and_resume_reproduces_curvature_records_exactly(tmp_path):
+    """simclr: the factored path, whose Lanczos starts warm from the previous measurement's Ritz
+    vectors; the warm start travels in the checkpoint, so the resumed run's records are bitwise the same."""
+    argv = [*TINY, "--method", "simclr", "--out", str(tmp_path), "--track-hessian-every"]
+    assert main([*argv, "--run-name", "full"]) == 0
+    with pytest.raises(RuntimeError, match="simulated kill"):  # during epoch 2 (3 steps per epoch)
+        main([*argv, "--run-name", "cut"], hooks=[Crash(at_step=4)])
+    ck = load_checkpoint(tmp_path / "cut" / "checkpoint.pt")
+    assert int(ck["epoch"]) == 1 and ck["hooks"][1]["warm"] is not None
+    assert len(_jsonl(tmp_path / "cut" / "curvature.jsonl")) == 1
+    # negative control: the same resume with the warm start dropped from the checkpoint starts Lanczos
+    # elsewhere and the epoch-2 record differs (in the last bits): the warm state does affect results
+    shutil.copytree(tmp_path / "cut", tmp_path / "cold")
+    ck["hooks"][1]["warm"] = None
+    save_checkpoint(tmp_path / "cold" / "checkpoint.pt", ck)
+    for name in ("cut", "cold"):  # the hook list must line up with the checkpoint's: the crash hook, never firing
+        assert main(["--resume", str(tmp_path / name), "--quiet", "--track-hessian-every"], hooks=[Crash(-1)]) == 0
+    full, cut = _jsonl(tmp_path / "full" / "curvature.jsonl"), _jsonl(tmp_path / "cut" / "curvature.jsonl")
+    assert len(full) == 2 and full == cut
+    assert _jsonl(tmp_path / "full" / "metrics.jsonl") == _jsonl(tmp_path / "cut" / "metrics.jsonl")
+    cold = _jsonl(tmp_path / "cold" / "curvature.jsonl")
+    assert cold[0] == full[0] and cold[1] != full[1]
+    assert abs(cold[1]["lambda_min"] - full[1]["lambda_min"]) <= EIG_TOL * full[1]["scale"]  # equal to tolerance
+
+
+def test_exact_paths_refuse_heads_that_couple_samples():
+    """Train-mode BatchNorm couples the rows: the block and factored paths do not apply and say so;
+    ``auto`` falls back to the matrix-free operator."""
+    from scale import objectives as so
+    from scale.heads import build_head
+    from scale.tracking import choose_path, measure
+
+    head = build_head("gelu2", 4, 3, 5, batchnorm=True).double()
+    z = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="row-wise"):
+        measure(z, head, so.vicreg, block_diagonal=False, bn_mode="train", path="factored")
+    assert choose_path(z, head, block_diagonal=True, bn_mode="train") == "matrix-free"
+    assert choose_path(z, head, block_diagonal=True, bn_mode="eval") == "blocks"
+    assert choose_path(z, head, block_diagonal=False, bn_mode="eval") == "factored"

@@ -430,8 +430,19 @@ class Trainer:
             "optimizer": self.optimizer.state_dict(),
             "partial": dict(self.partial),
             "history": list(self.state.history),
-            "hooks": [h.state_dict() for h in self.hooks],
+            "hooks": dict(zip(self._hook_keys(), (h.state_dict() for h in self.hooks))),
         }
+
+    def _hook_keys(self) -> list[str]:
+        """``ClassName#i`` per hook: a resume matches saved hook states by kind, not by list position,
+        so adding or dropping a stateless hook (a crash hook, a logger) cannot misroute a state."""
+        seen: dict[str, int] = {}
+        keys = []
+        for hook in self.hooks:
+            name = type(hook).__name__
+            keys.append(f"{name}#{seen.get(name, 0)}")
+            seen[name] = seen.get(name, 0) + 1
+        return keys
 
     def save(self, epoch: int, step: int) -> None:
         if self.rank == 0 and self.checkpoint_path is not None:
@@ -447,8 +458,10 @@ class Trainer:
         self.state.global_step = int(ck["global_step"])
         self.state.history = list(ck["history"])
         self.partial = dict(ck["partial"])
-        for hook, hs in zip(self.hooks, ck["hooks"]):
-            hook.load_state_dict(hs)
+        saved = ck["hooks"]
+        for key, hook in zip(self._hook_keys(), self.hooks):
+            if key in saved:
+                hook.load_state_dict(saved[key])
 
     # ---------------------------------------------------------------- training
 

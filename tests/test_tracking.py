@@ -139,12 +139,12 @@ def test_kill_and_resume_reproduces_curvature_records_exactly(tmp_path):
     with pytest.raises(RuntimeError, match="simulated kill"):  # during epoch 2 (3 steps per epoch)
         main([*argv, "--run-name", "cut"], hooks=[Crash(at_step=4)])
     ck = load_checkpoint(tmp_path / "cut" / "checkpoint.pt")
-    assert int(ck["epoch"]) == 1 and ck["hooks"][1]["warm"] is not None
+    assert int(ck["epoch"]) == 1 and ck["hooks"]["HessianTracker#0"]["warm"] is not None
     assert len(_jsonl(tmp_path / "cut" / "curvature.jsonl")) == 1
     # negative control: the same resume with the warm start dropped from the checkpoint starts Lanczos
     # elsewhere and the epoch-2 record differs (in the last bits): the warm state does affect results
     shutil.copytree(tmp_path / "cut", tmp_path / "cold")
-    ck["hooks"][1]["warm"] = None
+    ck["hooks"]["HessianTracker#0"]["warm"] = None
     save_checkpoint(tmp_path / "cold" / "checkpoint.pt", ck)
     for name in ("cut", "cold"):  # the hook list must line up with the checkpoint's: the crash hook, never firing
         assert main(["--resume", str(tmp_path / name), "--quiet", "--track-hessian-every"], hooks=[Crash(-1)]) == 0

@@ -45,7 +45,7 @@ from torch import Tensor, nn
 from mini.hessian import NEG_FLOOR
 from scale import objectives as so
 from scale.blocks import block_norm, effective_hessian_blocks, factored_operator
-from scale.curvature import EffectiveHessian, functional_head
+from scale.curvature import EffectiveHessian
 from scale.heads import MLPHead
 from scale.lanczos import LanczosResult, lanczos
 from scale.train import Hook
@@ -157,9 +157,7 @@ def measure(
     if path == "blocks":
         blocks = effective_hessian_blocks(z, head, loss, dtype=torch.float64, spectra="H")
         audit = blocks.audit(rel_floor)
-        head_fn, _ = functional_head(head, "eval", torch.float64)
-        with torch.no_grad():
-            value = float(loss(head_fn(z.detach().double())))
+        value = blocks.info["loss"]  # L at the probe, from the loss blocks' own forward pass
         rec.update(lambda_min=audit["lambda_min"], lambda_max=audit["lambda_max"], scale=audit["scale"],
                    lambda_is="exact (per-sample blocks, float64 eigvalsh)", residual_min=None, residual_max=None,
                    converged_min=True, converged_max=True, condition=audit["condition"], n_products=0, n_iter=0,
@@ -169,9 +167,7 @@ def measure(
     else:
         if path == "factored":
             op, M, info = factored_operator(z, head, loss, dtype=dtype)
-            head_fn, _ = functional_head(head, "eval", dtype)
-            with torch.no_grad():
-                value = float(loss(head_fn(z.detach().to(dtype))))
+            value = info["loss"]
         else:
             E = EffectiveHessian(z, head, loss, bn_mode=bn_mode, dtype=dtype)
             op, info, value = E.H, E.info, E.value

@@ -16,7 +16,7 @@ import torch
 from mini.hessian import decompose_autograd
 from mini.losses import make_objective
 from scale import objectives as O
-from scale.blocks import block_diag, effective_hessian_blocks, factored_operator, mini_head_of
+from scale.blocks import block_diag, block_norm, effective_hessian_blocks, factored_operator, mini_head_of
 from scale.curvature import EffectiveHessian, functional_head
 from scale.heads import build_head
 
@@ -221,3 +221,31 @@ def test_factored_operator_is_the_matrix_free_operator(spec, objective, batchnor
         assert float((F.matmat(V) - E.H.matmat(V)).abs().max()) <= REL_TOL * scale
         assert float((block_diag(M) - E.M.dense()).abs().max()) <= REL_TOL * scale
         assert info["bn_mode"] == ("eval" if batchnorm else "none") and info["N"] == N_ROWS * D
+
+
+@pytest.mark.parametrize("case", ["one_dominant", "spread", "equal", "tiny", "huge", "half_zero", "few"])
+def test_block_norm_is_the_largest_block_eigenvalue(case):
+    """``block_norm`` solves only the blocks its bounds cannot rule out; the result must be exactly the
+    largest |eigenvalue| over all blocks (``eigvalsh`` of every block), whatever the blocks' scales."""
+    gen = torch.Generator().manual_seed(7)
+    n, d = (3, 5) if case == "few" else (24, 9)
+    A = torch.randn(n, d, d, dtype=torch.float64, generator=gen)
+    A = A + A.transpose(1, 2)
+    f64 = {"dtype": torch.float64}
+    scales = torch.ones(n, **f64)
+    if case == "one_dominant":
+        scales[5] = 30.0
+    elif case == "spread":
+        scales = torch.logspace(-4, 4, n, **f64)[torch.randperm(n, generator=gen)]
+    elif case in ("tiny", "huge"):
+        scales = torch.full((n,), 1e-150 if case == "tiny" else 1e150, **f64)
+    elif case == "half_zero":
+        scales[: n // 2] = 0.0
+    A = A * scales[:, None, None]
+    ref = float(torch.linalg.eigvalsh(A).abs().max())
+    assert abs(block_norm(A) - ref) <= 1e-13 * ref
+    # the bound it prunes with holds block by block: |A_i|_2 <= |A_i^4|_F^(1/4)
+    B = A / A.abs().max()
+    upper = torch.linalg.matrix_norm(torch.linalg.matrix_power(B, 4)) ** 0.25
+    assert bool((torch.linalg.eigvalsh(B).abs().amax(1) <= upper * (1 + 1e-12)).all())
+    assert block_norm(torch.zeros(n, d, d, dtype=torch.float64)) == 0.0

@@ -8,6 +8,7 @@ import signal
 
 import pytest
 import torch
+from _hooks import Crash
 
 from scale import objectives as so
 from scale.checkpoint import load_checkpoint
@@ -23,16 +24,6 @@ def _metrics(run_dir) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
 
-
-class Crash(Hook):
-    """Simulates a killed process: raises at a chosen global step (after the step, before any save)."""
-
-    def __init__(self, at_step: int) -> None:
-        self.at_step = at_step
-
-    def on_step_end(self, state):
-        if state.global_step == self.at_step:
-            raise RuntimeError("simulated kill")
 
 
 class CtrlC(Hook):

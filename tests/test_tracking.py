@@ -12,12 +12,12 @@ import shutil
 
 import pytest
 import torch
+from _hooks import Crash
 
 from scale.checkpoint import load_checkpoint, save_checkpoint
 from scale.curvature import EffectiveHessian
 from scale.run import main
 from scale.tracking import HessianTracker, probe_objective, spearman
-from scale.train import Hook
 
 EIG_TOL = 1e-8  # lambda_min / lambda_max against eigvalsh of the dense H_eff, relative to its scale
 TINY = ["synthetic", "--quiet", "--train-subset", "96", "--batch-size", "32", "--probe-size", "32",
@@ -119,16 +119,6 @@ def test_spearman_summary():
     with pytest.raises(ValueError, match="path"):
         HessianTracker(path="dense")
 
-
-class Crash(Hook):
-    """A killed process: raises after a chosen global step, before any save."""
-
-    def __init__(self, at_step: int) -> None:
-        self.at_step = at_step
-
-    def on_step_end(self, state):
-        if state.global_step == self.at_step:
-            raise RuntimeError("simulated kill")
 
 
 def test_kill_and_resume_reproduces_curvature_records_exactly(tmp_path):

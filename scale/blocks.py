@@ -266,7 +266,7 @@ def effective_hessian_blocks(
     G = 0.5 * (G + G.transpose(1, 2))
     H = G + M
     info = {**info, "loss": value, "loss_hessian_psd_declared": declared_psd,
-            "block_premise": "unverifiable: loss Hessian at round-off" if premise != premise else "verified"}
+            "block_premise": "unverifiable: loss Hessian at round-off" if math.isnan(premise) else "verified"}
     full = spectra == "all"
     return Blocks(G, M, H, torch.linalg.eigvalsh(G) if full else None, torch.linalg.eigvalsh(H),
                   torch.linalg.eigvalsh(HL) if full else None, premise, info)

@@ -195,7 +195,7 @@ def fit_isotropic_head(
         return anp.mean(anp.sum((Hs - eye) ** 2, axis=(1, 2)) ** power)
 
     # ftol = 0: run the budget (f is tiny near the optimum). A trial step of the line search may
-    # overflow a smooth activation (swish's exp(-a)); L-BFGS-B backs off, and the result is checked below.
+    # overflow (huge trial weights); L-BFGS-B backs off, and the result is checked below.
     with np.errstate(over="ignore", invalid="ignore"):
         res = minimize(surrogate, x0, jac=grad(surrogate), method="L-BFGS-B",
                        options={"maxiter": iters, "ftol": 0.0, "gtol": 1e-14})

@@ -82,7 +82,7 @@ from scipy.integrate import RK45, solve_ivp
 from scipy.stats import spearmanr
 
 from mini.batchnorm import BN_EPS, batchnorm
-from mini.heads import Head, HeadSpec, activation_fn, derivatives, forward, init_head, parse_head_spec
+from mini.heads import Head, HeadSpec, activation_fn, derivatives, forward, init_head, mlp_forward, parse_head_spec
 from mini.hessian import (
     NEG_FLOOR,
     block_diagonal,
@@ -291,17 +291,9 @@ def _grammar(spec: HeadSpec) -> str:
 
 def mlp(activation: str | None, layers: list, X: Array, bn: list | None = None, groups: int = 2) -> Array:
     """``x_l = s(bn(W_l x_{l-1} + b_l))`` for the hidden layers, ``W_L x_{L-1} + b_L`` last. (n, out)."""
-    s = activation_fn(activation)
-    x = X
-    for l, layer in enumerate(layers):
-        x = anp.dot(x, layer["W"].T)
-        if "b" in layer:
-            x = x + layer["b"]
-        if l < len(layers) - 1:
-            if bn is not None:
-                x = batchnorm(x, bn[l]["gamma"], bn[l]["beta"], groups)
-            x = s(x)
-    return x
+    if bn is None:
+        return mlp_forward(activation, layers, X)
+    return mlp_forward(activation, layers, X, lambda l, a: batchnorm(a, bn[l]["gamma"], bn[l]["beta"], groups))
 
 
 def backbone(params: Params, X: Array) -> Array:

@@ -267,18 +267,25 @@ def init_head(
     return Head(spec, layers)
 
 
-def forward(spec: str | HeadSpec, layers: Layers, Z: Array) -> Array:
-    """``h(Z)`` row by row: ``a_l = x_{l-1} W_l^T + b_l``, ``x_l = s(a_l)``, ``h = a_L``. Autograd-safe."""
-    spec = parse_head_spec(spec)
-    s = activation_fn(spec.activation)
+def mlp_forward(
+    activation: str | None, layers: Layers, Z: Array, hidden: Callable[[int, Array], Array] | None = None
+) -> Array:
+    """The layer loop of every MLP in mini: ``a_l = x_{l-1} W_l^T + b_l``; hidden layers
+    ``x_l = s(hidden(l, a_l))`` (``hidden``, e.g. a BatchNorm, defaults to the identity); ``h = a_L``."""
+    s = activation_fn(activation)
     x = Z
     for l, layer in enumerate(layers):
         x = anp.dot(x, layer["W"].T)
         if "b" in layer:
             x = x + layer["b"]
         if l < len(layers) - 1:
-            x = s(x)
+            x = s(x if hidden is None else hidden(l, x))
     return x
+
+
+def forward(spec: str | HeadSpec, layers: Layers, Z: Array) -> Array:
+    """``h(Z)`` row by row: ``a_l = x_{l-1} W_l^T + b_l``, ``x_l = s(a_l)``, ``h = a_L``. Autograd-safe."""
+    return mlp_forward(parse_head_spec(spec).activation, layers, Z)
 
 
 def apply_head(head: Head, Z: Array) -> Array:

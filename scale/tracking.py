@@ -45,6 +45,7 @@ from torch import Tensor, nn
 from mini.hessian import NEG_FLOOR
 from scale import objectives as so
 from scale.blocks import block_norm, effective_hessian_blocks, factored_operator
+from scale.checkpoint import atomic_write_bytes
 from scale.curvature import EffectiveHessian
 from scale.heads import MLPHead
 from scale.lanczos import LanczosResult, lanczos
@@ -197,12 +198,6 @@ def spearman(x: list[float], y: list[float]) -> float | None:
     return float(spearmanr(x, y).statistic)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
 class HessianTracker(Hook):
     """A trainer hook: curvature of ``H_eff`` every ``every`` steps
     (an int) or once per epoch (``every="epoch"``), on a fixed probe of ``probe_pairs`` view pairs."""
@@ -250,8 +245,8 @@ class HessianTracker(Hook):
     def on_fit_end(self, state) -> None:
         summary = self.summary()
         if self.run_dir is not None and self.records:
-            _atomic_write(self.run_dir / "curvature_summary.json", json.dumps(summary, indent=2).encode())
-            _atomic_write(self.run_dir / "curvature.png", plot_curvature(self.records))
+            atomic_write_bytes(self.run_dir / "curvature_summary.json", json.dumps(summary, indent=2).encode())
+            atomic_write_bytes(self.run_dir / "curvature.png", plot_curvature(self.records))
 
     def append_report(self, run_dir: str | Path) -> None:
         """Append the curvature section (table, plot, Spearman) to the run's report.md."""
@@ -316,7 +311,7 @@ class HessianTracker(Hook):
         self.records.append(rec)
         if self.run_dir is not None:
             lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records)
-            _atomic_write(self.run_dir / "curvature.jsonl", lines.encode())
+            atomic_write_bytes(self.run_dir / "curvature.jsonl", lines.encode())
         if self.log is not None:
             cond = rec["condition"]
             self.log(f"  H_eff  lambda_min {rec['lambda_min']:+.3e}  lambda_max {rec['lambda_max']:+.3e}  "

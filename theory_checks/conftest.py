@@ -36,6 +36,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 SMOOTH_ACTIVATIONS: tuple[str, ...] = tuple(a for a in ACTIVATIONS if a != "relu")
 ALL_SPECS: tuple[str, ...] = ("linear", *(f"{a}{n}" for a in ACTIVATIONS for n in (2, 3)))
+SMOOTH_SPECS: tuple[str, ...] = tuple(s for s in ALL_SPECS if s[:-1] in SMOOTH_ACTIVATIONS)
 
 
 def bounded_floats(lo: float = -3.0, hi: float = 3.0) -> st.SearchStrategy[float]:
@@ -43,6 +44,7 @@ def bounded_floats(lo: float = -3.0, hi: float = 3.0) -> st.SearchStrategy[float
 
 
 seeds = st.integers(0, 2**32 - 1)
+smooth_specs = st.sampled_from(SMOOTH_SPECS)
 
 
 def matrix_with_spectrum(eigenvalues: np.ndarray, rng: np.random.Generator) -> np.ndarray:

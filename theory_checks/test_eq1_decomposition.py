@@ -20,7 +20,7 @@ import zlib
 
 import numpy as np
 import pytest
-from conftest import ALL_SPECS, SMOOTH_ACTIVATIONS, seeds
+from conftest import ALL_SPECS, SMOOTH_SPECS, seeds
 from hypothesis import example, given
 from hypothesis import strategies as st
 from instances import OBJECTIVE_NAMES, make_instance
@@ -29,7 +29,6 @@ from mini.hessian import decompose_autograd, decompose_closed_form, spectrum
 
 EQ1_REL_TOL = 1e-10  # float64 round-off of these small Hessians is ~1e-15 of scale
 MATERIAL_REL = 1e-3  # "materially non-zero": a hundred million times the equality tolerance
-SMOOTH_SPECS = tuple(s for s in ALL_SPECS if s[:-1] in SMOOTH_ACTIVATIONS)
 
 
 def rel_err(A: np.ndarray, B: np.ndarray, scale: float) -> float:

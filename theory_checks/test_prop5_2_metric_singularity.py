@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import numpy as np
 from _invariance_strategies import Torus
+from conftest import seeds, smooth_specs
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from mini.heads import ACTIVATIONS, init_head
+from mini.heads import init_head
 from mini.invariance import head_jacobian, invariant_head, orbit_gain, pullback_metric
 from mini.manifolds import MANIFOLDS, make_manifold
 
@@ -35,8 +36,6 @@ VANISH_RTOL = 1e-10  # |J v| / (|J|_F |v|) of an invariant head: float64 cancell
 METRIC_RTOL = 1e-12  # v^T G v / (tr(G) |v|^2) from the assembled G: rounding of G itself is ~d * 1e-16
 CONTROL_FLOOR = 1e-4  # a non-invariant random head sees the orbit direction far above this
 
-smooth_specs = st.sampled_from([f"{a}{n}" for a in ACTIVATIONS if a != "relu" for n in (2, 3)])
-seeds = st.integers(0, 2**32 - 1)
 
 
 def relative_gain(J: np.ndarray, V: np.ndarray) -> float:

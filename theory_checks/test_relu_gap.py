@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from autograd import hessian
-from conftest import ALL_SPECS, SMOOTH_ACTIVATIONS, seeds
+from conftest import SMOOTH_SPECS, seeds
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from instances import OBJECTIVE_NAMES, make_instance
@@ -31,7 +31,6 @@ GAP_REL_TOL = 1e-12
 KINK_MARGIN = 1e-6  # distance of every ReLU pre-activation from its kink
 MATERIAL_REL = 1e-3
 PIECEWISE_LINEAR = ("linear", "relu2", "relu3")
-SMOOTH_SPECS = tuple(s for s in ALL_SPECS if s[:-1] in SMOOTH_ACTIVATIONS)
 
 
 def off_kinks(head, Z) -> bool:

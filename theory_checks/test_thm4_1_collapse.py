@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import seeds
+from conftest import SMOOTH_SPECS, seeds
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -45,7 +45,6 @@ LEMMA_REL_TOL = 1e-10
 MATERIAL_REL = 1e-3
 GENERIC_SET = {"activations": ("gelu", "swish", "tanh", "softplus"), "depths": (2, 3), "heads_each": 25}
 GENERIC_MIN_FRACTION = 0.9
-SMOOTH_SPECS = ("gelu2", "gelu3", "swish2", "swish3", "tanh2", "tanh3", "softplus2", "softplus3")
 
 
 def _collapsed(spec: str, seed: int, objective: str = "mse"):

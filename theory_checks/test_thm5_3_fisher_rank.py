@@ -30,16 +30,15 @@ from __future__ import annotations
 import autograd.numpy as anp
 import numpy as np
 from _invariance_strategies import Torus
+from conftest import seeds, smooth_specs
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from mini.heads import ACTIVATIONS, init_head
+from mini.heads import init_head
 from mini.invariance import fisher_information, fisher_rank, invariant_head
 from mini.manifolds import MANIFOLDS, make_manifold
 
 SIGMA = 0.1  # observation noise; the ranks do not depend on it (I scales by 1 / sigma^2)
-smooth_specs = st.sampled_from([f"{a}{n}" for a in ACTIVATIONS if a != "relu" for n in (2, 3)])
-seeds = st.integers(0, 2**32 - 1)
 
 
 def ranks(act, x0, head_fn, a: int, g: int, xi: np.ndarray) -> tuple[int, int]:

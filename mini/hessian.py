@@ -123,10 +123,17 @@ def loss_derivatives(objective: Objective, Hb: Array) -> tuple[np.ndarray, np.nd
     """``rho = grad_H L`` (n, k) and ``grad^2_H L`` (n, k, n, k): closed form if the objective
     has one, else autograd (exact)."""
     Hb = np.asarray(Hb, dtype=float)
+    rho = loss_gradient(objective, Hb)
+    HL = objective.hessian_fn(Hb) if objective.hessian_fn else hessian(objective.fn)(Hb)
+    return rho, _check_finite("grad^2_H L", HL)
+
+
+def loss_gradient(objective: Objective, Hb: Array) -> np.ndarray:
+    """``rho = grad_H L`` (n, k): closed form if the objective has one, else autograd."""
+    Hb = np.asarray(Hb, dtype=float)
     objective.check(Hb)
     rho = objective.grad_fn(Hb) if objective.grad_fn else grad(objective.fn)(Hb)
-    HL = objective.hessian_fn(Hb) if objective.hessian_fn else hessian(objective.fn)(Hb)
-    return _check_finite("grad_H L", rho), _check_finite("grad^2_H L", HL)
+    return _check_finite("grad_H L", rho)
 
 
 def loss_hessian_blocks(objective: Objective, Hb: Array) -> np.ndarray:
@@ -288,8 +295,7 @@ def decompose_closed_form(head: Head, objective: Objective, Z: Array) -> Effecti
     der = head_derivatives(head, Z)
     if objective.block_diagonal:
         Hb = np.asarray(der.h)
-        objective.check(Hb)
-        rho = objective.grad_fn(Hb) if objective.grad_fn else grad(objective.fn)(Hb)
+        rho = loss_gradient(objective, Hb)
         G, M = assemble_blocks(der.J, loss_hessian_blocks(objective, Hb), interaction_blocks(der, rho))
     else:
         rho, HL = loss_derivatives(objective, der.h)

@@ -171,13 +171,17 @@ def gd_steps_quadratic(H: np.ndarray, e0: np.ndarray, lr: float, tol: float, max
     """The same count for a quadratic with Hessian ``H``, from the exact iterates.
 
     GD on ``1/2 e^T H e`` gives ``e_t = (I - lr H)^t e_0 = V diag((1 - lr lam)^t) V^T e_0``. With
-    ``0 < lr lam <= 1`` every factor lies in ``[0, 1)``, so ``|e_t|`` is non-increasing and the first
-    ``t`` with ``|e_t| <= tol |e_0|`` is found by doubling and bisection over exact iterates (GD for
-    condition number 1e5 takes ~1e6 steps; this evaluates ~40 of them).
+    ``0 < lr lam < 2`` every factor has ``|1 - lr lam| < 1``, so ``|e_t|`` is non-increasing and the
+    first ``t`` with ``|e_t| <= tol |e_0|`` is found by doubling and bisection over exact iterates (GD
+    for condition number 1e5 takes ~1e6 steps; this evaluates ~40 of them).
+
+    The guard is the monotonicity premise ``lr lam_max < 2``, not the caller's usual choice
+    ``lr = 1 / lam_max``: a step computed from one eigensolver's ``lam_max`` can exceed ``1 / lam_max``
+    of another's by an ulp, and that must not turn into an error.
     """
     lam, V = np.linalg.eigh(H)
-    if lam.min() <= 0 or lr * lam.max() > 1:
-        raise ValueError("gd_steps_quadratic needs H positive definite and lr <= 1 / lam_max")
+    if lam.min() <= 0 or not lr * lam.max() < 2:
+        raise ValueError("gd_steps_quadratic needs H positive definite and 0 < lr < 2 / lam_max")
     c = V.T @ e0
 
     def err(t: int) -> float:

@@ -32,6 +32,11 @@ settings.register_profile(
     stateful_step_count=10,
 )
 settings.register_profile("dev", max_examples=40, deadline=None, print_blob=True)
+# The mutation suite (theory_checks/mutants.py): the CI profile without shrinking, so that a check
+# failing under a mutant reports at once instead of minimising the example.
+settings.register_profile(
+    "mutants", parent=settings.get_profile("ci"), phases=(Phase.explicit, Phase.reuse, Phase.generate)
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 SMOOTH_ACTIVATIONS: tuple[str, ...] = tuple(a for a in ACTIVATIONS if a != "relu")

@@ -1,0 +1,611 @@
+"""The checks that check the checks: plausible implementation mistakes in ``mini/``, each with the
+theory check that must fail when the mistake is made.
+
+A mutant is applied in-process by monkeypatching (no file is edited), the named checks are run with
+pytest under it, and the mutant is *killed* when at least one of them fails. A check that no mutant
+can fail proves nothing; a mutant that survives is a finding (strengthen the check, or say why no
+check can catch it in ``docs/theory_checks.md``).
+
+    python -m theory_checks.mutants                 # run every mutant, print the table
+    python -m theory_checks.mutants --write docs/theory_checks.md
+    python -m theory_checks.mutants --only relu_s2_nonzero nt_xent_no_positive
+
+Before any mutant runs, the union of the killing checks is run unmutated and must pass: a kill only
+counts against checks that pass on the real code. The ``mutants`` hypothesis profile (``conftest``)
+is the CI profile without shrinking, so a failing example is reported at once.
+
+Exit status: 0 when every mutant is killed, 1 when one survives or the baseline fails, 2 on usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKS = "theory_checks"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One mistake: ``apply`` installs it on a ``MonkeyPatch``; ``killers`` are pytest node ids."""
+
+    name: str
+    mistake: str
+    killers: tuple[str, ...]
+    apply: Callable[[pytest.MonkeyPatch], None]
+
+
+# --------------------------------------------------------------------------------------------
+# Where each mistake is installed. The patch targets are the names the code looks up at call time.
+# --------------------------------------------------------------------------------------------
+
+
+def _replace(mp: pytest.MonkeyPatch, module, name: str, new) -> None:
+    """``module.name = new``, and the same in every ``mini`` module that imported the original by name
+    (``from mini.hessian import spectrum`` binds the object, not the attribute)."""
+    original = getattr(module, name)
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("mini") and getattr(mod, name, None) is original:
+            mp.setattr(mod, name, new)
+    mp.setattr(module, name, new)
+
+
+def _forget_checks() -> None:
+    """Drop the imported check modules so the next run imports them afresh and binds whatever
+    ``mini`` holds now (a check module imported under one mutant must not keep its functions)."""
+    folder = str(ROOT / CHECKS)
+    for key, mod in list(sys.modules.items()):
+        if (getattr(mod, "__file__", None) or "").startswith(folder):
+            del sys.modules[key]
+
+
+def _patch_activation(mp: pytest.MonkeyPatch, activation: str | None, mutate) -> None:
+    """Replace ``(s', s'')`` of one activation in the closed form by ``mutate(a, s1, s2)``."""
+    import mini.hessian as H
+
+    original = H.derivatives
+
+    def derivatives(act, a):
+        s1, s2 = original(act, a)
+        return mutate(a, s1, s2) if act == activation else (s1, s2)
+
+    _replace(mp, H, "derivatives", derivatives)
+
+
+def _wrap(mp: pytest.MonkeyPatch, module, name: str, wrapper) -> None:
+    """``module.name = wrapper(original)``, wherever ``mini`` bound it."""
+    _replace(mp, module, name, wrapper(getattr(module, name)))
+
+
+def _patch_objective(mp: pytest.MonkeyPatch, factory: str, fn_builder) -> None:
+    """Replace the loss function of the objectives built by ``mini.losses.<factory>``."""
+    import mini.losses as L
+
+    original = getattr(L, factory)
+
+    def build(*args, **kwargs):
+        obj = original(*args, **kwargs)
+        return L.Objective(obj.name, fn_builder(*args, **kwargs), obj.n_views, hessian_psd=obj.hessian_psd,
+                           block_diagonal=obj.block_diagonal)
+
+    _replace(mp, L, factory, build)
+
+
+# --------------------------------------------------------------------------------------------
+# The mistakes
+# --------------------------------------------------------------------------------------------
+
+
+def closed_form_without_M(mp):
+    import mini.hessian as H
+
+    _wrap(mp, H, "interaction_blocks", lambda f: lambda der, rho: 0.0 * f(der, rho))
+
+
+def M_wrong_sign(mp):
+    import mini.hessian as H
+
+    _wrap(mp, H, "interaction_blocks", lambda f: lambda der, rho: -f(der, rho))
+
+
+def G_as_J_A_JT(mp):
+    """``J A J^T`` where ``J^T A J`` is meant (per-sample blocks; shapes agree only when k = d)."""
+    import mini.hessian as H
+
+    def assemble_blocks(J, loss_blocks, M_blocks):
+        G = np.asarray(J) @ np.asarray(loss_blocks) @ np.swapaxes(np.asarray(J), 1, 2)
+        return H.block_diagonal(G), H.block_diagonal(M_blocks)
+
+    _replace(mp, H, "assemble_blocks", assemble_blocks)
+
+
+def interaction_drops_s1(mp):
+    """The backward recursion of ``g`` forgets the ``s'(a_l)`` factor (wrong for depth >= 3)."""
+    import mini.hessian as H
+
+    def interaction_blocks(der, rho):
+        M = np.zeros((der.J.shape[0], der.J.shape[2], der.J.shape[2]))
+        g = rho @ der.W[-1]
+        for l in range(len(der.P) - 1, -1, -1):
+            Pl = der.P[l]
+            M = M + np.swapaxes(Pl, 1, 2) @ ((g * der.s2[l])[:, :, None] * Pl)
+            g = g @ der.W[l]
+        return M
+
+    _replace(mp, H, "interaction_blocks", interaction_blocks)
+
+
+def gelu_s2_sign(mp):
+    _patch_activation(mp, "gelu", lambda a, s1, s2: (s1, -s2))
+
+
+def gelu_tanh_approx_s1(mp):
+    """GELU's tanh approximation used for ``s'`` while ``s`` is the exact erf form."""
+    c = np.sqrt(2.0 / np.pi)
+
+    def mutate(a, s1, s2):
+        u = c * (a + 0.044715 * a**3)
+        t = np.tanh(u)
+        return 0.5 * (1 + t) + 0.5 * a * (1 - t * t) * c * (1 + 3 * 0.044715 * a * a), s2
+
+    _patch_activation(mp, "gelu", mutate)
+
+
+def swish_s2_factor(mp):
+    """Swish ``s''`` with ``1 + a(1 - 2 sig)`` instead of ``2 + a(1 - 2 sig)``."""
+
+    def mutate(a, s1, s2):
+        sig = 0.5 * (1.0 + np.tanh(0.5 * a))
+        ds = sig * (1 - sig)
+        return s1, ds * (1.0 + a * (1.0 - 2.0 * sig))
+
+    _patch_activation(mp, "swish", mutate)
+
+
+def tanh_s2_factor(mp):
+    _patch_activation(mp, "tanh", lambda a, s1, s2: (s1, 0.5 * s2))
+
+
+def softplus_s1_shift(mp):
+    """Softplus ``s'`` evaluated as ``sigma(-a)`` (a sign slip in the logistic)."""
+    _patch_activation(mp, "softplus", lambda a, s1, s2: (1.0 - s1, s2))
+
+
+def relu_s2_nonzero(mp):
+    """ReLU's ``s''`` as a smoothed delta (a "helpful" soft kink) instead of 0 a.e."""
+    _patch_activation(mp, "relu", lambda a, s1, s2: (s1, np.exp(-0.5 * a * a) / np.sqrt(2 * np.pi)))
+
+
+def loss_hessian_blocks_times_two(mp):
+    import mini.hessian as H
+
+    _wrap(mp, H, "loss_hessian_blocks", lambda f: lambda obj, Hb: 2.0 * f(obj, Hb))
+
+
+def coupled_loss_hessian_times_two(mp):
+    import mini.hessian as H
+
+    def wrapper(f):
+        def loss_derivatives(obj, Hb):
+            rho, HL = f(obj, Hb)
+            return rho, 2.0 * HL
+
+        return loss_derivatives
+
+    _wrap(mp, H, "loss_derivatives", wrapper)
+
+
+def nt_xent_no_positive(mp):
+    """NT-Xent's denominator without the positive pair (only the 2m - 2 negatives)."""
+    import autograd.numpy as anp
+
+    import mini.losses as L
+
+    def builder(temperature=0.1):
+        tau = float(temperature)
+
+        def fn(Hb):
+            n = Hb.shape[0]
+            m = n // 2
+            U = L.normalize(Hb)
+            S = anp.dot(U, U.T) / tau
+            partner = np.concatenate([np.arange(m, n), np.arange(0, m)])
+            neg = 1.0 - np.eye(n) - np.eye(n)[partner]
+            lse = 1.0 / tau + anp.log(anp.sum(neg * anp.exp(S - 1.0 / tau), axis=1))
+            return anp.mean(lse - anp.sum(U * U[partner], axis=1) / tau)
+
+        return fn
+
+    _patch_objective(mp, "nt_xent", builder)
+
+
+def vicreg_variance_wrong_axis(mp):
+    """VICReg's variance hinge over the features of each sample instead of over the batch."""
+    import autograd.numpy as anp
+
+    import mini.losses as L
+
+    def builder(sim_coeff=25.0, std_coeff=25.0, cov_coeff=1.0, eps=1e-4):
+        def one_view(X):
+            m, k = X.shape
+            Xc = X - anp.mean(X, axis=0)
+            Xr = X - anp.mean(X, axis=1, keepdims=True)
+            std = anp.sqrt(anp.sum(Xr * Xr, axis=1) / (k - 1) + eps)
+            cov = anp.dot(Xc.T, Xc) / (m - 1)
+            return anp.mean(anp.maximum(1.0 - std, 0.0)) / 2.0, L._off_diagonal_sq_sum(cov) / k
+
+        def fn(Hb):
+            A, B = L.split_views(Hb)
+            std_a, cov_a = one_view(A)
+            std_b, cov_b = one_view(B)
+            return sim_coeff * anp.mean((A - B) ** 2) + std_coeff * (std_a + std_b) + cov_coeff * (cov_a + cov_b)
+
+        return fn
+
+    _patch_objective(mp, "vicreg", builder)
+
+
+def barlow_lambda_on_diagonal(mp):
+    """Barlow Twins with the off-diagonal weight applied to the diagonal term too."""
+    import autograd.numpy as anp
+
+    import mini.losses as L
+
+    def builder(lambd=5e-3, eps=1e-5):
+        def standardize(X):
+            Xc = X - anp.mean(X, axis=0)
+            return Xc / anp.sqrt(anp.mean(Xc * Xc, axis=0) + eps)
+
+        def fn(Hb):
+            A, B = L.split_views(Hb)
+            C = anp.dot(standardize(A).T, standardize(B)) / A.shape[0]
+            return lambd * anp.sum((1.0 - anp.diag(C)) ** 2) + lambd * L._off_diagonal_sq_sum(C)
+
+        return fn
+
+    _patch_objective(mp, "barlow", builder)
+
+
+def floor_1e3(mp):
+    import mini.hessian as H
+
+    _wrap(mp, H, "spectrum", lambda f: lambda A, rel_floor=1e-3: f(A, 1e-3))
+
+
+def floor_absolute(mp):
+    """The negative-curvature floor as an absolute 1e-9 instead of 1e-9 x the spectral scale."""
+    import mini.hessian as H
+
+    def wrapper(f):
+        def spectrum(A, rel_floor=H.NEG_FLOOR):
+            s = f(A, rel_floor)
+            return H.Spectrum(s.eigenvalues, s.scale, rel_floor, rel_floor)
+
+        return spectrum
+
+    _wrap(mp, H, "spectrum", wrapper)
+
+
+def restricted_min_returns_max(mp):
+    import mini.collapse as C
+
+    def restricted_min(M, basis):
+        if basis.shape[1] == 0:
+            return float("inf")
+        return float(np.linalg.eigvalsh(basis.T @ M @ basis)[-1])
+
+    _replace(mp, C, "restricted_min", restricted_min)
+
+
+def null_space_absolute(mp):
+    """The null space of ``G`` with an absolute tolerance 1e-9 instead of a relative one."""
+    import mini.collapse as C
+
+    def null_space(A, rel_floor=1e-9):
+        w, V = np.linalg.eigh(A)
+        return V[:, np.abs(w) <= 1e-9]
+
+    _replace(mp, C, "null_space", null_space)
+
+
+def collapsed_not_collapsed(mp):
+    """A "collapsed" batch whose rows differ slightly (jitter 1e-3)."""
+    import mini.collapse as C
+
+    def collapsed_batch(z_star, n):
+        z_star = np.asarray(z_star, dtype=float)
+        rng = np.random.default_rng(0)
+        return np.tile(z_star, (n, 1)) + 1e-3 * rng.standard_normal((n, z_star.size))
+
+    _replace(mp, C, "collapsed_batch", collapsed_batch)
+
+
+def whitening_inverse(mp):
+    """The whitening head built with ``A^{-1}`` instead of ``A^{-1/2}``."""
+    import mini.whitening as W
+
+    def wrapper(f):
+        def whitening_head(A, subspace, rel_floor=W.NEG_FLOOR):
+            w = f(A, subspace, rel_floor)
+            lam = w.eigenvalues
+            keep = lam > rel_floor * float(np.abs(lam).max(initial=0.0))
+            _, V = np.linalg.eigh(0.5 * (np.asarray(A) + np.asarray(A).T))
+            U = W.orthonormal_basis(subspace)
+            return W.Whitening((V[:, keep] / lam[keep]) @ U.T, w.rank, w.n_negative, lam)
+
+        return whitening_head
+
+    _wrap(mp, W, "whitening_head", wrapper)
+
+
+def restricted_transposed(mp):
+    """``U H U^T`` (d, d) where ``U^T H U`` (r, r) is meant."""
+    import mini.whitening as W
+
+    def restricted(H, subspace):
+        U = W.orthonormal_basis(subspace)
+        R = np.asarray(H, dtype=float)
+        return (U @ U.T @ R @ U @ U.T)[: U.shape[1], : U.shape[1]]
+
+    _replace(mp, W, "restricted", restricted)
+
+
+def gn_bound_without_square(mp):
+    """Proposition 3.4's bound as ``2 L M eps`` (the ``M eps^2`` term dropped)."""
+    import mini.capacity as Cap
+
+    _replace(mp, Cap, "gauss_newton_bound", lambda L, M, eps: 2.0 * L * M * eps)
+
+
+def threshold_first_order(mp):
+    """Corollary 3.5's threshold from the first-order expansion instead of the exact root."""
+    import mini.capacity as Cap
+
+    _replace(mp, Cap, "exact_threshold", Cap.first_order_threshold)
+
+
+def spectral_norm_frobenius(mp):
+    import mini.capacity as Cap
+
+    _replace(mp, Cap, "spectral_norm", lambda A: float(np.linalg.norm(np.asarray(A))))
+
+
+def fisher_JJt(mp):
+    """The Fisher information as ``J J^T`` instead of ``J^T J``."""
+    import mini.invariance as Inv
+
+    def fisher_information(phi, xi, sigma=1.0):
+        from autograd import jacobian
+
+        J = jacobian(phi)(np.asarray(xi, dtype=float))
+        return J @ J.T / sigma**2
+
+    _replace(mp, Inv, "fisher_information", fisher_information)
+
+
+def fisher_rank_absolute(mp):
+    """Fisher rank with an absolute tolerance 1e-10 instead of one relative to lambda_max."""
+    import mini.invariance as Inv
+
+    def fisher_rank(I, rtol=1e-10):
+        eig = np.linalg.eigvalsh(0.5 * (I + I.T))
+        return int(np.sum(eig > 1e-10))
+
+    _replace(mp, Inv, "fisher_rank", fisher_rank)
+
+
+def pullback_JJt(mp):
+    import mini.invariance as Inv
+
+    def pullback_metric(fn, z):
+        J = Inv.head_jacobian(fn, z)
+        return J @ J.T
+
+    _replace(mp, Inv, "pullback_metric", pullback_metric)
+
+
+def flow_ascends(mp):
+    """The gradient flow integrated with the wrong sign (ascent)."""
+    import mini.dynamics as D
+
+    def wrapper(f):
+        def z_flow(head, objective, Z0, t, *args, **kwargs):
+            out = f(head, objective, Z0, t, *args, **kwargs)
+            Z0 = np.asarray(Z0, dtype=float)
+            return 2.0 * Z0 - out if np.ndim(t) == 0 else 2.0 * Z0[None] - out
+
+        return z_flow
+
+    _wrap(mp, D, "z_flow", wrapper)
+
+
+T = CHECKS
+EQ1 = f"{T}/test_eq1_decomposition.py::test_decomposition_every_head_and_objective"
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("closed_form_without_M", "closed-form H_eff = G only (M dropped)", (EQ1,), closed_form_without_M),
+    Mutant("M_wrong_sign", "M added with the wrong sign", (EQ1,), M_wrong_sign),
+    Mutant("G_as_J_A_JT", "G_i = J A J^T instead of J^T A J", (EQ1,), G_as_J_A_JT),
+    Mutant("interaction_drops_s1", "recursion g_{l-1} = W_l^T g_l without s'(a_l)", (EQ1,), interaction_drops_s1),
+    Mutant("gelu_s2_sign", "GELU s'' with the wrong sign", (EQ1,), gelu_s2_sign),
+    Mutant("gelu_tanh_approx_s1", "GELU s' from the tanh approximation, s exact", (EQ1,), gelu_tanh_approx_s1),
+    Mutant("swish_s2_factor", "Swish s'' with 1 + a(1-2 sig) instead of 2 + ...", (EQ1,), swish_s2_factor),
+    Mutant("tanh_s2_factor", "tanh s'' = -t(1-t^2) (factor 2 lost)", (EQ1,), tanh_s2_factor),
+    Mutant("softplus_s1_shift", "softplus s' = sigma(-a)", (EQ1,), softplus_s1_shift),
+    Mutant("relu_s2_nonzero", "ReLU s'' a smoothed delta instead of 0",
+           (f"{T}/test_relu_gap.py",), relu_s2_nonzero),
+    Mutant("loss_hessian_blocks_x2", "per-sample loss Hessian blocks off by a factor 2", (EQ1,),
+           loss_hessian_blocks_times_two),
+    Mutant("coupled_loss_hessian_x2", "coupled loss Hessian off by a factor 2", (EQ1,),
+           coupled_loss_hessian_times_two),
+    Mutant("nt_xent_no_positive", "NT-Xent denominator without the positive pair",
+           (f"{T}/test_independent_torch.py",), nt_xent_no_positive),
+    Mutant("vicreg_variance_wrong_axis", "VICReg variance hinge over features, not over the batch",
+           (f"{T}/test_independent_torch.py",), vicreg_variance_wrong_axis),
+    Mutant("barlow_lambda_on_diagonal", "Barlow Twins' lambda applied to the invariance term too",
+           (f"{T}/test_independent_torch.py",), barlow_lambda_on_diagonal),
+    Mutant("floor_1e-3", "negative-curvature floor 1e-3 instead of 1e-9", (f"{T}/test_thm4_1_collapse.py",),
+           floor_1e3),
+    Mutant("floor_absolute", "negative-curvature floor absolute instead of relative",
+           (f"{T}/test_thm4_1_collapse.py",), floor_absolute),
+    Mutant("restricted_min_returns_max", "restricted minimum returns the maximum",
+           (f"{T}/test_thm4_1_collapse.py",), restricted_min_returns_max),
+    Mutant("null_space_absolute", "null(G) with an absolute tolerance", (f"{T}/test_thm4_1_collapse.py",),
+           null_space_absolute),
+    Mutant("collapsed_not_collapsed", "a collapsed batch whose rows differ by 1e-3",
+           (f"{T}/test_thm4_1_collapse.py",), collapsed_not_collapsed),
+    Mutant("whitening_inverse", "whitening head built with A^{-1} instead of A^{-1/2}",
+           (f"{T}/test_thm3_1_whitening.py",), whitening_inverse),
+    Mutant("restricted_transposed", "U H U^T instead of U^T H U", (f"{T}/test_thm3_1_whitening.py",),
+           restricted_transposed),
+    Mutant("gn_bound_without_square", "Prop. 3.4 bound without the M eps^2 term",
+           (f"{T}/test_prop3_4_capacity.py",), gn_bound_without_square),
+    Mutant("threshold_first_order", "Cor. 3.5 threshold lambda_min / (2 L M) instead of the exact root",
+           (f"{T}/test_prop3_4_capacity.py",), threshold_first_order),
+    Mutant("spectral_norm_frobenius", "Frobenius norm where the spectral norm is meant",
+           (f"{T}/test_prop3_4_capacity.py",), spectral_norm_frobenius),
+    Mutant("fisher_JJt", "Fisher information J J^T instead of J^T J", (f"{T}/test_thm5_3_fisher_rank.py",),
+           fisher_JJt),
+    Mutant("fisher_rank_absolute", "Fisher rank with an absolute tolerance",
+           (f"{T}/test_thm5_3_fisher_rank.py",), fisher_rank_absolute),
+    Mutant("pullback_JJt", "pullback metric J J^T instead of J^T J",
+           (f"{T}/test_prop5_2_metric_singularity.py",), pullback_JJt),
+    Mutant("flow_ascends", "gradient flow integrated with the wrong sign",
+           (f"{T}/test_collapse_dynamics.py",), flow_ascends),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Running them
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    mutant: Mutant
+    killed: bool
+    exit_code: int
+    seconds: float
+    failed: tuple[str, ...]
+    reason: str  # the first failure's message: an assertion of the check, or the error it raised
+
+
+class _Failures:
+    """A pytest plugin that records the node ids of failed tests."""
+
+    def __init__(self) -> None:
+        self.failed: list[str] = []
+        self.reasons: list[str] = []
+
+    def pytest_runtest_logreport(self, report) -> None:
+        if report.failed:
+            self.failed.append(report.nodeid)
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = (crash.message if crash else str(report.longrepr)).strip().splitlines()
+            self.reasons.append(message[0][:100] if message else "")
+
+
+def _pytest(nodeids: tuple[str, ...], first_failure: bool) -> tuple[int, list[str], list[str]]:
+    rec = _Failures()
+    _forget_checks()
+    args = [*nodeids, "-q", "--tb=no", "-p", "no:cacheprovider", "--no-header", "-o", "addopts="]
+    if first_failure:
+        args.append("-x")
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = int(pytest.main(args, plugins=[rec]))
+    return code, rec.failed, rec.reasons
+
+
+def run_mutant(mutant: Mutant) -> Outcome:
+    """Install the mistake, run its killers (stopping at the first failure), undo it."""
+    mp = pytest.MonkeyPatch()
+    t0 = time.perf_counter()
+    try:
+        mutant.apply(mp)
+        code, failed, reasons = _pytest(mutant.killers, first_failure=True)
+    finally:
+        mp.undo()
+        _forget_checks()
+    # pytest exit 1: tests ran and some failed. 0: all passed (survivor). Others: usage/collection errors.
+    return Outcome(mutant, code == 1, code, time.perf_counter() - t0, tuple(failed), reasons[0] if reasons else "")
+
+
+def baseline(mutants: tuple[Mutant, ...]) -> tuple[int, list[str]]:
+    nodes = tuple(dict.fromkeys(k for m in mutants for k in m.killers))
+    code, failed, _ = _pytest(nodes, first_failure=False)
+    return code, failed
+
+
+def table(outcomes: list[Outcome]) -> str:
+    lines = [
+        "| mutant | the mistake | killing checks | result (first failing test) |",
+        "|---|---|---|---|",
+    ]
+    for o in outcomes:
+        check = "<br>".join(f"`{k.split('/', 1)[1]}`" for k in o.mutant.killers)
+        if o.killed:
+            first = o.failed[0].split("::", 1)[1] if o.failed and "::" in o.failed[0] else "collection"
+            how = "assertion" if o.reason.startswith("AssertionError") or o.reason.startswith("assert") else "raised"
+            result = f"killed by {how}: `{first}`"
+        else:
+            result = "**survived**" if o.exit_code == 0 else f"error (pytest exit {o.exit_code})"
+        lines.append(f"| `{o.mutant.name}` | {o.mutant.mistake} | {check} | {result} |")
+    return "\n".join(lines)
+
+
+MARK_BEGIN, MARK_END = "<!-- mutants:begin -->", "<!-- mutants:end -->"
+
+
+def write_table(path: Path, text: str) -> None:
+    """Replace the generated block between the markers of ``path`` (which must hold them)."""
+    doc = path.read_text()
+    if MARK_BEGIN not in doc or MARK_END not in doc:
+        raise SystemExit(f"{path}: no {MARK_BEGIN} ... {MARK_END} block to fill")
+    head, rest = doc.split(MARK_BEGIN, 1)
+    _, tail = rest.split(MARK_END, 1)
+    path.write_text(f"{head}{MARK_BEGIN}\n{text}\n{MARK_END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m theory_checks.mutants", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="run only these mutants")
+    parser.add_argument("--write", type=Path, metavar="DOC", help="fill the mutant table block of DOC")
+    args = parser.parse_args(argv)
+    by_name = {m.name: m for m in MUTANTS}
+    unknown = sorted(set(args.only or ()) - set(by_name))
+    if unknown:
+        parser.error(f"unknown mutant(s) {', '.join(unknown)}; valid: {', '.join(by_name)}")
+    chosen = tuple(by_name[n] for n in args.only) if args.only else MUTANTS
+
+    os.chdir(ROOT)
+    os.environ["HYPOTHESIS_PROFILE"] = "mutants"
+    code, failed = baseline(chosen)
+    if code != 0:
+        print(f"baseline: the killing checks fail on the real code (pytest exit {code}): {failed}", file=sys.stderr)
+        return 1
+    outcomes = []
+    for m in chosen:
+        o = run_mutant(m)
+        outcomes.append(o)
+        state = "killed" if o.killed else "SURVIVED" if o.exit_code == 0 else f"ERROR {o.exit_code}"
+        where = f"{o.failed[0]}: {o.reason}" if o.failed else ""
+        print(f"{m.name:28s} {state:9s} {o.seconds:5.1f} s  {where}", flush=True)
+    text = table(outcomes)
+    print(f"\n{text}\n\n{sum(o.killed for o in outcomes)} of {len(outcomes)} mutants killed")
+    if args.write:
+        write_table(args.write, text)
+    return 0 if all(o.killed for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -88,7 +88,8 @@ GENERIC_SET = {"activations": ("gelu", "swish", "tanh", "softplus"), "depths": (
 GENERIC_MIN_FRACTION = 0.9  # asserted: the Wilson 95 % interval's lower end is at least this
 # Measured on GENERIC_SET (pinned: a change of the set or of mini shows up here).
 GENERIC_PD_EXCEPTIONS = (("swish3", 10_011), ("softplus3", 10_011))  # H_eff positive definite
-GENERIC_OFF_MECHANISM = (("softplus2", 10_007), ("softplus2", 10_012), ("softplus3", 10_013))  # H_eff < 0, M|null(G) > 0
+# H_eff negative although M restricted to null(G) is positive definite:
+GENERIC_OFF_MECHANISM = (("softplus2", 10_007), ("softplus2", 10_012), ("softplus3", 10_013))
 EXPANDING = {"d": 2, "k": 4, "width": 4, "n": 3}  # rank J = d < k
 BOTTLENECK = {"d": 4, "k": 3, "n": 3}  # hidden width 2 (two layers) or [5, 2] (three layers): rank J = 2
 CRITICAL_PD_INSTANCE = ("gelu2", 20_002)  # expanding, jointly critical, rho != 0, H_eff positive definite
@@ -138,7 +139,7 @@ def test_part1_negative_control_premise_matters_simsiam_cosine() -> None:
     """Outside the premise (negative cosine: indefinite ``grad^2_H L``) linear heads are not safe."""
     hits = 0
     for seed in range(20):
-        head, obj, Z, dec = _collapsed("linear", seed, objective="simsiam")
+        head, obj, Z, _ = _collapsed("linear", seed, objective="simsiam")
         _, HL = loss_derivatives(obj, head(Z))
         n_k = HL.shape[0] * HL.shape[1]
         assert spectrum(HL.reshape(n_k, n_k)).n_negative > 0  # premise violated on every instance
@@ -312,7 +313,8 @@ def test_expanding_head_critical_points_at_drawn_residuals() -> None:
                 hits += spectrum(effective_hessian(head, obj, Z)).n_negative > 0
                 total += 1
     lo, hi = wilson_interval(hits, total)
-    print(f"expanding heads, collapsed critical points: strict saddles {hits}/{total} (Wilson 95 % [{lo:.3f}, {hi:.3f}])")
+    print(f"expanding heads at collapsed critical points: strict saddles {hits}/{total} "
+          f"(Wilson 95 % [{lo:.3f}, {hi:.3f}])")
     assert hi < 1.0 - MATERIAL_REL  # not generic: a material fraction are strict local minima
     head, obj, Z, rho = _critical(*CRITICAL_PD_INSTANCE, EXPANDING)
     sH = spectrum(effective_hessian(head, obj, Z))

@@ -95,8 +95,12 @@ BOTTLENECK = {"d": 4, "k": 3, "n": 3}  # hidden width 2 (two layers) or [5, 2] (
 CRITICAL_PD_INSTANCE = ("gelu2", 20_002)  # expanding, jointly critical, rho != 0, H_eff positive definite
 
 
-def _collapsed(spec: str, seed: int, objective: str = "mse"):
+def _collapsed(spec: str, seed: int, objective: str = "mse", out_scale: float = 1.0):
+    """A toy collapsed state; ``out_scale`` multiplies the head's last layer (units of ``h``)."""
     head, obj, Z = toy_state(spec, "collapsed", objective, seed)
+    if out_scale != 1.0:
+        last = {name: out_scale * value for name, value in head.layers[-1].items()}
+        head = head.with_layers([*head.layers[:-1], last])
     assert np.ptp(Z, axis=0).max() == 0.0  # all rows identical copies: a collapsed state
     return head, obj, Z, decompose_closed_form(head, obj, Z)
 
@@ -153,9 +157,9 @@ def test_part1_negative_control_premise_matters_simsiam_cosine() -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-def check_lemma(spec: str, seed: int) -> tuple[bool, bool]:
+def check_lemma(spec: str, seed: int, out_scale: float = 1.0) -> tuple[bool, bool]:
     """The lemma on one toy state; returns (negative curvature through M|null(G), H_eff negative)."""
-    head, obj, Z, dec = _collapsed(spec, seed)
+    head, obj, Z, dec = _collapsed(spec, seed, out_scale=out_scale)
     _assert_rho_material(dec, head(Z))
     H = effective_hessian(head, obj, Z)  # autograd: shares no arithmetic with the closed form
     sH = spectrum(H)
@@ -175,6 +179,14 @@ def check_lemma(spec: str, seed: int) -> tuple[bool, bool]:
 @example(spec="softplus2", seed=10_007)  # H_eff < 0 while M|null(G) is positive definite
 def test_part2_lemma_on_null_space_of_G(spec: str, seed: int) -> None:
     check_lemma(spec, seed)
+
+
+@pytest.mark.parametrize("out_scale", (1e-7, 1e7))
+@pytest.mark.parametrize("spec", ("gelu2", "tanh3"))
+def test_part2_lemma_is_unit_free(spec: str, out_scale: float) -> None:
+    """The same lemma with ``h`` in other units (``G`` scaled by ~``out_scale^2``): null spaces and the
+    negative floor are relative to the matrix's own scale, so nothing changes."""
+    assert check_lemma(spec, 1, out_scale) == check_lemma(spec, 1)
 
 
 @pytest.mark.parametrize("spec", SMOOTH_SPECS)

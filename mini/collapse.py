@@ -131,9 +131,11 @@ def collapsed_critical_state(
 def saddle_threshold(G_block: np.ndarray, M_blocks: np.ndarray) -> float:
     """``s* = 1 / max_i lambda_max(-M_i, G)`` (generalised eigenvalues; ``G`` positive definite):
     ``G + s M_i`` is positive definite for every ``i`` iff ``s < s*``; ``inf`` if no ``M_i`` has a
-    direction of negative curvature relative to ``G``."""
-    top = max(float(scipy.linalg.eigh(-Mi, G_block, eigvals_only=True)[-1]) for Mi in M_blocks)
-    return 1.0 / top if top > 0 else float("inf")
+    direction of negative curvature relative to ``G`` (none above ``NEG_FLOOR`` of the largest
+    ``|eigenvalue|``: round-off is not curvature)."""
+    eig = np.concatenate([scipy.linalg.eigh(-Mi, G_block, eigvals_only=True) for Mi in M_blocks])
+    top = float(eig.max())
+    return 1.0 / top if top > NEG_FLOOR * float(np.abs(eig).max()) else float("inf")
 
 
 def wilson_interval(hits: int, total: int, z: float = WILSON_Z95) -> tuple[float, float]:

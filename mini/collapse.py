@@ -12,7 +12,9 @@ maps to the same representation. Theorem 4.1 (docs/paper.md) at such a state, wi
        v^T H_eff v = v^T G v + v^T M v = v^T M v,
 
    and a negative eigenvalue of ``M`` restricted to ``null(G)`` forces ``lambda_min(H_eff) < 0``
-   (Rayleigh: ``lambda_min(H) <= min_{v in null G} v^T H v / |v|^2``): a strict saddle.
+   (Rayleigh: ``lambda_min(H) <= min_{v in null G} v^T H v / |v|^2``): a strict saddle *if* ``z*`` is
+   also a critical point. A collapsed state with random targets is not one (its gradient is a
+   material fraction of ``|J| |rho|``), so there only the negative curvature is at issue.
 
 Where collapsed *critical* points with ``rho != 0`` exist (``collapsed_critical_state``): at collapse
 every sample shares ``J = J(z*)``, and ``grad_{z_i} L = J^T rho_i`` for a per-sample loss, so the state
@@ -219,7 +221,8 @@ def toy_state(
 
 def generic_fraction(activation: str, depth: int, n_heads: int, seed: int = 0) -> tuple[int, int]:
     """Theorem 4.1 part 2, "generically": of ``n_heads`` random smooth heads at a collapsed state
-    under the MSE objective, how many have ``lambda_min(H_eff) < -NEG_FLOOR * scale``."""
+    under the MSE objective, how many have ``lambda_min(H_eff) < -NEG_FLOOR * scale``. A measured
+    fraction: ``wilson_interval`` gives its 95 % interval."""
     hits = 0
     for i in range(n_heads):
         head, obj, Z = toy_state(f"{activation}{depth}", "collapsed", "mse", seed=seed * 100_003 + i)

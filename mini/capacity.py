@@ -384,10 +384,17 @@ def first_order_threshold(L: float, M: float, lam_min: float) -> float:
     return lam_min / (2.0 * L * M)
 
 
+WEYL_ROUNDOFF = 64 * np.finfo(float).eps  # eigenvalue round-off of a small symmetric matrix, relative
+
+
 def weyl_condition_bound(H_star: Array, b: float) -> float | None:
-    """``(lam_max + b) / (lam_min - b)`` when ``b < lam_min(H_*)`` (``H_phi`` then PD); else ``None``."""
+    """``(lam_max + b) / (lam_min - b)`` when ``b < lam_min(H_*)`` (``H_phi`` then PD); else ``None``.
+
+    ``lam_min - b`` within ``WEYL_ROUNDOFF`` of the scale counts as zero (``None``): its sign there is
+    round-off, which two LAPACK builds can give differently."""
     lam = np.linalg.eigvalsh(np.asarray(H_star, dtype=float))
-    return (lam[-1] + b) / (lam[0] - b) if b < lam[0] else None
+    margin = WEYL_ROUNDOFF * max(float(np.abs(lam).max()), abs(b))
+    return (lam[-1] + b) / (lam[0] - b) if lam[0] - b > margin else None
 
 
 def definiteness_loss_instance(

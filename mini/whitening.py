@@ -297,9 +297,11 @@ CURVED_LOSSES: dict[str, Loss] = {
 
 
 def isotropy_defect(H: Array) -> float:
-    """``log cond(H)``: 0 iff ``H = c I`` with ``c > 0``; ``inf`` when ``H`` is not positive definite."""
+    """``log cond(H)``: 0 iff ``H = c I`` with ``c > 0``; ``inf`` when ``H`` is not positive definite,
+    including ``lam_min`` within round-off (``64 eps x lam_max``) of zero, whose sign is the LAPACK build's."""
     lam = np.linalg.eigvalsh(np.asarray(H, dtype=float))
-    return float(np.log(lam[-1] / lam[0])) if lam[0] > 0 else float("inf")
+    definite = lam[0] > 64 * np.finfo(float).eps * abs(lam[-1])
+    return float(np.log(lam[-1] / lam[0])) if definite else float("inf")
 
 
 def pencil_spread(g_p: Array, g_q: Array) -> float:

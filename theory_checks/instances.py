@@ -15,6 +15,8 @@ import numpy as np
 from mini.heads import Head, init_head
 from mini.losses import Objective, make_objective
 
+RHO_MATERIAL = 1e-6  # rho != 0 means above this fraction of |h|: not round-off
+
 OBJECTIVE_NAMES: tuple[str, ...] = ("mse", "mse_views", "simclr", "simsiam", "byol", "vicreg", "barlow")
 
 
@@ -46,3 +48,8 @@ def make_instance(
         predictor = init_head("linear" if act is None else f"{act}2", k, k, width, rng)
     targets = Hb + 0.5 * rng.standard_normal(Hb.shape) if objective in ("mse", "simsiam", "byol") else None
     return Instance(head, make_objective(objective, Hb, predictor=predictor, targets=targets), Z, seed)
+
+
+def rho_is_material(rho: np.ndarray, Hb: np.ndarray) -> bool:
+    """``rho != 0`` in a sense no rounding can fake: its largest entry above ``RHO_MATERIAL x max |h|``."""
+    return bool(np.abs(rho).max() > RHO_MATERIAL * max(float(np.abs(Hb).max()), np.finfo(float).tiny))

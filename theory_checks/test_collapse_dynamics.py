@@ -1,4 +1,4 @@
-"""Theorem 4.1, dynamic reading (PAPER.md, Section 4): a strict saddle at collapse is left by the flow.
+"""Theorem 4.1, dynamic reading (docs/paper.md, Section 4): a strict saddle at collapse is left by the flow.
 
 Statement (part 2, its dynamic content): at a collapsed state ``z*`` with ``rho = grad_h L != 0``, a
 smooth head's interaction term ``M`` brings negative eigenvalues into ``H_eff``: "a strict saddle
@@ -10,7 +10,11 @@ fixed data (stop-gradient targets) held fixed (the theorem's timescale separatio
 limit); its Jacobian at a critical point ``Z*`` is ``-H_eff(Z*)``. Hypotheses of the instance
 (``mini.dynamics.collapsed_critical_point``): ``n`` samples collapsed onto one point ``z*`` in
 ``R^d``, an MSE loss ``mse_targets(T)`` (``grad^2_h L = I/n``, PSD), ``k > d`` so that
-``rho_i in null(J(z*)^T) \\ {0}`` makes ``Z*`` critical with ``rho != 0``.
+``rho_i in null(J(z*)^T) \\ {0}`` makes ``Z*`` critical with ``rho != 0``. There each ``rho_i`` is
+*chosen* (its sign, and a scale of ``2 lambda_max(G_i) / |lambda_min(M_i)|``) so that the point is a
+saddle: this file checks what the flow does at a saddle, not how often one occurs. At residuals
+drawn at random such points are strict saddles only above a residual threshold
+(``test_thm4_1_collapse.py``).
 
 1. Saddle (smooth heads: GELU, Swish, tanh, softplus): ``lambda_min(H_eff) < 0`` and the integrated
    flow from ``Z* + eps v`` (``v`` its unit eigenvector) is ``Z* + eps e^{-lambda_min t} v`` up to
@@ -29,6 +33,7 @@ from autograd import grad
 from conftest import seeds
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
+from instances import rho_is_material
 from scipy.linalg import expm
 
 from mini.dynamics import collapsed_critical_point, z_flow
@@ -79,7 +84,7 @@ def flow_from(head, objective, Z, direction, t):
 @example(spec="swish3", seed=1)
 def test_strict_saddle_grows_at_rate_minus_lambda_min(spec: str, seed: int) -> None:
     head, objective, Z, dec = critical_instance(spec, seed)
-    assert np.abs(dec.rho).max() > 0, "the theorem needs rho != 0"
+    assert rho_is_material(dec.rho, head(Z)), "the theorem needs rho != 0"
     assert_critical(head, objective, Z, dec)
     spec_H = spectrum(dec.H)
     assert spec_H.n_negative > 0, f"no negative curvature at a smooth head's collapsed saddle ({spec}, seed {seed})"
@@ -114,7 +119,7 @@ def test_negative_control_psd_point_has_no_growing_direction(case) -> None:
         assume(all(np.abs(a).min() > KINK_MARGIN for a in preactivations(head, Z)))
     assert_critical(head, objective, Z, dec)
     if not zero_rho:
-        assert np.abs(dec.rho).max() > 0, "part 1 is about rho != 0"
+        assert rho_is_material(dec.rho, head(Z)), "part 1 is about rho != 0"
     H = np.asarray(dec.H)
     spec_H = spectrum(H)
     assert spec_H.n_negative == 0, f"H_eff not PSD at {spec} (M should vanish): lambda_min = {spec_H.lambda_min}"

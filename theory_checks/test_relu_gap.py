@@ -1,4 +1,4 @@
-"""The ReLU gap (PAPER.md, Section 4): ``grad^2 ReLU = 0`` almost everywhere, so ``M = 0``.
+"""The ReLU gap (docs/paper.md, Section 4): ``grad^2 ReLU = 0`` almost everywhere, so ``M = 0``.
 
 Statement checked: for a linear head, and for a ReLU head at any batch off the kinks (every hidden
 pre-activation at distance at least ``KINK_MARGIN`` from 0), the interaction term vanishes for
@@ -6,12 +6,18 @@ pre-activation at distance at least ``KINK_MARGIN`` from 0), the interaction ter
 
     M = sum_{i,c} rho_{i,c} grad^2_z h_c(z_i) = 0,   so   H_eff = G.
 
-Checked two ways, with autograd's exact Hessians: (1) at objectives' own residuals,
-``|M|_2 / |H_eff|_2 <= GAP_REL_TOL``; (2) for an arbitrary ``rho``, the Hessian of
-``z -> <rho, h(z)>`` is zero relative to ``|rho| |J|`` (the size it would have if curved).
+Checked on every route that computes ``M``, so that a non-zero ReLU ``s''`` in any of them fails:
+(1) autograd's exact Hessians at objectives' own residuals, ``|M|_2 / |H_eff|_2 <= GAP_REL_TOL``;
+(2) for an arbitrary ``rho``, autograd's Hessian of ``z -> <rho, h(z)>`` is zero relative to
+``|rho| |J|`` (the size it would have if curved); (3) the closed form
+(``mini.hessian.decompose_closed_form`` and its ``interaction_blocks`` for an arbitrary ``rho``);
+(4) scale's torch path in float64 (``scale.blocks.effective_hessian_blocks`` on a torch
+``MLPHead``, both its closed-form route on torch tensors and its ``torch.func`` autodiff route;
+skipped when torch is absent).
 
 Negative control: for smooth heads (GELU, Swish, tanh, softplus) on fixed seeded instances with
-``rho != 0``, ``|M|_2 / |H_eff|_2 > MATERIAL_REL``: the same measurement does detect curvature.
+``rho != 0``, ``|M|_2 / |H_eff|_2 > MATERIAL_REL`` on each route: the same measurement does detect
+curvature.
 """
 
 from __future__ import annotations
@@ -22,10 +28,17 @@ from autograd import hessian
 from conftest import SMOOTH_SPECS, seeds
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
-from instances import OBJECTIVE_NAMES, make_instance
+from instances import OBJECTIVE_NAMES, make_instance, rho_is_material
 
 from mini.heads import init_head, preactivations
-from mini.hessian import decompose_autograd, head_jacobian_autograd, relative_norm
+from mini.hessian import (
+    decompose_autograd,
+    decompose_closed_form,
+    head_derivatives,
+    head_jacobian_autograd,
+    interaction_blocks,
+    relative_norm,
+)
 
 GAP_REL_TOL = 1e-12
 KINK_MARGIN = 1e-6  # distance of every ReLU pre-activation from its kink
@@ -43,7 +56,7 @@ def test_interaction_vanishes_at_objective_residuals(spec: str, objective: str, 
     inst = make_instance(spec, objective, seed)
     assume(off_kinks(inst.head, inst.Z))
     dec = decompose_autograd(inst.head, inst.objective, inst.Z)
-    assert np.abs(dec.rho).max() > 0, f"rho = 0 makes the check empty at {inst}"
+    assert rho_is_material(dec.rho, inst.head(inst.Z)), f"rho = 0 makes the check empty at {inst}"
     assert relative_norm(dec.M, dec.H) <= GAP_REL_TOL, f"M != 0 for a piecewise-linear head at {inst}"
 
 
@@ -65,5 +78,66 @@ def test_interaction_vanishes_for_any_residual(spec: str, seed: int, rho_scale: 
 def test_negative_control_smooth_heads_have_material_interaction(spec: str, objective: str) -> None:
     inst = make_instance(spec, objective, seed=11)
     dec = decompose_autograd(inst.head, inst.objective, inst.Z)
-    assert np.abs(dec.rho).max() > 0
+    assert rho_is_material(dec.rho, inst.head(inst.Z))
     assert relative_norm(dec.M, dec.H) > MATERIAL_REL, f"smooth head without material M at {inst}"
+
+
+@given(spec=st.sampled_from(PIECEWISE_LINEAR), objective=st.sampled_from(OBJECTIVE_NAMES), seed=seeds)
+@example(spec="relu2", objective="mse", seed=0)
+def test_closed_form_interaction_vanishes(spec: str, objective: str, seed: int) -> None:
+    """Route (3): the closed form at the objective's residual and at an arbitrary residual."""
+    inst = make_instance(spec, objective, seed)
+    assume(off_kinks(inst.head, inst.Z))
+    dec = decompose_closed_form(inst.head, inst.objective, inst.Z)
+    assert rho_is_material(dec.rho, inst.head(inst.Z)), f"rho = 0 makes the check empty at {inst}"
+    assert relative_norm(dec.M, dec.H) <= GAP_REL_TOL, f"closed-form M != 0 for a piecewise-linear head at {inst}"
+    rho = np.random.default_rng(seed).standard_normal(dec.rho.shape)
+    der = head_derivatives(inst.head, inst.Z)
+    J_scale = float(np.abs(np.asarray(der.J)).max())
+    assert np.abs(interaction_blocks(der, rho)).max() <= GAP_REL_TOL * np.abs(rho).max() * max(J_scale, 1.0)
+
+
+def _torch_blocks(spec: str, seed: int, method: str):
+    """Route (4): scale's exact float64 blocks on a torch head under MSE to random targets."""
+    torch = pytest.importorskip("torch")
+    from scale.blocks import effective_hessian_blocks
+    from scale.heads import MLPHead
+
+    torch.manual_seed(seed)
+    head = MLPHead(spec, 4, 3, 6).double()
+    z = torch.randn(5, 4, dtype=torch.float64)
+    with torch.no_grad():
+        pre = head.preactivations(z)
+        T = head(z) + torch.randn(5, 3, dtype=torch.float64)
+    if any(float(a.abs().min()) <= KINK_MARGIN for a in pre):
+        return None
+    blocks = effective_hessian_blocks(z, head, lambda Hb: 0.5 * ((Hb - T) ** 2).sum() / Hb.shape[0], method=method)
+    return float(blocks.M.abs().max()), float(blocks.H.abs().max())
+
+
+@pytest.mark.parametrize("method", ("closed_form", "autodiff"))
+@pytest.mark.parametrize("spec", PIECEWISE_LINEAR)
+def test_scale_torch_path_interaction_vanishes(spec: str, method: str) -> None:
+    checked = 0
+    for seed in range(4):
+        out = _torch_blocks(spec, seed, method)
+        if out is None:
+            continue
+        M_max, H_max = out
+        assert M_max <= GAP_REL_TOL * H_max, f"scale ({method}) M != 0 for {spec}, seed {seed}: {M_max:.2e}"
+        checked += 1
+    assert checked > 0, "every draw hit a kink: the check is empty"
+
+
+@pytest.mark.parametrize("method", ("closed_form", "autodiff"))
+@pytest.mark.parametrize("spec", ("gelu2", "swish3", "tanh2", "softplus2"))
+def test_negative_control_scale_torch_path_sees_smooth_curvature(spec: str, method: str) -> None:
+    M_max, H_max = _torch_blocks(spec, 0, method)
+    assert M_max > MATERIAL_REL * H_max
+
+
+@pytest.mark.parametrize("spec", ("gelu2", "swish3", "tanh2", "softplus2"))
+def test_negative_control_closed_form_sees_smooth_curvature(spec: str) -> None:
+    inst = make_instance(spec, "mse", seed=11)
+    dec = decompose_closed_form(inst.head, inst.objective, inst.Z)
+    assert relative_norm(dec.M, dec.H) > MATERIAL_REL

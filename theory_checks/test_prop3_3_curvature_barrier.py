@@ -145,6 +145,10 @@ def test_random_linear_heads_never_beat_the_bound(name: str, m: int, seed: int) 
     metrics = metrics_at(name, m, seed)
     B = defect_lower_bound(metrics)
     assert B > 0
+    # More points can only raise the bound (every pair's bound binds the head): B >= B of each pair.
+    for p in range(m):
+        for q in range(p):
+            assert B >= defect_lower_bound([metrics[p], metrics[q]]) * (1.0 - DEFECT_REL_TOL)
     for W in np.random.default_rng(seed + 1).standard_normal((5, 2, 2)):
         assert head_defect(W, metrics) >= B * (1.0 - DEFECT_REL_TOL)
 

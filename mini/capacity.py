@@ -308,11 +308,11 @@ def interaction_bound(rho_phi: Array, rho_star: Array, T_phi: Array, T_star: Arr
     rho_phi, rho_star = np.asarray(rho_phi, dtype=float), np.asarray(rho_star, dtype=float)
     out = 0.0
     for i in range(rho_phi.shape[0]):
-        # hypot, not sqrt(sum of squares): the squares of tiny norms underflow to 0 and would put the
-        # bound below the gap it bounds.
+        # hypot, not sqrt(sum of squares) (nor np.linalg.norm of a vector): the squares of tiny norms
+        # underflow to 0 and would put the bound below the gap it bounds.
         delta = math.hypot(*(spectral_norm(D) for D in T_phi[i] - T_star[i]))
         C = math.hypot(*(spectral_norm(D) for D in T_star[i]))
-        out = max(out, float(np.linalg.norm(rho_phi[i])) * delta + float(np.linalg.norm(rho_phi[i] - rho_star[i])) * C)
+        out = max(out, math.hypot(*rho_phi[i]) * delta + math.hypot(*(rho_phi[i] - rho_star[i])) * C)
     return out
 
 

@@ -144,7 +144,7 @@ def test_random_linear_heads_never_beat_the_bound(name: str, m: int, seed: int) 
     """(d) ``B > 0`` and ``max_p log cond(W^T g_p W) >= B`` for random invertible ``W``."""
     metrics = metrics_at(name, m, seed)
     B = defect_lower_bound(metrics)
-    assert B > 0
+    assert B > K_MATERIAL  # a material defect, not round-off (B is a log of an eigenvalue ratio)
     # More points can only raise the bound (every pair's bound binds the head): B >= B of each pair.
     for p in range(m):
         for q in range(p):

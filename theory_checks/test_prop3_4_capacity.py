@@ -127,6 +127,7 @@ def test_interaction_bound_random_instances(n, k, d, seed, spread) -> None:
 @given(d=sizes, k=sizes, seed=seeds, r=bounded_floats(0.0, 2.0), dr=bounded_floats(0.0, 2.0),
        delta=bounded_floats(0.0, 2.0), C=bounded_floats(0.0, 2.0))
 @example(d=2, k=2, seed=0, r=1e-150, dr=0.0, delta=1e-150, C=0.0)  # delta^2 underflows: the norm uses hypot
+@example(d=2, k=2, seed=0, r=1e-217, dr=0.0, delta=1.0, C=0.0)  # |rho|^2 underflows: likewise
 def test_interaction_bound_is_attained(d, k, seed, r, dr, delta, C) -> None:
     """Sharpness of (3.4'): aligned residuals and a rank-one curvature error attain it (within 1%), and the
     gap stays below the bound up to the rounding of ``M = sum_c rho_c T_c`` (scale ``|rho| (C + delta)``)."""

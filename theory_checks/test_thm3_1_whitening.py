@@ -17,10 +17,13 @@ the loss as a function of one sample's embedding (the others held fixed: ``A = g
 
 Consequence: with the head, gradient descent on ``z* + S`` of a quadratic loss reaches relative
 accuracy ``GD_TOL`` in a number of steps that does not depend on ``cond(A)`` (10, 1e3, 1e5); without
-the head it grows with it by at least ``STEP_GROWTH`` per factor 100 of condition number.
+the head it grows with it by at least ``STEP_GROWTH`` per factor 100 of condition number. The loop's
+step count equals the exact-iterate count except at a tie (the crossing error within ``TIE_RTOL`` of
+``GD_TOL``, where two BLAS builds may round either way; then they may differ by one step).
 
 Negative controls: a random ``W`` does not whiten (error above ``MATERIAL``); an ``(r+1)``-dimensional
-subspace is refused (``W^T A W`` has rank at most ``r``, so no head can whiten it).
+subspace is refused (``W^T A W`` has rank at most ``r``, counted above ``RANK_RTOL`` of its largest
+singular value, so no head can whiten it).
 """
 
 from __future__ import annotations

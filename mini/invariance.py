@@ -26,7 +26,10 @@ Proposition 5.2 and Theorem 5.3 (NumPy + autograd, float64)
 ``orbit_gain(G, V)``: ``(v^T G v / |v|^2) / (tr G / d)`` for each tangent ``v`` (rows of ``V``): the
 head's gain along the orbit relative to its mean gain over all directions; 1 for an isotropic ``G``,
 0 for an invariant head (Proposition 5.2), independent of the head's overall scale.
-``invariant_head(invariants, head)``: a head that is a function of the orbit invariants only.
+``invariant_head(invariants, head)``: a head that is a function of the orbit invariants only;
+``approximately_invariant_head``: the same with a ``delta``-leak of ``z`` into its input.
+``orbit_displacement(fn, orbit)``: ``|h(g_t z) - h(z)|`` along a finite orbit (the quotient statement:
+an invariant head maps the whole orbit ``g_t . z`` to one point).
 ``fisher_information(phi, xi, sigma)``: ``I(xi) = J^T J / sigma^2`` for the Gaussian observation
 model ``y = phi(xi) + sigma * eps``, ``J = d phi / d xi``. ``fisher_rank(I)``: the number of
 eigenvalues above ``FISHER_RANK_RTOL * lambda_max`` (Theorem 5.3).
@@ -298,6 +301,24 @@ def orbit_gain(G: np.ndarray, V: np.ndarray) -> np.ndarray:
 def invariant_head(invariants, head):
     """``z -> head(invariants(z))``: invariant to the group by construction (Proposition 5.2's premise)."""
     return lambda Z: head(invariants(Z))
+
+
+def approximately_invariant_head(invariants, head, P: np.ndarray, delta: float):
+    """``z -> head(invariants(z) + delta P z)``, ``P`` (q, d): an invariant head whose input layer leaks
+    ``delta`` of a non-invariant map, as a learned head that is invariant only approximately.
+
+    Then ``J_h v = delta J_head P v`` on ``V_aug`` (``J_q v = 0``), so ``v^T G v = delta^2 |J_head P v|^2
+    = O(delta^2)`` and, over a finite orbit, ``|h(g_t z) - h(z)| = O(delta)``: Proposition 5.2 degrades
+    in proportion, not abruptly."""
+    P = np.asarray(P, dtype=float)
+    return lambda Z: head(invariants(Z) + delta * Z @ P.T)
+
+
+def orbit_displacement(fn, orbit: np.ndarray) -> np.ndarray:
+    """``|h(g_t z) - h(z)|`` (T,) for the points of one orbit ``orbit`` (T, d), ``orbit[0] = z``: the finite
+    (quotient) form of Proposition 5.2. An invariant head maps the whole orbit to one point (all 0)."""
+    H = np.asarray(fn(np.asarray(orbit, dtype=float)), dtype=float)  # (T, k)
+    return np.linalg.norm(H - H[0], axis=1)
 
 
 # --------------------------------------------------------------------------------------------

@@ -50,6 +50,18 @@ so ``H_p^{-1} H_q = W^{-1} g_p^{-1} g_q W`` is similar to ``g_p^{-1} g_q``; its 
 ``B = 0`` for every pair only if ``g(u_q)`` is a multiple of ``g(u_p)`` everywhere; a Hessian metric
 of that form is constant, hence flat. So non-vanishing curvature forces ``B > 0`` at some pair and
 no constant ``W`` is isotropic everywhere: Proposition 3.3, with a quantitative defect.
+
+The premise ``k = d`` is needed; for ``k > d`` the statement as phrased is false. ``H_eff(z) =
+W^T g(W z + b) W`` only sees ``g`` on the d-plane ``P = W R^d + b`` and in directions along it, and a
+curved ``(H, g)`` can contain a flat plane on which ``g`` is constant: ``flat_times_curved`` on ``R^4``
+(a flat factor times the log-partition surface) with ``W = FLAT_FACTOR_HEAD`` (4 x 2) gives
+``H_eff = I`` on all of ``Z = R^2``. Corrected statement, for ``k >= d`` and ``W`` of rank ``d``: with
+``psi(z) = phi(W z + b)``, ``H_eff = grad^2 psi`` is itself a Hessian metric on ``Z``, so the argument
+above applies to it (``pulled_back_metrics``): no head with image plane ``P`` is isotropic everywhere
+unless ``phi`` restricted to ``P`` has a constant Hessian, and ``B`` of the pulled-back metrics bounds
+the defect of every parametrisation ``W A`` of ``P``. For ``k = d``, ``P = H`` and this is the statement
+above; for ``k > d`` the curvature of ``(H, g)`` does not decide it: it can live in directions the
+plane never sees (in the counterexample ``P`` is a totally geodesic flat slice of a product).
 """
 
 from __future__ import annotations
@@ -284,6 +296,18 @@ def logcosh_mix(u: Array) -> Array:
     return anp.sum(anp.logaddexp(x, -x) - np.log(2.0), axis=-1)
 
 
+def flat_times_curved(u: Array) -> Array:
+    """``phi(u) = |u_{1:2}|^2 / 2 + log_partition(u_{3:4})`` on ``R^4``: the product of a flat plane and
+    the curved log-partition surface (``K = 1/4`` on the ``(u_3, u_4)`` plane), so ``(H, g)`` is curved.
+    The linear head ``W = FLAT_FACTOR_HEAD`` (4 x 2) maps ``Z = R^2`` onto the flat factor, where
+    ``g`` restricted to the image is the constant identity: ``H_eff(z) = I`` for every ``z`` (and any
+    bias). The counterexample to Proposition 3.3 for ``k > d``."""
+    return 0.5 * anp.sum(u[..., :2] ** 2, axis=-1) + log_partition(u[..., 2:])
+
+
+FLAT_FACTOR_HEAD = np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]])  # (k, d) = (4, 2)
+
+
 CURVED_LOSSES: dict[str, Loss] = {
     "log_partition": log_partition,
     "softplus_mix": softplus_mix,
@@ -317,6 +341,18 @@ def defect_lower_bound(metrics: list[np.ndarray]) -> float:
     if len(metrics) < 2:
         raise ValueError("the isotropy defect bound needs the metric at two or more points")
     return max(0.5 * pencil_spread(metrics[p], metrics[q]) for p in range(len(metrics)) for q in range(p))
+
+
+def pulled_back_metrics(loss: Loss, W: Array, b: Array, Z: Array) -> list[np.ndarray]:
+    """``W^T g(W z_p + b) W`` (d, d) at each row ``z_p`` of ``Z`` (m, d): ``H_eff`` of the linear head
+    ``h(z) = W z + b`` (``M = 0``), i.e. the Hessian metric of ``psi(z) = phi(W z + b)`` on ``Z``.
+
+    For ``k > d`` these, not ``g`` at the image points, carry the barrier: ``defect_lower_bound`` of
+    them bounds the defect of every head ``W A`` (``A`` in GL(d)) with the same image plane, at the
+    preimages ``A^{-1} z_p`` (the pencils are similar), and it vanishes when ``phi`` restricted to the
+    plane ``W R^d + b`` has a constant Hessian, whatever the curvature of ``(H, g)``."""
+    W, b = np.asarray(W, dtype=float), np.asarray(b, dtype=float)
+    return [W.T @ hessian(loss)(W @ z + b) @ W for z in np.asarray(Z, dtype=float)]
 
 
 def head_defect(W: Array, metrics: list[np.ndarray]) -> float:

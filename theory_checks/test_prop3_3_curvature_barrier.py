@@ -22,6 +22,18 @@ Checked:
     (within ``DEFECT_REL_TOL``), and the two-point construction attains it.
 Negative control: with the points held fixed in ``Z`` instead of ``H``, shrinking ``W`` drives the
 defect below ``B`` towards 0 - the bound needs the whole of ``Z`` ("everywhere"), not a fixed sample.
+
+The premise ``k = d`` (``W`` square and invertible) is what the checks above use. For ``k > d`` the
+statement as phrased is false, and two checks say so:
+(e) counterexample (reported finding): ``phi = |u_{1:2}|^2 / 2 + log(1 + e^{u_3} + e^{u_4})`` on ``R^4``
+    has non-vanishing curvature (sectional curvature 1/4 on the ``(u_3, u_4)`` plane) and ``B > 0`` at
+    the image points, yet the 4 x 2 head ``W = [I_2; 0]`` onto the flat factor gives ``H_eff(z) = I``
+    (autograd) at every ``z``, for any bias: no defect at all;
+(f) corrected statement (``k >= d``, ``W`` of rank ``d``): the barrier is carried by the pulled-back
+    metrics ``W^T g(W z_p + b) W`` (the Hessian metric of ``phi(W z + b)`` on ``Z``): their bound ``B_P``
+    is the same for every parametrisation ``W A`` of the image plane (``A`` in GL(d)) and bounds its
+    defect at the preimages; it is ``> 0`` for the log-partition loss on ``R^4`` (whose restriction to a
+    plane is never quadratic), 0 for the counterexample's plane, and equals ``B`` when ``k = d``.
 """
 
 from __future__ import annotations
@@ -36,14 +48,17 @@ from hypothesis import strategies as st
 
 from mini.whitening import (
     CURVED_LOSSES,
+    FLAT_FACTOR_HEAD,
     attaining_head,
     defect_lower_bound,
+    flat_times_curved,
     gaussian_curvature,
     head_defect,
     hessian_metric_riemann,
     isotropy_defect,
     log_partition,
     optimise_linear_head,
+    pulled_back_metrics,
     quadratic_loss,
     riemann_tensor,
 )
@@ -129,7 +144,11 @@ def test_random_linear_heads_never_beat_the_bound(name: str, m: int, seed: int) 
     """(d) ``B > 0`` and ``max_p log cond(W^T g_p W) >= B`` for random invertible ``W``."""
     metrics = metrics_at(name, m, seed)
     B = defect_lower_bound(metrics)
-    assert B > 0
+    assert B > K_MATERIAL  # a material defect, not round-off (B is a log of an eigenvalue ratio)
+    # More points can only raise the bound (every pair's bound binds the head): B >= B of each pair.
+    for p in range(m):
+        for q in range(p):
+            assert B >= defect_lower_bound([metrics[p], metrics[q]]) * (1.0 - DEFECT_REL_TOL)
     for W in np.random.default_rng(seed + 1).standard_normal((5, 2, 2)):
         assert head_defect(W, metrics) >= B * (1.0 - DEFECT_REL_TOL)
 
@@ -161,3 +180,59 @@ def test_negative_control_points_fixed_in_Z_can_be_made_isotropic() -> None:
     t = 1e-3
     defect = max(isotropy_defect(hessian(lambda x: log_partition(anp.dot(t * W1, x) + b))(z)) for z in Z)
     assert defect < 0.01 * B
+
+
+# --------------------------------------------------------------------------------------------
+# k > d: the counterexample and the corrected statement
+# --------------------------------------------------------------------------------------------
+
+FLAT_TOL = 1e-12  # |H_eff - I|_max of the counterexample: exact up to the rounding of autograd's Hessian
+SIM_REL_TOL = 1e-8  # B_P of two parametrisations of one plane: generalised eigenvalues, round-off only
+
+
+def sectional_curvature(R: np.ndarray, g: np.ndarray, X: np.ndarray, Y: np.ndarray) -> float:
+    return float(np.einsum("iklm,i,k,l,m", R, X, Y, X, Y) / ((X @ g @ X) * (Y @ g @ Y) - (X @ g @ Y) ** 2))
+
+
+@given(seed=seeds)
+@example(seed=0)
+def test_k_greater_than_d_counterexample_curved_loss_flat_head(seed: int) -> None:
+    """(e) Finding: a curved ``(R^4, g)`` and a 4 x 2 ``W`` with ``H_eff = I`` everywhere on ``Z = R^2``."""
+    rng = np.random.default_rng(seed)
+    b = rng.uniform(-1.5, 1.5, 4)
+    g = hessian(flat_times_curved)(b)
+    R = hessian_metric_riemann(flat_times_curved, b)
+    e = np.eye(4)
+    assert abs(sectional_curvature(R, g, e[2], e[3]) - 0.25) <= CURV_REL_TOL  # (H, g) is curved
+    assert abs(sectional_curvature(R, g, e[0], e[1])) <= CURV_REL_TOL  # the head's plane is flat
+    Z = rng.uniform(-2.0, 2.0, (4, 2))
+    U = Z @ FLAT_FACTOR_HEAD.T + b
+    # B > 0 at points of H = R^4 (the curved factor varies), but they are off the image plane, which
+    # for k > d is not all of H: the bound at points of H no longer reaches the head.
+    V = b + np.concatenate([np.zeros((3, 2)), rng.uniform(-1.5, 1.5, (3, 2))], axis=1)
+    assert defect_lower_bound([hessian(flat_times_curved)(u) for u in V]) > K_MATERIAL
+    for z in Z:
+        H = hessian(lambda x: flat_times_curved(anp.dot(FLAT_FACTOR_HEAD, x) + b))(z)
+        assert np.abs(H - np.eye(2)).max() <= FLAT_TOL
+    assert head_defect(FLAT_FACTOR_HEAD, [hessian(flat_times_curved)(u) for u in U]) <= FLAT_TOL
+    assert defect_lower_bound(pulled_back_metrics(flat_times_curved, FLAT_FACTOR_HEAD, b, Z)) <= FLAT_TOL
+
+
+@given(seed=seeds)
+@example(seed=0)
+def test_k_greater_than_d_corrected_statement_plane_bound(seed: int) -> None:
+    """(f) ``B_P`` of the pulled-back metrics: the same for ``W`` and ``W A``, a lower bound on the defect of
+    every parametrisation, ``> 0`` for log-partition on ``R^4``; and ``B_P = B`` when ``k = d``."""
+    rng = np.random.default_rng(seed)
+    W, b, Z = rng.standard_normal((4, 2)), rng.uniform(-1.0, 1.0, 4), rng.uniform(-1.0, 1.0, (3, 2))
+    B_P = defect_lower_bound(pulled_back_metrics(log_partition, W, b, Z))
+    assert B_P > K_MATERIAL
+    for A in rng.standard_normal((4, 2, 2)):  # reparametrise the plane: head W A at preimages A^{-1} z
+        Z_A = np.linalg.solve(A, Z.T).T
+        metrics = pulled_back_metrics(log_partition, W @ A, b, Z_A)
+        assert abs(defect_lower_bound(metrics) - B_P) <= SIM_REL_TOL * B_P
+        assert head_defect(np.eye(2), metrics) >= B_P * (1.0 - DEFECT_REL_TOL)
+    W2 = rng.standard_normal((2, 2))  # k = d: B_P is the ambient B at the image points
+    b2 = rng.uniform(-1.0, 1.0, 2)
+    B = defect_lower_bound([hessian(log_partition)(W2 @ z + b2) for z in Z])
+    assert abs(defect_lower_bound(pulled_back_metrics(log_partition, W2, b2, Z)) - B) <= SIM_REL_TOL * B

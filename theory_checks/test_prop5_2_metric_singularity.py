@@ -18,6 +18,18 @@ Numerically ``|J_h v|`` is a cancellation, so it is compared with the head's own
 ``~ eps tr(G)``), ``v^T G v <= METRIC_RTOL * tr(G) |v|^2``.
 Negative control: the same MLP applied to ``z`` itself (not invariant) has
 ``|J_h v| > CONTROL_FLOOR * |J_h|_F |v|``: the property fails, so the check can fail.
+
+The finite (quotient) statement: the whole orbit ``{g_t . z}`` maps to one point, not only its tangent.
+For ``ORBIT_POINTS`` finite group elements (the toy groups over a full period, or the training range
+for the non-compact scaling; random angles of the torus), ``|h(g_t z) - h(z)| <= ORBIT_RTOL * s`` with
+``s = |h(z)| + |J_h(z)|_F |z|`` the head's own output scale; the control head moves the orbit by more
+than ``CONTROL_FLOOR * |J_h|_F max_t |g_t z - z|``.
+
+Approximate invariance: ``h_delta(z) = mlp(q(z) + delta P z)`` (``approximately_invariant_head``, a
+random ``P`` with ``|P z| = 1``) for ``delta`` over ``DELTAS`` (five decades). Then ``v^T G v = delta^2 |J_mlp P v|^2``
+(1 + O(delta)) and the orbit moves by O(delta): checked as ``v^T G v / delta^2`` and
+``max_t |h(g_t z) - h(z)| / delta`` agreeing across the decades within ``PROPORTION_RTOL`` (relative to
+their value at the smallest ``delta``), with a log-log slope of 2 (resp. 1) within ``SLOPE_TOL``.
 """
 
 from __future__ import annotations
@@ -29,13 +41,24 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from mini.heads import init_head
-from mini.invariance import head_jacobian, invariant_head, orbit_gain, pullback_metric
+from mini.invariance import (
+    approximately_invariant_head,
+    head_jacobian,
+    invariant_head,
+    orbit_displacement,
+    orbit_gain,
+    pullback_metric,
+)
 from mini.manifolds import MANIFOLDS, make_manifold
 
 VANISH_RTOL = 1e-10  # |J v| / (|J|_F |v|) of an invariant head: float64 cancellation is ~1e-15
 METRIC_RTOL = 1e-12  # v^T G v / (tr(G) |v|^2) from the assembled G: rounding of G itself is ~d * 1e-16
 CONTROL_FLOOR = 1e-4  # a non-invariant random head sees the orbit direction far above this
-
+ORBIT_RTOL = 1e-10  # |h(g_t z) - h(z)| / (|h(z)| + |J_h|_F |z|): rounding of the invariants is ~1e-15
+ORBIT_POINTS = 12
+DELTAS = 10.0 ** -np.arange(2.0, 7.0)  # 1e-2 ... 1e-6 (the leak P is scaled to |P z| = 1)
+PROPORTION_RTOL = 0.25  # v^T G v / delta^2 within 25 % of its small-delta value (O(delta) corrections)
+SLOPE_TOL = 0.05  # log-log slope of v^T G v against delta within 2 +- 0.05 (1 +- 0.05 for the orbit)
 
 
 def relative_gain(J: np.ndarray, V: np.ndarray) -> float:
@@ -78,3 +101,80 @@ def test_invariant_head_metric_vanishes_on_torus_orbits(d, data, spec, seed):
     assert np.all(gains <= METRIC_RTOL * d)
     control = init_head(spec, d, 3, 6, rng)
     assert relative_gain(head_jacobian(control, z), V) > CONTROL_FLOOR
+
+
+def output_scale(fn, z: np.ndarray) -> float:
+    """``|h(z)| + |J_h(z)|_F |z|``: the size of the head's output and of its variation over ``|z|``."""
+    return float(np.linalg.norm(fn(z[None, :])[0]) + np.linalg.norm(head_jacobian(fn, z)) * np.linalg.norm(z))
+
+
+def toy_orbit(M, z: np.ndarray) -> np.ndarray:
+    """``g_t . z`` (ORBIT_POINTS, d) with ``t = 0`` first: a full period (hue, shift) or the training range."""
+    ts = np.concatenate([[0.0], M.orbit_params(ORBIT_POINTS)[1:]]) if M.period is not None else \
+        np.concatenate([[0.0], np.linspace(*M.train_range, ORBIT_POINTS - 1)])
+    return M.orbits(z[None, :], ts)[0]
+
+
+@given(name=st.sampled_from(MANIFOLDS), spec=smooth_specs, k=st.integers(2, 6), seed=seeds)
+@example(name="scale", spec="tanh2", k=3, seed=0)
+def test_invariant_head_maps_whole_toy_orbit_to_one_point(name, spec, k, seed):
+    """Quotient statement on hue, shift, scaling: ``h(g_t . z) = h(z)`` for finite ``t``; control moves."""
+    rng = np.random.default_rng(seed)
+    M = make_manifold(name, seed=seed % 7)
+    z = M.sample(1, rng).X[int(rng.integers(M.n_classes))]
+    orbit = toy_orbit(M, z)
+    mlp = init_head(spec, M.invariants(z[None, :]).shape[1], k, 8, rng)
+    head = invariant_head(M.invariants, mlp)
+    assert np.all(orbit_displacement(head, orbit) <= ORBIT_RTOL * output_scale(head, z))
+    control = init_head(spec, M.dim, k, 8, rng)
+    reach = float(np.max(np.linalg.norm(orbit - z, axis=1)))
+    assert orbit_displacement(control, orbit).max() > CONTROL_FLOOR * np.linalg.norm(head_jacobian(control, z)) * reach
+
+
+@given(d=st.integers(3, 9), data=st.data(), spec=smooth_specs, seed=seeds)
+@example(d=4, data=None, spec="swish2", seed=1)
+def test_invariant_head_maps_whole_torus_orbit_to_one_point(d, data, spec, seed):
+    """Quotient statement on random ``T^g``: random finite angles ``t`` in ``[-pi, pi]^g``; control moves."""
+    g = data.draw(st.integers(1, d // 2)) if data is not None else 1
+    rng = np.random.default_rng(seed)
+    torus = Torus(d, g, rng)
+    z = rng.standard_normal(d)
+    orbit = np.stack([z] + [torus.act(z, t) for t in rng.uniform(-np.pi, np.pi, (ORBIT_POINTS - 1, g))])
+    head = invariant_head(torus.invariants, init_head(spec, d - g, 3, 6, rng))
+    assert np.all(orbit_displacement(head, orbit) <= ORBIT_RTOL * output_scale(head, z))
+    control = init_head(spec, d, 3, 6, rng)
+    reach = float(np.max(np.linalg.norm(orbit - z, axis=1)))
+    assert orbit_displacement(control, orbit).max() > CONTROL_FLOOR * np.linalg.norm(head_jacobian(control, z)) * reach
+
+
+def log_slope(deltas: np.ndarray, values: np.ndarray) -> float:
+    return float(np.polyfit(np.log(deltas), np.log(values), 1)[0])
+
+
+@given(d=st.integers(4, 9), spec=smooth_specs, seed=seeds)
+@example(d=5, spec="gelu2", seed=0)
+def test_approximately_invariant_head_metric_scales_with_delta_squared(d, spec, seed):
+    """``h_delta = mlp(q(z) + delta P z)`` on a random ``T^1``: ``v^T G v`` in proportion to ``delta^2`` and
+    the finite orbit's displacement in proportion to ``delta``, over five decades of ``delta``."""
+    rng = np.random.default_rng(seed)
+    torus = Torus(d, 1, rng)
+    z = rng.standard_normal(d)
+    v = torus.tangents(z)[:, 0]
+    orbit = np.stack([z] + [torus.act(z, t) for t in rng.uniform(-np.pi, np.pi, (ORBIT_POINTS - 1, 1))])
+    mlp = init_head(spec, d - 1, 3, 6, rng)
+    P = rng.standard_normal((d - 1, d))
+    P = P / np.linalg.norm(P @ z)  # |delta P z| = delta: delta is the leak's size at z
+    quad, moved = [], []
+    for delta in DELTAS:
+        head = approximately_invariant_head(torus.invariants, mlp, P, delta)
+        quad.append(float(v @ pullback_metric(head, z) @ v))
+        moved.append(float(orbit_displacement(head, orbit).max()))
+    quad, moved = np.array(quad), np.array(moved)
+    assert quad.min() > 0 and moved.min() > 0  # not exactly invariant: the leak is seen
+    assert np.all(np.abs(quad / DELTAS**2 / (quad[-1] / DELTAS[-1] ** 2) - 1.0) <= PROPORTION_RTOL)
+    assert np.all(np.abs(moved / DELTAS / (moved[-1] / DELTAS[-1]) - 1.0) <= PROPORTION_RTOL)
+    assert abs(log_slope(DELTAS, quad) - 2.0) <= SLOPE_TOL
+    assert abs(log_slope(DELTAS, moved) - 1.0) <= SLOPE_TOL
+    # delta = 0 is the invariant head: v^T G v vanishes to the rounding of G
+    G0 = pullback_metric(approximately_invariant_head(torus.invariants, mlp, P, 0.0), z)
+    assert float(v @ G0 @ v) <= METRIC_RTOL * np.trace(G0) * float(v @ v)

@@ -5,7 +5,7 @@ collapse -> batchnorm -> dynamics (Section 4) -> manifolds -> invariance -> trai
 Each module opens with the paper section it makes executable.
 """
 
-from mini.heads import Head, HeadSpec, apply_head, init_head, parse_head_spec
+from mini.heads import Head, HeadSpec, init_head, parse_head_spec
 from mini.hessian import decompose_autograd, decompose_closed_form, effective_hessian, spectrum
 from mini.losses import Objective, make_objective
 
@@ -13,7 +13,6 @@ __all__ = [
     "Head",
     "HeadSpec",
     "Objective",
-    "apply_head",
     "decompose_autograd",
     "decompose_closed_form",
     "effective_hessian",

@@ -70,7 +70,7 @@ import autograd.numpy as anp
 import numpy as np
 from autograd import elementwise_grad, grad
 
-from mini.heads import Head, forward, init_head, parse_head_spec
+from mini.heads import Head, init_head, parse_head_spec
 from mini.hessian import assemble, head_derivatives, interaction_blocks
 
 Array = Any
@@ -126,9 +126,9 @@ def trajectory_hessians(loss: RowLoss, spec: str, layers: list, Z: Array) -> Arr
     """
     if parse_head_spec(spec).activation is None and len(layers) == 1:
         W = layers[0]["W"]  # (k, d)
-        g = pointwise_hessians(lambda U: anp.sum(loss(U)), forward(spec, layers, Z))  # (T, k, k)
+        g = pointwise_hessians(lambda U: anp.sum(loss(U)), Head(parse_head_spec(spec), layers)(Z))  # (T, k, k)
         return anp.matmul(anp.matmul(W.T, g), W)
-    return pointwise_hessians(lambda X: anp.sum(loss(forward(spec, layers, X))), Z)
+    return pointwise_hessians(lambda X: anp.sum(loss(Head(parse_head_spec(spec), layers)(X))), Z)
 
 
 def isotropy_error(Hs: Array) -> float:

@@ -81,8 +81,9 @@ from autograd import grad, hessian, jacobian
 from scipy.integrate import RK45, solve_ivp
 from scipy.stats import spearmanr
 
+from mini import activations
 from mini.batchnorm import BN_EPS, batchnorm
-from mini.heads import Head, HeadSpec, activation_fn, derivatives, forward, init_head, mlp_forward, parse_head_spec
+from mini.heads import Head, HeadSpec, activation_fn, init_head, parse_head_spec
 from mini.hessian import (
     NEG_FLOOR,
     block_diagonal,
@@ -291,13 +292,14 @@ def _grammar(spec: HeadSpec) -> str:
 
 def mlp(activation: str | None, layers: list, X: Array, bn: list | None = None, groups: int = 2) -> Array:
     """``x_l = s(bn(W_l x_{l-1} + b_l))`` for the hidden layers, ``W_L x_{L-1} + b_L`` last. (n, out)."""
+    head = Head(HeadSpec(activation, len(layers)), layers)
     if bn is None:
-        return mlp_forward(activation, layers, X)
-    return mlp_forward(activation, layers, X, lambda l, a: batchnorm(a, bn[l]["gamma"], bn[l]["beta"], groups))
+        return head(X)
+    return head(X, hidden=lambda l, a: batchnorm(a, bn[l]["gamma"], bn[l]["beta"], groups))
 
 
 def backbone(params: Params, X: Array) -> Array:
-    return forward("tanh2", params["backbone"], X)
+    return Head(HeadSpec("tanh", 2), params["backbone"])(X)
 
 
 def projector(arch: Arch, params: Params, Z: Array) -> Array:
@@ -580,7 +582,7 @@ def _mlp_backward(activation: str | None, layers: list, bn: list | None, xs: lis
         if l == 0:
             break
         u, c, sigma = cache[l - 1]
-        du = d * derivatives(activation, u)[0] if activation else d
+        du = d * activations.get(activation).derivatives(np, u)[0] if activation else d
         if bn is None:
             d = du
             continue

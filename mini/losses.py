@@ -36,7 +36,7 @@ from typing import Any
 import autograd.numpy as anp
 import numpy as np
 
-from mini.heads import Head, apply_head
+from mini.heads import Head
 
 Array = Any
 NORM_EPS = 1e-12  # floor of safe norms; far below any norm met in practice
@@ -183,7 +183,7 @@ def nt_xent(temperature: float = 0.1) -> Objective:
 
 
 def _predict(predictor: Head | None, Hb):
-    return Hb if predictor is None else apply_head(predictor, Hb)
+    return Hb if predictor is None else predictor(Hb)
 
 
 def simsiam(targets: Array, predictor: Head | None = None, form: str = "cosine") -> Objective:

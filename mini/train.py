@@ -36,7 +36,7 @@ import numpy as np
 from autograd import jacobian
 from autograd.misc import flatten
 
-from mini.heads import Head, forward, init_head, parse_head_spec
+from mini.heads import Head, init_head, parse_head_spec
 from mini.hessian import head_derivatives
 from mini.invariance import (
     OrbitGeometry,
@@ -113,13 +113,13 @@ class TrainResult:
 def embed(backbone: Head | tuple, X: Array) -> Array:
     """``z = b(x) / |b(x)|`` (n, d); ``backbone`` is a Head or ``(spec, layers)`` for autograd."""
     spec, layers = (backbone.spec, backbone.layers) if isinstance(backbone, Head) else backbone
-    return normalize(forward(spec, layers, X))
+    return normalize(Head(parse_head_spec(spec), layers)(X))
 
 
 def _loss(cfg: TrainConfig, params: dict, X: np.ndarray, predictor_spec: str, targets: np.ndarray | None):
     """The SSL objective of the two stacked views ``X`` (2m, D), as a function of all parameters."""
     Z = embed((cfg.backbone, params["backbone"]), X)
-    Hb = forward(cfg.head, params["head"], Z)
+    Hb = Head(parse_head_spec(cfg.head), params["head"])(Z)
     if cfg.objective == "simclr":
         return nt_xent(cfg.temperature)(Hb)
     if cfg.objective == "vicreg":
@@ -198,7 +198,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         targets = None
         if cfg.objective == "simsiam":
             Zc = embed((cfg.backbone, p["backbone"]), X)
-            targets = np.asarray(forward(cfg.head, p["head"], Zc))
+            targets = np.asarray(Head(parse_head_spec(cfg.head), p["head"])(Zc))
 
         def objective(f, X=X, targets=targets):
             return _loss(cfg, unflatten(f), X, predictor_spec, targets)

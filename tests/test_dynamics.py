@@ -13,7 +13,6 @@ from autograd import grad
 
 from mini import dynamics as dyn
 from mini.batchnorm import BN_EPS, batchnorm
-from mini.heads import forward
 
 GRAD_REL_TOL = 1e-10  # hand-written backward vs autograd, relative to the largest entry
 HESS_REL_TOL = 1e-9  # complex step vs autograd Hessian, relative to |H|_max
@@ -158,7 +157,7 @@ def test_composite_head_is_predictor_after_projector(head: str) -> None:
     Z = np.asarray(dyn.backbone(params, X))
     composite = dyn.composite_head(arch, params)
     expected = dyn.predictor(arch, params, dyn.projector(arch, params, Z))
-    np.testing.assert_allclose(forward(composite.spec, composite.layers, Z), expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(composite(Z), expected, rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="BatchNorm"):
         dyn.composite_head(dyn.Arch(head, bn=True), params)
 

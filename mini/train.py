@@ -27,7 +27,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -36,6 +35,7 @@ import numpy as np
 from autograd import jacobian
 from autograd.misc import flatten
 
+from mini.atomic import atomic_write_text
 from mini.heads import Head, init_head, parse_head_spec
 from mini.hessian import head_derivatives
 from mini.invariance import (
@@ -409,12 +409,8 @@ def _provenance() -> dict:
 
 
 def _write_json_atomic(path: str, payload: dict) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=2, default=lambda o: asdict(o) if hasattr(o, "__dataclass_fields__") else str(o))
-    os.replace(tmp, path)
+    text = json.dumps(payload, indent=2, default=lambda o: asdict(o) if hasattr(o, "__dataclass_fields__") else str(o))
+    atomic_write_text(path, text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -105,15 +105,25 @@ def safe_norm(x: Array, axis: int = -1) -> Array:
     vector) read off the values and held constant: ``|x / c|^2`` lies in ``[1, 4 dim)``, so the
     squares neither overflow nor underflow, and the eps floor only ever acts on a zero vector.
     """
-    m = np.max(np.abs(value_of(x)), axis=axis, keepdims=True)
-    c = np.where(m > 0, np.ldexp(1.0, np.frexp(m)[1] - 1), 1.0)  # a power of two, c <= m < 2c
-    y = x / c
-    return c * anp.sqrt(anp.maximum(anp.sum(y * y, axis=axis, keepdims=True), NORM_EPS**2))
+    c = _power_of_two_scale(x, axis)
+    return c * _scaled_norm(x / c, axis)
 
 
 def normalize(x: Array, axis: int = -1) -> Array:
-    """``x / |x|`` with the safe norm."""
-    return x / safe_norm(x, axis)
+    """``x / |x|`` with the safe norm, computed as ``(x / c) / |x / c|`` (same ``c``): exact, and its
+    derivatives stay finite for tiny vectors too (``|x|^2`` never appears)."""
+    y = x / _power_of_two_scale(x, axis)
+    return y / _scaled_norm(y, axis)
+
+
+def _power_of_two_scale(x: Array, axis: int) -> np.ndarray:
+    """``c = 2^floor(log2 max_j |x_j|)`` along ``axis`` (1 for a zero vector), a constant to autograd."""
+    m = np.max(np.abs(value_of(x)), axis=axis, keepdims=True)
+    return np.where(m > 0, np.ldexp(1.0, np.frexp(m)[1] - 1), 1.0)  # c <= m < 2c
+
+
+def _scaled_norm(y: Array, axis: int) -> Array:
+    return anp.sqrt(anp.maximum(anp.sum(y * y, axis=axis, keepdims=True), NORM_EPS**2))
 
 
 def split_views(Hb: Array) -> tuple[Array, Array]:

@@ -18,7 +18,7 @@ on a 3/4 arc of the unit circle (``T_POINTS`` samples):
     the W-independent bound at its own image points; and ``eps < 1`` gives ``H_eff`` positive
     definite with ``cond <= (1 + eps)/(1 - eps)`` at every sample.
 Negative control: the same MLP head before fitting is not isotropic (``eps > UNFITTED_EPS``).
-The full table over trajectories, widths and depths is ``python -m mini.capacity`` (docs/section3.md).
+The full table over trajectories, widths and depths is ``python -m mini.reports.capacity`` (docs/section3.md).
 """
 
 from __future__ import annotations

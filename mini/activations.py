@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import autograd.numpy as anp
+
 Array = Any
 Namespace = Any  # an array namespace: array_api_compat's, or autograd.numpy
 
@@ -62,24 +64,37 @@ class Activation:
 
 def erf(xp: Namespace, x: Array) -> Array:
     """erf on any array library: autograd's (traced), torch's, CuPy's or SciPy's."""
-    import autograd.numpy as anp
-
-    if xp is anp or type(x).__module__.startswith("autograd"):
-        from autograd.scipy.special import erf as autograd_erf  # imported here: SciPy is slow to import
-
-        return autograd_erf(x)
     mod = type(x).__module__
-    if mod.startswith("torch"):
+    if xp is anp or mod.startswith("autograd"):
+        library = "autograd"
+    elif mod.startswith("torch"):
+        library = "torch"
+    elif mod.startswith("cupy"):
+        library = "cupy"
+    else:
+        library = "scipy"
+    fn = _ERF.get(library) or _ERF.setdefault(library, _load_erf(library))
+    return fn(x)
+
+
+_ERF: dict[str, Callable[[Array], Array]] = {}
+
+
+def _load_erf(library: str) -> Callable[[Array], Array]:
+    # Imported on first use: SciPy (and autograd's wrappers of it) take most of a second to import.
+    if library == "autograd":
+        from autograd.scipy.special import erf as fn
+    elif library == "torch":
         import torch
 
-        return torch.special.erf(x)
-    if mod.startswith("cupy"):
+        fn = torch.special.erf
+    elif library == "cupy":
         import cupyx.scipy.special
 
-        return cupyx.scipy.special.erf(x)
-    from scipy.special import erf as scipy_erf
-
-    return scipy_erf(x)
+        fn = cupyx.scipy.special.erf
+    else:
+        from scipy.special import erf as fn
+    return fn
 
 
 def sigmoid(xp: Namespace, a: Array) -> Array:

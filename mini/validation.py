@@ -37,6 +37,14 @@ def check_array(name: str, x: Array, ndim: int | tuple[int, ...] | None = None) 
         raise ValueError(f"{name} must be a {axes} array, got shape {tuple(shape)}")
     if any(int(s) == 0 for s in shape):
         raise ValueError(f"{name} is empty (shape {tuple(shape)})")
+    if isinstance(v, np.ndarray):  # the common case, without the array-API dispatch
+        if v.dtype.kind == "c":
+            raise ValueError(f"{name} is complex ({v.dtype}); mini works on real arrays")
+        if v.dtype.kind not in "fiub":
+            raise ValueError(f"{name} must be a real numeric array, got dtype {v.dtype}")
+        if v.dtype.kind == "f" and not np.isfinite(v).all():
+            raise ValueError(f"{name} contains NaN or infinite values")
+        return x
     import array_api_compat
 
     xp = array_api_compat.array_namespace(v)

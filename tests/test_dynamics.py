@@ -58,6 +58,8 @@ def test_batchnorm_is_differentiable_and_rejects_bad_input() -> None:
         batchnorm(a[0])
     with pytest.raises(ValueError, match="at least 2 rows"):
         batchnorm(a, groups=6)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        batchnorm(np.where(a > 0, np.nan, a))
 
 
 # --------------------------------------------------------------------------------------------

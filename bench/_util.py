@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import platform
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from mini.atomic import atomic_write_text
 
 
 def interleaved_median(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
@@ -27,9 +28,5 @@ def machine() -> str:
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Results files go through the project's one atomic writer."""
+    atomic_write_text(path, text)

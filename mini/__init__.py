@@ -1,11 +1,14 @@
 """mini: the geometry of projection heads, exact and small (NumPy + HIPS autograd, float64).
 
-Reading order: heads -> losses -> hessian (equation (1)) -> whitening -> capacity (Section 3) ->
-collapse -> batchnorm -> dynamics (Section 4) -> manifolds -> invariance -> train (Section 5).
-Each module opens with the paper section it makes executable.
+Reading order: activations -> heads -> losses -> hessian (equation (1)) -> whitening -> capacity
+(Section 3) -> collapse -> batchnorm -> dynamics (Section 4) -> manifolds -> invariance -> train
+(Section 5). Each module opens with the paper section it makes executable. Beside them:
+``validation`` (the one input check), ``dynamics_fast`` (the Section 4 toy's fast paths), ``atomic``
+(the one atomic file writer) and ``reports/`` (the command lines and tables, ``python -m
+mini.reports.<name>``).
 """
 
-from mini.heads import Head, HeadSpec, apply_head, init_head, parse_head_spec
+from mini.heads import Head, HeadSpec, init_head, parse_head_spec
 from mini.hessian import decompose_autograd, decompose_closed_form, effective_hessian, spectrum
 from mini.losses import Objective, make_objective
 
@@ -13,7 +16,6 @@ __all__ = [
     "Head",
     "HeadSpec",
     "Objective",
-    "apply_head",
     "decompose_autograd",
     "decompose_closed_form",
     "effective_hessian",

@@ -26,6 +26,8 @@ from typing import Any
 
 import autograd.numpy as anp
 
+from mini.validation import check_array, value_of
+
 Array = Any
 
 BN_EPS = 1e-5  # torch's nn.BatchNorm1d default
@@ -38,10 +40,8 @@ def batchnorm(a: Array, gamma: Array | None = None, beta: Array | None = None, g
     ``gamma``, ``beta`` are (w,) or ``None`` (no affine part). No running statistics: this is the
     training-mode map, the one the gradient of a training step sees.
     """
-    shape = getattr(a, "shape", None)
-    if shape is None or len(shape) != 2:
-        raise ValueError(f"batchnorm needs a 2-D batch (n, w), got shape {shape}")
-    n, w = shape
+    check_array("batchnorm input", a, ndim=2)
+    n, w = value_of(a).shape
     if not isinstance(groups, int) or groups < 1 or n % groups:
         raise ValueError(f"batchnorm: groups must be a positive integer dividing n={n}, got {groups!r}")
     if n // groups < 2:

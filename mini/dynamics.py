@@ -62,17 +62,17 @@ least ``ESCAPE_STD / sqrt(k)`` (a fraction of the isotropic value ``1/sqrt(k)`` 
 spread over ``R^k``) and every tracked number is finite; its time to escape is the first checkpoint
 time with ``std`` at or above the threshold. A run whose state becomes non-finite "diverged".
 
-``python -m mini.dynamics`` prints the grid (``--help`` for the slices).
+``python -m mini.reports.dynamics`` prints the grid (``--help`` for the slices). The grid's vector field
+and its BatchNorm curvature run on the fast paths of ``mini.dynamics_fast`` (a hand-written backward
+pass and a complex-step Hessian, checked against the autograd references of this module).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import autograd.numpy as anp
@@ -81,10 +81,10 @@ from autograd import grad, hessian, jacobian
 from scipy.integrate import RK45, solve_ivp
 from scipy.stats import spearmanr
 
-from mini.batchnorm import BN_EPS, batchnorm
-from mini.heads import Head, HeadSpec, activation_fn, derivatives, forward, init_head, mlp_forward, parse_head_spec
+from mini.batchnorm import batchnorm
+from mini.dynamics_fast import complex_step_curvature, simsiam_gradient
+from mini.heads import Head, HeadSpec, init_head, parse_head_spec
 from mini.hessian import (
-    NEG_FLOOR,
     block_diagonal,
     decompose_closed_form,
     head_derivatives,
@@ -92,7 +92,7 @@ from mini.hessian import (
     loss_hessian_blocks,
     spectrum,
 )
-from mini.losses import NORM_EPS, Objective, mse_targets, normalize, simsiam
+from mini.losses import Objective, mse_targets, normalize, simsiam
 
 Array = Any
 Params = dict[str, Any]
@@ -291,13 +291,14 @@ def _grammar(spec: HeadSpec) -> str:
 
 def mlp(activation: str | None, layers: list, X: Array, bn: list | None = None, groups: int = 2) -> Array:
     """``x_l = s(bn(W_l x_{l-1} + b_l))`` for the hidden layers, ``W_L x_{L-1} + b_L`` last. (n, out)."""
+    head = Head(HeadSpec(activation, len(layers)), layers)
     if bn is None:
-        return mlp_forward(activation, layers, X)
-    return mlp_forward(activation, layers, X, lambda l, a: batchnorm(a, bn[l]["gamma"], bn[l]["beta"], groups))
+        return head(X)
+    return head(X, hidden=lambda l, a: batchnorm(a, bn[l]["gamma"], bn[l]["beta"], groups))
 
 
 def backbone(params: Params, X: Array) -> Array:
-    return forward("tanh2", params["backbone"], X)
+    return Head(HeadSpec("tanh", 2), params["backbone"])(X)
 
 
 def projector(arch: Arch, params: Params, Z: Array) -> Array:
@@ -338,31 +339,6 @@ def simsiam_loss(arch: Arch, params: Params, X: Array, targets: np.ndarray, obje
     """``L(pred(proj(f(X))))`` for either objective, targets (2m, k) fixed; autograd-safe (the reference)."""
     P = predictor(arch, params, projector(arch, params, backbone(params, X)))
     return loss_objective(objective, targets).fn(P)
-
-
-def loss_gradient(objective: str, P: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """``grad_P L`` (..., n, k) by hand; complex ``P`` allowed (the complex step), targets real.
-
-    ``mse``: ``(P - t) / n``. ``cosine``: ``-(t_hat - c u) / (n r)`` per row, ``r = |p|``,
-    ``u = p / r``, ``c = <u, t_hat>``: the tangential part of ``t_hat``. With ``mini.losses``' safe
-    norm, a real row with ``|p| < NORM_EPS`` has the constant ``r = NORM_EPS`` (no radial term); the
-    complex step never meets such a row, so it uses the analytic ``sqrt`` (no clamp).
-    """
-    n = P.shape[-2]
-    if objective == "mse":
-        return (P - targets) / n
-    check_choice("objective", objective, OBJECTIVES)
-    T_hat = np.asarray(normalize(targets))  # (n, k), fixed
-    s = np.sum(P * P, axis=-1, keepdims=True)  # |p|^2 (no conjugate: complex-analytic)
-    radial = np.ones(s.shape, dtype=bool)
-    if not np.iscomplexobj(P):
-        radial = s > NORM_EPS**2
-        s = np.maximum(s, NORM_EPS**2)
-    r = np.sqrt(s)
-    U = P / r
-    c = np.sum(U * T_hat, axis=-1, keepdims=True)
-    return -(T_hat - np.where(radial, c, 0.0) * U) / (n * r)
-
 
 # --------------------------------------------------------------------------------------------
 # Measurements
@@ -534,116 +510,6 @@ def unpack(w: np.ndarray, lay: Layout) -> Params:
         i += size
     return out
 
-
-def _mlp_forward(activation: str | None, layers: list, bn: list | None, X: np.ndarray, groups: int = 2,
-                 eps: float = BN_EPS) -> tuple[np.ndarray, list, list]:
-    """``mlp`` in plain NumPy, keeping what the backward pass needs. Leading batch axes are allowed
-    (``X`` is (..., n, in)) and complex inputs are fine: the complex-step Hessian uses both."""
-    s = activation_fn(activation)
-    xs, cache = [X], []
-    x = X
-    for l, layer in enumerate(layers):
-        a = x @ layer["W"].T + layer.get("b", 0.0)
-        if l == len(layers) - 1:
-            return a, xs, cache
-        c = sigma = None
-        u = a
-        if bn is not None:
-            *lead, n, w = a.shape
-            A = a.reshape(*lead, groups, n // groups, w)
-            mu = A.mean(axis=-2, keepdims=True)
-            sigma = np.sqrt(((A - mu) ** 2).mean(axis=-2, keepdims=True) + eps)  # no abs: complex-analytic
-            c = (A - mu) / sigma  # (..., groups, rows, w)
-            u = c.reshape(a.shape) * bn[l]["gamma"] + bn[l]["beta"]
-        cache.append((u, c, sigma))
-        x = np.asarray(s(u))
-        xs.append(x)
-    raise AssertionError("unreachable: an MLP has at least one layer")
-
-
-def _mlp_backward(activation: str | None, layers: list, bn: list | None, xs: list, cache: list,
-                  d_out: np.ndarray, groups: int = 2, params: bool = True) -> tuple[list, list | None, np.ndarray]:
-    """Reverse mode through ``mlp`` by hand, from ``_mlp_forward``'s record.
-
-    BatchNorm backward, per group, ``c = (a - mu) / sigma``: ``da = (dc - mean(dc) - c mean(dc c)) / sigma``.
-    Returns the layer gradients and the BatchNorm gradients (``None`` entries when ``params`` is
-    False) and ``dL/dX``. Checked against autograd in ``tests/test_dynamics.py``.
-    """
-    g_layers: list = [None] * len(layers)
-    g_bn: list | None = [None] * (len(layers) - 1) if bn is not None else None
-    d = d_out
-    for l in range(len(layers) - 1, -1, -1):
-        layer = layers[l]
-        if params:
-            g_layers[l] = {"W": d.T @ xs[l], **({"b": d.sum(axis=0)} if "b" in layer else {})}
-        d = d @ layer["W"]  # dL/dx_{l-1}
-        if l == 0:
-            break
-        u, c, sigma = cache[l - 1]
-        du = d * derivatives(activation, u)[0] if activation else d
-        if bn is None:
-            d = du
-            continue
-        if params:
-            g_bn[l - 1] = {"beta": du.sum(axis=0), "gamma": (du * c.reshape(du.shape)).sum(axis=0)}
-        dc = (du * bn[l - 1]["gamma"]).reshape(c.shape)
-        d = ((dc - dc.mean(axis=-2, keepdims=True) - c * (dc * c).mean(axis=-2, keepdims=True)) / sigma
-             ).reshape(du.shape)
-    return g_layers, g_bn, d
-
-
-def simsiam_gradient(arch: Arch, params: Params, X: np.ndarray, targets: np.ndarray,
-                     objective: str = "mse") -> Params:
-    """``grad_theta`` of ``simsiam_loss`` (targets fixed), by hand: the vector field of the grid.
-
-    The same numbers as ``autograd.grad(simsiam_loss)`` (checked in the tests for both objectives),
-    several times faster, which is what lets the grid run in minutes.
-    """
-    bb = params["backbone"]
-    a1 = X @ bb[0]["W"].T + bb[0]["b"]
-    x1 = np.tanh(a1)
-    Z = x1 @ bb[1]["W"].T + bb[1]["b"]
-    Hb, xs_h, c_h = _mlp_forward(arch.activation, params["proj"], params.get("bn_proj"), Z)
-    P, xs_p, c_p = _mlp_forward(arch.activation, params["pred"], params.get("bn_pred"), Hb)
-    dP = loss_gradient(objective, P, targets)
-    g_pred, g_bn_pred, dH = _mlp_backward(arch.activation, params["pred"], params.get("bn_pred"), xs_p, c_p, dP)
-    g_proj, g_bn_proj, dZ = _mlp_backward(arch.activation, params["proj"], params.get("bn_proj"), xs_h, c_h, dH)
-    da1 = (dZ @ bb[1]["W"]) * (1.0 - x1 * x1)
-    out: Params = {
-        "backbone": [{"W": da1.T @ X, "b": da1.sum(axis=0)}, {"W": dZ.T @ x1, "b": dZ.sum(axis=0)}],
-        "proj": g_proj, "pred": g_pred,
-    }
-    if arch.bn:
-        out["bn_proj"], out["bn_pred"] = g_bn_proj, g_bn_pred
-    return out
-
-
-CSTEP = 1e-30  # complex step: f'(x) = Im f(x + i h) / h with no cancellation; truncation O(h^2) = 0 in float64
-
-
-def complex_step_curvature(arch: Arch, params: Params, Z: np.ndarray, targets: np.ndarray,
-                           objective: str = "mse") -> tuple[np.ndarray, np.ndarray]:
-    """``H_eff`` (n d, n d) and ``J`` (n k, n d) of ``Z -> L(pred(proj(Z)))`` by the complex step.
-
-    All ``n d`` directions in one batched pass: ``Z + i h E_j`` (n d, n, d) through the hand-written
-    forward and backward; ``H[:, j] = Im grad_Z L(Z + i h E_j) / h``, ``J[:, j] = Im P(Z + i h E_j) / h``.
-    The map is real-analytic off ReLU kinks, so both are exact up to rounding (agreement with
-    autograd's Hessian is checked in the tests); this is the fast path for BatchNorm heads.
-    """
-    n, d = Z.shape
-    N = n * d
-    Zc = Z[None] + 1j * CSTEP * np.eye(N).reshape(N, n, d)  # (N, n, d)
-    bn_h, bn_p = params.get("bn_proj"), params.get("bn_pred")
-    Hb, xs_h, c_h = _mlp_forward(arch.activation, params["proj"], bn_h, Zc)
-    P, xs_p, c_p = _mlp_forward(arch.activation, params["pred"], bn_p, Hb)
-    dP = loss_gradient(objective, P, targets)
-    _, _, dH = _mlp_backward(arch.activation, params["pred"], bn_p, xs_p, c_p, dP, params=False)
-    _, _, dZ = _mlp_backward(arch.activation, params["proj"], bn_h, xs_h, c_h, dH, params=False)
-    H = dZ.imag.reshape(N, N).T / CSTEP
-    J = P.imag.reshape(N, -1).T / CSTEP
-    return 0.5 * (H + H.T), J
-
-
 class _Problem:
     """The flat parameter vector, the SimSiam vector field and the measurements of one run."""
 
@@ -780,16 +646,6 @@ class Cell:
     def n_escaped(self) -> int:
         return sum(r.escaped for r in self.runs)
 
-    @property
-    def statuses(self) -> str:
-        """``ok``, or each non-ok status with its count and the last checkpoint time reached."""
-        parts = []
-        for status in sorted({r.status for r in self.runs} - {"ok"}):
-            bad = [r for r in self.runs if r.status == status]
-            reached = max(r.snapshots[-1].t for r in bad)
-            parts.append(f"{len(bad)} {status} (t<={reached:.3g})")
-        return ", ".join(parts) or "ok"
-
     def cond_behaviour(self) -> str:
         """``rises``/``falls``/``flat``: median of log10(final/initial cond) beyond +-1 decade."""
         change = self.median(lambda r: math.log10(r.snapshots[-1].cond / r.snapshots[0].cond)
@@ -816,126 +672,3 @@ def run_grid(heads: Sequence[str] = HEADS, inits: Sequence[str] = ("normal", "ps
                     if progress:
                         progress(f"{arch.label:>10} {init:>9} {dyn:>5}: {time.perf_counter() - start:5.2f} s")
     return cells
-
-
-COLUMNS = ("head", "init", "dynamics", "cond", "lmin<0 epochs", "escaped", "t_esc", "std t0->T", "z std x",
-           "cond t0->T", "lmin (med)", "|M|/|H|", "head/bb upd", "rho_s", "status")
-
-
-def _update_ratio(run) -> float:
-    """Median head/backbone relative update; a backbone that does not move gives +inf, not a warning."""
-    head, backbone = run.series("rel_update_head"), run.series("rel_update_backbone")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return float(np.median(np.where(backbone > 0, head / backbone, np.inf)))
-
-
-def format_row(c: Cell) -> list[str]:
-    """One row: the paper's columns first (activation, init, condition-number behaviour, lambda_min < 0
-    injected, escape), then the measurements behind them."""
-    epochs = len(c.runs[0].cfg.times)
-    neg = [r.negative_epochs for r in c.runs]
-    decided = [r for r in c.runs if r.status == "ok"]  # stiff or diverged runs decide nothing
-
-    def fmt(x: float, spec: str = ".2g") -> str:
-        return "-" if not np.isfinite(x) else format(x, spec)
-
-    first = c.median(lambda r: r.snapshots[0].std if r.snapshots else None)
-    last = c.median(lambda r: r.snapshots[-1].std if r.status == "ok" else None)
-    cond0 = c.median(lambda r: r.snapshots[0].cond if r.snapshots else None)
-    cond1 = c.median(lambda r: r.snapshots[-1].cond if r.status == "ok" else None)
-    z_growth = c.median(lambda r: r.snapshots[-1].z_std / r.snapshots[0].z_std if r.status == "ok" else None)
-    ratio = c.median(lambda r: _update_ratio(r) if r.snapshots else None)
-    lmins = c.median(lambda r: float(np.min(r.series("lambda_min"))) if r.snapshots else None)
-    return [
-        c.arch.label, c.init, c.dynamics, c.cond_behaviour(), f"{'/'.join(str(v) for v in neg)} of {epochs}",
-        f"{sum(r.escaped for r in decided)}/{len(decided)}" if decided else "-",
-        fmt(c.median(lambda r: r.escape_time), ".3g"),
-        f"{fmt(first)}->{fmt(last)}", fmt(z_growth), f"{fmt(cond0, '.1e')}->{fmt(cond1, '.1e')}",
-        fmt(lmins, ".1e"), fmt(c.median(lambda r: float(np.max(r.series("m_ratio"))) if r.snapshots else None), ".1e"),
-        fmt(ratio), fmt(c.median(lambda r: r.spearman), "+.2f"), c.statuses,
-    ]
-
-
-def format_table(cells: Sequence[Cell]) -> str:
-    rows = [list(COLUMNS), *(format_row(c) for c in cells)]
-    widths = [max(len(r[j]) for r in rows) for j in range(len(COLUMNS))]
-    lines = ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |" for r in rows]
-    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(lines)
-
-
-def premise(objective: str) -> str:
-    """Theorem 4.1's premise for the toy's objective, read off ``Objective.hessian_psd``."""
-    psd = loss_objective(objective, np.ones((2, 1))).hessian_psd  # a property of the loss, not the data
-    return {True: "yes", False: "no (indefinite)", None: "depends on the state"}[psd]
-
-
-def legend(cfg: Config, seeds: Sequence[int]) -> str:
-    name = {"mse": "MSE", "cosine": "negative-cosine"}[cfg.objective]
-    return (
-        f"SimSiam toy, {name} objective (grad^2_P L PSD, Theorem 4.1's premise: {premise(cfg.objective)}): "
-        f"m={cfg.m} per view, d_in={cfg.d_in}, backbone tanh2 width {cfg.backbone_width}, "
-        f"d={cfg.d}, projector width {cfg.proj_width} (no bias), k={cfg.k}, predictor width {cfg.pred_width}; "
-        f"full batch, horizon t={cfg.horizon:g}, lr small {cfg.lr_small:g}, large {cfg.lr_large:g}; "
-        f"flow {FLOW_METHOD} rtol={FLOW_RTOL:g} atol={FLOW_ATOL:g}; {cfg.n_checkpoints} epochs (checkpoints); "
-        f"seeds {list(seeds)}.\n"
-        f"std = mean per-dim std of L2-normalised projector output (isotropic value 1/sqrt(k) = "
-        f"{1 / math.sqrt(cfg.k):.3f}); escaped = final std >= {ESCAPE_STD:g}/sqrt(k) = "
-        f"{ESCAPE_STD / math.sqrt(cfg.k):.3f}, counted over the runs that reached the horizon finite ('status' lists "
-        f"the others: stiff = the flow spent {FLOW_MAX_EVALS} evaluations first); t_esc = first epoch time at/above "
-        f"the threshold (median).\n"
-        f"z std x = final/initial ratio of the same std measured on the backbone output z (ok runs).\n"
-        f"cond = covariance condition number (lambda_min clamped at {COND_CLAMP:g}), medians over seeds; "
-        f"'cond' column: rises/falls if the median final/initial ratio passes 10x.\n"
-        f"lmin<0 epochs = epochs with an eigenvalue of H_eff below -{NEG_FLOOR:g} |H_eff| (per seed); lmin = "
-        f"median over seeds of the smallest lambda_min seen; |M|/|H| = largest ratio seen; head/bb upd = "
-        f"median relative-update ratio (|g|/|w| head over backbone); rho_s = Spearman(std, cond) over epochs."
-    )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mini.dynamics", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--heads", default=",".join(HEADS), help=f"comma list from {', '.join(HEADS)} (any head spec)")
-    ap.add_argument("--inits", default="normal,pseudo,collapsed", help=f"comma list from {', '.join(INITS)}")
-    ap.add_argument("--dynamics", default=",".join(DYNAMICS), help=f"comma list from {', '.join(DYNAMICS)}")
-    ap.add_argument("--bn", default="off,on", help="comma list from off, on")
-    ap.add_argument("--objective", default="mse", choices=OBJECTIVES,
-                    help="mse (PSD loss Hessian, the theorem's premise; default) or cosine (SimSiam's, indefinite)")
-    ap.add_argument("--seeds", type=int, default=3, help="number of seeds (0..n-1), at least 1")
-    ap.add_argument("--horizon", type=float, default=Config.horizon)
-    ap.add_argument("--progress", action="store_true", help="print a timing line per cell to stderr")
-    args = ap.parse_args(argv)
-
-    def split(text: str, valid: Sequence[str] | None, name: str) -> list[str]:
-        items = [s.strip() for s in text.split(",") if s.strip()]
-        if not items:
-            ap.error(f"--{name} is empty")
-        try:
-            for item in items:
-                check_choice(name, item, valid) if valid else parse_head_spec(item)
-        except ValueError as err:
-            ap.error(str(err))
-        return items
-
-    heads = split(args.heads, None, "heads")
-    inits = split(args.inits, INITS, "inits")
-    dyns = split(args.dynamics, DYNAMICS, "dynamics")
-    bns = [b == "on" for b in split(args.bn, ("off", "on"), "bn")]
-    if args.seeds < 1:
-        ap.error("--seeds must be at least 1")
-    if not args.horizon > 0:
-        ap.error("--horizon must be positive")
-    cfg = replace(Config(), horizon=args.horizon, objective=args.objective)
-    seeds = list(range(args.seeds))
-    start = time.perf_counter()
-    progress = (lambda s: print(s, file=sys.stderr, flush=True)) if args.progress else None
-    cells = run_grid(heads, inits, dyns, bns, seeds, cfg, progress)
-    print(legend(cfg, seeds))
-    print()
-    print(format_table(cells))
-    print(f"\n{len(cells) * len(seeds)} runs in {time.perf_counter() - start:.1f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -41,8 +41,10 @@ import autograd.numpy as anp
 import numpy as np
 from autograd import grad, hessian, jacobian
 
-from mini.heads import Head, _erf, _namespace, _sigmoid, derivatives
+from mini import activations
+from mini.heads import Head, _namespace
 from mini.losses import Objective
+from mini.validation import check_array
 
 Array = Any
 
@@ -57,19 +59,13 @@ SYMMETRY_TOL = 1e-8  # |A - A^T| / scale above this is not a Hessian
 
 def check_batch(head: Head, Z: Array) -> np.ndarray:
     """``Z`` as a float64 (n, d) array matching the head; ``ValueError`` naming any problem."""
+    check_array("Z", Z, ndim=2)
     Z = np.asarray(Z, dtype=float)
-    if Z.ndim != 2:
-        raise ValueError(f"Z must be a 2-D batch (n, d), got shape {Z.shape}")
     if Z.shape[1] != head.d:
         raise ValueError(f"Z has d={Z.shape[1]} columns but head {head.spec} expects d={head.d}")
-    if Z.shape[0] < 1:
-        raise ValueError("Z is empty")
-    if not np.all(np.isfinite(Z)):
-        raise ValueError("Z contains NaN or infinite values")
     for l, layer in enumerate(head.layers):
         for name, value in layer.items():
-            if not np.all(np.isfinite(value)):
-                raise ValueError(f"head layer {l} parameter {name} contains NaN or infinite values")
+            check_array(f"head layer {l} parameter {name}", value)
     return Z
 
 
@@ -178,22 +174,6 @@ def decompose_autograd(head: Head, objective: Objective, Z: Array) -> EffectiveH
 # --------------------------------------------------------------------------------------------
 
 
-def _activation_value(xp, activation: str | None, a: Array) -> Array:
-    if activation is None:
-        return a
-    if activation == "relu":
-        return xp.where(a > 0, a, xp.zeros_like(a))
-    if activation == "gelu":
-        return 0.5 * a * (1.0 + _erf(a * (1.0 / np.sqrt(2.0))))
-    if activation == "swish":
-        return a * _sigmoid(xp, a)
-    if activation == "tanh":
-        return xp.tanh(a)
-    if activation == "softplus":
-        return xp.logaddexp(xp.zeros_like(a), a)
-    raise ValueError(f"unknown activation {activation!r}")
-
-
 def _like(xp, value: Array, ref: Array) -> Array:
     """``value`` as an array of ``ref``'s library, dtype and device."""
     import array_api_compat
@@ -214,10 +194,13 @@ class HeadDerivatives:
 
 
 def head_derivatives(head: Head, Z: Array) -> HeadDerivatives:
-    """Forward pass carrying ``P_l = da_l/dz`` (the recursion in the module docstring)."""
+    """Forward pass carrying ``P_l = da_l/dz`` (the recursion in the module docstring).
+
+    ``Z`` (n, d) of any array-API library; ``ValueError`` on complex, empty or non-finite input."""
+    check_array("Z", Z, ndim=2)
     xp = _namespace(Z)
     n = Z.shape[0]
-    act = head.spec.activation
+    act = activations.get(head.spec.activation)
     W = [_like(xp, layer["W"], Z) for layer in head.layers]
     b = [_like(xp, layer["b"], Z) if "b" in layer else None for layer in head.layers]
     x, Jx = Z, None  # Jx = dx_{l-1}/dz; None stands for the identity (x_0 = z)
@@ -229,12 +212,12 @@ def head_derivatives(head: Head, Z: Array) -> HeadDerivatives:
         Pl = xp.broadcast_to(W[l], (n, *W[l].shape)) if Jx is None else W[l] @ Jx  # (n, w_l, d)
         if l == len(W) - 1:
             return HeadDerivatives(a, Pl, P, S1, S2, W)
-        s1, s2 = derivatives(act, a)
+        s1, s2 = act.derivatives(xp, a)
         P.append(Pl)
         S1.append(s1)
         S2.append(s2)
         Jx = s1[:, :, None] * Pl
-        x = _activation_value(xp, act, a)
+        x = act.value(xp, a)
     raise AssertionError("unreachable: a head has at least one layer")
 
 

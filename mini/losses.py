@@ -18,8 +18,17 @@ objective is built, so ``H_eff`` is always the Hessian of ``z -> L(h(z))`` with 
     barlow(lam=5e-3)      C = (h^1 - mean)/std)^T ((h^2 - mean)/std) / m   (biased std, eps 1e-5)
                           L = sum_c (1 - C_cc)^2 + lam sum_{c != c'} C_cc'^2
 
-Norms are numerically safe: ``|x|`` is ``sqrt(max(|x|^2, eps^2))``, so a zero vector gives a
-finite value and finite derivatives (no NaN), and nonzero vectors are normalised exactly.
+Norms are numerically safe and exact over the float64 range: ``|x| = c sqrt(max(|x/c|^2, eps^2))``
+with ``c`` the power of two at or below ``max_j |x_j|`` (a constant for autograd, since the value does
+not depend on it): nothing overflows or underflows in the squares, a nonzero vector of any size is
+normalised exactly (the scaling by a power of two is itself exact), and a zero vector gives the
+finite value ``eps`` with finite derivatives (no NaN).
+
+Input is checked where it enters (``Objective.check``): NaN, infinite, complex or empty embeddings
+raise ``ValueError``. The scale-invariant objectives (NT-Xent, SimSiam, BYOL) take embeddings of any
+finite size. The others square the embeddings (MSE, Barlow Twins' variances) or raise them to the
+fourth power (VICReg's covariance penalty) and refuse entries beyond ``SQUARES_FINITE`` or
+``FOURTH_POWERS_FINITE``, where that would overflow, instead of returning an infinite or wrong value.
 
 ``Objective.hessian_psd`` states the premise of Theorem 4.1 part 1: ``True`` when ``grad^2_H L``
 is PSD everywhere (the MSE forms), ``False`` when it is known to be indefinite (negative cosine),
@@ -36,10 +45,13 @@ from typing import Any
 import autograd.numpy as anp
 import numpy as np
 
-from mini.heads import Head, apply_head
+from mini.heads import Head
+from mini.validation import check_array, value_of
 
 Array = Any
-NORM_EPS = 1e-12  # floor of safe norms; far below any norm met in practice
+NORM_EPS = 1e-12  # the safe norm of a zero vector (nonzero vectors are normalised exactly)
+SQUARES_FINITE = 1e150  # |h| above this: sums of squares could overflow float64 (max 1.8e308)
+FOURTH_POWERS_FINITE = 1e75  # the same for fourth powers (VICReg's squared covariances)
 
 OBJECTIVES: tuple[str, ...] = ("mse", "mse_views", "simclr", "simsiam", "byol", "vicreg", "barlow")
 
@@ -59,12 +71,15 @@ class Objective:
     # For block-diagonal objectives: the per-sample blocks grad^2_{h_i} L, (n, k, k), in closed form.
     hessian_blocks_fn: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
     shape: tuple[int | None, int | None] | None = None  # (n, k) pinned by fixed data; None = free
+    max_abs: float | None = None  # largest |h| it computes exactly (None: the whole float64 range)
 
     def check(self, Hb: Array) -> None:
         """Raise ``ValueError`` naming the problem when ``Hb`` cannot be fed to this objective."""
-        shape = getattr(Hb, "shape", None)
-        if shape is None or len(shape) != 2:
-            raise ValueError(f"{self.name}: embeddings must be a 2-D array (n, k), got shape {shape}")
+        check_array(f"{self.name}: embeddings", Hb, ndim=2)
+        shape = value_of(Hb).shape
+        if self.max_abs is not None and float(np.max(np.abs(value_of(Hb)))) > self.max_abs:
+            raise ValueError(f"{self.name}: embeddings reach |h| = {float(np.max(np.abs(value_of(Hb)))):.3g}, "
+                             f"beyond {self.max_abs:g} where its powers overflow float64; rescale them")
         if self.n_views == 2 and shape[0] % 2:
             raise ValueError(f"{self.name}: two views need an even batch (rows [view1; view2]), got n={shape[0]}")
         if self.shape is not None and any(want not in (None, got) for want, got in zip(self.shape, shape)):
@@ -72,7 +87,10 @@ class Objective:
 
     def __call__(self, Hb: Array) -> Array:
         self.check(Hb)
-        return self.fn(Hb)
+        value = self.fn(Hb)
+        if not np.isfinite(value_of(value)):
+            raise FloatingPointError(f"{self.name}: the loss is not finite (overflow, e.g. in its predictor)")
+        return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -81,13 +99,31 @@ class Objective:
 
 
 def safe_norm(x: Array, axis: int = -1) -> Array:
-    """``sqrt(max(|x|^2, eps^2))`` along ``axis``, kept as a column: finite value and gradient at 0."""
-    return anp.sqrt(anp.maximum(anp.sum(x * x, axis=axis, keepdims=True), NORM_EPS**2))
+    """``|x|`` along ``axis``, kept as a column: exact for any finite nonzero ``x``, ``NORM_EPS`` at 0.
+
+    ``|x| = c sqrt(max(|x / c|^2, eps^2))`` with ``c = 2^floor(log2 max|x_j|)`` (1 for a zero
+    vector) read off the values and held constant: ``|x / c|^2`` lies in ``[1, 4 dim)``, so the
+    squares neither overflow nor underflow, and the eps floor only ever acts on a zero vector.
+    """
+    c = _power_of_two_scale(x, axis)
+    return c * _scaled_norm(x / c, axis)
 
 
 def normalize(x: Array, axis: int = -1) -> Array:
-    """``x / |x|`` with the safe norm."""
-    return x / safe_norm(x, axis)
+    """``x / |x|`` with the safe norm, computed as ``(x / c) / |x / c|`` (same ``c``): exact, and its
+    derivatives stay finite for tiny vectors too (``|x|^2`` never appears)."""
+    y = x / _power_of_two_scale(x, axis)
+    return y / _scaled_norm(y, axis)
+
+
+def _power_of_two_scale(x: Array, axis: int) -> np.ndarray:
+    """``c = 2^floor(log2 max_j |x_j|)`` along ``axis`` (1 for a zero vector), a constant to autograd."""
+    m = np.max(np.abs(value_of(x)), axis=axis, keepdims=True)
+    return np.where(m > 0, np.ldexp(1.0, np.frexp(m)[1] - 1), 1.0)  # c <= m < 2c
+
+
+def _scaled_norm(y: Array, axis: int) -> Array:
+    return anp.sqrt(anp.maximum(anp.sum(y * y, axis=axis, keepdims=True), NORM_EPS**2))
 
 
 def split_views(Hb: Array) -> tuple[Array, Array]:
@@ -95,12 +131,11 @@ def split_views(Hb: Array) -> tuple[Array, Array]:
     return Hb[:m], Hb[m:]
 
 
-def _fixed(name: str, value: Array) -> np.ndarray:
+def _fixed(name: str, value: Array, max_abs: float | None = None) -> np.ndarray:
+    check_array(name, value, ndim=2)
     arr = np.asarray(value, dtype=float)
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array (n, k), got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"{name} contains NaN or infinite values")
+    if max_abs is not None and np.abs(arr).max() > max_abs:
+        raise ValueError(f"{name} reach |t| = {np.abs(arr).max():.3g}, beyond {max_abs:g} where squares overflow")
     return arr
 
 
@@ -111,7 +146,7 @@ def _fixed(name: str, value: Array) -> np.ndarray:
 
 def mse_targets(targets: Array) -> Objective:
     """``L = 1/(2n) sum_i |h_i - t_i|^2`` against fixed (stop-gradient) targets; ``grad^2 L = I/n``."""
-    T = _fixed("targets", targets)
+    T = _fixed("targets", targets, SQUARES_FINITE)
     n, k = T.shape
 
     def fn(Hb):
@@ -124,6 +159,7 @@ def mse_targets(targets: Array) -> Objective:
         "mse", fn, 1, hessian_psd=True, block_diagonal=True,
         grad_fn=lambda Hb: (np.asarray(Hb) - T) / n, hessian_fn=hessian,
         hessian_blocks_fn=lambda Hb: np.broadcast_to(np.eye(k) / n, (n, k, k)), shape=(n, k),
+        max_abs=SQUARES_FINITE,
     )
 
 
@@ -145,7 +181,8 @@ def mse_views() -> Objective:
         P = np.array([[1.0, -1.0], [-1.0, 1.0]]) / m  # on (view1, view2) of one pair
         return np.kron(P, np.eye(m * k)).reshape(n, k, n, k)
 
-    return Objective("mse_views", fn, 2, hessian_psd=True, block_diagonal=False, grad_fn=grad, hessian_fn=hessian)
+    return Objective("mse_views", fn, 2, hessian_psd=True, block_diagonal=False, grad_fn=grad, hessian_fn=hessian,
+                     max_abs=SQUARES_FINITE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -183,7 +220,7 @@ def nt_xent(temperature: float = 0.1) -> Objective:
 
 
 def _predict(predictor: Head | None, Hb):
-    return Hb if predictor is None else apply_head(predictor, Hb)
+    return Hb if predictor is None else predictor(Hb)
 
 
 def simsiam(targets: Array, predictor: Head | None = None, form: str = "cosine") -> Objective:
@@ -246,7 +283,7 @@ def vicreg(sim_coeff: float = 25.0, std_coeff: float = 25.0, cov_coeff: float = 
         std_b, cov_b = one_view(B)
         return sim_coeff * inv + std_coeff * (std_a + std_b) + cov_coeff * (cov_a + cov_b)
 
-    return Objective("vicreg", fn, 2, hessian_psd=None, block_diagonal=False)
+    return Objective("vicreg", fn, 2, hessian_psd=None, block_diagonal=False, max_abs=FOURTH_POWERS_FINITE)
 
 
 def barlow(lambd: float = 5e-3, eps: float = 1e-5) -> Objective:
@@ -261,7 +298,8 @@ def barlow(lambd: float = 5e-3, eps: float = 1e-5) -> Objective:
         C = anp.dot(standardize(A).T, standardize(B)) / A.shape[0]  # (k, k)
         return anp.sum((1.0 - anp.diag(C)) ** 2) + lambd * _off_diagonal_sq_sum(C)
 
-    return Objective(f"barlow(lambda={lambd:g})", fn, 2, hessian_psd=None, block_diagonal=False)
+    return Objective(f"barlow(lambda={lambd:g})", fn, 2, hessian_psd=None, block_diagonal=False,
+                     max_abs=SQUARES_FINITE)
 
 
 def make_objective(
@@ -272,10 +310,13 @@ def make_objective(
     targets: Array | None = None,
     temperature: float = 0.1,
 ) -> Objective:
-    """Build an objective by name. Stop-gradient targets default to the current ``Hb``."""
+    """Build an objective by name. ``mse`` needs its ``targets``; SimSiam's and BYOL's stop-gradient
+    targets default to the current ``Hb``."""
     if name not in OBJECTIVES:
         raise ValueError(f"unknown objective {name!r}; valid: {', '.join(OBJECTIVES)}")
-    if name in ("mse", "simsiam", "byol") and targets is None:
+    if name == "mse" and targets is None:
+        raise ValueError("mse needs targets (an (n, k) array); with targets = Hb its residual would be zero")
+    if name in ("simsiam", "byol") and targets is None:
         if Hb is None:
             raise ValueError(f"{name} needs targets (or the current embeddings Hb to stop gradients at)")
         targets = np.asarray(Hb, dtype=float)

@@ -1,7 +1,8 @@
 """Atomic files and checkpoints.
 
-Every file a run writes goes through a temporary file in the same folder and ``os.replace`` (atomic on
-POSIX), so a crash or a kill leaves either the old file or the new one, never half of one.
+Every file a run writes goes through ``mini.atomic`` (a temporary file in the same folder, fsync and
+``os.replace``, atomic on POSIX), so a crash or a kill leaves either the old file or the new one, never
+half of one.
 Checkpoints hold only tensors and plain Python values and load with ``torch.load(weights_only=True)``:
 loading runs no pickled code.
 """
@@ -10,31 +11,14 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from mini.atomic import atomic_write_bytes, atomic_write_text
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "load_checkpoint", "save_checkpoint"]
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:

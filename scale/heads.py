@@ -1,8 +1,9 @@
 """Projection heads in torch, from the one head grammar of ``mini.heads``.
 
 ``build_head("gelu3", d, k, width)`` is the torch twin of ``mini.heads.init_head``: the same spec
-parser (bad specs raise its ``ValueError``), the same activations (GELU in its exact erf form, swish =
-SiLU, softplus = log(1 + e^a) without torch's linear cut-off, tanh, relu) and the same layout
+parser (bad specs raise its ``ValueError``), the same activations (from the one table,
+``mini.activations``: GELU in its exact erf form, swish = SiLU, softplus = log(1 + e^a) without
+torch's linear cut-off, tanh, relu, and any entry registered there) and the same layout
 (``layers[l]`` is an ``nn.Linear`` with ``weight`` (out, in), ``bias`` (out,)), so weights copy across
 without transposes (``head_from_mini``) and the same parameters evaluate to the same ``h(z)`` on both
 sides.
@@ -27,31 +28,35 @@ import numpy as np
 import torch
 from torch import nn
 
+from mini import activations
 from mini.heads import Head, HeadSpec, parse_head_spec
 
 
-class Softplus(nn.Module):
-    """``s(a) = log(1 + e^a)`` exactly (``logaddexp(a, 0)``), as in ``mini``; torch's ``nn.Softplus``
-    switches to the identity above ``threshold=20``, a 2e-9 difference that cross-checks would see."""
+class ElementwiseActivation(nn.Module):
+    """A table activation without a native torch module: its array-API ``s`` run on tensors (so
+    torch's autograd differentiates the same formula ``mini`` uses; e.g. softplus as the exact
+    ``logaddexp(0, a)``, where torch's ``nn.Softplus`` would switch to the identity above 20)."""
+
+    def __init__(self, entry: activations.Activation) -> None:
+        super().__init__()
+        self.entry = entry
 
     def forward(self, a: torch.Tensor) -> torch.Tensor:
-        return torch.logaddexp(a, torch.zeros((), dtype=a.dtype, device=a.device))
+        import array_api_compat
+
+        return self.entry.value(array_api_compat.array_namespace(a), a)
+
+    def extra_repr(self) -> str:
+        return self.entry.name
 
 
 def activation_module(activation: str | None) -> nn.Module:
-    """The torch module for a grammar activation (``None`` -> identity)."""
-    if activation is None:
-        return nn.Identity()
-    table = {
-        "relu": lambda: nn.ReLU(),
-        "gelu": lambda: nn.GELU(approximate="none"),  # exact: a Phi(a)
-        "swish": lambda: nn.SiLU(),  # a sigmoid(a)
-        "tanh": lambda: nn.Tanh(),
-        "softplus": lambda: Softplus(),
-    }
-    if activation not in table:
-        raise ValueError(f"unknown activation {activation!r}; valid: {', '.join(table)}")
-    return table[activation]()
+    """The torch module of a table activation (``None`` -> identity): the entry's native
+    ``torch.nn`` module when it names one, else ``ElementwiseActivation`` of its ``s``."""
+    entry = activations.get(activation)
+    if entry.torch_module is None:
+        return ElementwiseActivation(entry)
+    return getattr(nn, entry.torch_module)(**dict(entry.torch_kwargs))
 
 
 def _hidden_widths(spec: HeadSpec, width: int | Sequence[int]) -> list[int]:

@@ -61,3 +61,20 @@ def test_gelu_is_the_exact_erf_form() -> None:
 
     a = np.linspace(-4, 4, 17)
     np.testing.assert_allclose(activation_fn("gelu")(a), a * norm.cdf(a), rtol=1e-14, atol=1e-15)
+
+
+@pytest.mark.parametrize("act", [None, *ACTIVATIONS])
+def test_torch_module_of_each_table_entry_computes_its_s(act) -> None:
+    """The table's torch module (native or the wrapped array-API ``s``) is the same function as the
+    ``s`` mini differentiates, on float64 tensors, far from 0 too (torch's Softplus would cut off at 20)."""
+    torch = pytest.importorskip("torch")
+    from scale.heads import activation_module
+
+    a = np.linspace(-30.0, 30.0, 121)
+    out = activation_module(act)(torch.as_tensor(a)).numpy()
+    np.testing.assert_allclose(out, activation_fn(act)(a), rtol=1e-14, atol=1e-14)
+
+
+def test_unknown_activation_lists_the_table() -> None:
+    with pytest.raises(ValueError, match="valid: relu, gelu, swish, tanh, softplus"):
+        derivatives("elu", np.zeros(3))

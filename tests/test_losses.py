@@ -54,7 +54,8 @@ def test_zero_vectors_give_finite_values_and_gradients(name: str) -> None:
     H[0] = 0.0
     H[4] = 0.0
     pred = init_head("linear", 4, 4, 4, 1) if name in ("simsiam", "byol") else None
-    obj = make_objective(name, H, predictor=pred)
+    targets = H + 1.0 if name == "mse" else None
+    obj = make_objective(name, H, predictor=pred, targets=targets)
     assert np.isfinite(obj(H))
     assert np.all(np.isfinite(grad(obj.fn)(H)))
     assert np.all(np.isfinite(normalize(np.zeros((2, 3)))))
@@ -69,6 +70,8 @@ def test_objective_argument_errors() -> None:
         nt_xent()(np.ones((5, 3)))
     with pytest.raises(ValueError, match="needs targets"):
         make_objective("mse")
+    with pytest.raises(ValueError, match="mse needs targets"):  # not a silent zero residual at Hb
+        make_objective("mse", np.ones((4, 3)))
     with pytest.raises(ValueError, match="do not match"):
         mse_targets(np.ones((4, 3)))(np.ones((4, 2)))
     with pytest.raises(ValueError, match="NaN"):

@@ -10,13 +10,14 @@ import pytest
 from mini import train as tr
 from mini.heads import init_head
 from mini.invariance import orbit_gain, pullback_metric
+from mini.reports import train as train_report
 
 TINY = tr.TrainConfig(steps=12, batch=16, gain_every=4, gain_points=10, backbone_width=16, head_width=16, d=8, k=8)
 
 
 @pytest.fixture(scope="module")
 def report():
-    return tr.run_report(TINY, heads=("linear", "gelu3"), probe_steps=40, n_probe_per_class=8)
+    return train_report.run_report(TINY, heads=("linear", "gelu3"), probe_steps=40, n_probe_per_class=8)
 
 
 def _finite_stats(geo):
@@ -91,12 +92,12 @@ def test_bad_config_and_cli_errors():
     with pytest.raises(ValueError, match="steps"):
         tr.TrainConfig(steps=0).validate()
     with pytest.raises(SystemExit):
-        tr.main(["--report", "--heads", "linear,foo3"])
+        train_report.main(["--report", "--heads", "linear,foo3"])
 
 
 def test_cli_prints_the_report_and_writes_json(tmp_path, capsys):
     out = tmp_path / "r.json"
-    assert tr.main(["--report", "--heads", "linear", "--steps", "2", "--batch", "8", "--json", str(out)]) == 0
+    assert train_report.main(["--report", "--heads", "linear", "--steps", "2", "--batch", "8", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "| orbit spread (x 1e-2) |" in text and "| 4-way augmentation probe, mlp |" in text
     import json

@@ -25,7 +25,7 @@ Negative controls: the same MLP head before fitting is not isotropic on the held
 (``eps > UNFITTED_EPS``); and a head fitted to too few samples (``SPARSE_POINTS``) reaches a small
 ``eps`` at its fit points yet not on the held-out points (a fit-point measurement would pass it, the
 held-out one does not: the pinned instance of the finding in docs/section3.md).
-The full table over trajectories, widths and depths is ``python -m mini.capacity`` (docs/section3.md).
+The full table over trajectories, widths and depths is ``python -m mini.reports.capacity`` (docs/section3.md).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ from mini.collapse import (
     toy_state,
     wilson_interval,
 )
-from mini.heads import forward, init_head, preactivations
+from mini.heads import init_head, preactivations
 from mini.hessian import (
     NEG_FLOOR,
     decompose_closed_form,
@@ -114,7 +114,7 @@ def _gradients(head, obj, Z) -> tuple[float, float]:
     """``|grad_Z L|`` and ``|grad_phi L|`` (all head parameters) by autograd."""
     n, d = Z.shape
     gz = grad(lambda z: obj(head(z.reshape(n, d))))(Z.ravel())
-    gphi = grad(lambda layers: obj(forward(head.spec, layers, Z)))(head.layers)
+    gphi = grad(lambda layers: obj(head.with_layers(layers)(Z)))(head.layers)
     return float(np.linalg.norm(gz)), float(np.sqrt(sum(np.sum(v * v) for layer in gphi for v in layer.values())))
 
 

@@ -36,6 +36,7 @@ import numpy as np
 from autograd import jacobian
 from autograd.misc import flatten
 
+from mini import paper_numbers as paper
 from mini.heads import Head, forward, init_head, parse_head_spec
 from mini.hessian import head_derivatives
 from mini.invariance import (
@@ -290,18 +291,6 @@ def measure(result: TrainResult, n_probe_per_class: int = 40, probe_steps: int =
     )
 
 
-# Paper's CIFAR-10 / ResNet-18 reference figures (PAPER.md), shown beside the toy numbers.
-PAPER_FIGURES = {
-    "spread": ("2.25e-2 +- 1.07e-2", "0.10e-2 +- 0.06e-2", "21.85x compression"),
-    "kappa": ("0.125", "0.242", "1.93x"),
-    "d_intra": ("0.211 +- 0.045", "0.044 +- 0.011", "4.76x smaller"),
-    "d_inter": ("0.432 +- 0.052", "0.111 +- 0.014", "3.89x smaller"),
-    "ratio": ("2.04 +- 0.52", "2.50 +- 0.72", "1.22x higher"),
-    "aug/linear": ("52.27 %", "37.55 %", "-14.72 points"),
-    "aug/mlp": ("55.46 %", "43.56 %", "-11.90 points"),
-}
-
-
 def _row(name: str, cells: list[str]) -> str:
     return "| " + " | ".join([name, *cells]) + " |"
 
@@ -349,16 +338,17 @@ def summary_table(reports: list[HeadReport]) -> str:
     def add(label, paper, fn):
         lines.append(_row(label, [paper, *(fn(r) for r in reports)]))
 
-    add("orbit spread z / h", "21.85x", lambda r: f"{r.compression:.3g}x")
-    add("  untrained head", "0.97x", lambda r: f"{r.compression_untrained:.3g}x")
+    add("orbit spread z / h", f"{paper.E4['spread'].factor:.4g}x", lambda r: f"{r.compression:.3g}x")
+    add("  untrained head", f"{paper.COMPRESSION_UNTRAINED:.2f}x", lambda r: f"{r.compression_untrained:.3g}x")
     add("sweep spread z / h (1/8 period)", "n/a", lambda r: f"{r.sweep_compression:.3g}x")
-    add("kappa h / z", "1.93x", lambda r: f"{r.h.kappa.mean / r.z.kappa.mean:.3g}x")
-    add("D_intra z / h", "4.76x", lambda r: f"{r.z.d_intra.mean / r.h.d_intra.mean:.3g}x")
-    add("D_inter z / h", "3.89x", lambda r: f"{r.z.d_inter.mean / r.h.d_inter.mean:.3g}x")
-    add("ratio h / z", "1.22x", lambda r: f"{r.h.ratio.mean / r.z.ratio.mean:.3g}x")
-    for target, kind, paper in (("aug", "linear", "-14.72"), ("aug", "mlp", "-11.90"), ("class", "linear", "n/a"),
-                                ("class", "mlp", "n/a")):
-        add(f"{target} probe {kind}, h - z (points)", paper, lambda r, t=target, k=kind: f"{_probe_gap(r, t, k):+.2f}")
+    add("kappa h / z", f"{paper.E4['kappa'].factor:.4g}x", lambda r: f"{r.h.kappa.mean / r.z.kappa.mean:.3g}x")
+    add("D_intra z / h", f"{paper.E4['d_intra'].factor:.4g}x", lambda r: f"{r.z.d_intra.mean / r.h.d_intra.mean:.3g}x")
+    add("D_inter z / h", f"{paper.E4['d_inter'].factor:.4g}x", lambda r: f"{r.z.d_inter.mean / r.h.d_inter.mean:.3g}x")
+    add("ratio h / z", f"{paper.E4['ratio'].factor:.4g}x", lambda r: f"{r.h.ratio.mean / r.z.ratio.mean:.3g}x")
+    for target, kind, ref in (("aug", "linear", f"{paper.E3_PROBES['linear'].gap:+.2f}"),
+                              ("aug", "mlp", f"{paper.E3_PROBES['mlp'].gap:+.2f}"), ("class", "linear", "n/a"),
+                              ("class", "mlp", "n/a")):
+        add(f"{target} probe {kind}, h - z (points)", ref, lambda r, t=target, k=kind: f"{_probe_gap(r, t, k):+.2f}")
     add("orbit gain at init -> end (Prop 5.2)", "n/a",
         lambda r: f"{r.gain_curve[0][1]:.3g} -> {r.gain_curve[-1][1]:.3g}")
     return "\n".join(lines)

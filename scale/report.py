@@ -26,21 +26,15 @@ from typing import Any
 
 import numpy as np
 
+from mini import paper_numbers as paper
 from scale.checkpoint import atomic_write_bytes, atomic_write_text
 
-# PAPER.md, "Reference figures (CIFAR-10, ResNet-18)": quantity -> (z, h, factor), as printed there.
-PAPER_E4 = {
-    "spread": ("2.25 +- 1.07", "0.10 +- 0.06", "21.85x compression"),
-    "kappa": ("0.125", "0.242", "1.93x"),
-    "d_intra": ("0.211 +- 0.045", "0.044 +- 0.011", "4.76x smaller"),
-    "d_inter": ("0.432 +- 0.052", "0.111 +- 0.014", "3.89x smaller"),
-    "ratio": ("2.04 +- 0.52", "2.50 +- 0.72", "1.22x higher"),
-}
-PAPER_PROBES = {"linear": ("52.27 %", "37.55 %", "-14.72 points"), "mlp": ("55.46 %", "43.56 %", "-11.90 points")}
-PAPER_E2 = {"normal-swish2": "rho_s 0.339; negative lambda_min in about 70 of 100 epochs",
-            "collapsed-swish2": "rho_s 0.609; negative lambda_min in about 70 of 100 epochs",
-            "collapsed-relu2": "rho_s 0.669; lambda_min exactly 0 after the first epoch"}
-PAPER_COMPRESSION, PAPER_COMPRESSION_UNTRAINED = "21.85x", "0.97x"
+PAPER_COMPRESSION = f"{paper.E4['spread'].factor:.4g}x"
+PAPER_COMPRESSION_UNTRAINED = f"{paper.COMPRESSION_UNTRAINED:.2f}x"
+
+
+def _paper_e2(key: str) -> str:
+    return f"rho_s {paper.E2_SPEARMAN[key]:.3f}; {paper.E2_NOTE[key]}" if key in paper.E2_SPEARMAN else "-"
 
 
 # --------------------------------------------------------------------------------------------
@@ -447,7 +441,7 @@ def _section_e2(runs, verdicts) -> list[str]:
                  f"{_n(last.get('lambda_max'))} | {_n(m_ratio[key])} | "
                  f"{last.get('n_negative', '-')} / {last.get('n_negative_G', '-')} | "
                  f"{'-' if rho is None else f'{rho:.3f}'} "
-                 f"({cs.get('spearman_points', 0)}) | {PAPER_E2.get(key, '-')} |")
+                 f"({cs.get('spearman_points', 0)}) | {_paper_e2(key)} |")
     L += ["", "![E2 curvature](e2_curvature.png)", ""]
     sw = [frac.get("normal-swish2"), frac.get("collapsed-swish2")]
     re = frac.get("collapsed-relu2")
@@ -492,7 +486,8 @@ def _section_e4(e3, comparable: bool, verdicts) -> list[str]:
     rows = (("spread", "orbit spread (x 1e-2)", 100.0), ("kappa", "curvature kappa", 1.0), ("d_intra", "D_intra", 1.0),
             ("d_inter", "D_inter", 1.0), ("ratio", "D_inter / D_intra", 1.0))
     for key, label, sc in rows:
-        pz, ph, pf = PAPER_E4[key]
+        ref = paper.E4[key]
+        pz, ph, pf = ref.cell("z", sc), ref.cell("h", sc), ref.factor_text()
         cells = []
         for space in ("z", "h", None, "h_untrained"):
             if space is None:
@@ -517,7 +512,7 @@ def _section_e4(e3, comparable: bool, verdicts) -> list[str]:
         h = [_probe(r, "h", kind) for r in e3]
         d = [None if a is None or b is None else b - a for a, b in zip(z, h)]  # h - z, the paper's sign
         diffs[kind] = mean_std(d)[0]
-        pz, ph, pd = PAPER_PROBES.get(kind, ("-", "-", "-"))
+        pz, ph, pd = paper.E3_PROBES[kind].cells() if kind in paper.E3_PROBES else ("-", "-", "-")
         L.append(f"| {label} | {pz} | {ph} | {pd} | {fmt(z, '.4g', 100, unit=' %')} | "
                  f"{fmt(h, '.4g', 100, unit=' %')} | "
                  f"{fmt(d, '+.3g', 100, unit=' points')} |")
@@ -535,14 +530,15 @@ def _section_e4(e3, comparable: bool, verdicts) -> list[str]:
         ("E4: the compression is learned (trained head compresses more than an untrained one)",
          f"{comp:.3g}x vs {comp0:.3g}x", f"{PAPER_COMPRESSION} vs {PAPER_COMPRESSION_UNTRAINED}",
          _verdict(comp > comp0 if math.isfinite(comp) and math.isfinite(comp0) else None)),
-        ("E4: the head raises the curvature kappa along the sweep (h / z > 1)", f"{kap:.3g}x", "1.93x",
+        ("E4: the head raises the curvature kappa along the sweep (h / z > 1)", f"{kap:.3g}x",
+         paper.E4["kappa"].factor_text(),
          _verdict(kap > 1 if math.isfinite(kap) else None)),
-        ("E4: the head raises D_inter / D_intra (h / z > 1)", f"{rat:.3g}x", "1.22x",
+        ("E4: the head raises D_inter / D_intra (h / z > 1)", f"{rat:.3g}x", f"{paper.E4['ratio'].factor:.4g}x",
          _verdict(rat > 1 if math.isfinite(rat) else None)),
         ("E3: the rotation is harder to read from h than from z (linear probe, h - z < 0)",
-         f"{100 * diffs['linear']:+.3g} points", "-14.72 points",
+         f"{100 * diffs['linear']:+.3g} points", paper.E3_PROBES["linear"].cells()[2],
          _verdict(diffs["linear"] < 0 if math.isfinite(diffs["linear"]) else None)),
-        ("E3: the same with the MLP probe", f"{100 * diffs['mlp']:+.3g} points", "-11.90 points",
+        ("E3: the same with the MLP probe", f"{100 * diffs['mlp']:+.3g} points", paper.E3_PROBES["mlp"].cells()[2],
          _verdict(diffs["mlp"] < 0 if math.isfinite(diffs["mlp"]) else None)),
     ]
     return L

@@ -1,11 +1,12 @@
 """``python -m scale.run DATASET --head SPEC``: one SSL training run, measured and saved.
 
-Every flag left out takes the default of the chosen method (PAPER.md where it states them, solo-learn's
-CIFAR recipes elsewhere), then the dataset's adjustments (``digits``/``synthetic`` are small and run on
-a CPU); ``--help`` lists them all. The run directory receives config.json (resolved), metrics.jsonl
-(one record per epoch), checkpoint.pt (every epoch end and on Ctrl-C), summary.json and report.md with
-curves.png. Exit codes: 0 done, 1 data missing or corrupt, 2 bad arguments, 3 non-finite loss,
-130 interrupted (checkpoint saved; continue with ``--resume RUN_DIR``).
+Every flag left out takes the default of the chosen method (its record in ``scale.methods``: the paper's
+settings where it states them, solo-learn's CIFAR recipes elsewhere), then the dataset's adjustments
+(``digits``/``synthetic`` are small and run on a CPU); ``--help`` lists them all. The run directory
+receives config.json (resolved), metrics.jsonl (one record per epoch), checkpoint.pt (every epoch end
+and on Ctrl-C), summary.json and report.md with curves.png. Exit codes: 0 done, 1 data missing or
+corrupt, 2 bad arguments, 3 non-finite loss, 130 interrupted (checkpoint saved; continue with ``--resume
+RUN_DIR``).
 
 Multi-GPU: ``torchrun --nproc_per_node N -m scale.run ...`` (DDP; ``--batch-size`` is global).
 """
@@ -25,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from mini.heads import parse_head_spec
+from scale import methods
 from scale.augment import PRESETS
 from scale.backbones import BACKBONES
 from scale.checkpoint import atomic_write_json
@@ -33,27 +35,8 @@ from scale.geometry import append_report, final_measurement, parse_orbits
 from scale.linprobe import features, linear_probe_accuracy
 from scale.run_report import command_line, device_name, git_commit, versions, write_outputs
 from scale.tracking import HessianTracker
-from scale.train import METHODS, OPTIMIZERS, SCHEDULES, Hook, Interrupted, NonFiniteLoss, TrainConfig, Trainer
+from scale.train import OPTIMIZERS, SCHEDULES, Hook, Interrupted, NonFiniteLoss, TrainConfig, Trainer
 
-# Per-method defaults. simsiam: PAPER.md E1; simclr: PAPER.md E3; byol/vicreg/barlow: solo-learn's CIFAR
-# recipes (LARS, warmup 10, 1000 epochs). Schedules: cosine (the paper states none; cosine as in SimSiam).
-METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "simsiam": dict(augment="e1", optimizer="sgd", lr=0.05, momentum=0.9, weight_decay=0.0, batch_size=512,
-                    epochs=50, warmup_epochs=0, head_width=2048, head_out=2048, head_bn=False, head_out_bn=False,
-                    head_bias=False, pred_width=512),
-    "simclr": dict(augment="e3", optimizer="adam", lr=1e-3, momentum=0.9, weight_decay=0.0, batch_size=512,
-                   epochs=50, warmup_epochs=0, head_width=2048, head_out=2048, head_bn=True, head_out_bn=True,
-                   head_bias=True, pred_width=512, temperature=0.1),
-    "byol": dict(augment="simclr", optimizer="lars", lr=1.0, momentum=0.9, weight_decay=1e-5, batch_size=256,
-                 epochs=1000, warmup_epochs=10, head_width=4096, head_out=256, head_bn=True, head_out_bn=False,
-                 head_bias=True, pred_width=4096, ema=0.99),
-    "vicreg": dict(augment="simclr", optimizer="lars", lr=0.3, momentum=0.9, weight_decay=1e-4, batch_size=256,
-                   epochs=1000, warmup_epochs=10, head_width=2048, head_out=2048, head_bn=True, head_out_bn=False,
-                   head_bias=True, pred_width=512),
-    "barlow": dict(augment="simclr", optimizer="lars", lr=0.3, momentum=0.9, weight_decay=1e-4, batch_size=256,
-                   epochs=1000, warmup_epochs=10, head_width=2048, head_out=2048, head_bn=True, head_out_bn=False,
-                   head_bias=True, pred_width=512),
-}
 # Dataset adjustments on top of the method's. digits: 1,347 training images of 16 x 16 on a CPU, so a
 # narrower ResNet-18 (base width 16, z 128-d) and a 256-wide head; the whole run takes about 40 s on an idle 2-core CPU.
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -81,13 +64,13 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _defaults_table() -> str:
     rows = ["per-method defaults (CIFAR; flags override):"]
-    for m, d in METHOD_DEFAULTS.items():
-        src = {"simsiam": "PAPER.md E1", "simclr": "PAPER.md E3"}.get(m, "solo-learn CIFAR recipe")
+    for m, method in methods.METHODS.items():
+        d, src = {**TrainConfig().to_dict(), **method.recipe}, method.recipe_source or "TrainConfig defaults"
         rows.append(
             f"  {m:8s} aug {d['augment']}, {d['optimizer']} lr {d['lr']:g} wd {d['weight_decay']:g}, batch "
             f"{d['batch_size']}, {d['epochs']} epochs, warmup {d['warmup_epochs']}, head {d['head_width']}->"
             f"{d['head_out']} bias {d['head_bias']} BN {d['head_bn']} out-BN {d['head_out_bn']}"
-            + (f", predictor width {d['pred_width']}" if m in ("simsiam", "byol") else "") + f"  [{src}]"
+            + (f", predictor width {d['pred_width']}" if method.predictor else "") + f"  [{src}]"
         )
     rows.append("  simsiam on cifar100: 20 epochs (E1). simclr temperature 0.1; byol target momentum 0.99 -> 1.")
     rows.append("dataset adjustments:")
@@ -109,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dataset", nargs="?", choices=DATASETS, help="dataset (synthetic: unit tests only)")
     p.add_argument("--head", default="gelu3", help="projector spec of the shared grammar: 'linear' or '<act><n>', "
                    "act in relu/gelu/swish/tanh/softplus, n >= 2 Linear layers (default: gelu3)")
-    p.add_argument("--method", choices=METHODS, default="simclr", help="SSL objective (default: simclr)")
+    p.add_argument("--method", choices=methods.names(), default="simclr", help="SSL objective (default: simclr)")
     p.add_argument("--backbone", choices=BACKBONES, default="resnet18", help="default: resnet18 (CIFAR stem)")
     p.add_argument("--backbone-width", type=int, help="resnet18 base channels / vit_tiny model dim "
                    "(default: 64 / 192; digits 16 / 48, synthetic 8 / 24)")
@@ -175,7 +158,7 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
             parse_head_spec(args.predictor)
     except ValueError as exc:
         raise ArgError(str(exc)) from None
-    values: dict[str, Any] = dict(METHOD_DEFAULTS[args.method])
+    values: dict[str, Any] = dict(methods.get(args.method).recipe)
     for key, v in DATASET_DEFAULTS[args.dataset].items():
         values[key] = v[args.backbone] if isinstance(v, dict) else v
     if (args.dataset, args.method) in METHOD_EPOCH_OVERRIDES:

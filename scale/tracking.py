@@ -36,6 +36,7 @@ import copy
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from mini.hessian import NEG_FLOOR
+from scale import methods
 from scale import objectives as so
 from scale.blocks import block_norm, effective_hessian_blocks, factored_operator
 from scale.checkpoint import atomic_write_bytes
@@ -52,29 +54,21 @@ from scale.lanczos import LanczosResult, lanczos
 from scale.train import Hook
 
 BLOCK_MEMORY = 2**28  # bytes: per-sample Jacobians (or loss blocks) larger than this take the next path of ``measure``
-BLOCK_DIAGONAL_METHODS = frozenset({"simsiam", "byol"})
 
 
-def probe_objective(method: str, model: nn.Module, h: Tensor, target_h: Tensor | None, temperature: float = 0.1):
+def probe_objective(method: str, model: nn.Module, h: Tensor, target_h: Tensor | None, temperature: float = 0.1,
+                    *, config: Any = None):
     """The method's loss as a function of the probe's embeddings, computed locally (no all-gather:
     curvature products run on one process), stop-gradient data bound at the probe. The predictor
-    is a copy in eval mode and in ``h``'s dtype (it is held fixed: part of the objective)."""
-    if method == "simclr":
-        return lambda Hb: so.nt_xent(Hb, temperature)
-    if method == "vicreg":
-        return so.vicreg
-    if method == "barlow":
-        return so.barlow
-    pred = None if model.predictor is None else copy.deepcopy(model.predictor).to(h.dtype).eval()
-    if method == "simsiam":
-        T = h.detach()
-        return lambda Hb: so.simsiam(Hb, T, pred)
-    if method == "byol":
-        if target_h is None:
-            raise ValueError("byol's curvature needs the target network's embeddings of the probe")
-        T = target_h.detach()
-        return lambda Hb: so.byol(Hb, T, pred)
-    raise ValueError(f"unknown method {method!r}; valid: simclr, simsiam, byol, vicreg, barlow")
+    is a copy in eval mode and in ``h``'s dtype (it is held fixed: part of the objective). ``config``
+    (the run's ``TrainConfig``) gives the objective its settings; without it only ``temperature``."""
+    m = methods.get(method)
+    pred = None
+    if m.predictor and model.predictor is not None:
+        pred = copy.deepcopy(model.predictor).to(h.dtype).eval()
+    ctx = methods.ObjectiveContext(h, target_h, pred, config or SimpleNamespace(temperature=temperature),
+                                   gather=False)
+    return m.objective(ctx)
 
 
 def hutchinson_ratio(num, den, N: int, probes: int, dtype, device, seed: int = 0) -> float:
@@ -294,16 +288,16 @@ class HessianTracker(Hook):
         x = self.probe_x.to(state.device)
         z, h = state.embed(x)
         target_h = None
-        if cfg.method == "byol" and state.target is not None:
+        if methods.get(cfg.method).ema_target and state.target is not None:
             was = state.target.training
             state.target.eval()
             target_h = state.target(x)[1]
             state.target.train(was)
         th = None if target_h is None else target_h.to(self.dtype)
-        loss = probe_objective(cfg.method, model, h.to(self.dtype), th, cfg.temperature)
+        loss = probe_objective(cfg.method, model, h.to(self.dtype), th, cfg.temperature, config=cfg)
         if self.warm is None and getattr(self, "_warm_vectors", None) is not None:
             self.warm = _vectors_as_result(self._warm_vectors.to(state.device))
-        rec, self.warm = measure(z, model.projector, loss, block_diagonal=cfg.method in BLOCK_DIAGONAL_METHODS,
+        rec, self.warm = measure(z, model.projector, loss, block_diagonal=methods.get(cfg.method).per_sample,
                                  bn_mode=self.bn_mode, dtype=self.dtype, warm=self.warm, max_iter=self.max_iter,
                                  tol=self.tol, hutchinson_probes=self.hutchinson_probes, path=self.path)
         rec.update(epoch=state.epoch + 1, step=state.global_step, probe_rows=int(x.shape[0]), method=cfg.method)

@@ -6,7 +6,8 @@ two views stacked ``[view1; view2]``, and runs one forward of ``SSLModel`` on th
 
     x (2B, 3, S, S) -> backbone -> z (2B, d) -> projector (the head) -> h (2B, k) [-> predictor -> p]
 
-Losses (``scale/objectives.py``, mirrors of ``mini.losses``):
+Losses (each method's record in ``scale/methods.py``, built from ``scale/objectives.py``, mirrors of
+``mini.losses``):
     simclr   nt_xent(h, tau)               on the global batch (all-gathered across ranks)
     simsiam  simsiam(p, targets=h)         = mini's simsiam(targets=stopgrad(h), predictor)(h)
     byol     byol(p, targets=h_target)     targets from the momentum (EMA) target network
@@ -53,6 +54,7 @@ import torch.distributed as dist
 from torch import nn
 
 from mini.heads import parse_head_spec
+from scale import methods
 from scale import objectives as so
 from scale.augment import GPUAugment
 from scale.backbones import build_backbone
@@ -60,7 +62,6 @@ from scale.checkpoint import atomic_write_text, load_checkpoint, save_checkpoint
 from scale.data import Dataset
 from scale.heads import build_head, collapse_init_
 
-METHODS: tuple[str, ...] = ("simclr", "simsiam", "byol", "vicreg", "barlow")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "lars")
 SCHEDULES: tuple[str, ...] = ("cosine", "constant")
 COND_FLOOR = 1e-7  # E1: covariance condition number with lambda_min clamped here
@@ -133,7 +134,7 @@ class SSLModel(nn.Module):
         elif cfg.init != "normal":
             raise ValueError(f"unknown init {cfg.init!r}; valid: normal, collapsed")
         self.predictor: nn.Module | None = None
-        if cfg.method in ("simsiam", "byol"):
+        if methods.get(cfg.method).predictor:
             spec = cfg.predictor or default_predictor(cfg.head)
             # E1: predictor 2048-512-2048, same activation, same bias and BN choice as the projector
             self.predictor = build_head(spec, cfg.head_out, cfg.head_out, cfg.pred_width, bias=cfg.head_bias,
@@ -266,42 +267,23 @@ class TrainState:
 
 def objective_fn(cfg: TrainConfig, model: SSLModel, h: torch.Tensor, target_h: torch.Tensor | None = None
                  ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The method's loss as a function of the embedding batch (mini.losses semantics)."""
-    if cfg.method == "simclr":
-        return lambda Hb: so.global_loss(so.nt_xent, Hb, cfg.temperature)
-    if cfg.method == "vicreg":
-        return lambda Hb: so.global_loss(so.vicreg, Hb)
-    if cfg.method == "barlow":
-        return lambda Hb: so.global_loss(so.barlow, Hb)
-    if cfg.method == "simsiam":
-        T = h.detach()
-        return lambda Hb: so.simsiam(Hb, T, model.predictor)
-    if cfg.method == "byol":
-        if target_h is None:
-            raise ValueError("byol's objective needs the target network's embeddings of the same batch")
-        T = target_h.detach()
-        return lambda Hb: so.byol(Hb, T, model.predictor)
-    raise ValueError(f"unknown method {cfg.method!r}; valid: {', '.join(METHODS)}")
+    """The method's loss as a function of the embedding batch (mini.losses semantics): the registry's
+    objective with the stop-gradient data bound at ``h`` (and ``target_h``) and the predictor inside."""
+    ctx = methods.ObjectiveContext(h, target_h, model.predictor, cfg, gather=True)
+    return methods.get(cfg.method).objective(ctx)
 
 
 def training_loss(cfg: TrainConfig, h: torch.Tensor, p: torch.Tensor | None, target_h: torch.Tensor | None
                   ) -> torch.Tensor:
-    """The loss of one step from the forward's outputs (predictor already applied inside the model)."""
+    """The loss of one step from the forward's outputs: the objective bound at this batch, evaluated on
+    the predictor's output ``p`` (already applied inside the model) or, without a predictor, on ``h``."""
     def full(t):  # losses in fp32 under bf16 autocast; float64 stays float64 (cross-checks)
         return t.float() if t is not None and t.dtype in (torch.bfloat16, torch.float16) else t
 
     h, p, target_h = full(h), full(p), full(target_h)
-    if cfg.method == "simclr":
-        return so.global_loss(so.nt_xent, h, cfg.temperature)
-    if cfg.method == "vicreg":
-        return so.global_loss(so.vicreg, h)
-    if cfg.method == "barlow":
-        return so.global_loss(so.barlow, h)
-    if cfg.method == "simsiam":
-        return so.simsiam(p, targets=h)  # P = p(h), T = stopgrad(h)
-    if cfg.method == "byol":
-        return so.byol(p, targets=target_h)
-    raise ValueError(f"unknown method {cfg.method!r}; valid: {', '.join(METHODS)}")
+    method = methods.get(cfg.method)
+    loss = method.objective(methods.ObjectiveContext(h, target_h, None, cfg, gather=True))
+    return loss(p if method.predictor else h)
 
 
 # --------------------------------------------------------------------------------------------
@@ -321,8 +303,9 @@ def _likely_cause(cfg: TrainConfig) -> str:
     causes = [f"the learning rate ({cfg.lr:g}, {cfg.optimizer}) is too high for this setup: try a smaller --lr"]
     if cfg.precision == "bf16":
         causes.append("bf16 overflow: try --precision fp32")
-    if cfg.method in ("vicreg", "barlow"):
-        causes.append(f"{cfg.method}'s batch statistics blew up (a tiny batch makes them unstable)")
+    hint = methods.get(cfg.method).failure_hint
+    if hint:
+        causes.append(hint)
     return "; or ".join(causes)
 
 
@@ -387,7 +370,7 @@ class Trainer:
         if self.distributed and cfg.sync_bn:
             self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
         self.target: SSLModel | None = None
-        if cfg.method == "byol":
+        if methods.get(cfg.method).ema_target:
             self.target = copy.deepcopy(self.model).requires_grad_(False)
             self.target.predictor = None
         self.forward_model: nn.Module = self.model

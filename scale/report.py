@@ -432,7 +432,7 @@ def _section_e2(runs, verdicts) -> list[str]:
         key = f"{r['labels']['init']}-{r['labels']['head']}"
         cs, cur = r["curvature_summary"] or {}, r["curvature"]
         frac[key] = cs.get("negative_lambda_min_fraction")
-        rho = cs.get("spearman_zvar_condition")
+        rho = cs.get("spearman_zstd_condition", cs.get("spearman_zvar_condition"))  # the latter: older runs
         last = cur[-1] if cur else {}
         m_ratio[key] = last.get("M_over_H")
         L.append(f"| {r['labels']['init']}/{r['labels']['head']} ({_status(r)}) | {len(cur)} "

@@ -20,12 +20,14 @@ and then, by the cheapest exact path that applies (``measure``; the record's ``p
                  |M|_F / |H|_F by a Hutchinson estimate (``E|Av|^2 = |A|_F^2``, Rademacher v)
 
     condition = lambda_max / lambda_min        only when positive definite
-    z_var                                      mean per-dimension variance of the L2-normalised z
+    z_std                                      mean per-dimension std of the L2-normalised z
+                                               (``mini.collapse_metrics``, E1's collapse statistic)
 
 Records go to ``curvature.jsonl`` in the run directory, the last one of each epoch into the epoch's
 metrics (``hess_*``), and at the end ``curvature.png`` (the paper's Figure 3 in our form: lambda_min,
 lambda_max and the condition number against training time) and ``curvature_summary.json`` with the
-Spearman correlation between representation variance and condition number over the measurements
+Spearman correlation between representation spread (z_std; a rank statistic, so the same as with
+the variance) and condition number over the measurements
 where ``H_eff`` was positive definite (the condition number exists only there; the number of such
 points is reported next to it).
 """
@@ -43,9 +45,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from mini.collapse_metrics import representation_std
 from mini.hessian import NEG_FLOOR
 from scale import methods
-from scale import objectives as so
 from scale.blocks import block_norm, effective_hessian_blocks, factored_operator
 from scale.checkpoint import atomic_write_bytes
 from scale.curvature import EffectiveHessian
@@ -78,12 +80,6 @@ def hutchinson_ratio(num, den, N: int, probes: int, dtype, device, seed: int = 0
     a = float((num.matmat(V).double() ** 2).sum())
     b = float((den.matmat(V).double() ** 2).sum())
     return float(np.sqrt(a / b)) if b > 0 else float("nan")
-
-
-def z_variance(z: Tensor) -> float:
-    """Mean per-dimension variance of the L2-normalised representations (the probe's spread)."""
-    u = so.normalize(z.double())
-    return float(u.var(dim=0, unbiased=False).mean())
 
 
 def _rowwise(head: nn.Module, bn_mode: str) -> bool:
@@ -147,7 +143,7 @@ def measure(
     elif path in ("blocks", "factored") and not _rowwise(head, bn_mode):
         raise ValueError(f"path {path!r} needs a row-wise MLPHead (BatchNorm in eval mode); use 'matrix-free'")
     n, d = z.shape
-    rec: dict[str, Any] = {"path": path, "z_var": z_variance(z), "N": n * d}
+    rec: dict[str, Any] = {"path": path, "z_std": representation_std(z.double()), "N": n * d}
     res = warm
     if path == "blocks":
         blocks = effective_hessian_blocks(z, head, loss, dtype=torch.float64, spectra="H")
@@ -250,7 +246,7 @@ class HessianTracker(Hook):
         s = self.summary()
         r = self.records[-1]
         cond = "-" if r["condition"] is None else f"{r['condition']:.4g}"
-        rho = s["spearman_zvar_condition"]
+        rho = s["spearman_zstd_condition"]
         lines = [
             "", "## Curvature of H_eff (probe batch)", "",
             f"{s['n_measurements']} measurements (cadence: {s['cadence']}), probe of {s['probe_rows']} rows, "
@@ -262,7 +258,7 @@ class HessianTracker(Hook):
             f"| M/H ({r['M_over_H_is']}) | {r['M_over_H']:.4g} |",
             f"| condition number (only when positive definite) | {cond} |",
             f"| measurements with lambda_min < 0 | {100 * s['negative_lambda_min_fraction']:.0f} % |",
-            f"| Spearman(z variance, condition) | {'-' if rho is None else f'{rho:.3f}'} "
+            f"| Spearman(z std, condition) | {'-' if rho is None else f'{rho:.3f}'} "
             f"({s['spearman_points']} positive-definite points) |",
             "", "![curvature](curvature.png)", "",
         ]
@@ -317,7 +313,7 @@ class HessianTracker(Hook):
         pd = [r for r in self.records if r.get("condition") is not None]
         return {
             "n_measurements": len(self.records), "tracking_seconds": self.seconds,
-            "spearman_zvar_condition": spearman([r["z_var"] for r in pd], [r["condition"] for r in pd]),
+            "spearman_zstd_condition": spearman([r["z_std"] for r in pd], [r["condition"] for r in pd]),
             "spearman_points": len(pd),
             "spearman_note": "over measurements where H_eff was positive definite (condition defined only there)",
             "cadence": self.every, "probe_rows": self.records[0]["probe_rows"] if self.records else None,

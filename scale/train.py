@@ -43,9 +43,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from mini.collapse_metrics import collapse_stats
 from mini.heads import parse_head_spec
 from scale import methods
-from scale import objectives as so
 from scale.augment import GPUAugment
 from scale.backbones import build_backbone
 from scale.checkpoint import load_checkpoint, save_checkpoint
@@ -55,7 +55,6 @@ from scale.hooks import Checkpointer, EpochLog, Hook, MetricsFile, ProgressBar
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "lars")
 SCHEDULES: tuple[str, ...] = ("cosine", "constant")
-COND_FLOOR = 1e-7  # E1: covariance condition number with lambda_min clamped here
 
 
 @dataclass
@@ -300,16 +299,6 @@ def _seed_for(*parts: int) -> int:
     return h
 
 
-@torch.no_grad()
-def _spread_stats(x: torch.Tensor) -> tuple[float, float]:
-    """E1's collapse numbers for a batch: mean per-dimension std of the L2-normalised rows, and the
-    condition number of their covariance with lambda_min clamped at ``COND_FLOOR``."""
-    u = so.normalize(x.double())
-    std = float(u.std(dim=0).mean())
-    eig = torch.linalg.eigvalsh(torch.cov(u.T))
-    return std, float(eig[-1].clamp_min(COND_FLOOR) / eig[0].clamp_min(COND_FLOOR))
-
-
 class Trainer:
     """One SSL run. ``fit()`` trains to ``config.epochs``; ``run_dir`` gets checkpoint.pt and metrics.jsonl.
 
@@ -502,8 +491,8 @@ class Trainer:
     def _epoch_metrics(self, epoch: int) -> dict[str, float]:
         p = self.partial
         zs, hs = self.state.embed(self.state.probe_x)
-        z_std, z_cond = _spread_stats(zs)
-        h_std, h_cond = _spread_stats(hs)
+        z_std, z_cond = collapse_stats(zs.double())  # E1's collapse statistics (mini.collapse_metrics)
+        h_std, h_cond = collapse_stats(hs.double())
         loss = p["loss_sum"] / max(1, p["steps"])
         if self.distributed:  # mean loss over ranks (each rank saw its slice)
             t = torch.tensor([loss], dtype=torch.float64, device=self.device)

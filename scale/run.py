@@ -31,9 +31,10 @@ from scale.augment import PRESETS
 from scale.backbones import BACKBONES
 from scale.checkpoint import atomic_write_json
 from scale.data import DATASETS, DataError, load_dataset
-from scale.geometry import append_report, final_measurement, parse_orbits
-from scale.linprobe import features, linear_probe_accuracy
+from scale.geometry import final_measurement, parse_orbits
+from scale.probes import class_probe
 from scale.run_report import command_line, device_name, git_commit, versions, write_outputs
+from scale.summary import CurvatureSummary, RunSummary
 from scale.tracking import HessianTracker
 from scale.train import OPTIMIZERS, SCHEDULES, Hook, Interrupted, NonFiniteLoss, TrainConfig, Trainer
 
@@ -292,10 +293,8 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         if not args.quiet:
             print(f"run directory: {run_dir}", flush=True)
 
-    summary: dict[str, Any] = {
-        "command": command_line(), "config": cfg.to_dict(), "device": device_name(device),
-        "world_size": trainer.world, "versions": versions(), "git_commit": git_commit(),
-    }
+    summary = RunSummary(command=command_line(), config=cfg.to_dict(), device=device_name(device),
+                         world_size=trainer.world, versions=versions(), git_commit=git_commit())
     status, code = "finished", 0
     try:
         trainer.fit()
@@ -310,29 +309,25 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
     history = trainer.state.history
     if code == 0 and rank == 0:
         data_dev = data.to(device)
-        fn = trainer.state.embed
-        ztr, htr = features(fn, data_dev.train_x, trainer.augment.normalize)
-        zte, hte = features(fn, data_dev.test_x, trainer.augment.normalize)
-        acc_z = linear_probe_accuracy(ztr, data_dev.train_y, zte, data_dev.test_y, data.classes)
-        acc_h = linear_probe_accuracy(htr, data_dev.train_y, hte, data_dev.test_y, data.classes)
-        summary["linear_probe"] = {"z": acc_z, "h": acc_h, "train_images": len(ztr), "test_images": len(zte)}
-        if not args.no_final_measure:  # E4 orbit geometry and E3 probes (scale/geometry.py, scale/probes.py)
-            summary.update(final_measurement(trainer, data_dev, run_dir, args.orbits, args.probe_images))
-    summary.update(status=status, wall_seconds=time.perf_counter() - t_start, epochs_done=len(history),
-                   final=history[-1] if history else None)
+        summary.class_probe = class_probe(trainer.state.embed, trainer.augment.normalize, data_dev.train_x,
+                                          data_dev.train_y, data_dev.test_x, data_dev.test_y, data.classes)
+        if not args.no_final_measure:  # E4 orbit geometry and E3 rotation probes (scale/geometry.py, scale/probes.py)
+            summary.geometry, summary.rotation_probes = final_measurement(trainer, data_dev, run_dir, args.orbits,
+                                                                          args.probe_images)
+    summary.status, summary.wall_seconds, summary.epochs_done = status, time.perf_counter() - t_start, len(history)
+    summary.final = history[-1] if history else None
     if tracker is not None:
-        summary["curvature"] = tracker.summary()
+        summary.curvature = CurvatureSummary.from_dict(
+            {**tracker.summary(), "last": tracker.records[-1] if tracker.records else None})
     if rank == 0:
-        write_outputs(run_dir, cfg.to_dict(), history, summary)
-        if tracker is not None:
-            tracker.append_report(run_dir)
-        append_report(run_dir, summary)
-        if "linear_probe" in summary:
-            lp = summary["linear_probe"]
-            print(f"linear probe ({data.name} classes, test accuracy): backbone z {100 * lp['z']:.2f} %  "
-                  f"head h {100 * lp['h']:.2f} %  (z minus h: {100 * (lp['z'] - lp['h']):+.2f} points)", flush=True)
+        write_outputs(run_dir, summary, history)
+        if summary.class_probe is not None:
+            a = summary.class_probe.accuracy
+            print(f"linear probe, the headline ({data.name} class labels, logistic regression; test accuracy): "
+                  f"backbone z {a.z:.2f} %  "
+                  f"head h {a.h:.2f} %  (z minus h: {-a.gap:+.2f} points)", flush=True)
         if not args.quiet:
-            print(f"done in {summary['wall_seconds']:.1f} s; report: {run_dir / 'report.md'}", flush=True)
+            print(f"done in {summary.wall_seconds:.1f} s; report: {run_dir / 'report.md'}", flush=True)
     if dist.is_initialized():
         dist.destroy_process_group()
     return code

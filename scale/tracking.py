@@ -238,34 +238,6 @@ class HessianTracker(Hook):
             atomic_write_bytes(self.run_dir / "curvature_summary.json", json.dumps(summary, indent=2).encode())
             atomic_write_bytes(self.run_dir / "curvature.png", plot_curvature(self.records))
 
-    def append_report(self, run_dir: str | Path) -> None:
-        """Append the curvature section (table, plot, Spearman) to the run's report.md."""
-        path = Path(run_dir) / "report.md"
-        if not self.records or not path.is_file():
-            return
-        s = self.summary()
-        r = self.records[-1]
-        cond = "-" if r["condition"] is None else f"{r['condition']:.4g}"
-        rho = s["spearman_zstd_condition"]
-        lines = [
-            "", "## Curvature of H_eff (probe batch)", "",
-            f"{s['n_measurements']} measurements (cadence: {s['cadence']}), probe of {s['probe_rows']} rows, "
-            f"products in {s['dtype']}, BatchNorm mode {s['bn_mode']}, tracking time {s['tracking_seconds']:.1f} s.",
-            "", "| quantity (last measurement) | value |", "|---|---|",
-            f"| lambda_min ({_how(r, 'residual_min')}) | {r['lambda_min']:.6g} |",
-            f"| lambda_max ({_how(r, 'residual_max')}) | {r['lambda_max']:.6g} |",
-            f"| negative eigenvalues ({r['n_negative_is']}) | {r['n_negative']} of {r['N']} |",
-            f"| M/H ({r['M_over_H_is']}) | {r['M_over_H']:.4g} |",
-            f"| condition number (only when positive definite) | {cond} |",
-            f"| measurements with lambda_min < 0 | {100 * s['negative_lambda_min_fraction']:.0f} % |",
-            f"| Spearman(z std, condition) | {'-' if rho is None else f'{rho:.3f}'} "
-            f"({s['spearman_points']} positive-definite points) |",
-            "", "![curvature](curvature.png)", "",
-        ]
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(path.read_text() + "\n".join(lines))
-        tmp.replace(path)
-
     def state_dict(self) -> dict[str, Any]:
         return {"records": self.records, "probe_x": self.probe_x, "seconds": self.seconds,
                 "warm": None if self.warm is None else self.warm.vectors.cpu()}
@@ -321,11 +293,6 @@ class HessianTracker(Hook):
             "negative_lambda_min_fraction": (float(np.mean([r["lambda_min"] < -NEG_FLOOR * r["scale"]
                                                             for r in self.records])) if self.records else None),
         }
-
-
-def _how(record: dict[str, Any], residual: str) -> str:
-    r = record.get(residual)
-    return record.get("lambda_is", "Lanczos") if r is None else f"Lanczos residual {r:.1e}"
 
 
 def _vectors_as_result(vectors: Tensor) -> LanczosResult:

@@ -112,7 +112,7 @@ def test_hooks_see_state_and_add_metrics(tmp_path):
     for name in ("config.json", "summary.json", "report.md", "curves.png", "checkpoint.pt"):
         assert (tmp_path / "hooks" / name).is_file(), name
     summary = json.loads((tmp_path / "hooks" / "summary.json").read_text())
-    assert set(summary["linear_probe"]) >= {"z", "h"} and summary["versions"]["torch"] == torch.__version__
+    assert set(summary["class_probe"]["accuracy"]) == {"z", "h"} and summary["versions"]["torch"] == torch.__version__
 
 
 @pytest.mark.parametrize(

@@ -525,6 +525,7 @@ class Trainer:
         except ValueError:  # not the main thread
             pass
         try:
+            self.state.epoch, self.state.first_step = self.start_epoch, self.start_step  # where training (re)starts
             self._emit("on_fit_start")
             self._fit_loop()
             self._emit("on_fit_end")

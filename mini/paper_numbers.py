@@ -28,10 +28,12 @@ class PaperFigure:
     word: str  # the paper's word for the factor: "compression", "smaller", "higher", ""
     z_std: float | None = None
     h_std: float | None = None
+    decimals: int = 3  # as many as the paper prints (at the scale it prints: spread x 1e2)
 
-    def cell(self, space: str, scale: float = 1.0, spec: str = ".3g") -> str:
-        """``mean +- std`` of ``space`` ("z" or "h") times ``scale``, as the paper prints it."""
+    def cell(self, space: str, scale: float = 1.0) -> str:
+        """``mean +- std`` of ``space`` ("z" or "h") times ``scale``, with the paper's decimals."""
         mean, std = (self.z, self.z_std) if space == "z" else (self.h, self.h_std)
+        spec = f".{self.decimals}f"
         return f"{mean * scale:{spec}}" + ("" if std is None else f" +- {std * scale:{spec}}")
 
     def factor_text(self) -> str:
@@ -55,11 +57,12 @@ class PaperProbe:
 
 # E4 orbit geometry: 15 rotation orbits (5 classes x 3 images x 12 angles), L2-normalised features.
 E4: dict[str, PaperFigure] = {
-    "spread": PaperFigure(2.25e-2, 0.10e-2, 21.85, "z / h", "compression", z_std=1.07e-2, h_std=0.06e-2),
+    "spread": PaperFigure(2.25e-2, 0.10e-2, 21.85, "z / h", "compression", z_std=1.07e-2, h_std=0.06e-2,
+                          decimals=2),
     "kappa": PaperFigure(0.125, 0.242, 1.93, "h / z", ""),
     "d_intra": PaperFigure(0.211, 0.044, 4.76, "z / h", "smaller", z_std=0.045, h_std=0.011),
     "d_inter": PaperFigure(0.432, 0.111, 3.89, "z / h", "smaller", z_std=0.052, h_std=0.014),
-    "ratio": PaperFigure(2.04, 2.50, 1.22, "h / z", "higher", z_std=0.52, h_std=0.72),
+    "ratio": PaperFigure(2.04, 2.50, 1.22, "h / z", "higher", z_std=0.52, h_std=0.72, decimals=2),
 }
 COMPRESSION_UNTRAINED = 0.97  # E4's negative control: an untrained head of the same architecture
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from mini.invariance import l2_normalize  # u_i = h_i / max(|h_i|, 1e-12), array API
+
 Array = Any  # NumPy, CuPy or torch array, shape (n, k)
 
 COND_FLOOR = 1e-7  # lambda_min clamp of the covariance condition number (E1)
-NORM_EPS = 1e-12  # floor of the row norm: a zero row stays zero
 
 
 def _xp(x: Array):
@@ -38,24 +39,18 @@ def _check(H: Array) -> None:
         raise ValueError(f"collapse statistics need a batch of shape (n >= 2, k); got {tuple(H.shape)}")
 
 
-def normalized_rows(H: Array) -> Array:
-    """``u_i = h_i / max(|h_i|, eps)``, shape ``(n, k)``."""
-    xp = _xp(H)
-    return H / xp.clip(xp.sqrt(xp.sum(H * H, axis=1, keepdims=True)), min=NORM_EPS)
-
-
 def representation_std(H: Array) -> float:
     """Mean per-dimension sample std of the L2-normalised rows of ``H`` (n, k): the paper's collapse measure."""
     _check(H)
     xp = _xp(H)
-    return float(xp.mean(xp.std(normalized_rows(H), axis=0, correction=1)))
+    return float(xp.mean(xp.std(l2_normalize(H), axis=0, correction=1)))
 
 
 def covariance_condition(H: Array, floor: float = COND_FLOOR) -> float:
     """``lambda_max(C) / max(lambda_min(C), floor)``, ``C`` the sample covariance (k, k) of the normalised rows."""
     _check(H)
     xp = _xp(H)
-    U = normalized_rows(H)
+    U = l2_normalize(H)
     Uc = U - xp.mean(U, axis=0, keepdims=True)  # (n, k)
     C = (Uc.T @ Uc) / (H.shape[0] - 1)  # (k, k)
     eig = xp.linalg.eigvalsh(C)  # ascending

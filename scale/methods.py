@@ -16,7 +16,7 @@ the head are fixed:
                   tracker's exact per-sample path applies) or "coupled" (negatives, batch statistics:
                   computed on the global batch under DDP, Lanczos in the tracker)
     recipe        the CIFAR defaults of ``scale.run`` (flags override), and ``recipe_source`` where they
-                  come from
+                  come from; ``dataset_recipe`` what differs on one dataset (SimSiam: 20 epochs on CIFAR-100)
 
 Adding a method is one ``register(Method(...))`` (see tests/test_method_registry.py).
 """
@@ -72,12 +72,15 @@ class Method:
     hessian: str = "coupled"
     recipe: Mapping[str, Any] = field(default_factory=dict)
     recipe_source: str = ""
+    dataset_recipe: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per dataset, over the recipe
     failure_hint: str | None = None  # a likely cause of a non-finite loss specific to the method
 
     def __post_init__(self) -> None:
         if self.hessian not in HESSIAN_STRUCTURES:
             raise ValueError(f"method {self.name!r}: hessian must be one of {HESSIAN_STRUCTURES}, got {self.hessian!r}")
         object.__setattr__(self, "recipe", MappingProxyType(dict(self.recipe)))
+        object.__setattr__(self, "dataset_recipe",
+                           MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.dataset_recipe.items()}))
 
     @property
     def per_sample(self) -> bool:
@@ -157,6 +160,7 @@ register(Method(
 ))
 register(Method(
     "simsiam", _simsiam, predictor=True, hessian="per-sample", recipe_source="the paper, E1",
+    dataset_recipe={"cifar100": dict(epochs=20)},
     recipe=dict(augment="e1", optimizer="sgd", lr=0.05, momentum=0.9, weight_decay=0.0, batch_size=512, epochs=50,
                 warmup_epochs=0, head_width=2048, head_out=2048, head_bn=False, head_out_bn=False, head_bias=False,
                 pred_width=512),

@@ -48,7 +48,6 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "synthetic": dict(image_size=16, backbone_width={"resnet18": 8, "vit_tiny": 24}, head_width=32, head_out=16,
                       pred_width=8, batch_size=32, epochs=2, warmup_epochs=0, probe_size=64),
 }
-METHOD_EPOCH_OVERRIDES = {("cifar100", "simsiam"): 20}  # E1: 20 epochs on CIFAR-100
 
 
 class ArgError(ValueError):
@@ -73,7 +72,11 @@ def _defaults_table() -> str:
             f"{d['head_out']} bias {d['head_bias']} BN {d['head_bn']} out-BN {d['head_out_bn']}"
             + (f", predictor width {d['pred_width']}" if method.predictor else "") + f"  [{src}]"
         )
-    rows.append("  simsiam on cifar100: 20 epochs (E1). simclr temperature 0.1; byol target momentum 0.99 -> 1.")
+    for m, method in methods.METHODS.items():
+        for dataset, d in method.dataset_recipe.items():
+            changes = ", ".join(f"{k} {v}" for k, v in d.items())
+            rows.append(f"  {m} on {dataset}: {changes}  [{method.recipe_source}]")
+    rows.append("  simclr temperature 0.1; byol target momentum 0.99 -> 1.")
     rows.append("dataset adjustments:")
     for name, d in DATASET_DEFAULTS.items():
         rows.append("  " + name + ": " + ", ".join(f"{k} {v}" for k, v in d.items()))
@@ -150,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfig:
-    """Flags > dataset adjustments > method defaults > TrainConfig defaults."""
+    """Flags > the method's per-dataset recipe > dataset adjustments > method defaults > TrainConfig defaults."""
     if args.dataset is None:
         raise ArgError("a DATASET is required (one of: " + ", ".join(DATASETS) + ")")
     try:
@@ -162,8 +165,7 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
     values: dict[str, Any] = dict(methods.get(args.method).recipe)
     for key, v in DATASET_DEFAULTS[args.dataset].items():
         values[key] = v[args.backbone] if isinstance(v, dict) else v
-    if (args.dataset, args.method) in METHOD_EPOCH_OVERRIDES:
-        values["epochs"] = METHOD_EPOCH_OVERRIDES[(args.dataset, args.method)]
+    values.update(methods.get(args.method).dataset_recipe.get(args.dataset, {}))
     names = {f.name for f in fields(TrainConfig)}
     for key in names:
         v = getattr(args, key, None)

@@ -13,6 +13,7 @@ from _hooks import Crash
 from scale import objectives as so
 from scale.checkpoint import load_checkpoint
 from scale.run import main
+from scale.summary import RunSummary
 from scale.train import Hook
 
 TINY = ["synthetic", "--quiet", "--train-subset", "96", "--batch-size", "32", "--probe-size", "32",
@@ -154,6 +155,8 @@ def test_hooks_see_state_and_add_metrics(tmp_path):
         assert (tmp_path / "hooks" / name).is_file(), name
     summary = json.loads((tmp_path / "hooks" / "summary.json").read_text())
     assert set(summary["class_probe"]["accuracy"]) == {"z", "h"} and summary["versions"]["torch"] == torch.__version__
+    typed = RunSummary.from_dict(summary)  # the typed summary the report builders read, and back
+    assert typed.geometry is not None and typed.rotation_probes is not None and typed.to_dict() == summary
 
 
 @pytest.mark.parametrize(

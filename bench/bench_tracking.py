@@ -97,9 +97,9 @@ def cifar_shape_cost(methods: list[str], head: str, batch: int, steps: int, repe
                                           "--backbone-width", "64", "--batch-size", str(batch),
                                           "--train-subset", str(batch * steps), "--epochs", "1"])
         cfg = resolve_config(args, torch.device("cpu"))
-        from scale.run import METHOD_DEFAULTS  # the CIFAR head and predictor widths, not synthetic's
+        from scale.methods import get as method_record  # the CIFAR head and predictor widths, not synthetic's
         for key in ("head_width", "head_out", "pred_width", "head_bn", "head_out_bn", "head_bias"):
-            setattr(cfg, key, METHOD_DEFAULTS[method][key])
+            setattr(cfg, key, method_record(method).recipe[key])
         keep, tracker = Keep(), HessianTracker("epoch")
         trainer = Trainer(cfg, load_dataset("synthetic", image_size=32), torch.device("cpu"), hooks=[keep, tracker],
                           log=None)

@@ -1,6 +1,6 @@
-r"""Orbit geometry at scale (PAPER.md, E4): backbone ``z`` versus head ``h`` on rotation orbits of real images.
+r"""Orbit geometry at scale (``docs/paper.md``, E4): backbone ``z`` versus head ``h`` on rotation orbits of real images.
 
-Protocol (PAPER.md, E4), all on the training device:
+Protocol (``docs/paper.md``, E4), all on the training device:
 
     images   ``classes`` x ``per_class`` held-out images (test split; the first ``per_class`` images of
              each of the first ``classes`` labels, so every run of a grid sees the same orbits);
@@ -8,7 +8,7 @@ Protocol (PAPER.md, E4), all on the training device:
     orbits   each image rotated by 12 angles, 0 to 330 degrees (``scale.orbits.orbit_batch_at``)
     sweep    each image rotated by 10 angles, 0 to 45 degrees: the path along which kappa is taken
              (``GeometrySettings.for_family``: the same for hue, saturation or blur across the family's
-             range, PAPER.md E6)
+             range, E6)
     z        backbone output (eval mode: BatchNorm running statistics), L2-normalised
     h        the head applied to the normalised z, then L2-normalised (``mini.invariance.normalized_features``)
     raw      beside the protocol: the head on the raw z it was trained on (its BatchNorm running
@@ -39,6 +39,7 @@ from torch import nn
 from mini.invariance import OrbitGeometry, compression, l2_normalize, normalized_features, orbit_geometry
 from scale.heads import build_head, collapse_init_
 from scale.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, check_family, family_parameters, orbit_batch_at
+from scale.summary import GeometrySummary, RotationProbes
 
 CONTROL_SEED = 12345  # the untrained control head's initialisation seed (fixed: the same control in every run)
 
@@ -68,7 +69,7 @@ class GeometrySettings:
     @classmethod
     def for_family(cls, family: str, points: int = 12, sweep_points: int = 10, **kw: Any) -> GeometrySettings:
         """E4's rotation orbits (0-330 degrees, sweep 0-45) or, for another family, ``points`` values across
-        its range (PAPER.md, E6) and a ``sweep_points`` sweep across the same range."""
+        its range (E6) and a ``sweep_points`` sweep across the same range."""
         if family == "rotation":
             return cls(**kw)
         vals = family_parameters(family, points).tolist()
@@ -137,10 +138,6 @@ def control_head(cfg: Any, d: int, seed: int = CONTROL_SEED, bias: bool | None =
     return head
 
 
-def _geometry_dict(g: OrbitGeometry) -> dict[str, Any]:
-    return asdict(g)
-
-
 @dataclass
 class GeometryResult:
     settings: dict[str, Any]
@@ -153,25 +150,21 @@ class GeometryResult:
     image_indices: list[int]
     arrays: dict[str, np.ndarray] = field(repr=False, default_factory=dict)
 
-    def summary(self) -> dict[str, Any]:
-        """The JSON-ready record: every metric of z, h and the control, and the z / h factors."""
+    def summary(self) -> GeometrySummary:
+        """The typed, JSON-ready record: every metric of z, h and the controls, and the head / backbone factors."""
         def ratio(a: float, b: float) -> float | None:
             return a / b if b else None
 
         z, h, h0 = self.z, self.h, self.h_untrained
-        return {
-            "settings": self.settings, "labels": self.labels, "image_indices": self.image_indices,
-            "z": _geometry_dict(z), "h": _geometry_dict(h), "h_untrained": _geometry_dict(h0),
-            "h_raw_input": _geometry_dict(self.h_raw_input),
-            "h_untrained_nobias": _geometry_dict(self.h_untrained_nobias),
-            "compression_untrained_nobias": compression(z, self.h_untrained_nobias),
-            "compression": compression(z, h), "compression_untrained": compression(z, h0),
-            "compression_raw_input": compression(z, self.h_raw_input),
-            "kappa_factor": ratio(h.kappa.mean, z.kappa.mean),  # h / z (paper: 1.93x)
-            "d_intra_factor": ratio(z.d_intra.mean, h.d_intra.mean),  # z / h (paper: 4.76x smaller)
-            "d_inter_factor": ratio(z.d_inter.mean, h.d_inter.mean),  # z / h (paper: 3.89x smaller)
-            "ratio_factor": ratio(h.ratio.mean, z.ratio.mean),  # h / z (paper: 1.22x higher)
-        }
+        return GeometrySummary(
+            settings=self.settings, labels=self.labels, image_indices=self.image_indices,
+            z=z, h=h, h_untrained=h0, h_untrained_nobias=self.h_untrained_nobias, h_raw_input=self.h_raw_input,
+            compression=compression(z, h), compression_untrained=compression(z, h0),
+            compression_untrained_nobias=compression(z, self.h_untrained_nobias),
+            compression_raw_input=compression(z, self.h_raw_input),
+            kappa_factor=ratio(h.kappa.mean, z.kappa.mean), d_intra_factor=ratio(z.d_intra.mean, h.d_intra.mean),
+            d_inter_factor=ratio(z.d_inter.mean, h.d_inter.mean), ratio_factor=ratio(h.ratio.mean, z.ratio.mean),
+        )
 
 
 @torch.no_grad()
@@ -209,7 +202,7 @@ def measure_geometry(backbone: nn.Module, head: nn.Module, cfg: Any, x_uint8: to
     lab = labels.to(device)
     res = GeometryResult(
         settings={**asdict(settings), "n_orbits": n, "points_per_orbit": P, "sweep_points": Q,
-                  "head_input": "L2-normalised z (PAPER.md E4)", "bn_mode": "eval (running statistics)",
+                  "head_input": "L2-normalised z (the paper's E4)", "bn_mode": "eval (running statistics)",
                   "control": f"untrained {cfg.head} head, init {cfg.init}, seed {settings.control_seed}"},
         z=orbit_geometry(zn, lab, sweep=sz), h=orbit_geometry(hn, lab, sweep=sh),
         h_untrained=orbit_geometry(h0n, lab, sweep=sh0), h_untrained_nobias=orbit_geometry(h0b, lab, sweep=sh0b),
@@ -232,52 +225,17 @@ def save_orbits(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
     tmp.replace(path)
 
 
-def format_geometry(g: dict[str, Any]) -> list[str]:
-    """Markdown lines for a run's report: the E4 table of one run (mean +- std over orbits)."""
-    def cell(d: dict[str, Any] | None, scale: float = 1.0) -> str:
-        if d is None:
-            return "-"
-        return f"{d['mean'] * scale:.4g} +- {d['std'] * scale:.3g}"
-
-    s = g["settings"]
-    lines = [
-        f"### Orbit geometry (E4): {s['n_orbits']} orbits ({s['classes']} classes x {s['per_class']} images, "
-        f"{s['split']} split) x {s['points_per_orbit']} {s['family']} values {s['values'][0]:g} to "
-        f"{s['values'][-1]:g}; kappa on a {s['sweep_points']}-point sweep {s['sweep_values'][0]:g} to "
-        f"{s['sweep_values'][-1]:g}",
-        "",
-        "| quantity | backbone z | head h(z) | untrained head (control) |",
-        "|---|---|---|---|",
-    ]
-    rows = (("spread", "orbit spread (x 1e-2)", 100.0), ("kappa", "curvature kappa", 1.0), ("d_intra", "D_intra", 1.0),
-            ("d_inter", "D_inter", 1.0), ("ratio", "D_inter / D_intra", 1.0))
-    for key, label, sc in rows:
-        cells = " | ".join(cell(g[space][key], sc) for space in ("z", "h", "h_untrained"))
-        lines.append(f"| {label} | {cells} |")
-    lines += [
-        "",
-        f"Compression (mean spread z / mean spread h): **{g['compression']:.3g}x**; untrained control "
-        f"{g['compression_untrained']:.3g}x (without biases {g['compression_untrained_nobias']:.3g}x); the head on "
-        "the raw (unnormalised) z it was trained on: "
-        f"{g['compression_raw_input']:.3g}x. Mean +- population std over orbits (class pairs for D_inter, sweeps "
-        "for kappa). Head applied to the L2-normalised z, BatchNorm in eval mode.",
-        "",
-    ]
-    return lines
-
-
 # --------------------------------------------------------------------------------------------
-# The end-of-run measurement of ``python -m scale.run``: geometry + probes, into summary and report
+# The end-of-run measurement of ``python -m scale.run``: geometry + rotation probes, for the run's summary
 # --------------------------------------------------------------------------------------------
 
 
 def final_measurement(trainer: Any, data: Any, run_dir: Path, orbits: str = "5x3",
-                      probe_images: int | None = 10_000) -> dict[str, Any]:
-    """E4 geometry and E3 probes of a trained model (``trainer``: a ``scale.train.Trainer``; ``data``: the
-    dataset on the training device). Returns ``{"geometry": ..., "probes": ...}`` for summary.json (a part
-    is left out when the split is too small for it: geometry needs 2 classes, probes 2 images per split)
-    and writes the orbit features to ``run_dir/orbits.npz``."""
-    from scale.probes import ProbeSettings, run_probes
+                      probe_images: int | None = 10_000) -> tuple[GeometrySummary | None, RotationProbes | None]:
+    """E4 geometry and E3 rotation probes of a trained model (``trainer``: a ``scale.train.Trainer``;
+    ``data``: the dataset on the training device). A part is ``None`` when the split is too small for it
+    (geometry needs 2 classes, probes 2 images per split). Writes the orbit features to ``run_dir/orbits.npz``."""
+    from scale.probes import ProbeSettings, run_rotation_probes
 
     cfg, model = trainer.cfg, trainer.model
     classes, per_class = parse_orbits(orbits)
@@ -287,31 +245,14 @@ def final_measurement(trainer: Any, data: Any, run_dir: Path, orbits: str = "5x3
     counts = [int((split_y == c).sum()) for c in torch.unique(split_y)]  # per label, ascending labels
     classes = min(classes, len(counts))
     per_class = min([per_class, *counts[:classes]])
-    out: dict[str, Any] = {}
+    geometry, probes = None, None
     if classes >= 2 and per_class >= 1:
         geo = measure_geometry(model.backbone, model.projector, cfg, split_x, split_y, data.mean, data.std,
                                GeometrySettings(classes=classes, per_class=per_class))
         save_orbits(run_dir / "orbits.npz", geo.arrays)
-        out["geometry"] = geo.summary()
-        out["geometry"]["settings"]["asked"] = orbits
+        geo.settings["asked"] = orbits
+        geometry = geo.summary()
     if min(len(data.train_x), len(data.test_x)) >= 2:
-        out["probes"] = run_probes(trainer.state.embed, trainer.augment.normalize, data.train_x, data.train_y,
-                                   data.test_x, data.test_y, data.classes,
-                                   ProbeSettings(train_images=probe_images, test_images=probe_images, seed=cfg.seed))
-    return out
-
-
-def append_report(run_dir: Path, summary: dict[str, Any]) -> None:
-    """Add the geometry and probe sections to the run's report.md (written just before)."""
-    from scale.checkpoint import atomic_write_text
-    from scale.probes import format_probes
-
-    if "geometry" not in summary and "probes" not in summary:
-        return
-    path = Path(run_dir) / "report.md"
-    text = path.read_text() if path.is_file() else ""
-    lines = ["## End-of-run measurement", ""]
-    lines += format_geometry(summary["geometry"]) if "geometry" in summary else ["(no orbit geometry: fewer than "
-                                                                                 "2 classes in the test split)", ""]
-    lines += format_probes(summary["probes"]) if "probes" in summary else []
-    atomic_write_text(path, text.rstrip("\n") + "\n\n" + "\n".join(lines))
+        probes = run_rotation_probes(trainer.state.embed, trainer.augment.normalize, data.train_x, data.test_x,
+                                     ProbeSettings(train_images=probe_images, test_images=probe_images, seed=cfg.seed))
+    return geometry, probes

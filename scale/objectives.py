@@ -17,13 +17,14 @@ Conventions as in ``mini``: embeddings ``Hb`` are ``(n, k)``; two-view objective
     barlow(Hb, lam=5e-3)        sum_c (1 - C_cc)^2 + lam sum_{c != c'} C_cc'^2, C from views standardised
                                 with the biased std (eps 1e-5)
 
-Distributed training: losses that couple samples (negatives in NT-Xent, batch statistics in VICReg and
-Barlow) are computed on the global batch. ``gather_views`` all-gathers each rank's ``[view1; view2]``
-into the global ``[view1 of all ranks; view2 of all ranks]`` with gradients flowing back to every rank;
-each rank then evaluates the same global loss. The backward of the gather sums the world's gradients
-(``W`` times the true one) and DDP's averaging divides by ``W``: the update equals one process's on the
-global batch. Per-sample losses (SimSiam, BYOL, MSE) need no gather (DDP averages the local means).
-"""
+Which method uses which objective, and whether its loss couples samples, is the method's record in
+``scale.methods``. Distributed training: losses that couple samples (negatives in NT-Xent, batch
+statistics in VICReg and Barlow) are computed on the global batch. ``gather_views`` all-gathers each
+rank's ``[view1; view2]`` into the global ``[view1 of all ranks; view2 of all ranks]`` with gradients
+flowing back to every rank; each rank then evaluates the same global loss. The backward of the gather
+sums the world's gradients (``W`` times the true one) and DDP's averaging divides by ``W``: the update
+equals one process's on the global batch. Per-sample losses (SimSiam, BYOL, MSE) need no gather (DDP
+averages the local means). """
 
 from __future__ import annotations
 
@@ -35,7 +36,6 @@ import torch.nn.functional as F
 
 NORM_EPS = 1e-12  # as mini.losses.NORM_EPS
 OBJECTIVES: tuple[str, ...] = ("mse", "mse_views", "simclr", "simsiam", "byol", "vicreg", "barlow")
-COUPLED: frozenset[str] = frozenset({"simclr", "vicreg", "barlow", "mse_views"})  # need the global batch
 
 
 # --------------------------------------------------------------------------------------------

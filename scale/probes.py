@@ -1,8 +1,15 @@
-r"""Probes on frozen features, backbone ``z`` versus head ``h`` (PAPER.md, E3: the guillotine).
+r"""Probes on frozen features, backbone ``z`` versus head ``h``: one protocol per question, each named.
 
-Rotation probe (the paper's protocol): every image turned by 0, 90, 180 and 270 degrees (exact quarter
-turns, ``torch.rot90``: no interpolation), the frozen model's ``z`` and ``h`` computed (eval mode),
-and a probe trained to predict the quarter turn (4 classes):
+The headline (``HEADLINE_PROTOCOL``; every report names it): a linear probe on the class labels, a
+multinomial logistic regression on features standardised with the training set's statistics, fitted
+full batch by L-BFGS to convergence with an L2 penalty of 1e-4 on the weights. The problem is strictly
+convex, so the accuracy depends on the features alone, not on a learning rate, an epoch count or a
+batch order: what a comparison of ``z`` with ``h`` needs. The paper reports no class-label probe; this
+is the classical linear evaluation of SSL features, and the number ``python -m scale.run`` prints.
+
+E3, the guillotine (``E3_PROTOCOL``; only where the paper's rotation figures are compared): every image
+turned by 0, 90, 180 and 270 degrees (exact quarter turns, ``torch.rot90``), and a probe trained to
+predict the turn (4 classes) with the paper's protocol:
 
     linear   nn.Linear(dim, 4)
     MLP      Linear(dim, hidden) - ReLU - Linear(hidden, 4), hidden 256 on z and 512 on h
@@ -10,28 +17,23 @@ and a probe trained to predict the quarter turn (4 classes):
              mini-batches of 256; features standardised with the probe-training statistics
 
 Probe-training images come from the training split, test images from the test split, so no base image
-is seen on both sides. These two probes are minimal torch code: ``mini.invariance.mlp_probe`` is
-full-batch Adam (5 epochs would be 5 steps) and ``mini.invariance.linear_probe`` a closed-form ridge
-classifier, neither the paper's mini-batch protocol.
-
-Where ``mini.invariance`` fits, it is used unchanged on the torch tensors: its ridge
-``linear_probe`` gives the class-label probe (which the paper does not report) and a closed-form
-rotation probe beside the paper's (a cross-reference that does not depend on optimiser noise).
+is seen on both sides. Accuracies are returned in percent (``scale.summary``).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mini.invariance import linear_probe as ridge_probe
-from scale.linprobe import features
+from scale.summary import ClassProbe, ProbePair, RotationProbes
 
+HEADLINE_PROTOCOL = "class labels, linear: logistic regression (L-BFGS to convergence, L2 1e-4, standardised features)"
+E3_PROTOCOL = "the paper's E3 protocol: Adam 1e-3, 5 epochs, mini-batches of 256, standardised features"
+L2 = 1e-4  # the headline probe's ridge on the weights (features are standardised)
+MAX_ITER = 300  # its L-BFGS iterations
 QUARTER_TURNS = (0, 1, 2, 3)  # 0, 90, 180, 270 degrees
 
 
@@ -92,68 +94,73 @@ def train_probe(Xtr: torch.Tensor, ytr: torch.Tensor, Xte: torch.Tensor, yte: to
     return {"train": acc[0], "test": acc[1]}
 
 
-def _ridge(Ftr: torch.Tensor, ytr: torch.Tensor, Fte: torch.Tensor, yte: torch.Tensor, n_classes: int
-           ) -> dict[str, float]:
-    """``mini.invariance.linear_probe`` (closed-form ridge) on the torch tensors, float64."""
-    X = torch.cat([Ftr, Fte]).double()
-    y = torch.cat([ytr, yte])
-    tr, te = np.arange(len(Ftr)), np.arange(len(Ftr), len(X))
-    r = ridge_probe(X, y, tr, te, n_classes=n_classes)
-    return {"train": r.train_accuracy, "test": r.test_accuracy}
-
-
-def run_probes(embed, normalize, train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
-               test_y: torch.Tensor, classes: int, settings: ProbeSettings = ProbeSettings()) -> dict[str, Any]:
-    """All probes of one frozen model. ``embed(normalised images) -> (z, h)`` (eval mode, no gradient),
-    ``normalize(uint8) -> float``; images uint8 ``(N, 3, S, S)`` on the model's device."""
+def run_rotation_probes(embed, normalize, train_x: torch.Tensor, test_x: torch.Tensor,
+                        settings: ProbeSettings = ProbeSettings()) -> RotationProbes:
+    """E3's rotation probes of one frozen model. ``embed(normalised images) -> (z, h)`` (eval mode, no
+    gradient), ``normalize(uint8) -> float``; images uint8 ``(N, 3, S, S)`` on the model's device."""
     n_tr = min(len(train_x), settings.train_images or len(train_x))
     n_te = min(len(test_x), settings.test_images or len(test_x))
     rx_tr, ry_tr = rotated(train_x, n_tr)
     rx_te, ry_te = rotated(test_x, n_te)
     ztr, htr = features(embed, rx_tr, normalize)
     zte, hte = features(embed, rx_te, normalize)
-    rotation: dict[str, Any] = {}
-    for name, Ftr, Fte, hidden in (("z", ztr, zte, settings.hidden_z), ("h", htr, hte, settings.hidden_h)):
-        rotation[name] = {
-            "linear": train_probe(Ftr, ry_tr, Fte, ry_te, 4, None, settings),
-            "mlp": train_probe(Ftr, ry_tr, Fte, ry_te, 4, hidden, settings),
-            "ridge": _ridge(Ftr, ry_tr, Fte, ry_te, 4),
-        }
-    # Class labels on the unrotated images (rows 0 .. n-1 of the rotated sets are the 0-degree copies).
-    cy_tr, cy_te = train_y[:n_tr], test_y[:n_te]
-    klass = {"z": _ridge(ztr[:n_tr], cy_tr, zte[:n_te], cy_te, classes),
-             "h": _ridge(htr[:n_tr], cy_tr, hte[:n_te], cy_te, classes)}
-    return {
-        "settings": {**asdict(settings), "train_base_images": n_tr, "test_base_images": n_te,
-                     "rotation_samples": {"train": len(rx_tr), "test": len(rx_te)},
-                     "linear_and_mlp": "torch, paper protocol (Adam, mini-batches, standardised features)",
-                     "ridge": "mini.invariance.linear_probe (closed form, ridge 1e-3) on the torch tensors"},
-        "rotation": rotation,
-        "class_ridge": klass,
-    }
+    acc = {}
+    for kind in ("linear", "mlp"):
+        pair = []
+        for Ftr, Fte, hidden in ((ztr, zte, settings.hidden_z), (htr, hte, settings.hidden_h)):
+            pair.append(100 * train_probe(Ftr, ry_tr, Fte, ry_te, 4, hidden if kind == "mlp" else None,
+                                          settings)["test"])
+        acc[kind] = ProbePair(*pair)
+    return RotationProbes(
+        settings={**asdict(settings), "protocol": E3_PROTOCOL, "train_base_images": n_tr, "test_base_images": n_te,
+                  "rotation_samples": {"train": len(rx_tr), "test": len(rx_te)}},
+        linear=acc["linear"], mlp=acc["mlp"],
+    )
 
 
-def format_probes(p: dict[str, Any]) -> list[str]:
-    """Markdown lines for a run's report."""
-    s = p["settings"]
-    r, c = p["rotation"], p["class_ridge"]
+# --------------------------------------------------------------------------------------------
+# The headline: class labels, logistic regression
+# --------------------------------------------------------------------------------------------
 
-    def pct(v: float) -> str:
-        return f"{100 * v:.2f} %"
 
-    lines = [
-        f"### Probes on frozen features (E3): rotation 4-way on {s['rotation_samples']['train']} train / "
-        f"{s['rotation_samples']['test']} test rotated images",
-        "",
-        "| probe (test accuracy) | backbone z | head h | z minus h |",
-        "|---|---|---|---|",
-    ]
-    for key, label in (("linear", f"rotation, linear (Adam {s['lr']:g}, {s['epochs']} epochs)"),
-                       ("mlp", f"rotation, MLP (hidden {s['hidden_z']} on z, {s['hidden_h']} on h)"),
-                       ("ridge", "rotation, ridge (mini.invariance, closed form)")):
-        z, h = r["z"][key]["test"], r["h"][key]["test"]
-        lines.append(f"| {label} | {pct(z)} | {pct(h)} | {100 * (z - h):+.2f} points |")
-    lines.append(f"| class labels, ridge (mini.invariance) | {pct(c['z']['test'])} | {pct(c['h']['test'])} | "
-                 f"{100 * (c['z']['test'] - c['h']['test']):+.2f} points |")
-    lines.append("")
-    return lines
+@torch.no_grad()
+def features(fn, x_uint8: torch.Tensor, normalize, batch: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """``fn(normalised images) -> (z, h)`` over ``x_uint8`` in batches; returns float32 ``(Z, H)``."""
+    zs, hs = [], []
+    for i in range(0, len(x_uint8), batch):
+        z, h = fn(normalize(x_uint8[i : i + batch]))
+        zs.append(z.float())
+        hs.append(h.float())
+    return torch.cat(zs), torch.cat(hs)
+
+
+def logistic_probe_accuracy(
+    train_f: torch.Tensor, train_y: torch.Tensor, test_f: torch.Tensor, test_y: torch.Tensor, classes: int
+) -> float:
+    """Test accuracy (fraction) of the headline probe fitted on ``(train_f, train_y)``."""
+    mean, std = train_f.mean(0), train_f.std(0).clamp_min(1e-6)
+    xtr, xte = (train_f - mean) / std, (test_f - mean) / std
+    W = torch.zeros(xtr.shape[1], classes, device=xtr.device, requires_grad=True)
+    b = torch.zeros(classes, device=xtr.device, requires_grad=True)
+    opt = torch.optim.LBFGS([W, b], lr=1.0, max_iter=MAX_ITER, line_search_fn="strong_wolfe",
+                            tolerance_grad=1e-6, tolerance_change=1e-9)
+
+    def closure():
+        opt.zero_grad()
+        loss = F.cross_entropy(xtr @ W + b, train_y) + L2 * (W * W).sum()
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        opt.step(closure)
+    with torch.no_grad():
+        return float(((xte @ W + b).argmax(1) == test_y).float().mean())
+
+
+def class_probe(embed, normalize, train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
+                test_y: torch.Tensor, classes: int) -> ClassProbe:
+    """The headline probe of ``z`` and ``h`` on every training and test image (unaugmented)."""
+    ztr, htr = features(embed, train_x, normalize)
+    zte, hte = features(embed, test_x, normalize)
+    acc = [100 * logistic_probe_accuracy(Ftr, train_y, Fte, test_y, classes) for Ftr, Fte in ((ztr, zte), (htr, hte))]
+    return ClassProbe(HEADLINE_PROTOCOL, len(ztr), len(zte), ProbePair(*acc))

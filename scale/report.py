@@ -10,8 +10,8 @@ writes ``DIR/report.md`` with PNG figures beside it:
     e4_orbits.png       E4: 2-D PCA projection of the rotation orbits, backbone z, head h, untrained head
     compression.png     E4/E5: compression factor (spread z / spread h), trained and untrained heads
 
-Tables carry PAPER.md's reference figure (CIFAR-10, ResNet-18) next to ours, ours as mean +- std over
-seeds (over orbits where a single seed ran, and then said so). Each claim gets a verdict computed
+Tables carry the paper's reference figure (``docs/paper.md``; CIFAR-10, ResNet-18) next to ours, ours as
+mean +- std over seeds (over orbits where a single seed ran, and then said so). Each claim gets a verdict computed
 from our numbers only; the paper's figure is printed beside it and never enters a result.
 """
 
@@ -26,21 +26,18 @@ from typing import Any
 
 import numpy as np
 
+from mini import paper_numbers as paper
 from scale.checkpoint import atomic_write_bytes, atomic_write_text
+from scale.probes import E3_PROTOCOL, HEADLINE_PROTOCOL
+from scale.run_report import versions_table
+from scale.summary import CurvatureSummary, GeometrySummary, RunSummary
 
-# PAPER.md, "Reference figures (CIFAR-10, ResNet-18)": quantity -> (z, h, factor), as printed there.
-PAPER_E4 = {
-    "spread": ("2.25 +- 1.07", "0.10 +- 0.06", "21.85x compression"),
-    "kappa": ("0.125", "0.242", "1.93x"),
-    "d_intra": ("0.211 +- 0.045", "0.044 +- 0.011", "4.76x smaller"),
-    "d_inter": ("0.432 +- 0.052", "0.111 +- 0.014", "3.89x smaller"),
-    "ratio": ("2.04 +- 0.52", "2.50 +- 0.72", "1.22x higher"),
-}
-PAPER_PROBES = {"linear": ("52.27 %", "37.55 %", "-14.72 points"), "mlp": ("55.46 %", "43.56 %", "-11.90 points")}
-PAPER_E2 = {"normal-swish2": "rho_s 0.339; negative lambda_min in about 70 of 100 epochs",
-            "collapsed-swish2": "rho_s 0.609; negative lambda_min in about 70 of 100 epochs",
-            "collapsed-relu2": "rho_s 0.669; lambda_min exactly 0 after the first epoch"}
-PAPER_COMPRESSION, PAPER_COMPRESSION_UNTRAINED = "21.85x", "0.97x"
+PAPER_COMPRESSION = f"{paper.E4['spread'].factor:.4g}x"
+PAPER_COMPRESSION_UNTRAINED = f"{paper.COMPRESSION_UNTRAINED:.2f}x"
+
+
+def _paper_e2(key: str) -> str:
+    return f"rho_s {paper.E2_SPEARMAN[key]:.3f}; {paper.E2_NOTE[key]}" if key in paper.E2_SPEARMAN else "-"
 
 
 # --------------------------------------------------------------------------------------------
@@ -65,15 +62,18 @@ def load_grid(out: Path) -> dict[str, Any]:
     runs = []
     for r in manifest["runs"]:
         d = out / "runs" / r["name"]
-        runs.append(dict(r, dir=d, config=_read_json(d / "config.json"), summary=_read_json(d / "summary.json"),
+        summary = _read_json(d / "summary.json")
+        curvature = _read_json(d / "curvature_summary.json")
+        runs.append(dict(r, dir=d, config=_read_json(d / "config.json"),
+                         summary=None if summary is None else RunSummary.from_dict(summary),
                          metrics=_read_jsonl(d / "metrics.jsonl"), deviations=_read_json(d / "deviations.json"),
                          curvature=_read_jsonl(d / "curvature.jsonl"),
-                         curvature_summary=_read_json(d / "curvature_summary.json")))
+                         curvature_summary=None if curvature is None else CurvatureSummary.from_dict(curvature)))
     return {"manifest": manifest, "runs": runs, "log": _read_jsonl(out / "grid_log.jsonl")}
 
 
 def _status(r: dict[str, Any]) -> str:
-    return (r["summary"] or {}).get("status", "not run")
+    return r["summary"].status if r["summary"] is not None else "not run"
 
 
 def _done(runs: list[dict[str, Any]], exp: str) -> list[dict[str, Any]]:
@@ -107,13 +107,18 @@ def fmt(values: list[float], spec: str = ".3g", scale: float = 1.0, orbit_std: f
     return f"{m:{spec}} +- {s:{spec}}{unit} ({n} seeds)"
 
 
-def _geo(r: dict[str, Any]) -> dict[str, Any] | None:
-    return (r["summary"] or {}).get("geometry")
+def _geo(r: dict[str, Any]) -> GeometrySummary | None:
+    return r["summary"].geometry if r["summary"] is not None else None
 
 
 def _probe(r: dict[str, Any], space: str, kind: str) -> float | None:
-    p = (r["summary"] or {}).get("probes")
-    return None if p is None else p["rotation"][space][kind]["test"]
+    """Test accuracy (percent) of ``kind``: "headline" (class labels) or E3's "linear" / "mlp" rotation probes."""
+    s: RunSummary | None = r["summary"]
+    if s is None:
+        return None
+    pair = (s.class_probe.accuracy if s.class_probe is not None else None) if kind == "headline" else (
+        getattr(s.rotation_probes, kind) if s.rotation_probes is not None else None)
+    return None if pair is None else getattr(pair, space)
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,7 +251,7 @@ def figure_compression(groups: list[tuple[str, list[dict[str, Any]]]]) -> bytes 
     bars = ((-0.27, "compression", "trained head"), (0.0, "compression_untrained", "untrained head"),
             (0.27, "compression_untrained_nobias", "untrained head, no biases"))
     for off, key, label in bars:
-        ms = [mean_std([g.get(key) for g in gs]) for _, gs in rows]
+        ms = [mean_std([getattr(g, key) for g in gs]) for _, gs in rows]
         ax.bar(x + off, [m for m, _, _ in ms], 0.27, yerr=[s for _, s, _ in ms], label=label, capsize=3)
     ax.axhline(1.0, color="grey", lw=0.6)
     ax.set_xticks(x, [n for n, _ in rows], fontsize=8)
@@ -300,7 +305,7 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
         f"# The paper's grid on {dataset} / {backbone}{' (--quick)' if man['quick'] else ''}",
         "",
         f"Generated by `{man['command']}`; regenerate this report from the run directories with "
-        f"`python -m scale.report {out}`. Commit {man['git_commit']}; versions {man['versions']}.",
+        f"`python -m scale.report {out}`; versions and commit at the end.",
         "",
         f"Runs: {sum(_status(r) == 'finished' for r in runs)} finished, "
         f"{sum(_status(r) == 'non-finite loss' for r in runs)} stopped on a non-finite loss, "
@@ -310,12 +315,12 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
         "",
     ]
     if not comparable:
-        L += [f"**Not comparable in value.** PAPER.md's reference figures are CIFAR-10 / ResNet-18 at the paper's "
+        L += [f"**Not comparable in value.** The paper's reference figures are CIFAR-10 / ResNet-18 at the paper's "
               f"sizes; these runs are {dataset} / {backbone} with the deviations listed below. The paper's column is "
               "printed for orientation; the verdicts read only our numbers.", ""]
     # Deviations, collected per experiment: setting -> set of (paper, ours)
     L += ["## Deviations from the paper's settings", "",
-          "Computed from each run's saved config.json against PAPER.md's settings "
+          "Computed from each run's saved config.json against the paper's settings in docs/paper.md "
           "(per run in `runs/NAME/deviations.json`).",
           "", "| experiment | setting | paper | ours |", "|---|---|---|---|"]
     for exp in man["experiments"]:
@@ -329,10 +334,10 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
                 paper_val[k] = str(p)
         for k in sorted(seen):
             L.append(f"| {exp} | {k} | {paper_val[k]} | {', '.join(sorted(seen[k]))} |")
-    L += ["", "Where PAPER.md is silent:", ""]
+    L += ["", "Where the paper is silent:", ""]
     L += [f"- {exp}: {text}" for exp, text in man["assumptions"].items()]
     L += ["- E1 and E2 use SimSiam's negative-cosine loss, whose Hessian is indefinite: outside the PSD premise of "
-          "Theorem 4.1 part 1 (PAPER.md's audit caveat). E3-E5 use NT-Xent.", ""]
+          "Theorem 4.1 part 1 (the paper's audit caveat). E3-E5 use NT-Xent.", ""]
 
     verdicts: list[tuple[str, str, str, str]] = []
     L += _section_e1(runs, verdicts)
@@ -341,18 +346,18 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
     L += _section_e5(e5)
     head = ["## Verdicts, as measured", "",
             "Each verdict reads our numbers only (the paper's figure is beside it, for comparison).", "",
-            "| claim (PAPER.md) | ours | paper | verdict |", "|---|---|---|---|"]
+            "| claim (the paper) | ours | paper | verdict |", "|---|---|---|---|"]
     head += [f"| {c} | {o} | {p} | {v} |" for c, o, p, v in verdicts] + [""]
     intro_end = L.index("## Deviations from the paper's settings")
     L = L[:intro_end] + head + L[intro_end:]
     L += ["## Runs", "", "| run | status | epochs | final loss | wall s | deviations |", "|---|---|---|---|---|---|"]
     for r in runs:
-        s = r["summary"] or {}
+        s = r["summary"] or RunSummary()
         loss = _final(r, "loss")
-        L.append(f"| {r['name']} | {_status(r)} | {s.get('epochs_done', '-')} | "
-                 f"{'-' if loss is None else f'{loss:.4f}'} | {s.get('wall_seconds', 0):.1f} | "
+        L.append(f"| {r['name']} | {_status(r)} | {s.epochs_done} | "
+                 f"{'-' if loss is None else f'{loss:.4f}'} | {s.wall_seconds:.1f} | "
                  f"{len(r['deviations'] or {})} |")
-    L.append("")
+    L += ["", "## Versions", "", *versions_table(man["versions"], man["git_commit"])]
     path = out / "report.md"
     atomic_write_text(path, "\n".join(L))
     return path
@@ -436,18 +441,19 @@ def _section_e2(runs, verdicts) -> list[str]:
     frac: dict[str, float | None] = {}
     for r in e2:
         key = f"{r['labels']['init']}-{r['labels']['head']}"
-        cs, cur = r["curvature_summary"] or {}, r["curvature"]
-        frac[key] = cs.get("negative_lambda_min_fraction")
-        rho = cs.get("spearman_zvar_condition")
+        cs: CurvatureSummary | None = r["curvature_summary"]
+        cur = r["curvature"]
+        frac[key] = cs.negative_lambda_min_fraction if cs else None
+        rho = cs.spearman_zstd_condition if cs else None
         last = cur[-1] if cur else {}
         m_ratio[key] = last.get("M_over_H")
         L.append(f"| {r['labels']['init']}/{r['labels']['head']} ({_status(r)}) | {len(cur)} "
-                 f"({cs.get('probe_rows', '-')}) | "
+                 f"({cs.probe_rows if cs else '-'}) | "
                  f"{'-' if frac[key] is None else f'{100 * frac[key]:.0f} %'} | {_n(last.get('lambda_min'))} | "
                  f"{_n(last.get('lambda_max'))} | {_n(m_ratio[key])} | "
                  f"{last.get('n_negative', '-')} / {last.get('n_negative_G', '-')} | "
                  f"{'-' if rho is None else f'{rho:.3f}'} "
-                 f"({cs.get('spearman_points', 0)}) | {PAPER_E2.get(key, '-')} |")
+                 f"({cs.spearman_points if cs else 0}) | {_paper_e2(key)} |")
     L += ["", "![E2 curvature](e2_curvature.png)", ""]
     sw = [frac.get("normal-swish2"), frac.get("collapsed-swish2")]
     re = frac.get("collapsed-relu2")
@@ -461,7 +467,7 @@ def _section_e2(runs, verdicts) -> list[str]:
                      "measurement, E2 collapsed/ReLU)", _n(mr), "M = 0 (s'' = 0 a.e.)",
                      _verdict(None if mr is None else mr == 0.0)))
     L += ["Negative eigenvalues counted in `G` come from the loss Hessian: SimSiam's negative cosine has an "
-          "indefinite Hessian (PAPER.md's audit caveat), so `G = J^T (grad^2 L) J` need not be PSD and lambda_min "
+          "indefinite Hessian (the paper's audit caveat), so `G = J^T (grad^2 L) J` need not be PSD and lambda_min "
           "< 0 does not by itself show the head's curvature at work; `|M|/|H|` separates the two.", ""]
     return L
 
@@ -478,7 +484,7 @@ def _section_e4(e3, comparable: bool, verdicts) -> list[str]:
         return []
     single = len(geos) == 1
     paper_head = "paper (CIFAR-10)" if comparable else "paper (CIFAR-10; not comparable here)"
-    s = geos[0]["settings"]
+    s = geos[0].settings
     L = ["## E3 + E4: the guillotine (SimCLR): orbit geometry and probes", "",
          f"{s['n_orbits']} orbits ({s['classes']} classes x {s['per_class']} test images) x {s['points_per_orbit']} "
          f"{s['family']} values ({s['values'][0]:g} to {s['values'][-1]:g}); kappa on a {s['sweep_points']}-point "
@@ -492,57 +498,56 @@ def _section_e4(e3, comparable: bool, verdicts) -> list[str]:
     rows = (("spread", "orbit spread (x 1e-2)", 100.0), ("kappa", "curvature kappa", 1.0), ("d_intra", "D_intra", 1.0),
             ("d_inter", "D_inter", 1.0), ("ratio", "D_inter / D_intra", 1.0))
     for key, label, sc in rows:
-        pz, ph, pf = PAPER_E4[key]
+        ref = paper.E4[key]
+        pz, ph, pf = ref.cell("z", sc), ref.cell("h", sc), ref.factor_text()
         cells = []
         for space in ("z", "h", None, "h_untrained"):
             if space is None:
-                cells.append(fmt([g[factors[key]] for g in geos], ".3g", unit="x"))
+                cells.append(fmt([getattr(g, factors[key]) for g in geos], ".3g", unit="x"))
                 continue
-            vals = [g[space][key]["mean"] for g in geos]
-            cells.append(fmt(vals, ".3g", sc, orbit_std=geos[0][space][key]["std"] if single else None))
+            vals = [getattr(getattr(g, space), key).mean for g in geos]
+            cells.append(fmt(vals, ".3g", sc, orbit_std=getattr(getattr(geos[0], space), key).std if single else None))
         L.append(f"| {label} | {pz} | {ph} | {pf} | " + " | ".join(cells) + " |")
-    comp = mean_std([g["compression"] for g in geos])[0]
-    comp0 = mean_std([g["compression_untrained"] for g in geos])[0]
-    comp_raw = mean_std([g["compression_raw_input"] for g in geos])[0]
-    comp0b = mean_std([g.get("compression_untrained_nobias") for g in geos])[0]
+    comp = mean_std([g.compression for g in geos])[0]
+    comp0 = mean_std([g.compression_untrained for g in geos])[0]
+    comp_raw = mean_std([g.compression_raw_input for g in geos])[0]
+    comp0b = mean_std([g.compression_untrained_nobias for g in geos])[0]
     L += ["", f"Compression: trained head {comp:.3g}x, untrained head {comp0:.3g}x (paper: {PAPER_COMPRESSION}, "
           f"{PAPER_COMPRESSION_UNTRAINED}). Beside the protocol: the untrained head without biases {_n(comp0b)}x "
           f"(on unit-norm z a default bias can outweigh the first layer's W z and pull all points together); the "
           f"trained head applied to the raw z it was trained on {comp_raw:.3g}x.", ""]
-    L += ["| probe (test accuracy) | paper z | paper h | paper h - z | ours z | ours h | ours h - z |",
+    L += [f"Probes: the rotation rows follow {E3_PROTOCOL}; the headline row is "
+          f"this project's class-label probe ({HEADLINE_PROTOCOL}), which the paper does not report.", "",
+          "| probe (test accuracy) | paper z | paper h | paper h - z | ours z | ours h | ours h - z |",
           "|---|---|---|---|---|---|---|"]
     diffs = {}
-    for kind, label in (("linear", "rotation, linear"), ("mlp", "rotation, MLP"), ("ridge", "rotation, ridge (mini)")):
+    for kind, label in (("linear", "rotation, linear (E3 protocol)"), ("mlp", "rotation, MLP (E3 protocol)"),
+                        ("headline", "class labels, headline probe (not in the paper)")):
         z = [_probe(r, "z", kind) for r in e3]
         h = [_probe(r, "h", kind) for r in e3]
         d = [None if a is None or b is None else b - a for a, b in zip(z, h)]  # h - z, the paper's sign
         diffs[kind] = mean_std(d)[0]
-        pz, ph, pd = PAPER_PROBES.get(kind, ("-", "-", "-"))
-        L.append(f"| {label} | {pz} | {ph} | {pd} | {fmt(z, '.4g', 100, unit=' %')} | "
-                 f"{fmt(h, '.4g', 100, unit=' %')} | "
-                 f"{fmt(d, '+.3g', 100, unit=' points')} |")
-    cz = [((r["summary"] or {}).get("probes") or {}).get("class_ridge", {}).get("z", {}).get("test") for r in e3]
-    ch = [((r["summary"] or {}).get("probes") or {}).get("class_ridge", {}).get("h", {}).get("test") for r in e3]
-    dc = [None if a is None or b is None else b - a for a, b in zip(cz, ch)]
-    L.append(f"| class labels, ridge (mini; not in the paper) | - | - | - | {fmt(cz, '.4g', 100, unit=' %')} | "
-             f"{fmt(ch, '.4g', 100, unit=' %')} | {fmt(dc, '+.3g', 100, unit=' points')} |")
+        pz, ph, pd = paper.E3_PROBES[kind].cells() if kind in paper.E3_PROBES else ("-", "-", "-")
+        L.append(f"| {label} | {pz} | {ph} | {pd} | {fmt(z, '.4g', unit=' %')} | {fmt(h, '.4g', unit=' %')} | "
+                 f"{fmt(d, '+.3g', unit=' points')} |")
     L += ["", "![E4 orbits](e4_orbits.png)", "", "![compression](compression.png)", ""]
-    kap = mean_std([g["kappa_factor"] for g in geos])[0]
-    rat = mean_std([g["ratio_factor"] for g in geos])[0]
+    kap = mean_std([g.kappa_factor for g in geos])[0]
+    rat = mean_std([g.ratio_factor for g in geos])[0]
     verdicts += [
         ("E4: the trained head compresses rotation orbits (spread z / spread h > 1)", f"{comp:.3g}x",
          PAPER_COMPRESSION, _verdict(comp > 1 if math.isfinite(comp) else None)),
         ("E4: the compression is learned (trained head compresses more than an untrained one)",
          f"{comp:.3g}x vs {comp0:.3g}x", f"{PAPER_COMPRESSION} vs {PAPER_COMPRESSION_UNTRAINED}",
          _verdict(comp > comp0 if math.isfinite(comp) and math.isfinite(comp0) else None)),
-        ("E4: the head raises the curvature kappa along the sweep (h / z > 1)", f"{kap:.3g}x", "1.93x",
+        ("E4: the head raises the curvature kappa along the sweep (h / z > 1)", f"{kap:.3g}x",
+         paper.E4["kappa"].factor_text(),
          _verdict(kap > 1 if math.isfinite(kap) else None)),
-        ("E4: the head raises D_inter / D_intra (h / z > 1)", f"{rat:.3g}x", "1.22x",
+        ("E4: the head raises D_inter / D_intra (h / z > 1)", f"{rat:.3g}x", f"{paper.E4['ratio'].factor:.4g}x",
          _verdict(rat > 1 if math.isfinite(rat) else None)),
         ("E3: the rotation is harder to read from h than from z (linear probe, h - z < 0)",
-         f"{100 * diffs['linear']:+.3g} points", "-14.72 points",
+         f"{diffs['linear']:+.3g} points", paper.E3_PROBES["linear"].cells()[2],
          _verdict(diffs["linear"] < 0 if math.isfinite(diffs["linear"]) else None)),
-        ("E3: the same with the MLP probe", f"{100 * diffs['mlp']:+.3g} points", "-11.90 points",
+        ("E3: the same with the MLP probe", f"{diffs['mlp']:+.3g} points", paper.E3_PROBES["mlp"].cells()[2],
          _verdict(diffs["mlp"] < 0 if math.isfinite(diffs["mlp"]) else None)),
     ]
     return L
@@ -552,24 +557,22 @@ def _section_e5(e5) -> list[str]:
     if not e5:
         return []
     L = ["## E5: head depth (SimCLR, Swish + BatchNorm head)", "",
-         "PAPER.md states no figure for E5; mean +- std over seeds (one seed: the value).", "",
+         "The paper states no figure for E5; mean +- std over seeds (one seed: the value).", "",
          "| depth | head | final loss | compression | untrained | kappa h / z | rotation linear z / h | "
-         "rotation MLP z / h | class ridge z / h |", "|---|---|---|---|---|---|---|---|---|"]
+         "rotation MLP z / h | headline (class labels) z / h |", "|---|---|---|---|---|---|---|---|---|"]
     for d in sorted({r["labels"]["depth"] for r in e5}):
         g = [r for r in e5 if r["labels"]["depth"] == d]
         geos = [x for x in (_geo(r) for r in g) if x]
 
         def both(kind, rs=g):
-            return (f"{fmt([_probe(r, 'z', kind) for r in rs], '.3g', 100, unit=' %')} / "
-                    f"{fmt([_probe(r, 'h', kind) for r in rs], '.3g', 100, unit=' %')}")
+            return (f"{fmt([_probe(r, 'z', kind) for r in rs], '.3g', unit=' %')} / "
+                    f"{fmt([_probe(r, 'h', kind) for r in rs], '.3g', unit=' %')}")
 
-        cz = [(r["summary"].get("probes") or {}).get("class_ridge", {}).get("z", {}).get("test") for r in g]
-        ch = [(r["summary"].get("probes") or {}).get("class_ridge", {}).get("h", {}).get("test") for r in g]
         L.append(f"| {d} | {g[0]['labels']['head']} | {fmt([_final(r, 'loss') for r in g], '.4g')} | "
-                 f"{fmt([x['compression'] for x in geos], unit='x')} | "
-                 f"{fmt([x['compression_untrained'] for x in geos], unit='x')} | "
-                 f"{fmt([x['kappa_factor'] for x in geos], unit='x')} | {both('linear')} | {both('mlp')} | "
-                 f"{fmt(cz, '.3g', 100, unit=' %')} / {fmt(ch, '.3g', 100, unit=' %')} |")
+                 f"{fmt([x.compression for x in geos], unit='x')} | "
+                 f"{fmt([x.compression_untrained for x in geos], unit='x')} | "
+                 f"{fmt([x.kappa_factor for x in geos], unit='x')} | {both('linear')} | {both('mlp')} | "
+                 f"{both('headline')} |")
     L.append("")
     return L
 

@@ -1,11 +1,12 @@
 """``python -m scale.run DATASET --head SPEC``: one SSL training run, measured and saved.
 
-Every flag left out takes the default of the chosen method (PAPER.md where it states them, solo-learn's
-CIFAR recipes elsewhere), then the dataset's adjustments (``digits``/``synthetic`` are small and run on
-a CPU); ``--help`` lists them all. The run directory receives config.json (resolved), metrics.jsonl
-(one record per epoch), checkpoint.pt (every epoch end and on Ctrl-C), summary.json and report.md with
-curves.png. Exit codes: 0 done, 1 data missing or corrupt, 2 bad arguments, 3 non-finite loss,
-130 interrupted (checkpoint saved; continue with ``--resume RUN_DIR``).
+Every flag left out takes the default of the chosen method (its record in ``scale.methods``: the paper's
+settings where it states them, solo-learn's CIFAR recipes elsewhere), then the dataset's adjustments
+(``digits``/``synthetic`` are small and run on a CPU); ``--help`` lists them all. The run directory
+receives config.json (resolved), metrics.jsonl (one record per epoch), checkpoint.pt (every epoch end
+and on Ctrl-C), summary.json and report.md with curves.png. Exit codes: 0 done, 1 data missing or
+corrupt, 2 bad arguments, 3 non-finite loss, 130 interrupted (checkpoint saved; continue with ``--resume
+RUN_DIR``).
 
 Multi-GPU: ``torchrun --nproc_per_node N -m scale.run ...`` (DDP; ``--batch-size`` is global).
 """
@@ -25,35 +26,18 @@ import torch
 import torch.distributed as dist
 
 from mini.heads import parse_head_spec
+from scale import methods
 from scale.augment import PRESETS
 from scale.backbones import BACKBONES
 from scale.checkpoint import atomic_write_json
 from scale.data import DATASETS, DataError, load_dataset
-from scale.geometry import append_report, final_measurement, parse_orbits
-from scale.linprobe import features, linear_probe_accuracy
+from scale.geometry import final_measurement, parse_orbits
+from scale.probes import class_probe
 from scale.run_report import command_line, device_name, git_commit, versions, write_outputs
+from scale.summary import CurvatureSummary, RunSummary
 from scale.tracking import HessianTracker
-from scale.train import METHODS, OPTIMIZERS, SCHEDULES, Hook, Interrupted, NonFiniteLoss, TrainConfig, Trainer
+from scale.train import OPTIMIZERS, SCHEDULES, Hook, Interrupted, NonFiniteLoss, TrainConfig, Trainer
 
-# Per-method defaults. simsiam: PAPER.md E1; simclr: PAPER.md E3; byol/vicreg/barlow: solo-learn's CIFAR
-# recipes (LARS, warmup 10, 1000 epochs). Schedules: cosine (the paper states none; cosine as in SimSiam).
-METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
-    "simsiam": dict(augment="e1", optimizer="sgd", lr=0.05, momentum=0.9, weight_decay=0.0, batch_size=512,
-                    epochs=50, warmup_epochs=0, head_width=2048, head_out=2048, head_bn=False, head_out_bn=False,
-                    head_bias=False, pred_width=512),
-    "simclr": dict(augment="e3", optimizer="adam", lr=1e-3, momentum=0.9, weight_decay=0.0, batch_size=512,
-                   epochs=50, warmup_epochs=0, head_width=2048, head_out=2048, head_bn=True, head_out_bn=True,
-                   head_bias=True, pred_width=512, temperature=0.1),
-    "byol": dict(augment="simclr", optimizer="lars", lr=1.0, momentum=0.9, weight_decay=1e-5, batch_size=256,
-                 epochs=1000, warmup_epochs=10, head_width=4096, head_out=256, head_bn=True, head_out_bn=False,
-                 head_bias=True, pred_width=4096, ema=0.99),
-    "vicreg": dict(augment="simclr", optimizer="lars", lr=0.3, momentum=0.9, weight_decay=1e-4, batch_size=256,
-                   epochs=1000, warmup_epochs=10, head_width=2048, head_out=2048, head_bn=True, head_out_bn=False,
-                   head_bias=True, pred_width=512),
-    "barlow": dict(augment="simclr", optimizer="lars", lr=0.3, momentum=0.9, weight_decay=1e-4, batch_size=256,
-                   epochs=1000, warmup_epochs=10, head_width=2048, head_out=2048, head_bn=True, head_out_bn=False,
-                   head_bias=True, pred_width=512),
-}
 # Dataset adjustments on top of the method's. digits: 1,347 training images of 16 x 16 on a CPU, so a
 # narrower ResNet-18 (base width 16, z 128-d) and a 256-wide head; the whole run takes about 40 s on an idle 2-core CPU.
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -64,7 +48,6 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "synthetic": dict(image_size=16, backbone_width={"resnet18": 8, "vit_tiny": 24}, head_width=32, head_out=16,
                       pred_width=8, batch_size=32, epochs=2, warmup_epochs=0, probe_size=64),
 }
-METHOD_EPOCH_OVERRIDES = {("cifar100", "simsiam"): 20}  # E1: 20 epochs on CIFAR-100
 
 
 class ArgError(ValueError):
@@ -81,15 +64,19 @@ class OneLineParser(argparse.ArgumentParser):
 
 def _defaults_table() -> str:
     rows = ["per-method defaults (CIFAR; flags override):"]
-    for m, d in METHOD_DEFAULTS.items():
-        src = {"simsiam": "PAPER.md E1", "simclr": "PAPER.md E3"}.get(m, "solo-learn CIFAR recipe")
+    for m, method in methods.METHODS.items():
+        d, src = {**TrainConfig().to_dict(), **method.recipe}, method.recipe_source or "TrainConfig defaults"
         rows.append(
             f"  {m:8s} aug {d['augment']}, {d['optimizer']} lr {d['lr']:g} wd {d['weight_decay']:g}, batch "
             f"{d['batch_size']}, {d['epochs']} epochs, warmup {d['warmup_epochs']}, head {d['head_width']}->"
             f"{d['head_out']} bias {d['head_bias']} BN {d['head_bn']} out-BN {d['head_out_bn']}"
-            + (f", predictor width {d['pred_width']}" if m in ("simsiam", "byol") else "") + f"  [{src}]"
+            + (f", predictor width {d['pred_width']}" if method.predictor else "") + f"  [{src}]"
         )
-    rows.append("  simsiam on cifar100: 20 epochs (E1). simclr temperature 0.1; byol target momentum 0.99 -> 1.")
+    for m, method in methods.METHODS.items():
+        for dataset, d in method.dataset_recipe.items():
+            changes = ", ".join(f"{k} {v}" for k, v in d.items())
+            rows.append(f"  {m} on {dataset}: {changes}  [{method.recipe_source}]")
+    rows.append("  simclr temperature 0.1; byol target momentum 0.99 -> 1.")
     rows.append("dataset adjustments:")
     for name, d in DATASET_DEFAULTS.items():
         rows.append("  " + name + ": " + ", ".join(f"{k} {v}" for k, v in d.items()))
@@ -109,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dataset", nargs="?", choices=DATASETS, help="dataset (synthetic: unit tests only)")
     p.add_argument("--head", default="gelu3", help="projector spec of the shared grammar: 'linear' or '<act><n>', "
                    "act in relu/gelu/swish/tanh/softplus, n >= 2 Linear layers (default: gelu3)")
-    p.add_argument("--method", choices=METHODS, default="simclr", help="SSL objective (default: simclr)")
+    p.add_argument("--method", choices=methods.names(), default="simclr", help="SSL objective (default: simclr)")
     p.add_argument("--backbone", choices=BACKBONES, default="resnet18", help="default: resnet18 (CIFAR stem)")
     p.add_argument("--backbone-width", type=int, help="resnet18 base channels / vit_tiny model dim "
                    "(default: 64 / 192; digits 16 / 48, synthetic 8 / 24)")
@@ -166,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfig:
-    """Flags > dataset adjustments > method defaults > TrainConfig defaults."""
+    """Flags > the method's per-dataset recipe > dataset adjustments > method defaults > TrainConfig defaults."""
     if args.dataset is None:
         raise ArgError("a DATASET is required (one of: " + ", ".join(DATASETS) + ")")
     try:
@@ -175,11 +162,10 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
             parse_head_spec(args.predictor)
     except ValueError as exc:
         raise ArgError(str(exc)) from None
-    values: dict[str, Any] = dict(METHOD_DEFAULTS[args.method])
+    values: dict[str, Any] = dict(methods.get(args.method).recipe)
     for key, v in DATASET_DEFAULTS[args.dataset].items():
         values[key] = v[args.backbone] if isinstance(v, dict) else v
-    if (args.dataset, args.method) in METHOD_EPOCH_OVERRIDES:
-        values["epochs"] = METHOD_EPOCH_OVERRIDES[(args.dataset, args.method)]
+    values.update(methods.get(args.method).dataset_recipe.get(args.dataset, {}))
     names = {f.name for f in fields(TrainConfig)}
     for key in names:
         v = getattr(args, key, None)
@@ -309,10 +295,8 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         if not args.quiet:
             print(f"run directory: {run_dir}", flush=True)
 
-    summary: dict[str, Any] = {
-        "command": command_line(), "config": cfg.to_dict(), "device": device_name(device),
-        "world_size": trainer.world, "versions": versions(), "git_commit": git_commit(),
-    }
+    summary = RunSummary(command=command_line(), config=cfg.to_dict(), device=device_name(device),
+                         world_size=trainer.world, versions=versions(), git_commit=git_commit())
     status, code = "finished", 0
     try:
         trainer.fit()
@@ -327,29 +311,25 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
     history = trainer.state.history
     if code == 0 and rank == 0:
         data_dev = data.to(device)
-        fn = trainer.state.embed
-        ztr, htr = features(fn, data_dev.train_x, trainer.augment.normalize)
-        zte, hte = features(fn, data_dev.test_x, trainer.augment.normalize)
-        acc_z = linear_probe_accuracy(ztr, data_dev.train_y, zte, data_dev.test_y, data.classes)
-        acc_h = linear_probe_accuracy(htr, data_dev.train_y, hte, data_dev.test_y, data.classes)
-        summary["linear_probe"] = {"z": acc_z, "h": acc_h, "train_images": len(ztr), "test_images": len(zte)}
-        if not args.no_final_measure:  # E4 orbit geometry and E3 probes (scale/geometry.py, scale/probes.py)
-            summary.update(final_measurement(trainer, data_dev, run_dir, args.orbits, args.probe_images))
-    summary.update(status=status, wall_seconds=time.perf_counter() - t_start, epochs_done=len(history),
-                   final=history[-1] if history else None)
+        summary.class_probe = class_probe(trainer.state.embed, trainer.augment.normalize, data_dev.train_x,
+                                          data_dev.train_y, data_dev.test_x, data_dev.test_y, data.classes)
+        if not args.no_final_measure:  # E4 orbit geometry and E3 rotation probes (scale/geometry.py, scale/probes.py)
+            summary.geometry, summary.rotation_probes = final_measurement(trainer, data_dev, run_dir, args.orbits,
+                                                                          args.probe_images)
+    summary.status, summary.wall_seconds, summary.epochs_done = status, time.perf_counter() - t_start, len(history)
+    summary.final = history[-1] if history else None
     if tracker is not None:
-        summary["curvature"] = tracker.summary()
+        summary.curvature = CurvatureSummary.from_dict(
+            {**tracker.summary(), "last": tracker.records[-1] if tracker.records else None})
     if rank == 0:
-        write_outputs(run_dir, cfg.to_dict(), history, summary)
-        if tracker is not None:
-            tracker.append_report(run_dir)
-        append_report(run_dir, summary)
-        if "linear_probe" in summary:
-            lp = summary["linear_probe"]
-            print(f"linear probe ({data.name} classes, test accuracy): backbone z {100 * lp['z']:.2f} %  "
-                  f"head h {100 * lp['h']:.2f} %  (z minus h: {100 * (lp['z'] - lp['h']):+.2f} points)", flush=True)
+        write_outputs(run_dir, summary, history)
+        if summary.class_probe is not None:
+            a = summary.class_probe.accuracy
+            print(f"linear probe, the headline ({data.name} class labels, logistic regression; test accuracy): "
+                  f"backbone z {a.z:.2f} %  "
+                  f"head h {a.h:.2f} %  (z minus h: {-a.gap:+.2f} points)", flush=True)
         if not args.quiet:
-            print(f"done in {summary['wall_seconds']:.1f} s; report: {run_dir / 'report.md'}", flush=True)
+            print(f"done in {summary.wall_seconds:.1f} s; report: {run_dir / 'report.md'}", flush=True)
     if dist.is_initialized():
         dist.destroy_process_group()
     return code

@@ -1,4 +1,10 @@
-"""What a finished run leaves behind besides its metrics: summary.json, report.md and curves.png."""
+"""What a finished run leaves behind besides its metrics: summary.json, curves.png and report.md, the
+report built once, here, from the run's typed summary (``scale.summary.RunSummary``).
+
+Sections of report.md: the run (config, status, final collapse statistics, the headline probe), the
+end-of-run orbit geometry (E4) and probes (headline and E3), the curvature of ``H_eff`` when it was
+tracked (E2), and the versions. Accuracies in percent, each probe named by its protocol.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,12 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from mini.invariance import Stat
 from scale.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
+from scale.summary import CurvatureSummary, GeometrySummary, RunSummary
 
 
 def versions() -> dict[str, str]:
@@ -72,40 +79,133 @@ def plot_curves(history: list[dict[str, float]]) -> bytes:
     return buf.getvalue()
 
 
-def write_outputs(
-    run_dir: Path, config: dict[str, Any], history: list[dict[str, float]], summary: dict[str, Any]
-) -> None:
-    atomic_write_json(run_dir / "summary.json", summary)
-    if history:
-        atomic_write_bytes(run_dir / "curves.png", plot_curves(history))
-    last = history[-1] if history else {}
-    probe = summary.get("linear_probe", {})
+def _pct(v: float) -> str:
+    return f"{v:.2f} %"
+
+
+def _run_section(run_dir: Path, s: RunSummary) -> list[str]:
+    c, last = s.config, s.final or {}
     lines = [
-        f"# Run {run_dir.name}",
-        "",
-        f"`{summary.get('command', '')}`",
-        "",
-        f"{config['method']} on {config['dataset']}, backbone {config['backbone']}, head {config['head']} "
-        f"({config['head_width']} wide, {config['head_out']} out, BN {config['head_bn']}), init {config['init']}, "
-        f"{config['epochs']} epochs, batch {config['batch_size']}, {config['optimizer']} lr {config['lr']:g}, "
-        f"augmentation {config['augment']}, {summary.get('device', '')}.",
-        "",
-        "| quantity | value |",
-        "|---|---|",
-        f"| status | {summary.get('status')} |",
+        f"# Run {run_dir.name}", "", f"`{s.command}`", "",
+        f"{c['method']} on {c['dataset']}, backbone {c['backbone']}, head {c['head']} ({c['head_width']} wide, "
+        f"{c['head_out']} out, BN {c['head_bn']}), init {c['init']}, {c['epochs']} epochs, batch {c['batch_size']}, "
+        f"{c['optimizer']} lr {c['lr']:g}, augmentation {c['augment']}, {s.device}.", "",
+        "| quantity | value |", "|---|---|",
+        f"| status | {s.status} |",
         f"| final loss | {last.get('loss', float('nan')):.4f} |",
         f"| h std (normalised, probe batch) | {last.get('h_std', float('nan')):.4f} |",
         f"| z std (normalised, probe batch) | {last.get('z_std', float('nan')):.4f} |",
-        f"| linear probe on z (backbone), test accuracy | {probe.get('z', float('nan')):.4f} |",
-        f"| linear probe on h (head), test accuracy | {probe.get('h', float('nan')):.4f} |",
-        f"| wall time | {summary.get('wall_seconds', 0):.1f} s |",
-        "",
-        "![loss and variance](curves.png)",
-        "",
-        f"Versions: {summary.get('versions')}; commit {summary.get('git_commit')}.",
-        "",
     ]
-    atomic_write_text(run_dir / "report.md", "\n".join(lines))
+    if s.class_probe is not None:
+        a = s.class_probe.accuracy
+        lines += [f"| headline probe on z (backbone), test accuracy | {_pct(a.z)} |",
+                  f"| headline probe on h (head), test accuracy | {_pct(a.h)} |"]
+    lines += [f"| wall time | {s.wall_seconds:.1f} s |", ""]
+    if s.class_probe is not None:
+        lines += [f"Headline probe: {s.class_probe.protocol}, {s.class_probe.train_images} training and "
+                  f"{s.class_probe.test_images} test images.", ""]
+    return [*lines, "![loss and variance](curves.png)", ""]
+
+
+def _geometry_section(g: GeometrySummary) -> list[str]:
+    """The E4 table of one run (mean +- population std over orbits)."""
+    def cell(st: Stat | None, scale: float = 1.0) -> str:
+        return "-" if st is None else f"{st.mean * scale:.4g} +- {st.std * scale:.3g}"
+
+    s = g.settings
+    lines = [
+        f"### Orbit geometry (E4): {s['n_orbits']} orbits ({s['classes']} classes x {s['per_class']} images, "
+        f"{s['split']} split) x {s['points_per_orbit']} {s['family']} values {s['values'][0]:g} to "
+        f"{s['values'][-1]:g}; kappa on a {s['sweep_points']}-point sweep {s['sweep_values'][0]:g} to "
+        f"{s['sweep_values'][-1]:g}",
+        "", "| quantity | backbone z | head h(z) | untrained head (control) |", "|---|---|---|---|",
+    ]
+    rows = (("spread", "orbit spread (x 1e-2)", 100.0), ("kappa", "curvature kappa", 1.0), ("d_intra", "D_intra", 1.0),
+            ("d_inter", "D_inter", 1.0), ("ratio", "D_inter / D_intra", 1.0))
+    for key, label, sc in rows:
+        cells = " | ".join(cell(getattr(space, key), sc) for space in (g.z, g.h, g.h_untrained))
+        lines.append(f"| {label} | {cells} |")
+    return [*lines, "",
+            f"Compression (mean spread z / mean spread h): **{g.compression:.3g}x**; untrained control "
+            f"{g.compression_untrained:.3g}x (without biases {g.compression_untrained_nobias:.3g}x); the head on "
+            f"the raw (unnormalised) z it was trained on: {g.compression_raw_input:.3g}x. Mean +- population std "
+            "over orbits (class pairs for D_inter, sweeps for kappa). Head applied to the L2-normalised z, "
+            "BatchNorm in eval mode.", ""]
+
+
+def _probe_section(s: RunSummary) -> list[str]:
+    rows = []
+    if s.class_probe is not None:
+        rows.append((f"headline: {s.class_probe.protocol}", s.class_probe.accuracy))
+    r = s.rotation_probes
+    if r is not None:
+        rows += [(f"rotation, linear ({r.settings['protocol']})", r.linear),
+                 (f"rotation, MLP (hidden {r.settings['hidden_z']} on z, {r.settings['hidden_h']} on h; same protocol)",
+                  r.mlp)]
+    if not rows:
+        return []
+    title = "### Probes on frozen features (headline; E3)"
+    if r is not None:
+        title += (f": rotation 4-way on {r.settings['rotation_samples']['train']} train / "
+                  f"{r.settings['rotation_samples']['test']} test rotated images")
+    lines = [title, "", "| probe (test accuracy) | backbone z | head h | h minus z |", "|---|---|---|---|"]
+    lines += [f"| {label} | {_pct(a.z)} | {_pct(a.h)} | {a.gap:+.2f} points |" for label, a in rows]
+    return [*lines, ""]
+
+
+def _curvature_section(c: CurvatureSummary) -> list[str]:
+    r = c.last
+    if r is None:
+        return []
+
+    def how(residual: str) -> str:
+        v = r.get(residual)
+        return r.get("lambda_is", "Lanczos") if v is None else f"Lanczos residual {v:.1e}"
+
+    cond = "-" if r["condition"] is None else f"{r['condition']:.4g}"
+    rho = c.spearman_zstd_condition
+    return [
+        "## Curvature of H_eff (probe batch)", "",
+        f"{c.n_measurements} measurements (cadence: {c.cadence}), probe of {c.probe_rows} rows, products in "
+        f"{c.dtype}, BatchNorm mode {c.bn_mode}, tracking time {c.tracking_seconds:.1f} s.",
+        "", "| quantity (last measurement) | value |", "|---|---|",
+        f"| lambda_min ({how('residual_min')}) | {r['lambda_min']:.6g} |",
+        f"| lambda_max ({how('residual_max')}) | {r['lambda_max']:.6g} |",
+        f"| negative eigenvalues ({r['n_negative_is']}) | {r['n_negative']} of {r['N']} |",
+        f"| M/H ({r['M_over_H_is']}) | {r['M_over_H']:.4g} |",
+        f"| condition number (only when positive definite) | {cond} |",
+        f"| measurements with lambda_min < 0 | {100 * c.negative_lambda_min_fraction:.0f} % |",
+        f"| Spearman(z std, condition) | {'-' if rho is None else f'{rho:.3f}'} "
+        f"({c.spearman_points} positive-definite points) |",
+        "", "![curvature](curvature.png)", "",
+    ]
+
+
+def versions_table(versions: dict[str, str], commit: str) -> list[str]:
+    return ["| package | version |", "|---|---|", *(f"| {k} | {v} |" for k, v in sorted(versions.items())),
+            f"| git commit | {commit} |", ""]
+
+
+def build_report(run_dir: Path, s: RunSummary) -> str:
+    """report.md of one run, from its summary alone."""
+    lines = _run_section(run_dir, s)
+    if s.geometry is not None or s.rotation_probes is not None:
+        lines += ["## End-of-run measurement", ""]
+        lines += _geometry_section(s.geometry) if s.geometry is not None else [
+            "(no orbit geometry: fewer than 2 classes in the test split)", ""]
+    lines += _probe_section(s)
+    if s.curvature is not None:
+        lines += _curvature_section(s.curvature)
+    lines += ["## Versions", "", *versions_table(s.versions, s.git_commit)]
+    return "\n".join(lines)
+
+
+def write_outputs(run_dir: Path, summary: RunSummary, history: list[dict[str, float]]) -> None:
+    """summary.json, curves.png (when an epoch finished) and report.md of a run."""
+    atomic_write_json(run_dir / "summary.json", summary.to_dict())
+    if history:
+        atomic_write_bytes(run_dir / "curves.png", plot_curves(history))
+    atomic_write_text(run_dir / "report.md", build_report(run_dir, summary))
 
 
 def command_line() -> str:

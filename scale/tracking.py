@@ -20,12 +20,14 @@ and then, by the cheapest exact path that applies (``measure``; the record's ``p
                  |M|_F / |H|_F by a Hutchinson estimate (``E|Av|^2 = |A|_F^2``, Rademacher v)
 
     condition = lambda_max / lambda_min        only when positive definite
-    z_var                                      mean per-dimension variance of the L2-normalised z
+    z_std                                      mean per-dimension std of the L2-normalised z
+                                               (``mini.collapse_metrics``, E1's collapse statistic)
 
 Records go to ``curvature.jsonl`` in the run directory, the last one of each epoch into the epoch's
 metrics (``hess_*``), and at the end ``curvature.png`` (the paper's Figure 3 in our form: lambda_min,
 lambda_max and the condition number against training time) and ``curvature_summary.json`` with the
-Spearman correlation between representation variance and condition number over the measurements
+Spearman correlation between representation spread (z_std; a rank statistic, so the same as with
+the variance) and condition number over the measurements
 where ``H_eff`` was positive definite (the condition number exists only there; the number of such
 points is reported next to it).
 """
@@ -36,14 +38,16 @@ import copy
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from mini.collapse_metrics import representation_std
 from mini.hessian import NEG_FLOOR
-from scale import objectives as so
+from scale import methods
 from scale.blocks import block_norm, effective_hessian_blocks, factored_operator
 from scale.checkpoint import atomic_write_bytes
 from scale.curvature import EffectiveHessian
@@ -52,29 +56,21 @@ from scale.lanczos import LanczosResult, lanczos
 from scale.train import Hook
 
 BLOCK_MEMORY = 2**28  # bytes: per-sample Jacobians (or loss blocks) larger than this take the next path of ``measure``
-BLOCK_DIAGONAL_METHODS = frozenset({"simsiam", "byol"})
 
 
-def probe_objective(method: str, model: nn.Module, h: Tensor, target_h: Tensor | None, temperature: float = 0.1):
+def probe_objective(method: str, model: nn.Module, h: Tensor, target_h: Tensor | None, temperature: float = 0.1,
+                    *, config: Any = None):
     """The method's loss as a function of the probe's embeddings, computed locally (no all-gather:
     curvature products run on one process), stop-gradient data bound at the probe. The predictor
-    is a copy in eval mode and in ``h``'s dtype (it is held fixed: part of the objective)."""
-    if method == "simclr":
-        return lambda Hb: so.nt_xent(Hb, temperature)
-    if method == "vicreg":
-        return so.vicreg
-    if method == "barlow":
-        return so.barlow
-    pred = None if model.predictor is None else copy.deepcopy(model.predictor).to(h.dtype).eval()
-    if method == "simsiam":
-        T = h.detach()
-        return lambda Hb: so.simsiam(Hb, T, pred)
-    if method == "byol":
-        if target_h is None:
-            raise ValueError("byol's curvature needs the target network's embeddings of the probe")
-        T = target_h.detach()
-        return lambda Hb: so.byol(Hb, T, pred)
-    raise ValueError(f"unknown method {method!r}; valid: simclr, simsiam, byol, vicreg, barlow")
+    is a copy in eval mode and in ``h``'s dtype (it is held fixed: part of the objective). ``config``
+    (the run's ``TrainConfig``) gives the objective its settings; without it only ``temperature``."""
+    m = methods.get(method)
+    pred = None
+    if m.predictor and model.predictor is not None:
+        pred = copy.deepcopy(model.predictor).to(h.dtype).eval()
+    ctx = methods.ObjectiveContext(h, target_h, pred, config or SimpleNamespace(temperature=temperature),
+                                   gather=False)
+    return m.objective(ctx)
 
 
 def hutchinson_ratio(num, den, N: int, probes: int, dtype, device, seed: int = 0) -> float:
@@ -84,12 +80,6 @@ def hutchinson_ratio(num, den, N: int, probes: int, dtype, device, seed: int = 0
     a = float((num.matmat(V).double() ** 2).sum())
     b = float((den.matmat(V).double() ** 2).sum())
     return float(np.sqrt(a / b)) if b > 0 else float("nan")
-
-
-def z_variance(z: Tensor) -> float:
-    """Mean per-dimension variance of the L2-normalised representations (the probe's spread)."""
-    u = so.normalize(z.double())
-    return float(u.var(dim=0, unbiased=False).mean())
 
 
 def _rowwise(head: nn.Module, bn_mode: str) -> bool:
@@ -153,7 +143,7 @@ def measure(
     elif path in ("blocks", "factored") and not _rowwise(head, bn_mode):
         raise ValueError(f"path {path!r} needs a row-wise MLPHead (BatchNorm in eval mode); use 'matrix-free'")
     n, d = z.shape
-    rec: dict[str, Any] = {"path": path, "z_var": z_variance(z), "N": n * d}
+    rec: dict[str, Any] = {"path": path, "z_std": representation_std(z.double()), "N": n * d}
     res = warm
     if path == "blocks":
         blocks = effective_hessian_blocks(z, head, loss, dtype=torch.float64, spectra="H")
@@ -248,34 +238,6 @@ class HessianTracker(Hook):
             atomic_write_bytes(self.run_dir / "curvature_summary.json", json.dumps(summary, indent=2).encode())
             atomic_write_bytes(self.run_dir / "curvature.png", plot_curvature(self.records))
 
-    def append_report(self, run_dir: str | Path) -> None:
-        """Append the curvature section (table, plot, Spearman) to the run's report.md."""
-        path = Path(run_dir) / "report.md"
-        if not self.records or not path.is_file():
-            return
-        s = self.summary()
-        r = self.records[-1]
-        cond = "-" if r["condition"] is None else f"{r['condition']:.4g}"
-        rho = s["spearman_zvar_condition"]
-        lines = [
-            "", "## Curvature of H_eff (probe batch)", "",
-            f"{s['n_measurements']} measurements (cadence: {s['cadence']}), probe of {s['probe_rows']} rows, "
-            f"products in {s['dtype']}, BatchNorm mode {s['bn_mode']}, tracking time {s['tracking_seconds']:.1f} s.",
-            "", "| quantity (last measurement) | value |", "|---|---|",
-            f"| lambda_min ({_how(r, 'residual_min')}) | {r['lambda_min']:.6g} |",
-            f"| lambda_max ({_how(r, 'residual_max')}) | {r['lambda_max']:.6g} |",
-            f"| negative eigenvalues ({r['n_negative_is']}) | {r['n_negative']} of {r['N']} |",
-            f"| M/H ({r['M_over_H_is']}) | {r['M_over_H']:.4g} |",
-            f"| condition number (only when positive definite) | {cond} |",
-            f"| measurements with lambda_min < 0 | {100 * s['negative_lambda_min_fraction']:.0f} % |",
-            f"| Spearman(z variance, condition) | {'-' if rho is None else f'{rho:.3f}'} "
-            f"({s['spearman_points']} positive-definite points) |",
-            "", "![curvature](curvature.png)", "",
-        ]
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(path.read_text() + "\n".join(lines))
-        tmp.replace(path)
-
     def state_dict(self) -> dict[str, Any]:
         return {"records": self.records, "probe_x": self.probe_x, "seconds": self.seconds,
                 "warm": None if self.warm is None else self.warm.vectors.cpu()}
@@ -294,16 +256,16 @@ class HessianTracker(Hook):
         x = self.probe_x.to(state.device)
         z, h = state.embed(x)
         target_h = None
-        if cfg.method == "byol" and state.target is not None:
+        if methods.get(cfg.method).ema_target and state.target is not None:
             was = state.target.training
             state.target.eval()
             target_h = state.target(x)[1]
             state.target.train(was)
         th = None if target_h is None else target_h.to(self.dtype)
-        loss = probe_objective(cfg.method, model, h.to(self.dtype), th, cfg.temperature)
+        loss = probe_objective(cfg.method, model, h.to(self.dtype), th, cfg.temperature, config=cfg)
         if self.warm is None and getattr(self, "_warm_vectors", None) is not None:
             self.warm = _vectors_as_result(self._warm_vectors.to(state.device))
-        rec, self.warm = measure(z, model.projector, loss, block_diagonal=cfg.method in BLOCK_DIAGONAL_METHODS,
+        rec, self.warm = measure(z, model.projector, loss, block_diagonal=methods.get(cfg.method).per_sample,
                                  bn_mode=self.bn_mode, dtype=self.dtype, warm=self.warm, max_iter=self.max_iter,
                                  tol=self.tol, hutchinson_probes=self.hutchinson_probes, path=self.path)
         rec.update(epoch=state.epoch + 1, step=state.global_step, probe_rows=int(x.shape[0]), method=cfg.method)
@@ -323,7 +285,7 @@ class HessianTracker(Hook):
         pd = [r for r in self.records if r.get("condition") is not None]
         return {
             "n_measurements": len(self.records), "tracking_seconds": self.seconds,
-            "spearman_zvar_condition": spearman([r["z_var"] for r in pd], [r["condition"] for r in pd]),
+            "spearman_zstd_condition": spearman([r["z_std"] for r in pd], [r["condition"] for r in pd]),
             "spearman_points": len(pd),
             "spearman_note": "over measurements where H_eff was positive definite (condition defined only there)",
             "cadence": self.every, "probe_rows": self.records[0]["probe_rows"] if self.records else None,
@@ -331,11 +293,6 @@ class HessianTracker(Hook):
             "negative_lambda_min_fraction": (float(np.mean([r["lambda_min"] < -NEG_FLOOR * r["scale"]
                                                             for r in self.records])) if self.records else None),
         }
-
-
-def _how(record: dict[str, Any], residual: str) -> str:
-    r = record.get(residual)
-    return record.get("lambda_is", "Lanczos") if r is None else f"Lanczos residual {r:.1e}"
 
 
 def _vectors_as_result(vectors: Tensor) -> LanczosResult:

@@ -6,7 +6,8 @@ two views stacked ``[view1; view2]``, and runs one forward of ``SSLModel`` on th
 
     x (2B, 3, S, S) -> backbone -> z (2B, d) -> projector (the head) -> h (2B, k) [-> predictor -> p]
 
-Losses (``scale/objectives.py``, mirrors of ``mini.losses``):
+Losses (each method's record in ``scale/methods.py``, built from ``scale/objectives.py``, mirrors of
+``mini.losses``):
     simclr   nt_xent(h, tau)               on the global batch (all-gathered across ranks)
     simsiam  simsiam(p, targets=h)         = mini's simsiam(targets=stopgrad(h), predictor)(h)
     byol     byol(p, targets=h_target)     targets from the momentum (EMA) target network
@@ -17,31 +18,21 @@ augmentation's randomness is reseeded at every step from (seed, global step, ran
 from a checkpoint (epoch end, or mid-epoch after Ctrl-C) replays exactly the batches and views of the
 uninterrupted run; on CPU its metrics are bitwise identical.
 
-Hooks (where the curvature tracker and the paper's measurements plug in): subclass ``Hook`` and pass
-instances to ``Trainer(hooks=[...])``. Each callback receives the live ``TrainState``:
-
-    on_fit_start(state)     after the model, optimiser and probe batch exist (and after a resume)
-    on_step_end(state)      after each optimiser step; ``state.x``, ``state.z``, ``state.h`` are the
-                            step's augmented batch and outputs (detached), ``state.loss`` a 0-d tensor
-    on_epoch_end(state)     before the epoch's record is written: add numbers to ``state.metrics``
-                            (a dict of floats) and they land in metrics.jsonl and the checkpoint
-    on_fit_end(state)
-
-``state.model`` is the bare ``SSLModel`` (never the DDP wrapper); ``state.probe_x``/``state.probe_y``
-a fixed batch of unaugmented, normalised training images (the same in every epoch and after a
-resume); ``state.embed(x)`` returns ``(z, h)`` in eval mode without gradients; ``state.objective(h)``
-returns ``L`` as a function of embeddings with every stop-gradient quantity bound at the current
-batch (what ``H_eff`` differentiates, ``mini.losses`` semantics). Hooks that keep state across epochs
-implement ``state_dict``/``load_state_dict`` and are checkpointed with the run.
+Hooks (``scale/hooks.py``: where the curvature tracker and the paper's measurements plug in):
+subclass ``Hook`` and pass instances to ``Trainer(hooks=[...])``; progress bar, checkpoints,
+metrics.jsonl and the epoch line are built-in hooks appended after them. Each callback receives the
+live ``TrainState``: ``state.model`` is the bare ``SSLModel`` (never the DDP wrapper);
+``state.probe_x``/``state.probe_y`` a fixed batch of unaugmented, normalised training images (the
+same in every epoch and after a resume); ``state.embed(x)`` returns ``(z, h)`` in eval mode without
+gradients; ``state.objective(h)`` returns ``L`` as a function of embeddings with every stop-gradient
+quantity bound at the current batch (what ``H_eff`` differentiates, ``mini.losses`` semantics).
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import math
 import signal
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -52,18 +43,18 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from mini.collapse_metrics import collapse_stats
 from mini.heads import parse_head_spec
-from scale import objectives as so
+from scale import methods
 from scale.augment import GPUAugment
 from scale.backbones import build_backbone
-from scale.checkpoint import atomic_write_text, load_checkpoint, save_checkpoint
+from scale.checkpoint import load_checkpoint, save_checkpoint
 from scale.data import Dataset
 from scale.heads import build_head, collapse_init_
+from scale.hooks import Checkpointer, EpochLog, Hook, MetricsFile, ProgressBar
 
-METHODS: tuple[str, ...] = ("simclr", "simsiam", "byol", "vicreg", "barlow")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "lars")
 SCHEDULES: tuple[str, ...] = ("cosine", "constant")
-COND_FLOOR = 1e-7  # E1: covariance condition number with lambda_min clamped here
 
 
 @dataclass
@@ -133,7 +124,7 @@ class SSLModel(nn.Module):
         elif cfg.init != "normal":
             raise ValueError(f"unknown init {cfg.init!r}; valid: normal, collapsed")
         self.predictor: nn.Module | None = None
-        if cfg.method in ("simsiam", "byol"):
+        if methods.get(cfg.method).predictor:
             spec = cfg.predictor or default_predictor(cfg.head)
             # E1: predictor 2048-512-2048, same activation, same bias and BN choice as the projector
             self.predictor = build_head(spec, cfg.head_out, cfg.head_out, cfg.pred_width, bias=cfg.head_bias,
@@ -209,20 +200,6 @@ def lr_at(cfg: TrainConfig, step: int, total: int, warmup: int) -> float:
 # --------------------------------------------------------------------------------------------
 
 
-class Hook:
-    """Base class for trainer callbacks; override what you need (see the module docstring)."""
-
-    def on_fit_start(self, state: TrainState) -> None: ...
-    def on_step_end(self, state: TrainState) -> None: ...
-    def on_epoch_end(self, state: TrainState) -> None: ...
-    def on_fit_end(self, state: TrainState) -> None: ...
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
 @dataclass
 class TrainState:
     config: TrainConfig
@@ -235,6 +212,7 @@ class TrainState:
     rank: int = 0
     world_size: int = 1
     epoch: int = 0  # current epoch (0-based)
+    first_step: int = 0  # the step this epoch starts at (> 0 when a resume lands mid-epoch)
     step: int = 0  # step within the epoch (0-based) of the last finished step
     global_step: int = 0  # optimiser steps done
     lr: float = 0.0
@@ -266,42 +244,23 @@ class TrainState:
 
 def objective_fn(cfg: TrainConfig, model: SSLModel, h: torch.Tensor, target_h: torch.Tensor | None = None
                  ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The method's loss as a function of the embedding batch (mini.losses semantics)."""
-    if cfg.method == "simclr":
-        return lambda Hb: so.global_loss(so.nt_xent, Hb, cfg.temperature)
-    if cfg.method == "vicreg":
-        return lambda Hb: so.global_loss(so.vicreg, Hb)
-    if cfg.method == "barlow":
-        return lambda Hb: so.global_loss(so.barlow, Hb)
-    if cfg.method == "simsiam":
-        T = h.detach()
-        return lambda Hb: so.simsiam(Hb, T, model.predictor)
-    if cfg.method == "byol":
-        if target_h is None:
-            raise ValueError("byol's objective needs the target network's embeddings of the same batch")
-        T = target_h.detach()
-        return lambda Hb: so.byol(Hb, T, model.predictor)
-    raise ValueError(f"unknown method {cfg.method!r}; valid: {', '.join(METHODS)}")
+    """The method's loss as a function of the embedding batch (mini.losses semantics): the registry's
+    objective with the stop-gradient data bound at ``h`` (and ``target_h``) and the predictor inside."""
+    ctx = methods.ObjectiveContext(h, target_h, model.predictor, cfg, gather=True)
+    return methods.get(cfg.method).objective(ctx)
 
 
 def training_loss(cfg: TrainConfig, h: torch.Tensor, p: torch.Tensor | None, target_h: torch.Tensor | None
                   ) -> torch.Tensor:
-    """The loss of one step from the forward's outputs (predictor already applied inside the model)."""
+    """The loss of one step from the forward's outputs: the objective bound at this batch, evaluated on
+    the predictor's output ``p`` (already applied inside the model) or, without a predictor, on ``h``."""
     def full(t):  # losses in fp32 under bf16 autocast; float64 stays float64 (cross-checks)
         return t.float() if t is not None and t.dtype in (torch.bfloat16, torch.float16) else t
 
     h, p, target_h = full(h), full(p), full(target_h)
-    if cfg.method == "simclr":
-        return so.global_loss(so.nt_xent, h, cfg.temperature)
-    if cfg.method == "vicreg":
-        return so.global_loss(so.vicreg, h)
-    if cfg.method == "barlow":
-        return so.global_loss(so.barlow, h)
-    if cfg.method == "simsiam":
-        return so.simsiam(p, targets=h)  # P = p(h), T = stopgrad(h)
-    if cfg.method == "byol":
-        return so.byol(p, targets=target_h)
-    raise ValueError(f"unknown method {cfg.method!r}; valid: {', '.join(METHODS)}")
+    method = methods.get(cfg.method)
+    loss = method.objective(methods.ObjectiveContext(h, target_h, None, cfg, gather=True))
+    return loss(p if method.predictor else h)
 
 
 # --------------------------------------------------------------------------------------------
@@ -321,8 +280,9 @@ def _likely_cause(cfg: TrainConfig) -> str:
     causes = [f"the learning rate ({cfg.lr:g}, {cfg.optimizer}) is too high for this setup: try a smaller --lr"]
     if cfg.precision == "bf16":
         causes.append("bf16 overflow: try --precision fp32")
-    if cfg.method in ("vicreg", "barlow"):
-        causes.append(f"{cfg.method}'s batch statistics blew up (a tiny batch makes them unstable)")
+    hint = methods.get(cfg.method).failure_hint
+    if hint:
+        causes.append(hint)
     return "; or ".join(causes)
 
 
@@ -337,16 +297,6 @@ def _seed_for(*parts: int) -> int:
     for p in parts:
         h = ((h ^ (int(p) & 0xFFFFFFFFFFFF)) * 1099511628211) % (1 << 63)
     return h
-
-
-@torch.no_grad()
-def _spread_stats(x: torch.Tensor) -> tuple[float, float]:
-    """E1's collapse numbers for a batch: mean per-dimension std of the L2-normalised rows, and the
-    condition number of their covariance with lambda_min clamped at ``COND_FLOOR``."""
-    u = so.normalize(x.double())
-    std = float(u.std(dim=0).mean())
-    eig = torch.linalg.eigvalsh(torch.cov(u.T))
-    return std, float(eig[-1].clamp_min(COND_FLOOR) / eig[0].clamp_min(COND_FLOOR))
 
 
 class Trainer:
@@ -387,7 +337,7 @@ class Trainer:
         if self.distributed and cfg.sync_bn:
             self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
         self.target: SSLModel | None = None
-        if cfg.method == "byol":
+        if methods.get(cfg.method).ema_target:
             self.target = copy.deepcopy(self.model).requires_grad_(False)
             self.target.predictor = None
         self.forward_model: nn.Module = self.model
@@ -410,6 +360,13 @@ class Trainer:
         self.start_epoch, self.start_step = 0, 0
         self.partial = {"loss_sum": 0.0, "steps": 0, "images": 0, "seconds": 0.0}
         self._stop_requested = False
+        # After the user's hooks, so that an epoch-end checkpoint holds what they added to the epoch.
+        self.builtin_hooks: list[Hook] = [Checkpointer(self)]
+        if self.rank == 0 and self.run_dir is not None:
+            self.builtin_hooks.append(MetricsFile(self.run_dir))
+        self.builtin_hooks.append(EpochLog(self.log))
+        if self.progress and self.rank == 0:
+            self.builtin_hooks.append(ProgressBar(cfg.log_every))
 
     # ---------------------------------------------------------------- checkpoints
 
@@ -534,8 +491,8 @@ class Trainer:
     def _epoch_metrics(self, epoch: int) -> dict[str, float]:
         p = self.partial
         zs, hs = self.state.embed(self.state.probe_x)
-        z_std, z_cond = _spread_stats(zs)
-        h_std, h_cond = _spread_stats(hs)
+        z_std, z_cond = collapse_stats(zs.double())  # E1's collapse statistics (mini.collapse_metrics)
+        h_std, h_cond = collapse_stats(hs.double())
         loss = p["loss_sum"] / max(1, p["steps"])
         if self.distributed:  # mean loss over ranks (each rank saw its slice)
             t = torch.tensor([loss], dtype=torch.float64, device=self.device)
@@ -556,105 +513,84 @@ class Trainer:
         """Finish the current step, save a checkpoint, and raise ``Interrupted`` (what Ctrl-C does)."""
         self._stop_requested = True
 
+    def _emit(self, event: str) -> None:
+        """Call ``event`` on every hook: the user's, then the built-ins."""
+        for hook in (*self.hooks, *self.builtin_hooks):
+            getattr(hook, event)(self.state)
+
     def fit(self) -> TrainState:
-        state = self.state
         old_handler = None
         try:
             old_handler = signal.signal(signal.SIGINT, self._on_sigint)
         except ValueError:  # not the main thread
             pass
         try:
-            for hook in self.hooks:
-                hook.on_fit_start(state)
+            self.state.epoch, self.state.first_step = self.start_epoch, self.start_step  # where training (re)starts
+            self._emit("on_fit_start")
             self._fit_loop()
-            for hook in self.hooks:
-                hook.on_fit_end(state)
+            self._emit("on_fit_end")
         finally:
             if old_handler is not None:
                 signal.signal(signal.SIGINT, old_handler)
-        return state
+        return self.state
+
+    def _step(self, epoch: int, step: int, perm: torch.Tensor) -> None:
+        """One optimiser step: batch, augment, forward, loss, backward, step (and BYOL's EMA)."""
+        cfg, state = self.cfg, self.state
+        state.lr = lr_at(cfg, state.global_step, self.total_steps, self.warmup_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = state.lr
+        start = step * cfg.batch_size + self.rank * self.local_batch
+        idx = perm[start : start + self.local_batch]
+        torch.manual_seed(_seed_for(cfg.seed, 13, state.global_step, self.rank))
+        x = self.augment.views(self.train_x[idx])  # (2b, 3, S, S), rows [view1; view2]
+        loss, z, h, target_h = self.step_loss(x)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if step == self.steps_per_epoch - 1:
+            state.metrics.update(self._grad_stats())
+        self.optimizer.step()
+        if self.target is not None:
+            self._ema_update()
+        state.global_step += 1
+        state.step, state.loss = step, loss.detach()
+        state.x, state.z, state.h, state.target_h = x, z.detach(), h.detach(), target_h
 
     def _fit_loop(self) -> None:
         cfg, state = self.cfg, self.state
         self.model.train()
         self.start_epoch_done = self.start_epoch
-        bar = None
         for epoch in range(self.start_epoch, cfg.epochs):
-            state.epoch, state.metrics = epoch, {}
-            perm = self._permutation(epoch)
             first = self.start_step if epoch == self.start_epoch else 0
+            state.epoch, state.first_step, state.metrics = epoch, first, {}
             if first == 0:
                 self.partial = {"loss_sum": 0.0, "steps": 0, "images": 0, "seconds": 0.0}
-            if self.progress and self.rank == 0:
-                from tqdm import tqdm
-
-                # A live bar only on a terminal: in logs and pipes the per-epoch line says it all.
-                bar = tqdm(total=self.steps_per_epoch, initial=first, desc=f"epoch {epoch + 1}/{cfg.epochs}",
-                           leave=False, dynamic_ncols=True, disable=not sys.stderr.isatty())
-            pending: list[tuple[int, int, torch.Tensor]] = []
-            t0, images0 = time.perf_counter(), 0
+            perm = self._permutation(epoch)
+            self._emit("on_epoch_start")
+            pending: list[tuple[int, int, torch.Tensor]] = []  # losses not yet checked (one sync per log_every)
+            t0, images = time.perf_counter(), 0
             for step in range(first, self.steps_per_epoch):
-                state.lr = lr_at(cfg, state.global_step, self.total_steps, self.warmup_steps)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = state.lr
-                start = step * cfg.batch_size + self.rank * self.local_batch
-                idx = perm[start : start + self.local_batch]
-                torch.manual_seed(_seed_for(cfg.seed, 13, state.global_step, self.rank))
-                x = self.augment.views(self.train_x[idx])  # (2b, 3, S, S), rows [view1; view2]
-                loss, z, h, target_h = self.step_loss(x)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if step == self.steps_per_epoch - 1:
-                    state.metrics.update(self._grad_stats())
-                self.optimizer.step()
-                if self.target is not None:
-                    self._ema_update()
-                state.global_step += 1
-                state.step, state.loss = step, loss.detach()
-                state.x, state.z, state.h, state.target_h = x, z.detach(), h.detach(), target_h
+                self._step(epoch, step, perm)
                 pending.append((epoch, step, state.loss))
-                images0 += len(idx)
+                images += self.local_batch
                 if not self.cuda or len(pending) >= cfg.log_every or step == self.steps_per_epoch - 1:
                     self._check_finite(pending)
                     pending = []
-                for hook in self.hooks:
+                for hook in (*self.hooks, *self.builtin_hooks):
                     hook.on_step_end(state)
-                if bar is not None and (step % max(1, cfg.log_every) == 0 or step == self.steps_per_epoch - 1):
-                    seconds = time.perf_counter() - t0
-                    rate = images0 * self.world / max(seconds, 1e-9)
-                    bar.set_postfix(loss=f"{float(state.loss):.4f}", img_s=f"{rate:.0f}")
-                if bar is not None:
-                    bar.update(1)
-                if self._stop_requested:
+                if self._stop_requested and step + 1 < self.steps_per_epoch:
                     self._check_finite(pending)
-                    self._accumulate(images0, time.perf_counter() - t0)
-                    if bar is not None:
-                        bar.close()
-                    last = step + 1 == self.steps_per_epoch
-                    if not last:
-                        self.save(epoch, step + 1)
-                        raise Interrupted(f"interrupted at epoch {epoch + 1}, step {step + 1}")
-                    break
-            else:
-                self._accumulate(images0, time.perf_counter() - t0)
-            if bar is not None:
-                bar.close()
+                    self._accumulate(images, time.perf_counter() - t0)
+                    self._emit("on_interrupt")  # the Checkpointer saves (epoch, step + 1)
+                    raise Interrupted(f"interrupted at epoch {epoch + 1}, step {step + 1}")
+            self._accumulate(images, time.perf_counter() - t0)
             record = self._epoch_metrics(epoch)
-            for hook in self.hooks:
-                hook.on_epoch_end(state)
-            record.update(state.metrics)
-            state.history.append(record)
+            record.update(state.metrics)  # the last step's gradient statistics
+            state.metrics = record
+            state.history.append(record)  # hooks add to the record in place
             self.partial = {"loss_sum": 0.0, "steps": 0, "images": 0, "seconds": 0.0}
-            self.save(epoch + 1, 0)
+            self._emit("on_epoch_end")  # the user's hooks, then checkpoint, metrics.jsonl, the epoch line
             self.start_epoch_done = epoch + 1
-            if self.rank == 0 and self.run_dir is not None:
-                lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in state.history)
-                atomic_write_text(self.run_dir / "metrics.jsonl", lines)
-            self.log(
-                f"epoch {epoch + 1:>3}/{cfg.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.3g}  "
-                f"h_std {record['h_std']:.4f}  z_std {record['z_std']:.4f}  "
-                f"{record['images_per_s']:.0f} img/s  {record['epoch_seconds']:.1f} s"
-            )
             if self._stop_requested:
                 raise Interrupted(f"interrupted at the end of epoch {epoch + 1}")
 

@@ -18,7 +18,7 @@ from mini.invariance import orbit_geometry
 from scale.data import ARCHIVES
 from scale.geometry import GeometrySettings, measure_geometry, orbit_images, parse_orbits
 from scale.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, orbit_batch_at
-from scale.probes import ProbeSettings, rotated, run_probes
+from scale.probes import HEADLINE_PROTOCOL, ProbeSettings, class_probe, rotated, run_rotation_probes
 
 REL_TOL = 1e-5  # float32 features against float64 metrics
 S = 12  # image side
@@ -84,27 +84,27 @@ def test_geometry_equals_mini_on_numpy_and_orthogonal_head_compresses_nothing(fa
     settings = GeometrySettings.for_family(family)
     res = measure_geometry(Flatten(), head, _cfg(), x, y, (0.5,) * 3, (0.25,) * 3, settings)
     s = res.summary()
-    assert res.arrays["z"].shape == (15, 12, d) and s["settings"]["family"] == family
+    assert res.arrays["z"].shape == (15, 12, d) and s.settings["family"] == family
     if family == "hue":
         assert settings.values[0] == pytest.approx(-0.4) and settings.values[-1] == pytest.approx(0.4)
     # the torch path equals mini's metrics on the saved NumPy arrays
     ref = orbit_geometry(res.arrays["z"].astype(np.float64), res.arrays["labels"])
-    assert s["z"]["spread"]["mean"] == pytest.approx(ref.spread.mean, rel=REL_TOL)
-    assert s["z"]["d_inter"]["mean"] == pytest.approx(ref.d_inter.mean, rel=REL_TOL)
+    assert s.z.spread.mean == pytest.approx(ref.spread.mean, rel=REL_TOL)
+    assert s.z.d_inter.mean == pytest.approx(ref.d_inter.mean, rel=REL_TOL)
     # an orthogonal head is an isometry of the sphere: every distance, hence the compression, is unchanged
-    assert s["compression"] == pytest.approx(1.0, rel=REL_TOL)
-    assert s["h"]["kappa"]["mean"] == pytest.approx(s["z"]["kappa"]["mean"], rel=REL_TOL)
+    assert s.compression == pytest.approx(1.0, rel=REL_TOL)
+    assert s.h.kappa.mean == pytest.approx(s.z.kappa.mean, rel=REL_TOL)
     # the other extreme: a head blind to its input (zero weights, a bias) maps every orbit to one point
     blind = nn.Linear(d, d)
     with torch.no_grad():
         blind.weight.zero_()
         blind.bias.fill_(1.0)
     s1 = measure_geometry(Flatten(), blind, _cfg(), x, y, (0.5,) * 3, (0.25,) * 3, settings).summary()
-    assert s1["h"]["spread"]["mean"] < 1e-10 < s["h"]["spread"]["mean"]
+    assert s1.h.spread.mean < 1e-10 < s.h.spread.mean
     # the control is an untrained head of the same architecture, not the head measured; this head has no
     # biases, so the bias-free control is the same head
-    assert s["compression_untrained"] != pytest.approx(1.0, rel=1e-3)
-    assert s["compression_untrained_nobias"] == s["compression_untrained"]
+    assert s.compression_untrained != pytest.approx(1.0, rel=1e-3)
+    assert s.compression_untrained_nobias == s.compression_untrained
 
 
 def test_rotation_probe_reads_rotation_from_pixels_but_not_from_an_invariant():
@@ -120,13 +120,17 @@ def test_rotation_probe_reads_rotation_from_pixels_but_not_from_an_invariant():
 
     xr, yr = rotated(train_x[:3])
     assert xr.shape == (12, 3, 8, 8) and yr.tolist() == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
-    out = run_probes(embed, lambda u: u.float() / 255, train_x, train_y, test_x, test_y, 2,
-                     ProbeSettings(epochs=10, hidden_z=16, hidden_h=16))
-    rot = out["rotation"]
-    for kind in ("linear", "mlp", "ridge"):
-        assert rot["z"][kind]["test"] > 0.9, kind
-        assert rot["h"][kind]["test"] < 0.4, kind  # chance is 0.25: an invariant feature cannot tell
-    assert out["settings"]["rotation_samples"] == {"train": 256, "test": 128}
+    out = run_rotation_probes(embed, lambda u: u.float() / 255, train_x, test_x,
+                              ProbeSettings(epochs=10, hidden_z=16, hidden_h=16))
+    for kind in ("linear", "mlp"):
+        acc = getattr(out, kind)  # percent
+        assert acc.z > 90, kind
+        assert acc.h < 40, kind  # chance is 25 %: an invariant feature cannot tell
+    assert out.settings["rotation_samples"] == {"train": 256, "test": 128}
+    # the headline class probe on the same features: the labels alternate, the pixels do not show them
+    cp = class_probe(embed, lambda u: u.float() / 255, train_x, train_y, test_x, test_y, 2)
+    assert cp.protocol == HEADLINE_PROTOCOL and (cp.train_images, cp.test_images) == (64, 32)
+    assert 0 <= cp.accuracy.z <= 100 and 0 <= cp.accuracy.h <= 100
     with pytest.raises(ValueError, match="positive"):
         ProbeSettings(epochs=0)
 
@@ -159,7 +163,7 @@ def test_scale_run_ends_with_geometry_and_probes_on_cifar_format(tmp_path):
     assert code == 0
     run = tmp_path / "r"
     summary = json.loads((run / "summary.json").read_text())
-    geo, probes = summary["geometry"], summary["probes"]
+    geo, probes = summary["geometry"], summary["rotation_probes"]
     # 24 test images, labels 0..9 in turn: classes 0-3 have 3 images, class 4 has 2, so 5 x 3 becomes 5 x 2
     assert geo["settings"]["asked"] == "5x3" and geo["settings"]["per_class"] == 2
     assert geo["settings"]["n_orbits"] == 10 and geo["settings"]["points_per_orbit"] == 12
@@ -167,8 +171,10 @@ def test_scale_run_ends_with_geometry_and_probes_on_cifar_format(tmp_path):
         assert np.isfinite(geo[space]["spread"]["mean"]) and geo[space]["kappa"]["n"] == 10
     assert geo["compression"] == pytest.approx(geo["z"]["spread"]["mean"] / geo["h"]["spread"]["mean"])
     assert probes["settings"]["rotation_samples"] == {"train": 64, "test": 64}  # 16 images each, x 4
-    assert 0.0 <= probes["rotation"]["h"]["mlp"]["test"] <= 1.0
+    assert 0.0 <= probes["mlp"]["h"] <= 100.0  # percent
+    assert summary["class_probe"]["protocol"] == HEADLINE_PROTOCOL
     assert np.load(run / "orbits.npz")["h"].shape == (10, 12, 8)
     report = (run / "report.md").read_text()
-    assert "Orbit geometry (E4)" in report and "Probes on frozen features (E3)" in report
+    assert "Orbit geometry (E4)" in report and "Probes on frozen features (headline; E3)" in report
+    assert "headline: class labels, linear: logistic regression" in report
     assert main(["cifar10", "--orbits", "5by3", "--data-dir", str(tmp_path / "data")]) == 2

@@ -76,7 +76,8 @@ def test_grid_skips_completed_runs_resumes_interrupted_ones_and_the_report_regen
     assert _grid(tmp_path) == 0
     run = out / "runs" / "E3E4-relu2-s0"
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "finished" and "geometry" in summary and "probes" in summary
+    assert summary["status"] == "finished" and "geometry" in summary
+    assert summary["rotation_probes"] is not None and summary["geometry"] is not None
     assert json.loads((run / "deviations.json").read_text())["dataset"] == ["cifar10", "synthetic"]
     assert run_state(run) == "done"
     first_wall = summary["wall_seconds"]
@@ -118,7 +119,7 @@ def _fake_run(root, r, h_std: list[float], curvature: list[float] | None = None)
         (d / "curvature.jsonl").write_text("".join(json.dumps(c) + "\n" for c in recs))
         neg = sum(v < -1e-9 for v in curvature) / len(curvature)
         (d / "curvature_summary.json").write_text(json.dumps({"negative_lambda_min_fraction": neg,
-                                                              "spearman_zvar_condition": None, "spearman_points": 0}))
+                                                              "spearman_zstd_condition": None, "spearman_points": 0}))
 
 
 @pytest.mark.parametrize("smooth_escapes", [True, False])

@@ -13,6 +13,7 @@ from _hooks import Crash
 from scale import objectives as so
 from scale.checkpoint import load_checkpoint
 from scale.run import main
+from scale.summary import RunSummary
 from scale.train import Hook
 
 TINY = ["synthetic", "--quiet", "--train-subset", "96", "--batch-size", "32", "--probe-size", "32",
@@ -64,6 +65,47 @@ def test_ctrl_c_mid_epoch_saves_and_resumes_exactly(tmp_path, capsys):
     assert _metrics(tmp_path / "full") == _metrics(tmp_path / "cut")
 
 
+class Events(Hook):
+    """Records the trainer's hook events in order, with the epoch and the epoch's first step."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, int, int]] = []
+
+    def on_fit_start(self, state):
+        self.log.append(("fit_start", state.epoch, state.first_step))
+
+    def on_epoch_start(self, state):
+        self.log.append(("epoch_start", state.epoch, state.first_step))
+
+    def on_step_end(self, state):
+        self.log.append(("step", state.epoch, state.step))
+
+    def on_epoch_end(self, state):
+        assert state.metrics is state.history[-1] and "loss" in state.metrics  # the record, already in history
+        self.log.append(("epoch_end", state.epoch, state.first_step))
+
+    def on_interrupt(self, state):
+        self.log.append(("interrupt", state.epoch, state.step))
+
+    def on_fit_end(self, state):
+        self.log.append(("fit_end", state.epoch, state.first_step))
+
+
+def test_hook_events_across_ctrl_c_and_resume(tmp_path):
+    """The events a hook sees, with the built-in progress bar on (no --quiet): a stop after step 2 of
+    epoch 1 (3 steps per epoch), then a resume that starts at step 2; only the user's hooks are saved."""
+    argv = [a for a in TINY if a != "--quiet"] + ["--epochs", "2", "--out", str(tmp_path), "--run-name", "cut"]
+    first, second = Events(), Events()
+    assert main(argv, hooks=[CtrlC(at_step=2), first]) == 130
+    assert first.log == [("fit_start", 0, 0), ("epoch_start", 0, 0), ("step", 0, 0), ("step", 0, 1),
+                         ("interrupt", 0, 1)]
+    assert set(load_checkpoint(tmp_path / "cut" / "checkpoint.pt")["hooks"]) == {"CtrlC#0", "Events#0"}
+    assert main(["--resume", str(tmp_path / "cut"), "--quiet"], hooks=[second]) == 0
+    assert second.log == [("fit_start", 0, 2), ("epoch_start", 0, 2), ("step", 0, 2), ("epoch_end", 0, 2),
+                          ("epoch_start", 1, 0), ("step", 1, 0), ("step", 1, 1), ("step", 1, 2),
+                          ("epoch_end", 1, 0), ("fit_end", 1, 0)]
+
+
 class Poison(Hook):
     def on_step_end(self, state):
         if state.global_step == 4:
@@ -112,7 +154,9 @@ def test_hooks_see_state_and_add_metrics(tmp_path):
     for name in ("config.json", "summary.json", "report.md", "curves.png", "checkpoint.pt"):
         assert (tmp_path / "hooks" / name).is_file(), name
     summary = json.loads((tmp_path / "hooks" / "summary.json").read_text())
-    assert set(summary["linear_probe"]) >= {"z", "h"} and summary["versions"]["torch"] == torch.__version__
+    assert set(summary["class_probe"]["accuracy"]) == {"z", "h"} and summary["versions"]["torch"] == torch.__version__
+    typed = RunSummary.from_dict(summary)  # the typed summary the report builders read, and back
+    assert typed.geometry is not None and typed.rotation_probes is not None and typed.to_dict() == summary
 
 
 @pytest.mark.parametrize(

@@ -104,17 +104,17 @@ def test_spearman_summary():
     assert spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)  # 1 - 6 * 2 / (4 * 15)
     assert spearman([1, 2], [2, 1]) is None and spearman([1, 1, 1], [1, 2, 3]) is None
 
-    def rec(z_var, condition, lambda_min=1.0):
-        return {"z_var": z_var, "condition": condition, "lambda_min": lambda_min, "scale": 2.0, "probe_rows": 8}
+    def rec(z_std, condition, lambda_min=1.0):
+        return {"z_std": z_std, "condition": condition, "lambda_min": lambda_min, "scale": 2.0, "probe_rows": 8}
 
     t = HessianTracker()
     t.records = [rec(0.1, 10.0), rec(0.2, 5.0), rec(0.3, 2.0), rec(0.4, None, -1.0)]
     s = t.summary()
-    assert s["spearman_zvar_condition"] == pytest.approx(-1.0) and s["spearman_points"] == 3
+    assert s["spearman_zstd_condition"] == pytest.approx(-1.0) and s["spearman_points"] == 3
     assert s["negative_lambda_min_fraction"] == pytest.approx(0.25)
     t.records = [rec(0.1 * i, None, -1.0) for i in range(1, 5)]  # never positive definite
     s = t.summary()
-    assert s["spearman_zvar_condition"] is None and s["spearman_points"] == 0
+    assert s["spearman_zstd_condition"] is None and s["spearman_points"] == 0
     assert s["negative_lambda_min_fraction"] == 1.0
     with pytest.raises(ValueError, match="path"):
         HessianTracker(path="dense")

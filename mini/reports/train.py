@@ -22,27 +22,11 @@ from dataclasses import asdict
 
 import numpy as np
 
+from mini import paper_numbers as paper
 from mini.atomic import atomic_write_text
 from mini.heads import parse_head_spec
 from mini.manifolds import MANIFOLDS
 from mini.train import REPORT_HEADS, TRAIN_OBJECTIVES, HeadReport, TrainConfig, train_and_measure
-
-# The paper's CIFAR-10 / ResNet-18 factors (head over backbone), shown beside the toy's; "n/a" where
-# the paper reports none.
-PAPER_FACTORS: dict[str, str] = {
-    "orbit spread z / h": "21.85x",
-    "  untrained head": "0.97x",
-    "sweep spread z / h (1/8 period)": "n/a",
-    "kappa h / z": "1.93x",
-    "D_intra z / h": "4.76x",
-    "D_inter z / h": "3.89x",
-    "ratio h / z": "1.22x",
-    "aug probe linear, h - z (points)": "-14.72",
-    "aug probe mlp, h - z (points)": "-11.90",
-    "class probe linear, h - z (points)": "n/a",
-    "class probe mlp, h - z (points)": "n/a",
-    "orbit gain at init -> end (Prop 5.2)": "n/a",
-}
 
 
 def _row(name: str, cells: list[str]) -> str:
@@ -89,19 +73,22 @@ def summary_table(reports: list[HeadReport]) -> str:
     lines = [_row("factor (head vs backbone)", ["paper (CIFAR-10)", *(r.head for r in reports)]),
              _row("---", ["---"] * (1 + len(reports)))]
 
-    def add(label, fn):
-        lines.append(_row(label, [PAPER_FACTORS[label], *(fn(r) for r in reports)]))
+    def add(label, ref, fn):
+        lines.append(_row(label, [ref, *(fn(r) for r in reports)]))
 
-    add("orbit spread z / h", lambda r: f"{r.compression:.3g}x")
-    add("  untrained head", lambda r: f"{r.compression_untrained:.3g}x")
-    add("sweep spread z / h (1/8 period)", lambda r: f"{r.sweep_compression:.3g}x")
-    add("kappa h / z", lambda r: f"{r.h.kappa.mean / r.z.kappa.mean:.3g}x")
-    add("D_intra z / h", lambda r: f"{r.z.d_intra.mean / r.h.d_intra.mean:.3g}x")
-    add("D_inter z / h", lambda r: f"{r.z.d_inter.mean / r.h.d_inter.mean:.3g}x")
-    add("ratio h / z", lambda r: f"{r.h.ratio.mean / r.z.ratio.mean:.3g}x")
-    for target, kind in (("aug", "linear"), ("aug", "mlp"), ("class", "linear"), ("class", "mlp")):
-        add(f"{target} probe {kind}, h - z (points)", lambda r, t=target, k=kind: f"{_probe_gap(r, t, k):+.2f}")
-    add("orbit gain at init -> end (Prop 5.2)", lambda r: f"{r.gain_curve[0][1]:.3g} -> {r.gain_curve[-1][1]:.3g}")
+    add("orbit spread z / h", f"{paper.E4['spread'].factor:.4g}x", lambda r: f"{r.compression:.3g}x")
+    add("  untrained head", f"{paper.COMPRESSION_UNTRAINED:.2f}x", lambda r: f"{r.compression_untrained:.3g}x")
+    add("sweep spread z / h (1/8 period)", "n/a", lambda r: f"{r.sweep_compression:.3g}x")
+    add("kappa h / z", f"{paper.E4['kappa'].factor:.4g}x", lambda r: f"{r.h.kappa.mean / r.z.kappa.mean:.3g}x")
+    add("D_intra z / h", f"{paper.E4['d_intra'].factor:.4g}x", lambda r: f"{r.z.d_intra.mean / r.h.d_intra.mean:.3g}x")
+    add("D_inter z / h", f"{paper.E4['d_inter'].factor:.4g}x", lambda r: f"{r.z.d_inter.mean / r.h.d_inter.mean:.3g}x")
+    add("ratio h / z", f"{paper.E4['ratio'].factor:.4g}x", lambda r: f"{r.h.ratio.mean / r.z.ratio.mean:.3g}x")
+    for target, kind, ref in (("aug", "linear", f"{paper.E3_PROBES['linear'].gap:+.2f}"),
+                              ("aug", "mlp", f"{paper.E3_PROBES['mlp'].gap:+.2f}"), ("class", "linear", "n/a"),
+                              ("class", "mlp", "n/a")):
+        add(f"{target} probe {kind}, h - z (points)", ref, lambda r, t=target, k=kind: f"{_probe_gap(r, t, k):+.2f}")
+    add("orbit gain at init -> end (Prop 5.2)", "n/a",
+        lambda r: f"{r.gain_curve[0][1]:.3g} -> {r.gain_curve[-1][1]:.3g}")
     return "\n".join(lines)
 
 

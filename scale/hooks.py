@@ -1,0 +1,131 @@
+"""Trainer hooks: the callback protocol, and the built-in hooks that keep the training loop to forward,
+loss, backward, step.
+
+A hook subclasses ``Hook`` and overrides what it needs; each callback receives the live
+``scale.train.TrainState``. In one epoch the trainer calls, in the order of its hook list (the user's
+hooks first, then the built-ins below):
+
+    on_fit_start(state)     once, after the model, optimiser and probe batch exist (and after a resume)
+    on_epoch_start(state)   ``state.epoch``; ``state.first_step`` is > 0 when a resume lands mid-epoch
+    on_step_end(state)      after each optimiser step: ``state.x``, ``state.z``, ``state.h`` (detached),
+                            ``state.loss`` (0-d tensor), ``state.global_step``
+    on_epoch_end(state)     ``state.metrics`` is the epoch's record (loss, lr, h_std, ...) and already
+                            ``state.history[-1]``: a hook adds numbers to it and they land in
+                            metrics.jsonl and the checkpoint
+    on_interrupt(state)     the run stops mid-epoch (Ctrl-C, ``Trainer.request_stop``); ``state.step`` is
+                            the last finished step; ``Interrupted`` is raised next
+    on_fit_end(state)       once, after the last epoch
+
+Hooks that keep state across epochs implement ``state_dict``/``load_state_dict``; the checkpoint
+stores them by kind (``ClassName#i``), so adding or dropping a stateless hook cannot misroute a state.
+
+Built-ins (``Trainer`` appends them after the user's hooks; a checkpoint taken at an epoch end
+therefore includes everything the user's hooks added to that epoch):
+
+    ProgressBar   a tqdm bar per epoch, live only on a terminal
+    Checkpointer  checkpoint.pt at every epoch end, and where a stop request lands mid-epoch
+    MetricsFile   metrics.jsonl, the whole history rewritten atomically at every epoch end
+    EpochLog      one line per epoch through the trainer's ``log``
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from scale.checkpoint import atomic_write_text
+
+if TYPE_CHECKING:
+    from scale.train import Trainer, TrainState
+
+
+class Hook:
+    """Base class for trainer callbacks; override what you need (see the module docstring)."""
+
+    def on_fit_start(self, state: TrainState) -> None: ...
+    def on_epoch_start(self, state: TrainState) -> None: ...
+    def on_step_end(self, state: TrainState) -> None: ...
+    def on_epoch_end(self, state: TrainState) -> None: ...
+    def on_interrupt(self, state: TrainState) -> None: ...
+    def on_fit_end(self, state: TrainState) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class ProgressBar(Hook):
+    """A per-epoch tqdm bar (steps, loss, images/s); disabled when stderr is not a terminal, where the
+    per-epoch line says it all."""
+
+    def __init__(self, log_every: int = 10) -> None:
+        self.log_every = max(1, log_every)
+        self.bar = None
+
+    def on_epoch_start(self, state: TrainState) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=state.steps_per_epoch, initial=state.first_step,
+                        desc=f"epoch {state.epoch + 1}/{state.config.epochs}", leave=False, dynamic_ncols=True,
+                        disable=not sys.stderr.isatty())
+        self.t0, self.images = time.perf_counter(), 0
+
+    def on_step_end(self, state: TrainState) -> None:
+        self.images += state.x.shape[0] // 2  # rows are [view1; view2]
+        if state.step % self.log_every == 0 or state.step == state.steps_per_epoch - 1:
+            rate = self.images * state.world_size / max(time.perf_counter() - self.t0, 1e-9)
+            self.bar.set_postfix(loss=f"{float(state.loss):.4f}", img_s=f"{rate:.0f}")
+        self.bar.update(1)
+
+    def _close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def on_epoch_end(self, state: TrainState) -> None:
+        self._close()
+
+    def on_interrupt(self, state: TrainState) -> None:
+        self._close()
+
+
+class Checkpointer(Hook):
+    """``Trainer.save`` at every epoch end (resume at the next epoch's step 0) and on a mid-epoch stop
+    (resume at the step after the last finished one)."""
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+
+    def on_epoch_end(self, state: TrainState) -> None:
+        self.trainer.save(state.epoch + 1, 0)
+
+    def on_interrupt(self, state: TrainState) -> None:
+        self.trainer.save(state.epoch, state.step + 1)
+
+
+class MetricsFile(Hook):
+    """``run_dir/metrics.jsonl``: one JSON record per finished epoch (keys sorted), rewritten atomically."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+
+    def on_epoch_end(self, state: TrainState) -> None:
+        atomic_write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in state.history))
+
+
+class EpochLog(Hook):
+    """One line per epoch: loss, lr, the collapse statistics of ``h`` and ``z``, throughput."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log = log
+
+    def on_epoch_end(self, state: TrainState) -> None:
+        r = state.metrics
+        self.log(f"epoch {state.epoch + 1:>3}/{state.config.epochs}  loss {r['loss']:.4f}  lr {r['lr']:.3g}  "
+                 f"h_std {r['h_std']:.4f}  z_std {r['z_std']:.4f}  "
+                 f"{r['images_per_s']:.0f} img/s  {r['epoch_seconds']:.1f} s")

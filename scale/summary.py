@@ -1,0 +1,148 @@
+r"""The typed summary of one run: what ``python -m scale.run`` measured, saved as summary.json and read
+back by the report builders (``scale.run_report`` for the run, ``scale.report`` for the paper's grid).
+
+    RunSummary
+      provenance      command, config, device, world size, versions, git commit
+      outcome         status, wall seconds, epochs done, the last epoch's record
+      class_probe     ProbePair: the headline probe (scale.probes.HEADLINE_PROTOCOL) on the class labels
+      rotation_probes RotationProbes: E3's rotation probes with the paper's protocol (linear, MLP)
+      geometry        GeometrySummary: E4's orbit metrics of z, h and the untrained controls
+      curvature       CurvatureSummary: the Hessian tracker's summary and last record (E2)
+
+Units: accuracies in percent (``ProbePair.z = 84.67`` is 84.67 %), gaps in percentage points (h - z,
+the paper's sign); geometry as measured. ``from_dict`` reads what ``to_dict`` wrote; a part that was
+not measured is ``None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from mini.invariance import OrbitGeometry, Stat
+
+
+@dataclass(frozen=True)
+class ProbePair:
+    """One probe's test accuracy (percent) on the backbone's ``z`` and the head's ``h``."""
+
+    z: float
+    h: float
+
+    @property
+    def gap(self) -> float:
+        """``h - z`` in percentage points (negative: the head lost what the probe reads)."""
+        return self.h - self.z
+
+
+@dataclass(frozen=True)
+class ClassProbe:
+    """The headline probe on the class labels: its protocol, the images it saw, the accuracies."""
+
+    protocol: str
+    train_images: int
+    test_images: int
+    accuracy: ProbePair
+
+
+@dataclass(frozen=True)
+class RotationProbes:
+    """E3: quarter-turn (4-way) probes with the paper's protocol; ``settings`` as run."""
+
+    settings: dict[str, Any]
+    linear: ProbePair
+    mlp: ProbePair
+
+
+def _geometry(d: dict[str, Any] | None) -> OrbitGeometry | None:
+    if d is None:
+        return None
+    stats = {k: (Stat(**v) if isinstance(v, dict) else v) for k, v in d.items()}
+    return OrbitGeometry(**stats)
+
+
+@dataclass(frozen=True)
+class GeometrySummary:
+    """E4 on one run: metrics of each feature space (mean +- population std over orbits) and the factors."""
+
+    settings: dict[str, Any]
+    labels: list[int]
+    image_indices: list[int]
+    z: OrbitGeometry
+    h: OrbitGeometry
+    h_untrained: OrbitGeometry
+    h_untrained_nobias: OrbitGeometry
+    h_raw_input: OrbitGeometry
+    compression: float  # mean spread z / mean spread h (paper: 21.85x)
+    compression_untrained: float
+    compression_untrained_nobias: float
+    compression_raw_input: float
+    kappa_factor: float | None  # h / z (paper: 1.93x)
+    d_intra_factor: float | None  # z / h (paper: 4.76x smaller)
+    d_inter_factor: float | None  # z / h (paper: 3.89x smaller)
+    ratio_factor: float | None  # h / z (paper: 1.22x higher)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GeometrySummary:
+        spaces = ("z", "h", "h_untrained", "h_untrained_nobias", "h_raw_input")
+        return cls(**{k: (_geometry(v) if k in spaces else v) for k, v in d.items()})
+
+
+@dataclass(frozen=True)
+class CurvatureSummary:
+    """The Hessian tracker's summary (``scale.tracking.HessianTracker.summary``) and its last record."""
+
+    n_measurements: int = 0
+    cadence: int | str = "epoch"
+    probe_rows: int | None = None
+    bn_mode: str = "eval"
+    dtype: str = "float64"
+    tracking_seconds: float = 0.0
+    negative_lambda_min_fraction: float | None = None
+    spearman_zstd_condition: float | None = None
+    spearman_points: int = 0
+    spearman_note: str = ""
+    last: dict[str, Any] | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CurvatureSummary:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class RunSummary:
+    command: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    device: str = ""
+    world_size: int = 1
+    versions: dict[str, str] = field(default_factory=dict)
+    git_commit: str = "unknown"
+    status: str = "not run"
+    wall_seconds: float = 0.0
+    epochs_done: int = 0
+    final: dict[str, float] | None = None
+    class_probe: ClassProbe | None = None
+    rotation_probes: RotationProbes | None = None
+    geometry: GeometrySummary | None = None
+    curvature: CurvatureSummary | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunSummary:
+        """A summary from its JSON form (missing parts stay at their defaults)."""
+        names = {f.name for f in fields(cls)}
+        out = {k: v for k, v in d.items() if k in names}
+        if out.get("class_probe") is not None:
+            cp = dict(out["class_probe"])
+            out["class_probe"] = ClassProbe(**{**cp, "accuracy": ProbePair(**cp["accuracy"])})
+        if out.get("rotation_probes") is not None:
+            rp = out["rotation_probes"]
+            out["rotation_probes"] = RotationProbes(rp["settings"], ProbePair(**rp["linear"]), ProbePair(**rp["mlp"]))
+        if out.get("geometry") is not None:
+            out["geometry"] = GeometrySummary.from_dict(out["geometry"])
+        if out.get("curvature") is not None:
+            out["curvature"] = CurvatureSummary.from_dict(out["curvature"])
+        return cls(**out)

@@ -40,7 +40,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -59,6 +58,7 @@ from scale.backbones import build_backbone
 from scale.checkpoint import atomic_write_text, load_checkpoint, save_checkpoint
 from scale.data import Dataset
 from scale.heads import build_head, collapse_init_
+from scale.signals import any_rank, stop_on_signals
 
 METHODS: tuple[str, ...] = ("simclr", "simsiam", "byol", "vicreg", "barlow")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "lars")
@@ -103,6 +103,7 @@ class TrainConfig:
     probe_size: int = 256
     train_subset: int | None = None
     log_every: int = 10
+    threads: int | None = None  # torch CPU threads: sums depend on it, so it is saved and reused on resume
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -534,6 +535,12 @@ class Trainer:
     def _epoch_metrics(self, epoch: int) -> dict[str, float]:
         p = self.partial
         zs, hs = self.state.embed(self.state.probe_x)
+        if not (torch.isfinite(zs).all() and torch.isfinite(hs).all()):  # the last step's update blew up
+            raise NonFiniteLoss(
+                f"the model's outputs became non-finite after the last step of epoch {epoch + 1}; likely cause: "
+                f"{_likely_cause(self.cfg)}. " + (f"The last good checkpoint ({self.checkpoint_path}, end of epoch "
+                f"{self.start_epoch_done}) is kept." if self.checkpoint_path is not None and self.start_epoch_done
+                else "No checkpoint was written (the failure came before the first epoch end)."))
         z_std, z_cond = _spread_stats(zs)
         h_std, h_cond = _spread_stats(hs)
         loss = p["loss_sum"] / max(1, p["steps"])
@@ -547,31 +554,26 @@ class Trainer:
             "images_per_s": p["images"] * self.world / max(p["seconds"], 1e-9), "epoch_seconds": p["seconds"],
         }
 
-    def _on_sigint(self, signum, frame) -> None:
-        if self._stop_requested:  # second Ctrl-C: stop now
-            raise KeyboardInterrupt
-        self._stop_requested = True
-
     def request_stop(self) -> None:
         """Finish the current step, save a checkpoint, and raise ``Interrupted`` (what Ctrl-C does)."""
         self._stop_requested = True
 
+    def _should_stop(self, step: int) -> bool:
+        """The stop flag; under DDP agreed by all ranks at the steps they all check (scale/signals.py)."""
+        if self.distributed and (step % max(1, self.cfg.log_every) == 0 or step == self.steps_per_epoch - 1):
+            self._stop_requested = any_rank(self._stop_requested, self.device)
+        elif self.distributed:
+            return False
+        return self._stop_requested
+
     def fit(self) -> TrainState:
         state = self.state
-        old_handler = None
-        try:
-            old_handler = signal.signal(signal.SIGINT, self._on_sigint)
-        except ValueError:  # not the main thread
-            pass
-        try:
+        with stop_on_signals(self.request_stop):  # SIGINT/SIGTERM: finish the step, save, stop
             for hook in self.hooks:
                 hook.on_fit_start(state)
             self._fit_loop()
             for hook in self.hooks:
                 hook.on_fit_end(state)
-        finally:
-            if old_handler is not None:
-                signal.signal(signal.SIGINT, old_handler)
         return state
 
     def _fit_loop(self) -> None:
@@ -625,7 +627,7 @@ class Trainer:
                     bar.set_postfix(loss=f"{float(state.loss):.4f}", img_s=f"{rate:.0f}")
                 if bar is not None:
                     bar.update(1)
-                if self._stop_requested:
+                if self._should_stop(step):
                     self._check_finite(pending)
                     self._accumulate(images0, time.perf_counter() - t0)
                     if bar is not None:

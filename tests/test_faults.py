@@ -263,9 +263,9 @@ def test_threads_are_saved_reused_and_a_change_is_warned(interrupted, tmp_path, 
     _consistent(interrupted)
     assert json.loads((interrupted / "config.json").read_text())["threads"] == 2
     # default: torch's own (deterministic), not the load average
-    argv = [a for a in TINY if a not in ("--threads", "1")]
-    assert _run(capsys, [*argv, "--epochs", "1", "--out", str(tmp_path), "--run-name", "dflt"])[0] == 0
-    assert json.loads((tmp_path / "dflt" / "config.json").read_text())["threads"] == scale_run._TORCH_THREADS
+    args = scale_run.build_parser().parse_args([a for a in TINY if a not in ("--threads", "1")])
+    cfg = scale_run.resolve_config(args, torch.device("cpu"))
+    assert cfg.threads == scale_run._TORCH_THREADS == int(os.environ.get("OMP_NUM_THREADS", cfg.threads))
 
 
 # --------------------------------------------------------------------------------------------
@@ -502,12 +502,16 @@ class InterruptRank1(Hook):
             os.kill(os.getpid(), signal.SIGINT)
 
 
-def _ddp_worker(rank: int, port: int, argv: list[str], hook: str, out: str) -> None:
-    os.environ.update(WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
-    hooks = {"freeze": [Freeze()], "interrupt": [InterruptRank1()]}[hook]
-    code = main(argv, hooks=hooks)
-    Path(out, f"rank{rank}").write_text(str(code))
+def _ddp_worker(rank: int, ports: tuple[int, int], out: str) -> None:
+    """Two runs in one process pair (one start-up): Ctrl-C on rank 1, then rank 1 frozen."""
+    os.environ.update(WORLD_SIZE="2", RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1")
+    base = [*TINY, "--device", "cpu", "--epochs", "2", "--out", str(Path(out) / "runs")]
+    os.environ["MASTER_PORT"] = str(ports[0])
+    code = main([*base, "--run-name", "interrupted"], hooks=[InterruptRank1()])
+    Path(out, f"interrupted{rank}").write_text(str(code))
+    os.environ["MASTER_PORT"] = str(ports[1])
+    code = main([*base, "--run-name", "frozen", "--ddp-timeout", "3"], hooks=[Freeze()])
+    Path(out, f"frozen{rank}").write_text(str(code))
 
 
 def _free_port() -> int:
@@ -516,44 +520,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ddp(tmp_path, argv, hook, wait_for: tuple[int, ...]) -> dict[int, int]:
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built")
+def test_ddp_interrupt_stops_every_rank_with_130_and_a_frozen_peer_gives_5(tmp_path, capfd):
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    port = _free_port()
-    procs = [ctx.Process(target=_ddp_worker, args=(r, port, argv, hook, str(tmp_path))) for r in range(2)]
+    ports = (_free_port(), _free_port())
+    procs = [ctx.Process(target=_ddp_worker, args=(r, ports, str(tmp_path))) for r in range(2)]
     for p in procs:
         p.start()
     try:
-        for r in wait_for:
-            procs[r].join(timeout=150)
+        procs[0].join(timeout=200)
     finally:
         for p in procs:
             if p.is_alive():
                 p.kill()
                 p.join()
-    return {r: int((tmp_path / f"rank{r}").read_text()) for r in wait_for if (tmp_path / f"rank{r}").exists()}
-
-
-@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built")
-def test_ddp_survivor_of_a_frozen_rank_exits_5(tmp_path, capfd):
-    argv = [*TINY, "--device", "cpu", "--epochs", "2", "--ddp-timeout", "3", "--out", str(tmp_path / "runs"),
-            "--run-name", "ddp"]
-    codes = _ddp(tmp_path, argv, "freeze", wait_for=(0,))
-    assert codes == {0: EXIT_PEER}
+    codes = {f.name: int(f.read_text()) for f in tmp_path.glob("[if]*[01]")}
     err = capfd.readouterr().err
-    assert "a distributed peer stopped answering or died" in err and "no checkpoint had been written yet" in err
-
-
-@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built")
-def test_ddp_interrupt_of_one_rank_stops_every_rank_with_130(tmp_path, capfd):
-    argv = [*TINY, "--device", "cpu", "--epochs", "2", "--out", str(tmp_path / "runs"), "--run-name", "ddp"]
-    codes = _ddp(tmp_path, argv, "interrupt", wait_for=(0, 1))
-    assert codes == {0: EXIT_INTERRUPTED, 1: EXIT_INTERRUPTED}
-    # rank 1 got the signal after its first step; the ranks agree on the flag there, rank 0 saves and reports
-    assert "interrupted at epoch 1, step 1" in capfd.readouterr().err
-    ck = _consistent(tmp_path / "runs" / "ddp")
+    # Ctrl-C reaches rank 1 only, after its first step; the ranks agree on the flag there, rank 0 saves
+    assert codes["interrupted0"] == codes["interrupted1"] == EXIT_INTERRUPTED, (codes, err)
+    assert "interrupted at epoch 1, step 1" in err
+    ck = _consistent(tmp_path / "runs" / "interrupted")
     assert (int(ck["epoch"]), int(ck["step"])) == (0, 1)
+    # rank 1 frozen at its second step: rank 0 gives up after --ddp-timeout 3 s with one line
+    assert codes["frozen0"] == EXIT_PEER and "frozen1" not in codes, (codes, err)
+    assert "a distributed peer stopped answering or died" in err and "no checkpoint had been written yet" in err
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@
          directory that already holds a run (without --overwrite) or is locked by a live run, flags
          given with --resume that would change the run, config.json disagreeing with checkpoint.pt
     3    non-finite loss or model outputs (the last good checkpoint is kept)
-    4    an output could not be written (disk full, read-only folder, permissions); the last good
-         checkpoint is intact (every write is atomic: temporary file + rename)
+    4    an output could not be written (disk full, read-only folder, permissions) or another I/O
+         error; the last good checkpoint is intact (every write is atomic: temporary file + rename)
     5    a distributed peer stopped answering within --ddp-timeout, or died
     130  interrupted by SIGINT (Ctrl-C) or SIGTERM (schedulers): the step finishes, a checkpoint is saved,
          continue with --resume; a second signal stops at once, keeping the last checkpoint written
@@ -146,7 +146,8 @@ def describe(exc: BaseException, guard: _Guard) -> tuple[int, str]:
         reason = exc.strerror or os.strerror(exc.errno) if exc.errno else str(exc)
         hint = {errno.ENOSPC: "free some space", errno.EROFS: "choose a writable --out",
                 errno.EACCES: "check the folder's permissions", errno.EDQUOT: "free some quota"}.get(exc.errno, "")
-        return EXIT_WRITE, (f"cannot write{where}: {reason}; {kept}" + (f"; {hint} and continue with --resume "
+        verb = "cannot write" if exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT) else "I/O error on"
+        return EXIT_WRITE, (f"{verb}{where}: {reason}; {kept}" + (f"; {hint} and continue with --resume "
                             f"{guard.run_dir}" if hint and guard.run_dir is not None else ""))
     if is_peer_failure(exc):
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 import tarfile
 import urllib.request
 from dataclasses import dataclass
@@ -26,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from scale.safe_pickle import UnsafePickleError, safe_loads
 
 DATASETS: tuple[str, ...] = ("cifar10", "cifar100", "digits", "synthetic")
 
@@ -132,7 +133,10 @@ def _download(spec: CifarArchive, target: Path, timeout: float = 30.0) -> None:
 
 def _unpickle(blob: bytes, where: str) -> dict:
     try:
-        obj = pickle.loads(blob, encoding="latin1")
+        obj = safe_loads(blob, encoding="latin1")  # never executes code from the file (scale/safe_pickle.py)
+    except UnsafePickleError as exc:
+        raise DataError(f"{where} is not a genuine CIFAR batch: {exc}; delete it and get the official "
+                        "archive again") from None
     except Exception as exc:  # pickle raises many types on garbage
         raise DataError(f"{where} is not a readable CIFAR pickle ({type(exc).__name__}: {exc}); "
                         "the file is corrupt: delete it and download or copy it again") from None
@@ -189,7 +193,11 @@ def _read_folder(spec: CifarArchive, folder: Path) -> dict[str, tuple[np.ndarray
             if not f.is_file():
                 raise DataError(f"{folder} lacks {fname}: the extracted {spec.folder}/ folder is incomplete; "
                                 f"put the whole folder (or {spec.filename}) there")
-            batches.append(_unpickle(f.read_bytes(), str(f)))
+            try:
+                blob = f.read_bytes()
+            except OSError as exc:
+                raise DataError(f"cannot read {f} ({exc.strerror or exc}); check its permissions") from None
+            batches.append(_unpickle(blob, str(f)))
         out[split] = _batches_to_arrays(batches, spec.label_key, str(folder))
     return out
 
@@ -200,6 +208,9 @@ def load_cifar(name: str, data_dir: str | Path | None = None, download: bool = T
     data_dir = Path(data_dir) if data_dir is not None else default_data_dir()
     folder_candidates = [data_dir / spec.folder, data_dir] if data_dir.name == spec.folder else [data_dir / spec.folder]
     archive = data_dir / spec.filename
+    if data_dir.exists() and not data_dir.is_dir() and not data_dir.name.endswith(".tar.gz"):
+        raise DataError(f"--data-dir {data_dir} is a file, not a folder nor {spec.filename}; "
+                        "pass the folder that holds the archive or its extracted folder")
     arrays = None
     for folder in folder_candidates:
         if (folder / spec.train_files[0]).is_file():

@@ -217,8 +217,8 @@ def execute_in_process(run: PlannedRun, out: Path, device: str, threads: int | N
         keep = [run.argv[i : i + 2] for i, a in enumerate(run.argv)
                 if a in ("--probe-images", "--data-dir", "--track-hessian-every")]
         argv = ["--resume", str(run_dir), *[a for pair in keep for a in pair], *extra]
-    else:
-        argv = [*run.argv, "--out", str(out / "runs"), "--run-name", run.name, *extra]
+    else:  # no checkpoint: what a killed attempt left (a config.json) is replaced, never mixed into
+        argv = [*run.argv, "--out", str(out / "runs"), "--run-name", run.name, "--overwrite", *extra]
     saved, sys.argv = sys.argv, ["scale.run", *argv]  # the run's summary records its own command line
     try:
         return scale_run.main(argv)

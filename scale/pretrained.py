@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from mini.invariance import l2_normalize, orbit_spread, sweep_curvature
+from scale import checksums
 from scale.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
 from scale.data import DataError
 from scale.orbits import DATASETS, FAMILIES, dataset_images, folder_images, imagenet_normalize, orbit_batch
@@ -105,11 +106,17 @@ def resolve_weights(name: str, weights: str | None) -> Path:
             raise FileNotFoundError(f"--weights: no file at {path}")
         return path
     cached, url = hub_cache_path(name), OFFICIAL_FILES[name].url
+    published = checksums.PUBLISHED_SHA256.get(name)
     if cached.is_file():
+        checksums.verify(cached, published, url)  # truncated, corrupt or replaced since it was downloaded
         return cached
     cached.parent.mkdir(parents=True, exist_ok=True)
     try:
-        torch.hub.download_url_to_file(url, str(cached), progress=sys.stderr.isatty())
+        torch.hub.download_url_to_file(url, str(cached), hash_prefix=published, progress=sys.stderr.isatty())
+        checksums.record(cached)
+    except RuntimeError as exc:  # torch hub: "invalid hash value" (the partial file is already removed)
+        raise checksums.ChecksumError(f"the download of {url} does not match the published SHA256 {published}: "
+                                      f"{exc}; nothing was kept, try again later") from None
     except (OSError, http.client.HTTPException) as exc:
         raise OfflineError(
             f"cannot download the {name} full checkpoint (backbone + head): {exc}\n"
@@ -423,6 +430,7 @@ def run(cfg: Config) -> Path:
         if cfg.device.startswith("cuda"):
             torch.cuda.synchronize()
         record = result_record(name, weights[name], cfg, raw, time.perf_counter() - start, len(images))
+        record["weights_sha256"] = checksums.sha256sum(weights[name])  # which file exactly (scale/checksums.py)
         atomic_write_json(out / f"{name}.json", record)
         row = record["summary"]["all"]
         print(f"{name}: collapse ratio {_estimate(row['collapse_ratio']).fmt()} -> {row['verdict']}")
@@ -475,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = run(cfg)
     except (OfflineError, DataError, CheckpointError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)  # ChecksumError is a ValueError
         return 2
     print(f"report: {report}")
     return 0

@@ -438,13 +438,15 @@ _exclude_bias_and_norm.__name__ = _exclude_bias_and_norm.__qualname__ = "exclude
 def read_checkpoint(path: str) -> dict:
     """``torch.load(path, weights_only=True)`` with the two known non-tensor globals allowed."""
     import argparse
-    import pickle
 
     try:
         with torch.serialization.safe_globals([argparse.Namespace, _exclude_bias_and_norm]):
             obj = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
-        raise CheckpointError(f"{path}: not readable as a weights-only torch checkpoint: {exc}") from None
+    except Exception as exc:
+        from scale.faults import reason
+
+        raise CheckpointError(f"{path}: not readable as a weights-only torch checkpoint ({reason(exc)}); "
+                              "is it the official full checkpoint?") from None
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: expected a dict of tensors or a checkpoint dict, found {type(obj).__name__}")
     return obj

@@ -4,9 +4,10 @@ Every flag left out takes the default of the chosen method (its record in ``scal
 settings where it states them, solo-learn's CIFAR recipes elsewhere), then the dataset's adjustments
 (``digits``/``synthetic`` are small and run on a CPU); ``--help`` lists them all. The run directory
 receives config.json (resolved), metrics.jsonl (one record per epoch), checkpoint.pt (every epoch end
-and on Ctrl-C), summary.json and report.md with curves.png. Exit codes: 0 done, 1 data missing or
-corrupt, 2 bad arguments, 3 non-finite loss, 130 interrupted (checkpoint saved; continue with ``--resume
-RUN_DIR``).
+and on Ctrl-C), summary.json and report.md with curves.png. Exit codes (``scale/faults.py``): 0 done,
+1 an input file missing, corrupt or unsafe, 2 arguments or configuration refused, 3 non-finite loss,
+4 an output could not be written, 5 a distributed peer stopped answering,
+130 interrupted by SIGINT or SIGTERM (checkpoint saved; continue with ``--resume RUN_DIR``).
 
 Multi-GPU: ``torchrun --nproc_per_node N -m scale.run ...`` (DDP; ``--batch-size`` is global).
 """
@@ -14,11 +15,11 @@ Multi-GPU: ``torchrun --nproc_per_node N -m scale.run ...`` (DDP; ``--batch-size
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from dataclasses import fields
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from mini.heads import parse_head_spec
-from scale import methods
+from scale import faults, methods, rundir, signals, validate
 from scale.augment import PRESETS
 from scale.backbones import BACKBONES
 from scale.checkpoint import atomic_write_json
@@ -48,6 +49,9 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "synthetic": dict(image_size=16, backbone_width={"resnet18": 8, "vit_tiny": 24}, head_width=32, head_out=16,
                       pred_width=8, batch_size=32, epochs=2, warmup_epochs=0, probe_size=64),
 }
+
+
+_TORCH_THREADS = torch.get_num_threads()  # torch's own default (physical cores, or OMP_NUM_THREADS), at import
 
 
 class ArgError(ValueError):
@@ -80,8 +84,9 @@ def _defaults_table() -> str:
     rows.append("dataset adjustments:")
     for name, d in DATASET_DEFAULTS.items():
         rows.append("  " + name + ": " + ", ".join(f"{k} {v}" for k, v in d.items()))
-    rows.append("precision: bf16 autocast on CUDA, fp32 on CPU. Exit codes: 0 ok, 1 data, 2 arguments, "
-                "3 non-finite loss, 130 interrupted.")
+    rows.append("precision: bf16 autocast on CUDA, fp32 on CPU. Exit codes: 0 ok, 1 input file missing/corrupt/"
+                "unsafe, 2 arguments or configuration refused, 3 non-finite loss, 4 output not writable, "
+                "5 distributed peer lost, 130 interrupted (SIGINT or SIGTERM; checkpoint saved).")
     return "\n".join(rows)
 
 
@@ -140,9 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-download", action="store_true", help="never try to download CIFAR")
     p.add_argument("--out", default="runs", help="parent folder of run directories (default: runs)")
     p.add_argument("--run-name", help="run directory name (default: dataset-method-head-backbone-sSEED-time)")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR (its config is used)")
-    p.add_argument("--threads", type=int, help="CPU threads for torch (default: the cores not already busy "
-                   "by the 1-minute load average, at least 1; oversubscribed cores make torch many times slower)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR (its config is used; "
+                   "only --epochs, --device, --threads and output/measurement flags may be given with it)")
+    p.add_argument("--overwrite", action="store_true", help="start a new run in a run directory that already "
+                   "holds one, deleting the old run's files (default: refused)")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's own default, "
+                   f"{_TORCH_THREADS} here); saved in the config and reused on resume")
+    p.add_argument("--ddp-timeout", type=float, default=600.0, help="seconds a rank waits for the others under "
+                   "torchrun before it stops with exit code 5 (default: 600)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no per-epoch lines")
     p.add_argument("--orbits", default="5x3", help="end-of-run orbit geometry (E4): CLASSESxIMAGES of the test "
                    "split, 12 rotations each (default: 5x3, the paper's 15 orbits)")
@@ -173,15 +183,9 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
             values[key] = v
     values.update(dataset=args.dataset, device=str(device),
                   precision=args.precision or ("bf16" if device.type == "cuda" else "fp32"))
+    values["threads"] = _TORCH_THREADS if args.threads is None else args.threads
     cfg = TrainConfig(**{k: v for k, v in values.items() if k in names})
-    for key in ("epochs", "batch_size", "head_width", "head_out", "pred_width", "probe_size", "image_size"):
-        if getattr(cfg, key) is not None and getattr(cfg, key) < 1:
-            raise ArgError(f"--{key.replace('_', '-')} must be a positive integer, got {getattr(cfg, key)}")
-    for key in ("lr", "temperature"):
-        if not (0 < getattr(cfg, key) < float("inf")):
-            raise ArgError(f"--{key} must be a positive finite number, got {getattr(cfg, key)}")
-    if cfg.warmup_epochs < 0 or cfg.warmup_epochs > cfg.epochs:
-        raise ArgError(f"--warmup-epochs must be between 0 and --epochs ({cfg.epochs}), got {cfg.warmup_epochs}")
+    validate.check_config(cfg)  # the one validation of the whole config (scale/validate.py)
     try:
         parse_orbits(args.orbits)
     except ValueError as exc:
@@ -201,7 +205,7 @@ def select_device(name: str, local_rank: int | None) -> torch.device:
     return torch.device("cuda", local_rank or 0)
 
 
-def _setup_distributed(device_flag: str) -> int | None:
+def _setup_distributed(device_flag: str, timeout: float) -> int | None:
     """Initialise torch.distributed under torchrun; returns the local rank (None when single-process)."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return None
@@ -209,21 +213,12 @@ def _setup_distributed(device_flag: str) -> int | None:
     cuda = device_flag != "cpu" and torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend="nccl" if cuda else "gloo")
+    dist.init_process_group(backend="nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout))
     return local_rank
 
 
-def _free_cores() -> int:
-    cores = os.cpu_count() or 1
-    try:
-        busy = round(os.getloadavg()[0])
-    except OSError:
-        busy = 0
-    return max(1, min(torch.get_num_threads(), cores - busy))
-
-
 def _run_dir(args: argparse.Namespace, cfg: TrainConfig) -> Path:
-    name = args.run_name or (
+    name = rundir.check_run_name(args.run_name) if args.run_name is not None else (
         f"{cfg.dataset}-{cfg.method}-{cfg.head}-{cfg.backbone}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
     return Path(args.out) / name
@@ -238,12 +233,14 @@ def hessian_tracker(every: str, run_dir: Path, log) -> HessianTracker:
         raise ArgError(f"--track-hessian-every {every!r}: expected a positive number of steps or 'epoch'") from exc
 
 
+@faults.guarded("scale.run")
 def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = ()) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     t_start = time.perf_counter()
-    torch.set_num_threads(args.threads or _free_cores())
-    local_rank = _setup_distributed(args.device)
+    if not 0 < args.ddp_timeout < float("inf"):
+        raise faults.ConfigError(f"--ddp-timeout must be a positive number of seconds, got {args.ddp_timeout}")
+    local_rank = _setup_distributed(args.device, args.ddp_timeout)
     rank = dist.get_rank() if dist.is_initialized() else 0
 
     def say(msg: str, err: bool = False) -> None:
@@ -255,16 +252,25 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
             run_dir = Path(args.resume)
             if not (run_dir / "config.json").is_file() or not (run_dir / "checkpoint.pt").is_file():
                 raise ArgError(f"--resume {run_dir}: no config.json and checkpoint.pt there (not a run directory)")
-            saved = json.loads((run_dir / "config.json").read_text())
-            if args.dataset not in (None, saved["dataset"]):
-                raise ArgError(f"--resume {run_dir} is a {saved['dataset']} run, not {args.dataset}")
             device = select_device(args.device if args.device != "auto" else "auto", local_rank)
-            saved["device"] = str(device)
-            cfg = TrainConfig(**saved)
+            lock = rundir.RunLock(run_dir) if rank == 0 else None  # before reading: no writer can change it
+            if lock is not None:
+                faults.on_exit(lock.release)
+            given = validate.given_flags(parser, argv)
+            cfg, notes = validate.resume_config(run_dir, args, given, str(device), _TORCH_THREADS)
         else:
             device = select_device(args.device, local_rank)
             cfg = resolve_config(args, device)
             run_dir = _run_dir(args, cfg)
+            lock = rundir.RunLock(run_dir) if rank == 0 else None
+            if lock is not None:
+                faults.on_exit(lock.release)
+            notes = [rundir.prepare_new(run_dir, args.overwrite)] if rank == 0 else []
+        faults.set_run_dir(run_dir)
+        notes += [lock.note if lock else None, rundir.clean_temporaries(run_dir) if rank == 0 else None]
+        for note in filter(None, notes):
+            say(f"scale.run: {note}", err=True)
+        torch.set_num_threads(cfg.threads or _TORCH_THREADS)
         try:
             data = load_dataset(cfg.dataset, args.data_dir, download=not args.no_download,
                                 image_size=cfg.image_size if cfg.dataset in ("digits", "synthetic") else None)
@@ -287,7 +293,11 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         return 1
 
     if args.resume:
-        trainer.load(run_dir / "checkpoint.pt")
+        try:
+            trainer.load(run_dir / "checkpoint.pt")
+        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+            raise faults.CorruptFile(f"{run_dir}/checkpoint.pt does not fit its config ({faults.reason(exc)}); it "
+                                     "was left as it is") from None
         say(f"resuming {run_dir} at epoch {trainer.start_epoch + 1}, step {trainer.start_step + 1}")
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -304,8 +314,8 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         say(f"scale.run: stopped: {exc}", err=True)
         status, code = "non-finite loss", 3
     except Interrupted as exc:
-        say(f"scale.run: {exc}; checkpoint saved in {run_dir}; continue with: python -m scale.run --resume {run_dir}",
-            err=True)
+        say(f"scale.run: {exc} by {signals.received() or 'a stop request'}; checkpoint saved in {run_dir}; "
+            f"continue with: python -m scale.run --resume {run_dir}", err=True)
         status, code = "interrupted", 130
 
     history = trainer.state.history

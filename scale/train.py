@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import copy
 import math
-import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -52,6 +51,7 @@ from scale.checkpoint import load_checkpoint, save_checkpoint
 from scale.data import Dataset
 from scale.heads import build_head, collapse_init_
 from scale.hooks import Checkpointer, EpochLog, Hook, MetricsFile, ProgressBar
+from scale.signals import any_rank, stop_on_signals
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "lars")
 SCHEDULES: tuple[str, ...] = ("cosine", "constant")
@@ -94,6 +94,7 @@ class TrainConfig:
     probe_size: int = 256
     train_subset: int | None = None
     log_every: int = 10
+    threads: int | None = None  # torch CPU threads: sums depend on it, so it is saved and reused on resume
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -491,6 +492,12 @@ class Trainer:
     def _epoch_metrics(self, epoch: int) -> dict[str, float]:
         p = self.partial
         zs, hs = self.state.embed(self.state.probe_x)
+        if not (torch.isfinite(zs).all() and torch.isfinite(hs).all()):  # the last step's update blew up
+            raise NonFiniteLoss(
+                f"the model's outputs became non-finite after the last step of epoch {epoch + 1}; likely cause: "
+                f"{_likely_cause(self.cfg)}. " + (f"The last good checkpoint ({self.checkpoint_path}, end of epoch "
+                f"{self.start_epoch_done}) is kept." if self.checkpoint_path is not None and self.start_epoch_done
+                else "No checkpoint was written (the failure came before the first epoch end)."))
         z_std, z_cond = collapse_stats(zs.double())  # E1's collapse statistics (mini.collapse_metrics)
         h_std, h_cond = collapse_stats(hs.double())
         loss = p["loss_sum"] / max(1, p["steps"])
@@ -504,11 +511,6 @@ class Trainer:
             "images_per_s": p["images"] * self.world / max(p["seconds"], 1e-9), "epoch_seconds": p["seconds"],
         }
 
-    def _on_sigint(self, signum, frame) -> None:
-        if self._stop_requested:  # second Ctrl-C: stop now
-            raise KeyboardInterrupt
-        self._stop_requested = True
-
     def request_stop(self) -> None:
         """Finish the current step, save a checkpoint, and raise ``Interrupted`` (what Ctrl-C does)."""
         self._stop_requested = True
@@ -518,20 +520,20 @@ class Trainer:
         for hook in (*self.hooks, *self.builtin_hooks):
             getattr(hook, event)(self.state)
 
+    def _should_stop(self, step: int) -> bool:
+        """The stop flag; under DDP agreed by all ranks at the steps they all check (scale/signals.py)."""
+        if self.distributed and (step % max(1, self.cfg.log_every) == 0 or step == self.steps_per_epoch - 1):
+            self._stop_requested = any_rank(self._stop_requested, self.device)
+        elif self.distributed:
+            return False
+        return self._stop_requested
+
     def fit(self) -> TrainState:
-        old_handler = None
-        try:
-            old_handler = signal.signal(signal.SIGINT, self._on_sigint)
-        except ValueError:  # not the main thread
-            pass
-        try:
+        with stop_on_signals(self.request_stop):  # SIGINT/SIGTERM: finish the step, save, stop
             self.state.epoch, self.state.first_step = self.start_epoch, self.start_step  # where training (re)starts
             self._emit("on_fit_start")
             self._fit_loop()
             self._emit("on_fit_end")
-        finally:
-            if old_handler is not None:
-                signal.signal(signal.SIGINT, old_handler)
         return self.state
 
     def _step(self, epoch: int, step: int, perm: torch.Tensor) -> None:
@@ -578,7 +580,7 @@ class Trainer:
                     pending = []
                 for hook in (*self.hooks, *self.builtin_hooks):
                     hook.on_step_end(state)
-                if self._stop_requested and step + 1 < self.steps_per_epoch:
+                if self._should_stop(step) and step + 1 < self.steps_per_epoch:
                     self._check_finite(pending)
                     self._accumulate(images, time.perf_counter() - t0)
                     self._emit("on_interrupt")  # the Checkpointer saves (epoch, step + 1)

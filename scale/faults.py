@@ -1,0 +1,193 @@
+"""Exit codes of the training CLI and the one place that turns a failure into one line and a code.
+
+    0    finished
+    1    an input file is missing, corrupt or unsafe: dataset files (bad checksum, a pickle that would
+         run code, unreadable folder), a run directory's checkpoint.pt or config.json that cannot be read
+    2    arguments or configuration refused: a bad flag or config value, an unsafe --run-name, a run
+         directory that already holds a run (without --overwrite) or is locked by a live run, flags
+         given with --resume that would change the run, config.json disagreeing with checkpoint.pt
+    3    non-finite loss or model outputs (the last good checkpoint is kept)
+    4    an output could not be written (disk full, read-only folder, permissions) or another I/O
+         error; the last good checkpoint is intact (every write is atomic: temporary file + rename)
+    5    a distributed peer stopped answering within --ddp-timeout, or died
+    130  interrupted by SIGINT (Ctrl-C) or SIGTERM (schedulers): the step finishes, a checkpoint is saved,
+         continue with --resume; a second signal stops at once, keeping the last checkpoint written
+
+``guarded(prog)`` wraps a ``main`` so that every ``RunError`` and the known failures above print one
+line on stderr (rank 0 only under torch.distributed) and return their code, never a traceback. Clean-ups
+registered with ``on_exit`` (the run-directory lock) run however ``main`` ends.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import errno
+import functools
+import os
+import signal
+import sys
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_NONFINITE, EXIT_WRITE, EXIT_PEER, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
+
+
+class RunError(Exception):
+    """A failure with a one-line message and an exit code (subclasses fix the code)."""
+
+    code = EXIT_USAGE
+
+
+class ConfigError(RunError):
+    """A configuration value or a combination of flags is refused (exit 2)."""
+
+    code = EXIT_USAGE
+
+
+class CorruptFile(RunError):
+    """A file the run must read is missing, corrupt or unsafe (exit 1)."""
+
+    code = EXIT_INPUT
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside the training loop (inside it, SIGTERM finishes the step and saves, as Ctrl-C does)."""
+
+
+class _Guard:
+    def __init__(self, prog: str) -> None:
+        self.prog = prog
+        self.stack = ExitStack()
+        self.run_dir: Path | None = None  # set once known: messages then name the last good checkpoint
+
+
+_current: contextvars.ContextVar[_Guard | None] = contextvars.ContextVar("scale_faults_guard", default=None)
+
+
+def on_exit(callback: Callable[[], Any]) -> None:
+    """Run ``callback`` when the guarded ``main`` returns or fails (at interpreter exit outside one)."""
+    guard = _current.get()
+    if guard is None:
+        import atexit
+
+        atexit.register(callback)
+    else:
+        guard.stack.callback(callback)
+
+
+def set_run_dir(run_dir: Path) -> None:
+    guard = _current.get()
+    if guard is not None:
+        guard.run_dir = Path(run_dir)
+
+
+def reason(exc: BaseException, limit: int = 160) -> str:
+    """``Type: first line`` of an exception, without torch.load's multi-line advice (which suggests
+    ``weights_only=False``, i.e. running the file's code: never the right fix for an unreadable file)."""
+    text = str(exc).strip().splitlines()[0][:limit] if str(exc).strip() else ""
+    if "weights_only" in text or "Weights only" in text:
+        text = "not a torch checkpoint, or one holding more than tensors and plain values"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _rank() -> int:
+    try:
+        import torch.distributed as dist
+
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    except Exception:
+        return 0
+
+
+def last_checkpoint(run_dir: Path | None) -> str:
+    """``the last good checkpoint (PATH, epoch E step S) is intact`` or why there is none."""
+    if run_dir is None or not (run_dir / "checkpoint.pt").is_file():
+        return "no checkpoint had been written yet"
+    path = run_dir / "checkpoint.pt"
+    try:
+        import torch
+
+        ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        where = f", epoch {int(ck['epoch'])} step {int(ck['step'])}"
+    except Exception:
+        where = ""
+    return f"the last good checkpoint ({path}{where}) is intact"
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    """A collective that timed out or lost its peer (gloo/NCCL raise RuntimeError subclasses)."""
+    if not isinstance(exc, RuntimeError):
+        return False
+    try:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return False
+        if isinstance(exc, getattr(dist, "DistBackendError", ())):
+            return True
+    except Exception:
+        return False
+    text = str(exc).lower()
+    return any(s in text for s in ("timed out", "timeout", "connection closed", "connection reset", "peer"))
+
+
+def describe(exc: BaseException, guard: _Guard) -> tuple[int, str]:
+    """``(exit code, one line)`` for a failure that escaped ``main``; ``(-1, '')`` when it is a bug."""
+    kept = last_checkpoint(guard.run_dir)
+    if isinstance(exc, RunError):
+        return exc.code, f"error: {exc}"
+    if isinstance(exc, KeyboardInterrupt):
+        what = "SIGTERM" if isinstance(exc, Terminated) else (str(exc) or "a second interrupt")
+        return EXIT_INTERRUPTED, f"stopped at once by {what} without saving; {kept}"
+    if isinstance(exc, OSError):
+        where = f" {exc.filename}" if exc.filename else ""
+        reason = exc.strerror or os.strerror(exc.errno) if exc.errno else str(exc)
+        hint = {errno.ENOSPC: "free some space", errno.EROFS: "choose a writable --out",
+                errno.EACCES: "check the folder's permissions", errno.EDQUOT: "free some quota"}.get(exc.errno, "")
+        verb = "cannot write" if exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT) else "I/O error on"
+        return EXIT_WRITE, (f"{verb}{where}: {reason}; {kept}" + (f"; {hint} and continue with --resume "
+                            f"{guard.run_dir}" if hint and guard.run_dir is not None else ""))
+    if is_peer_failure(exc):
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        return EXIT_PEER, (f"a distributed peer stopped answering or died ({first}); this process stops; {kept}; "
+                           "continue with --resume once every rank is healthy")
+    return -1, ""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated("SIGTERM")
+
+
+def guarded(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """Decorator: known failures become ``prog: error: ...`` on stderr and their exit code (module doc)."""
+
+    def wrap(main: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def run(*args: Any, **kwargs: Any) -> int:
+            guard = _Guard(prog)
+            token = _current.set(guard)
+            previous = None
+            try:
+                previous = signal.signal(signal.SIGTERM, _raise_terminated)
+            except ValueError:  # not the main thread
+                pass
+            try:
+                with guard.stack:
+                    return main(*args, **kwargs)
+            except (RunError, KeyboardInterrupt, OSError, RuntimeError) as exc:
+                code, line = describe(exc, guard)
+                if code < 0:
+                    raise
+                if _rank() == 0:
+                    print(f"{prog}: {line}", file=sys.stderr, flush=True)
+                return code
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
+                _current.reset(token)
+
+        return run
+
+    return wrap

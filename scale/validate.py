@@ -1,0 +1,264 @@
+"""One validation of a run's whole configuration, at start and on resume.
+
+``check_config(cfg, source)`` refuses, with one line naming the value and the valid range, every
+``TrainConfig`` that would train something other than what it says: wrong types, unknown choices,
+non-positive sizes, an ``ema`` outside [0, 1), CIFAR at an image size other than 32 (the data is
+32 x 32), a head deeper than ``MAX_HEAD_LAYERS`` or with more than ``MAX_HEAD_PARAMS`` parameters
+(counted from the spec, before anything is allocated), a thread count below 1.
+
+On resume (``resume_config``), the run's identity is what its checkpoint says:
+
+    config.json must agree with the checkpoint's own copy of the config on every field except
+    ``RESUME_CHANGEABLE`` (otherwise the directory mixes two runs: refused, with the differences);
+    flags given with --resume that would change the run (``identity``) are refused with their list;
+    the safe ones are applied, recorded in config.json and announced:
+        --epochs    extend (or shorten, not below the epochs done) the run; the cosine schedule is
+                    recomputed over the new total
+        --device    continue on another device (numbers then differ in the last bits)
+        --threads   another CPU thread count (sums change in the last bits: warned)
+    and flags that only steer this invocation (``INVOCATION_FLAGS``: output, measurements, data
+    location, DDP timeout) are taken as given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from mini.heads import parse_head_spec
+from scale.faults import ConfigError, CorruptFile, reason
+
+MAX_HEAD_LAYERS = 32  # the paper's heads have 1-4 Linear layers
+MAX_HEAD_PARAMS = 200_000_000  # projector + predictor; BYOL's 4096-wide head is ~5e6, E1's gelu3 ~1e7
+MAX_WIDTH = 65_536
+MAX_THREADS = 4096
+RESUME_CHANGEABLE = ("epochs", "device", "threads")
+INVOCATION_FLAGS = ("resume", "quiet", "track_hessian_every", "probe_images", "orbits", "no_final_measure",
+                    "data_dir", "no_download", "ddp_timeout", "overwrite")
+
+
+def _choices() -> dict[str, tuple[str, ...]]:
+    from scale.augment import PRESETS
+    from scale.backbones import BACKBONES
+    from scale.data import DATASETS
+    from scale.methods import METHODS
+    from scale.train import OPTIMIZERS, SCHEDULES
+
+    return {"dataset": DATASETS, "method": tuple(METHODS), "backbone": BACKBONES, "optimizer": OPTIMIZERS,
+            "schedule": SCHEDULES, "augment": PRESETS, "init": ("normal", "collapsed"),
+            "precision": ("fp32", "bf16")}
+
+
+def flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def _type_error(key: str, annotation: str, value: Any) -> str | None:
+    """Whether ``value`` fits the dataclass annotation (a string under ``from __future__ import annotations``)."""
+    if value is None:
+        return None if "None" in annotation else f"{key} must not be null"
+    base = annotation.replace(" | None", "").strip()
+    ok = {"int": isinstance(value, int) and not isinstance(value, bool),
+          "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+          "bool": isinstance(value, bool), "str": isinstance(value, str)}.get(base, True)
+    return None if ok else f"{key} must be of type {base}, got {value!r}"
+
+
+def head_parameters(spec: str, d: int, k: int, width: int, bias: bool) -> int:
+    """Parameters of an MLP head ``d -> width (x n-1) -> k`` of ``spec``'s ``n`` Linear layers."""
+    n = parse_head_spec(spec).n_layers
+    dims = [d] + [width] * (n - 1) + [k]
+    return sum(a * b + (b if bias else 0) for a, b in itertools.pairwise(dims))
+
+
+def backbone_dim(cfg: Any) -> int:
+    """``z``'s dimension without building the backbone (resnet18: 8 x base width; vit_tiny: model dim)."""
+    if cfg.backbone == "resnet18":
+        return 8 * (cfg.backbone_width or 64)
+    return cfg.backbone_width or 192
+
+
+def check_config(cfg: Any, source: str = "flags") -> None:
+    """Raise ``ConfigError`` naming the first invalid value of a ``TrainConfig``.
+
+    ``source``: ``"flags"`` names values as ``--flag``, otherwise as ``KEY in SOURCE`` (e.g. config.json).
+    """
+
+    def name(key: str) -> str:
+        return flag(key) if source == "flags" else f"{key} in {source}"
+
+    for f in fields(cfg):
+        problem = _type_error(name(f.name), str(f.type), getattr(cfg, f.name))
+        if problem:
+            raise ConfigError(problem)
+    for key, valid in _choices().items():
+        if getattr(cfg, key) not in valid:
+            raise ConfigError(f"{name(key)} {getattr(cfg, key)!r} is not one of: {', '.join(valid)}")
+    for key in ("epochs", "batch_size", "head_width", "head_out", "pred_width", "probe_size", "image_size",
+                "log_every", "backbone_width", "train_subset", "threads"):
+        v = getattr(cfg, key)
+        if v is not None and v < 1:
+            raise ConfigError(f"{name(key)} must be a positive integer, got {v}")
+    for key in ("head_width", "head_out", "pred_width", "backbone_width"):
+        v = getattr(cfg, key)
+        if v is not None and v > MAX_WIDTH:
+            raise ConfigError(f"{name(key)} {v} is above the supported maximum {MAX_WIDTH}")
+    if cfg.threads is not None and cfg.threads > MAX_THREADS:
+        raise ConfigError(f"{name('threads')} {cfg.threads} is above {MAX_THREADS}")
+    for key in ("lr", "temperature"):
+        v = getattr(cfg, key)
+        if not (0 < v < math.inf):
+            raise ConfigError(f"{name(key)} must be a positive finite number, got {v}")
+    for key in ("momentum", "weight_decay"):
+        v = getattr(cfg, key)
+        if not (0 <= v < math.inf):
+            raise ConfigError(f"{name(key)} must be a finite number >= 0, got {v}")
+    if not (0 <= cfg.ema < 1):
+        raise ConfigError(f"{name('ema')} must be in [0, 1) (the target network's momentum), got {cfg.ema}")
+    if not 0 <= cfg.warmup_epochs <= cfg.epochs:
+        raise ConfigError(f"{name('warmup_epochs')} must be between 0 and the epochs ({cfg.epochs}), "
+                          f"got {cfg.warmup_epochs}")
+    if cfg.dataset in ("cifar10", "cifar100") and cfg.image_size != 32:
+        raise ConfigError(f"{name('image_size')} {cfg.image_size}: {cfg.dataset} images are 32 x 32 "
+                          "(only digits and synthetic are resized)")
+    if cfg.backbone == "vit_tiny" and (cfg.image_size % 4 or (cfg.backbone_width or 192) % 3):
+        raise ConfigError(f"vit_tiny needs {name('image_size')} a multiple of its patch 4 and "
+                          f"{name('backbone_width')} a multiple of its 3 heads (got {cfg.image_size}, "
+                          f"{cfg.backbone_width or 192})")
+    specs = [("head", cfg.head)] + ([("predictor", cfg.predictor)] if cfg.predictor else [])
+    for key, spec in specs:
+        try:
+            n = parse_head_spec(spec).n_layers
+        except ValueError as exc:
+            raise ConfigError(f"{name(key)}: {exc}") from None
+        if n > MAX_HEAD_LAYERS:
+            raise ConfigError(f"{name(key)} {spec!r} has {n} Linear layers; at most {MAX_HEAD_LAYERS} are supported")
+    d = backbone_dim(cfg)
+    total = head_parameters(cfg.head, d, cfg.head_out, cfg.head_width, cfg.head_bias)
+    if cfg.method in ("simsiam", "byol"):
+        from scale.train import default_predictor
+
+        spec = cfg.predictor or default_predictor(cfg.head)
+        total += head_parameters(spec, cfg.head_out, cfg.head_out, cfg.pred_width, cfg.head_bias)
+    if total > MAX_HEAD_PARAMS:
+        raise ConfigError(f"the head ({cfg.head}, width {cfg.head_width}, out {cfg.head_out}) would have "
+                          f"{total:,} parameters; at most {MAX_HEAD_PARAMS:,} are supported (reduce --head-width, "
+                          "--head-out, --pred-width or the depth)")
+
+
+# --------------------------------------------------------------------------------------------
+# Resume
+# --------------------------------------------------------------------------------------------
+
+
+def read_config_json(path: Path) -> dict[str, Any]:
+    """config.json as a dict, or ``CorruptFile`` saying what is wrong with it."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptFile(f"{path} is not readable JSON ({exc}); the run cannot be resumed from it") from None
+    if not isinstance(saved, dict):
+        raise CorruptFile(f"{path} holds a {type(saved).__name__}, not a config object")
+    return saved
+
+
+def read_checkpoint_config(path: Path) -> tuple[dict[str, Any], int]:
+    """The config stored inside checkpoint.pt and its epoch (memory-mapped: the tensors are not read)."""
+    import torch
+
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        config, epoch = ck["config"], int(ck["epoch"])
+        if not isinstance(config, dict):
+            raise TypeError("its config entry is not a dict")
+    except Exception as exc:
+        raise CorruptFile(f"{path} is not a readable checkpoint ({reason(exc)}); it was left as it is. "
+                          "Restore it from a copy, or start the run again with --overwrite") from None
+    return config, epoch
+
+
+def config_from_dict(values: dict[str, Any], source: str) -> Any:
+    """A ``TrainConfig`` from a saved dict; unknown or missing keys are refused by name."""
+    from scale.train import TrainConfig
+
+    names = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(f"{source} has unknown keys {unknown}; valid keys: {', '.join(sorted(names))}")
+    optional = {"threads"}  # added later; configs saved before it lack it
+    missing = sorted(names - set(values) - optional - {"log_every"})
+    if missing:
+        raise ConfigError(f"{source} lacks the keys {missing}")
+    cfg = TrainConfig(**values)
+    check_config(cfg, source)
+    return cfg
+
+
+def disagreements(a: dict[str, Any], b: dict[str, Any], ignore: tuple[str, ...] = RESUME_CHANGEABLE) -> list[str]:
+    return [f"{k} ({a.get(k)!r} vs {b.get(k)!r})" for k in sorted(set(a) | set(b))
+            if k not in ignore and a.get(k) != b.get(k)]
+
+
+def given_flags(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
+    """The ``dest`` of every option and positional written on the command line (defaults left out)."""
+    actions = [a for a in parser._actions if a.option_strings]
+    defaults = [a.default for a in actions]
+    try:
+        for a in actions:
+            a.default = argparse.SUPPRESS
+        ns = vars(parser.parse_args(argv))
+        # positionals keep their defaults (3.11 checks a suppressed default against choices): None = absent
+        return {k for k, v in ns.items() if v is not None or any(a.dest == k for a in actions)}
+    finally:
+        for a, d in zip(actions, defaults):
+            a.default = d
+
+
+def resume_config(run_dir: Path, args: argparse.Namespace, given: set[str], device: str, default_threads: int
+                  ) -> tuple[Any, list[str]]:
+    """The resumed run's ``TrainConfig`` and the notes to print (module docstring); refuses what would mix runs."""
+    from scale.train import TrainConfig
+
+    saved = read_config_json(run_dir / "config.json")
+    checkpointed, done = read_checkpoint_config(run_dir / "checkpoint.pt")
+    diff = disagreements(saved, checkpointed)
+    if diff:
+        raise ConfigError(f"{run_dir}/config.json disagrees with its checkpoint.pt on {', '.join(diff)}: the directory "
+                          "mixes two runs; nothing was changed. Start a new run (another --run-name, or --overwrite)")
+    config_names = {f.name for f in fields(TrainConfig)}
+    refused = []
+    for dest in sorted(given - set(INVOCATION_FLAGS) - set(RESUME_CHANGEABLE)):
+        value = getattr(args, dest, None)
+        if dest in config_names and saved.get(dest) == value:
+            continue  # the same value as the run's: harmless
+        if dest == "dataset" and saved.get("dataset") == value:
+            continue
+        refused.append(flag(dest) if dest != "dataset" else "DATASET")
+    if refused:
+        raise ConfigError(f"--resume continues the saved run; these flags would change it: {', '.join(refused)}. "
+                          f"Only {', '.join(flag(k) for k in RESUME_CHANGEABLE)} (and output/measurement flags) may "
+                          "be given with --resume; start a new run for other settings")
+    notes = []
+    values = dict(saved)
+    if values["device"] != device:
+        notes.append(f"device {values['device']} -> {device} (numbers differ in the last bits)")
+    values["device"] = device
+    saved_threads = values.get("threads")
+    threads = args.threads if "threads" in given else (saved_threads or default_threads)
+    if threads != saved_threads:
+        was = f"the run's {saved_threads}" if saved_threads else "an unrecorded count (a run saved before threads were)"
+        notes.append(f"warning: {threads} CPU threads instead of {was}; sums change in the last bits, so the "
+                     "resumed run is not bitwise the uninterrupted one")
+    values["threads"] = threads
+    if "epochs" in given and args.epochs is not None and args.epochs < done:
+        raise ConfigError(f"--epochs {args.epochs} is below the {done} epochs this run has already done")
+    if "epochs" in given and args.epochs != values["epochs"]:
+        notes.append(f"--epochs {values['epochs']} -> {args.epochs} (the cosine schedule spans the new total)")
+        values["epochs"] = args.epochs
+    cfg = config_from_dict(values, f"{run_dir}/config.json")
+    return cfg, notes

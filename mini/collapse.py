@@ -1,7 +1,7 @@
 """Section 4: collapsed states and Theorem 4.1 (the statics), with the audit table.
 
 A *collapsed state* is a batch whose rows are all one point, ``Z = 1_n z*^T`` (n, d): every input
-maps to the same representation. Theorem 4.1 (PAPER.md) at such a state, with ``rho = grad_H L != 0``:
+maps to the same representation. Theorem 4.1 (docs/paper.md) at such a state, with ``rho = grad_H L != 0``:
 
 1. Linear heads (and ReLU heads off their kinks) have ``M = 0``, so ``H_eff = G = J^T (grad^2_H L) J``,
    which is PSD when ``grad^2_H L`` is PSD (the MSE objectives): no direction of negative curvature,

@@ -1,4 +1,4 @@
-r"""A tiny SSL trainer on the toy manifolds, and the guillotine report (PAPER.md section 5, E3-E4).
+r"""A tiny SSL trainer on the toy manifolds, and the guillotine report (docs/paper.md section 5, E3-E4).
 
 Model: ``x (D) -> backbone (an MLP of the head grammar, default tanh2) -> z = b(x) / |b(x)| (d)
 -> head h (any spec: linear, relu3, gelu3, swish3, ...) -> h(z) (k)``. The backbone ends in an L2
@@ -10,7 +10,7 @@ SimSiam with a relu2 predictor and stop-gradient targets; VICReg; Barlow Twins).
 below) on all parameters, full autograd, float64, seeded: the same config gives the same numbers.
 
 ``python -m mini.train --report`` trains one backbone + head per head spec (same seed, same data)
-and prints, per head, PAPER.md's reference-figure table for the toy run (E4 orbits: 5 classes x 3
+and prints, per head, docs/paper.md's reference-figure table for the toy run (E4 orbits: 5 classes x 3
 base points x 12 group elements over a full period; kappa over a sweep of 10 parameters over an
 eighth of a period; E3 probes predicting the 4-way discretised group element and the class from
 frozen features, split by base point), with the untrained-head control (a fresh head of the same
@@ -290,7 +290,7 @@ def measure(result: TrainResult, n_probe_per_class: int = 40, probe_steps: int =
     )
 
 
-# Paper's CIFAR-10 / ResNet-18 reference figures (PAPER.md), shown beside the toy numbers.
+# Paper's CIFAR-10 / ResNet-18 reference figures (docs/paper.md), shown beside the toy numbers.
 PAPER_FIGURES = {
     "spread": ("2.25e-2 +- 1.07e-2", "0.10e-2 +- 0.06e-2", "21.85x compression"),
     "kappa": ("0.125", "0.242", "1.93x"),
@@ -307,7 +307,7 @@ def _row(name: str, cells: list[str]) -> str:
 
 
 def head_table(rep: HeadReport) -> str:
-    """PAPER.md's reference-figure table for one toy run, with the untrained-head control column."""
+    """docs/paper.md's reference-figure table for one toy run, with the untrained-head control column."""
     z, h, u = rep.z, rep.h, rep.h_untrained
     acc = {key: 100 * r.test_accuracy for key, r in rep.probes.items()}
     lines = [

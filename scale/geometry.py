@@ -1,6 +1,6 @@
-r"""Orbit geometry at scale (PAPER.md, E4): backbone ``z`` versus head ``h`` on rotation orbits of real images.
+r"""Orbit geometry at scale (docs/paper.md, E4): backbone ``z`` versus head ``h`` on rotation orbits of real images.
 
-Protocol (PAPER.md, E4), all on the training device:
+Protocol (docs/paper.md, E4), all on the training device:
 
     images   ``classes`` x ``per_class`` held-out images (test split; the first ``per_class`` images of
              each of the first ``classes`` labels, so every run of a grid sees the same orbits);
@@ -8,7 +8,7 @@ Protocol (PAPER.md, E4), all on the training device:
     orbits   each image rotated by 12 angles, 0 to 330 degrees (``scale.orbits.orbit_batch_at``)
     sweep    each image rotated by 10 angles, 0 to 45 degrees: the path along which kappa is taken
              (``GeometrySettings.for_family``: the same for hue, saturation or blur across the family's
-             range, PAPER.md E6)
+             range, docs/paper.md E6)
     z        backbone output (eval mode: BatchNorm running statistics), L2-normalised
     h        the head applied to the normalised z, then L2-normalised (``mini.invariance.normalized_features``)
     raw      beside the protocol: the head on the raw z it was trained on (its BatchNorm running
@@ -68,7 +68,7 @@ class GeometrySettings:
     @classmethod
     def for_family(cls, family: str, points: int = 12, sweep_points: int = 10, **kw: Any) -> GeometrySettings:
         """E4's rotation orbits (0-330 degrees, sweep 0-45) or, for another family, ``points`` values across
-        its range (PAPER.md, E6) and a ``sweep_points`` sweep across the same range."""
+        its range (docs/paper.md, E6) and a ``sweep_points`` sweep across the same range."""
         if family == "rotation":
             return cls(**kw)
         vals = family_parameters(family, points).tolist()
@@ -209,7 +209,7 @@ def measure_geometry(backbone: nn.Module, head: nn.Module, cfg: Any, x_uint8: to
     lab = labels.to(device)
     res = GeometryResult(
         settings={**asdict(settings), "n_orbits": n, "points_per_orbit": P, "sweep_points": Q,
-                  "head_input": "L2-normalised z (PAPER.md E4)", "bn_mode": "eval (running statistics)",
+                  "head_input": "L2-normalised z (docs/paper.md E4)", "bn_mode": "eval (running statistics)",
                   "control": f"untrained {cfg.head} head, init {cfg.init}, seed {settings.control_seed}"},
         z=orbit_geometry(zn, lab, sweep=sz), h=orbit_geometry(hn, lab, sweep=sh),
         h_untrained=orbit_geometry(h0n, lab, sweep=sh0), h_untrained_nobias=orbit_geometry(h0b, lab, sweep=sh0b),

@@ -1,7 +1,7 @@
 """Linear probe on frozen features: multinomial logistic regression, full batch, L-BFGS.
 
 The classical SSL evaluation, here used to compare the backbone's ``z`` with the head's ``h`` on the
-class labels (the head is thrown away after training because ``z`` probes better; PAPER.md, section 5).
+class labels (the head is thrown away after training because ``z`` probes better; docs/paper.md, section 5).
 Features are standardised with the training set's mean and std; a small L2 penalty keeps the problem
 strictly convex, so the result does not depend on the start (zeros) beyond solver tolerance.
 """

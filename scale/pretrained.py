@@ -2,7 +2,7 @@
 
     python -m scale.pretrained MODEL [MODEL ...] [--weights PATH] [--images DIR | --dataset NAME]
 
-PAPER.md, E6: DINO ViT-S/16 and ResNet-50, VICReg ResNet-50, Barlow Twins ResNet-50 at 224 px;
+docs/paper.md, E6: DINO ViT-S/16 and ResNet-50, VICReg ResNet-50, Barlow Twins ResNet-50 at 224 px;
 orbits under rotation, hue, saturation and blur; "collapse ratio" = backbone orbit variance / head
 orbit variance. The paper's finding: DINO heads compress orbits, VICReg/Barlow heads expand them.
 

@@ -1,4 +1,4 @@
-r"""Probes on frozen features, backbone ``z`` versus head ``h`` (PAPER.md, E3: the guillotine).
+r"""Probes on frozen features, backbone ``z`` versus head ``h`` (docs/paper.md, E3: the guillotine).
 
 Rotation probe (the paper's protocol): every image turned by 0, 90, 180 and 270 degrees (exact quarter
 turns, ``torch.rot90``: no interpolation), the frozen model's ``z`` and ``h`` computed (eval mode),

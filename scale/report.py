@@ -10,7 +10,7 @@ writes ``DIR/report.md`` with PNG figures beside it:
     e4_orbits.png       E4: 2-D PCA projection of the rotation orbits, backbone z, head h, untrained head
     compression.png     E4/E5: compression factor (spread z / spread h), trained and untrained heads
 
-Tables carry PAPER.md's reference figure (CIFAR-10, ResNet-18) next to ours, ours as mean +- std over
+Tables carry docs/paper.md's reference figure (CIFAR-10, ResNet-18) next to ours, ours as mean +- std over
 seeds (over orbits where a single seed ran, and then said so). Each claim gets a verdict computed
 from our numbers only; the paper's figure is printed beside it and never enters a result.
 """
@@ -28,7 +28,7 @@ import numpy as np
 
 from scale.checkpoint import atomic_write_bytes, atomic_write_text
 
-# PAPER.md, "Reference figures (CIFAR-10, ResNet-18)": quantity -> (z, h, factor), as printed there.
+# docs/paper.md, "Reference figures (CIFAR-10, ResNet-18)": quantity -> (z, h, factor), as printed there.
 PAPER_E4 = {
     "spread": ("2.25 +- 1.07", "0.10 +- 0.06", "21.85x compression"),
     "kappa": ("0.125", "0.242", "1.93x"),
@@ -310,12 +310,12 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
         "",
     ]
     if not comparable:
-        L += [f"**Not comparable in value.** PAPER.md's reference figures are CIFAR-10 / ResNet-18 at the paper's "
+        L += [f"**Not comparable in value.** docs/paper.md's reference figures are CIFAR-10 / ResNet-18 at the paper's "
               f"sizes; these runs are {dataset} / {backbone} with the deviations listed below. The paper's column is "
               "printed for orientation; the verdicts read only our numbers.", ""]
     # Deviations, collected per experiment: setting -> set of (paper, ours)
     L += ["## Deviations from the paper's settings", "",
-          "Computed from each run's saved config.json against PAPER.md's settings "
+          "Computed from each run's saved config.json against docs/paper.md's settings "
           "(per run in `runs/NAME/deviations.json`).",
           "", "| experiment | setting | paper | ours |", "|---|---|---|---|"]
     for exp in man["experiments"]:
@@ -329,10 +329,10 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
                 paper_val[k] = str(p)
         for k in sorted(seen):
             L.append(f"| {exp} | {k} | {paper_val[k]} | {', '.join(sorted(seen[k]))} |")
-    L += ["", "Where PAPER.md is silent:", ""]
+    L += ["", "Where docs/paper.md is silent:", ""]
     L += [f"- {exp}: {text}" for exp, text in man["assumptions"].items()]
     L += ["- E1 and E2 use SimSiam's negative-cosine loss, whose Hessian is indefinite: outside the PSD premise of "
-          "Theorem 4.1 part 1 (PAPER.md's audit caveat). E3-E5 use NT-Xent.", ""]
+          "Theorem 4.1 part 1 (docs/paper.md's audit caveat). E3-E5 use NT-Xent.", ""]
 
     verdicts: list[tuple[str, str, str, str]] = []
     L += _section_e1(runs, verdicts)
@@ -341,7 +341,7 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
     L += _section_e5(e5)
     head = ["## Verdicts, as measured", "",
             "Each verdict reads our numbers only (the paper's figure is beside it, for comparison).", "",
-            "| claim (PAPER.md) | ours | paper | verdict |", "|---|---|---|---|"]
+            "| claim (docs/paper.md) | ours | paper | verdict |", "|---|---|---|---|"]
     head += [f"| {c} | {o} | {p} | {v} |" for c, o, p, v in verdicts] + [""]
     intro_end = L.index("## Deviations from the paper's settings")
     L = L[:intro_end] + head + L[intro_end:]
@@ -461,7 +461,7 @@ def _section_e2(runs, verdicts) -> list[str]:
                      "measurement, E2 collapsed/ReLU)", _n(mr), "M = 0 (s'' = 0 a.e.)",
                      _verdict(None if mr is None else mr == 0.0)))
     L += ["Negative eigenvalues counted in `G` come from the loss Hessian: SimSiam's negative cosine has an "
-          "indefinite Hessian (PAPER.md's audit caveat), so `G = J^T (grad^2 L) J` need not be PSD and lambda_min "
+          "indefinite Hessian (docs/paper.md's audit caveat), so `G = J^T (grad^2 L) J` need not be PSD and lambda_min "
           "< 0 does not by itself show the head's curvature at work; `|M|/|H|` separates the two.", ""]
     return L
 
@@ -552,7 +552,7 @@ def _section_e5(e5) -> list[str]:
     if not e5:
         return []
     L = ["## E5: head depth (SimCLR, Swish + BatchNorm head)", "",
-         "PAPER.md states no figure for E5; mean +- std over seeds (one seed: the value).", "",
+         "docs/paper.md states no figure for E5; mean +- std over seeds (one seed: the value).", "",
          "| depth | head | final loss | compression | untrained | kappa h / z | rotation linear z / h | "
          "rotation MLP z / h | class ridge z / h |", "|---|---|---|---|---|---|---|---|---|"]
     for d in sorted({r["labels"]["depth"] for r in e5}):

@@ -1,6 +1,6 @@
 """``python -m scale.run DATASET --head SPEC``: one SSL training run, measured and saved.
 
-Every flag left out takes the default of the chosen method (PAPER.md where it states them, solo-learn's
+Every flag left out takes the default of the chosen method (docs/paper.md where it states them, solo-learn's
 CIFAR recipes elsewhere), then the dataset's adjustments (``digits``/``synthetic`` are small and run on
 a CPU); ``--help`` lists them all. The run directory receives config.json (resolved), metrics.jsonl
 (one record per epoch), checkpoint.pt (every epoch end and on Ctrl-C), summary.json and report.md with
@@ -35,7 +35,7 @@ from scale.run_report import command_line, device_name, git_commit, versions, wr
 from scale.tracking import HessianTracker
 from scale.train import METHODS, OPTIMIZERS, SCHEDULES, Hook, Interrupted, NonFiniteLoss, TrainConfig, Trainer
 
-# Per-method defaults. simsiam: PAPER.md E1; simclr: PAPER.md E3; byol/vicreg/barlow: solo-learn's CIFAR
+# Per-method defaults. simsiam: docs/paper.md E1; simclr: docs/paper.md E3; byol/vicreg/barlow: solo-learn's CIFAR
 # recipes (LARS, warmup 10, 1000 epochs). Schedules: cosine (the paper states none; cosine as in SimSiam).
 METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "simsiam": dict(augment="e1", optimizer="sgd", lr=0.05, momentum=0.9, weight_decay=0.0, batch_size=512,
@@ -82,7 +82,7 @@ class OneLineParser(argparse.ArgumentParser):
 def _defaults_table() -> str:
     rows = ["per-method defaults (CIFAR; flags override):"]
     for m, d in METHOD_DEFAULTS.items():
-        src = {"simsiam": "PAPER.md E1", "simclr": "PAPER.md E3"}.get(m, "solo-learn CIFAR recipe")
+        src = {"simsiam": "docs/paper.md E1", "simclr": "docs/paper.md E3"}.get(m, "solo-learn CIFAR recipe")
         rows.append(
             f"  {m:8s} aug {d['augment']}, {d['optimizer']} lr {d['lr']:g} wd {d['weight_decay']:g}, batch "
             f"{d['batch_size']}, {d['epochs']} epochs, warmup {d['warmup_epochs']}, head {d['head_width']}->"

@@ -47,5 +47,6 @@ def test_help_lists_method_defaults(capsys):
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for text in ("PAPER.md E1", "PAPER.md E3", "solo-learn", "digits:", "--head-bn", "--resume", "sgd lr 0.05"):
+    for text in ("docs/paper.md E1", "docs/paper.md E3", "solo-learn", "digits:", "--head-bn", "--resume",
+                 "sgd lr 0.05"):
         assert text in out, text

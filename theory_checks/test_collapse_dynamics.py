@@ -1,4 +1,4 @@
-"""Theorem 4.1, dynamic reading (PAPER.md, Section 4): a strict saddle at collapse is left by the flow.
+"""Theorem 4.1, dynamic reading (docs/paper.md, Section 4): a strict saddle at collapse is left by the flow.
 
 Statement (part 2, its dynamic content): at a collapsed state ``z*`` with ``rho = grad_h L != 0``, a
 smooth head's interaction term ``M`` brings negative eigenvalues into ``H_eff``: "a strict saddle

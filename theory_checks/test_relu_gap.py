@@ -1,4 +1,4 @@
-"""The ReLU gap (PAPER.md, Section 4): ``grad^2 ReLU = 0`` almost everywhere, so ``M = 0``.
+"""The ReLU gap (docs/paper.md, Section 4): ``grad^2 ReLU = 0`` almost everywhere, so ``M = 0``.
 
 Statement checked: for a linear head, and for a ReLU head at any batch off the kinks (every hidden
 pre-activation at distance at least ``KINK_MARGIN`` from 0), the interaction term vanishes for

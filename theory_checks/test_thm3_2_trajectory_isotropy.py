@@ -1,6 +1,6 @@
 """Theorem 3.2 (an MLP head can be epsilon-isotropic along a trajectory).
 
-Statement (PAPER.md, paraphrase): for any smooth, non-self-intersecting optimisation trajectory
+Statement (docs/paper.md, paraphrase): for any smooth, non-self-intersecting optimisation trajectory
 ``gamma(t)`` there is an MLP head whose ``H_eff`` is epsilon-isotropic along ``gamma``.
 
 Made precise (``mini/capacity.py``): at samples ``z_j = gamma(t_j)``,

@@ -1,4 +1,4 @@
-"""Theorem 4.1 (generic instability of collapse), PAPER.md Section 4.
+"""Theorem 4.1 (generic instability of collapse), docs/paper.md Section 4.
 
 Statement. Let ``z*`` be a collapsed state (all inputs map to one point: ``Z = 1_n z*^T``) with
 ``rho = grad_H L != 0``.

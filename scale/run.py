@@ -28,7 +28,7 @@ from mini.heads import parse_head_spec
 from scale.augment import PRESETS
 from scale.backbones import BACKBONES
 from scale.checkpoint import atomic_write_json
-from scale.data import DATASETS, DataError, load_dataset
+from scale.data import DATASETS, FOLDER_PREFIX, DataError, load_dataset
 from scale.geometry import append_report, final_measurement, parse_orbits
 from scale.linprobe import features, linear_probe_accuracy
 from scale.run_report import command_line, device_name, git_commit, versions, write_outputs
@@ -63,6 +63,7 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
                    pred_width=64, batch_size=128, epochs=8, warmup_epochs=0),
     "synthetic": dict(image_size=16, backbone_width={"resnet18": 8, "vit_tiny": 24}, head_width=32, head_out=16,
                       pred_width=8, batch_size=32, epochs=2, warmup_epochs=0, probe_size=64),
+    "folder": dict(image_size=32),  # folder:PATH, your own images: CIFAR's size unless --image-size says otherwise
 }
 METHOD_EPOCH_OVERRIDES = {("cifar100", "simsiam"): 20}  # E1: 20 epochs on CIFAR-100
 
@@ -98,6 +99,12 @@ def _defaults_table() -> str:
     return "\n".join(rows)
 
 
+def _dataset_arg(text: str) -> str:
+    if text in DATASETS or (text.startswith(FOLDER_PREFIX) and len(text) > len(FOLDER_PREFIX)):
+        return text
+    raise argparse.ArgumentTypeError(f"unknown dataset {text!r}; valid: {', '.join(DATASETS)}, {FOLDER_PREFIX}PATH")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="python -m scale.run",
@@ -106,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_defaults_table(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("dataset", nargs="?", choices=DATASETS, help="dataset (synthetic: unit tests only)")
+    p.add_argument("dataset", nargs="?", type=_dataset_arg, help="one of " + ", ".join(DATASETS)
+                   + " (synthetic: unit tests only), or folder:PATH (class sub-folders of PNG/JPEG images)")
     p.add_argument("--head", default="gelu3", help="projector spec of the shared grammar: 'linear' or '<act><n>', "
                    "act in relu/gelu/swish/tanh/softplus, n >= 2 Linear layers (default: gelu3)")
     p.add_argument("--method", choices=METHODS, default="simclr", help="SSL objective (default: simclr)")
@@ -176,7 +184,7 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
     except ValueError as exc:
         raise ArgError(str(exc)) from None
     values: dict[str, Any] = dict(METHOD_DEFAULTS[args.method])
-    for key, v in DATASET_DEFAULTS[args.dataset].items():
+    for key, v in DATASET_DEFAULTS["folder" if args.dataset.startswith(FOLDER_PREFIX) else args.dataset].items():
         values[key] = v[args.backbone] if isinstance(v, dict) else v
     if (args.dataset, args.method) in METHOD_EPOCH_OVERRIDES:
         values["epochs"] = METHOD_EPOCH_OVERRIDES[(args.dataset, args.method)]
@@ -237,8 +245,10 @@ def _free_cores() -> int:
 
 
 def _run_dir(args: argparse.Namespace, cfg: TrainConfig) -> Path:
+    dataset = f"folder-{Path(cfg.dataset[len(FOLDER_PREFIX):]).name}" if cfg.dataset.startswith(FOLDER_PREFIX) \
+        else cfg.dataset
     name = args.run_name or (
-        f"{cfg.dataset}-{cfg.method}-{cfg.head}-{cfg.backbone}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+        f"{dataset}-{cfg.method}-{cfg.head}-{cfg.backbone}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
     return Path(args.out) / name
 
@@ -281,7 +291,7 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
             run_dir = _run_dir(args, cfg)
         try:
             data = load_dataset(cfg.dataset, args.data_dir, download=not args.no_download,
-                                image_size=cfg.image_size if cfg.dataset in ("digits", "synthetic") else None)
+                                image_size=None if cfg.dataset in ("cifar10", "cifar100") else cfg.image_size)
         except ValueError as exc:
             raise ArgError(str(exc)) from None
         tracker = None

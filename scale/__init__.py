@@ -10,6 +10,7 @@ The public surface, imported lazily (``import scale`` does not import torch unti
     EffectiveHessian                       H_eff = G + M of any head at a batch, matrix-free (operators H, G, M)
     build_head, build_backbone             the project's heads (the grammar of ``mini.heads``) and backbones
     load_dataset, folder_dataset           datasets as uint8 tensors (CIFAR, digits, a folder of class folders)
+    analyze_model                          the paper's measurements on any model (``python -m scale.analyze``)
 
 Extreme eigenvalues of an operator: ``scale.lanczos.lanczos`` (a function named like its module, so it
 is not re-exported here: ``scale.lanczos`` is the module).
@@ -34,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "build_backbone": "scale.backbones",
     "load_dataset": "scale.data",
     "folder_dataset": "scale.data",
+    "analyze_model": "scale.analyze",
 }
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "SSLModel",
     "TrainConfig",
     "Trainer",
+    "analyze_model",
     "build_backbone",
     "build_head",
     "export_backbone",
@@ -53,6 +56,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from scale.analyze import analyze_model
     from scale.api import Run, RunError, export_backbone, load_run
     from scale.backbones import build_backbone
     from scale.curvature import EffectiveHessian

@@ -28,6 +28,7 @@ from mini.heads import parse_head_spec
 from scale.augment import PRESETS
 from scale.backbones import BACKBONES
 from scale.checkpoint import atomic_write_json
+from scale.config_file import ConfigFileError, read_config_file
 from scale.data import DATASETS, FOLDER_PREFIX, DataError, load_dataset
 from scale.geometry import append_report, final_measurement, parse_orbits
 from scale.linprobe import features, linear_probe_accuracy
@@ -83,7 +84,7 @@ class OneLineParser(argparse.ArgumentParser):
 def _defaults_table() -> str:
     rows = ["per-method defaults (CIFAR; flags override):"]
     for m, d in METHOD_DEFAULTS.items():
-        src = {"simsiam": "docs/paper.md E1", "simclr": "docs/paper.md E3"}.get(m, "solo-learn CIFAR recipe")
+        src = {"simsiam": "docs/paper.md E1", "simclr": "docs/paper.md E3"}.get(m, "solo-learn-like CIFAR")
         rows.append(
             f"  {m:8s} aug {d['augment']}, {d['optimizer']} lr {d['lr']:g} wd {d['weight_decay']:g}, batch "
             f"{d['batch_size']}, {d['epochs']} epochs, warmup {d['warmup_epochs']}, head {d['head_width']}->"
@@ -161,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-download", action="store_true", help="never try to download CIFAR")
     p.add_argument("--out", default="runs", help="parent folder of run directories (default: runs)")
     p.add_argument("--run-name", help="run directory name (default: dataset-method-head-backbone-sSEED-time)")
+    p.add_argument("--config", metavar="FILE.toml", help="a recipe: TOML keys are these flags (lr = 0.05, "
+                   "head-bn = true) and dataset; flags on the command line override it (examples: configs/)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR (its config is used)")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: the cores not already busy "
                    "by the 1-minute load average, at least 1; oversubscribed cores make torch many times slower)")
@@ -265,6 +268,15 @@ def hessian_tracker(every: str, run_dir: Path, log) -> HessianTracker:
 def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = ()) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.config:  # the recipe's values become defaults: flags given on the command line still win
+        try:
+            if args.resume:
+                raise ConfigFileError("--config describes a new run; --resume continues one with its saved config")
+            parser.set_defaults(**read_config_file(args.config, parser))
+        except ConfigFileError as exc:
+            print(f"scale.run: error: {exc}", file=sys.stderr)
+            return 2
+        args = parser.parse_args(argv)
     t_start = time.perf_counter()
     torch.set_num_threads(args.threads or _free_cores())
     local_rank = _setup_distributed(args.device)

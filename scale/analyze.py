@@ -22,7 +22,7 @@ What is measured (each by the project's one implementation of it):
     orbits      E4 on the test split (``scale.geometry.measure_geometry``): z versus h, the untrained head
                 of the same architecture and its bias-free twin as controls
     verdict     collapse ratio R = exp(mean over orbits of log(spread_z / spread_h)) with its Student-t
-                interval (``scale.pretrained.ratio_estimate``): "compressor" where the interval lies above 1,
+                interval (``scale.verdict.ratio_estimate``): "compressor" where the interval lies above 1,
                 "expander" where it lies below 1, "neither" where it contains 1
     probes      E3 on z versus h (``scale.probes.run_probes``): 4-way rotation (linear, MLP, ridge) and the
                 class labels (ridge)
@@ -62,11 +62,11 @@ from scale.data import DataError, Dataset, load_dataset
 from scale.geometry import CONTROL_SEED, GeometrySettings, format_geometry, measure_geometry, parse_orbits
 from scale.heads import build_head
 from scale.lanczos import lanczos
-from scale.pretrained import Estimate, ratio_estimate, verdict
 from scale.probes import ProbeSettings, format_probes, run_probes
 from scale.run_report import device_name, git_commit, versions
 from scale.tracking import hutchinson_ratio, probe_objective
 from scale.train import METHODS, SSLModel, TrainConfig
+from scale.verdict import Estimate, ratio_estimate, verdict
 
 VERDICT_WORDS = {"compressor": "compressor", "expander": "expander", "inconclusive": "neither"}
 

@@ -20,7 +20,8 @@ What is measured (each by the project's one implementation of it):
                 of the negative curvature of each part is ``max(-v^T X v, 0) / sum over X in {G, M}``;
                 |M|_F / |H|_F by ``scale.tracking.hutchinson_ratio``
     orbits      E4 on the test split (``scale.geometry.measure_geometry``): z versus h, the untrained head
-                of the same architecture and its bias-free twin as controls
+                of the same architecture and its bias-free twin as controls; ``--family`` hue, saturation
+                or blur takes E6's augmentation families instead of rotations
     verdict     collapse ratio R = exp(mean over orbits of log(spread_z / spread_h)) with its Student-t
                 interval (``scale.verdict.ratio_estimate``): "compressor" where the interval lies above 1,
                 "expander" where it lies below 1, "neither" where it contains 1
@@ -62,6 +63,7 @@ from scale.data import DataError, Dataset, load_dataset
 from scale.geometry import CONTROL_SEED, GeometrySettings, format_geometry, measure_geometry, parse_orbits
 from scale.heads import build_head
 from scale.lanczos import lanczos
+from scale.orbits import FAMILIES, check_family
 from scale.probes import ProbeSettings, format_probes, run_probes
 from scale.run_report import device_name, git_commit, versions
 from scale.tracking import hutchinson_ratio, probe_objective
@@ -80,6 +82,7 @@ class AnalysisSettings:
     hessian_images: int = 32  # images of the probe batch (x 2 views: n = 64 rows of z)
     lanczos_iter: int = 80
     orbits: str = "5x3"
+    family: str = "rotation"  # E4's rotation orbits, or an E6 family: hue, saturation, blur
     probe_images: int | None = 2000  # probes: at most this many base images per split (x 4 rotations)
     probes: bool = True
     seed: int = 0
@@ -93,6 +96,7 @@ class AnalysisSettings:
             raise AnalyzeError(f"--probe-images must be >= 2, got {self.probe_images}")
         try:
             parse_orbits(self.orbits)
+            check_family(self.family)
         except ValueError as exc:
             raise AnalyzeError(str(exc)) from None
 
@@ -207,7 +211,8 @@ def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: Trai
         controls = None if spec_controls else (untrained_copy(head), untrained_copy(head, bias=False))
         with _eval(model):
             geo = measure_geometry(model.backbone, model.projector, cfg, data.test_x, data.test_y, data.mean,
-                                   data.std, GeometrySettings(classes=classes, per_class=per_class), controls=controls)
+                                   data.std, GeometrySettings.for_family(settings.family, classes=classes,
+                                                                         per_class=per_class), controls=controls)
         out["geometry"] = geo.summary()
         out["verdict"] = collapse_verdict(geo.arrays)
     if settings.probes and min(len(data.train_x), len(data.test_x)) >= 2:
@@ -274,6 +279,14 @@ def _png(fig, plt) -> bytes:
     return buf.getvalue()
 
 
+def _ratio_text(d: dict[str, Any]) -> str:
+    est = Estimate(**d)
+    if est.n == 0:
+        return (f"undefined (all {est.excluded} orbits degenerate: the family does not move these images, e.g. hue "
+                "or saturation on grey images)")
+    return est.fmt() + (f" ({est.excluded} degenerate orbits left out)" if est.excluded else "")
+
+
 def render_report(result: dict[str, Any], source: str) -> str:
     c = result["curvature"]
     L = [f"# Analysis of {source}", "",
@@ -281,9 +294,9 @@ def render_report(result: dict[str, Any], source: str) -> str:
          f"{result['seconds']:.1f} s. Measured at the state given; nothing trained.", ""]
     if "verdict" in result:
         v = result["verdict"]
-        est, ctl = Estimate(**v["collapse_ratio"]), Estimate(**v["collapse_ratio_untrained"])
-        L += [f"**Verdict: {v['verdict']}.** Collapse ratio spread(z) / spread(h) = {est.fmt()} (95 % interval over "
-              f"{est.n} orbits); the untrained head of the same architecture: {ctl.fmt()} ({v['verdict_untrained']}).",
+        L += [f"**Verdict: {v['verdict']}.** Collapse ratio spread(z) / spread(h) = "
+              f"{_ratio_text(v['collapse_ratio'])} (geometric mean over orbits, 95 % t interval); the untrained head "
+              f"of the same architecture: {_ratio_text(v['collapse_ratio_untrained'])} ({v['verdict_untrained']}).",
               ""]
         if v["verdict_untrained"] == v["verdict"] != "neither":
             L += ["The untrained control gets the same verdict: at this state the effect is not learned by the head "
@@ -397,6 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hessian-images", type=int, default=AnalysisSettings.hessian_images)
     p.add_argument("--lanczos-iter", type=int, default=AnalysisSettings.lanczos_iter)
     p.add_argument("--orbits", default="5x3", help="CLASSESxIMAGES of the test split (default 5x3)")
+    p.add_argument("--family", choices=tuple(FAMILIES), default="rotation", help="orbit family: E4's rotations "
+                   "(0-330 degrees, kappa on 0-45) or an E6 family across its range (default: rotation)")
     p.add_argument("--probe-images", type=int, default=AnalysisSettings.probe_images)
     p.add_argument("--no-probes", action="store_true")
     p.add_argument("--seed", type=int, default=0)
@@ -484,8 +499,8 @@ def main(argv: list[str] | None = None) -> int:
                           else "cpu")
     try:
         settings = AnalysisSettings(hessian_images=args.hessian_images, lanczos_iter=args.lanczos_iter,
-                                    orbits=args.orbits, probe_images=args.probe_images, probes=not args.no_probes,
-                                    seed=args.seed)
+                                    orbits=args.orbits, family=args.family, probe_images=args.probe_images,
+                                    probes=not args.no_probes, seed=args.seed)
         model, cfg, data, out, spec_controls = _load(args, device)
         result = analyze_model(model.backbone, model.projector, data, cfg, predictor=model.predictor,
                                settings=settings, device=device, spec_controls=spec_controls)
@@ -503,8 +518,8 @@ def main(argv: list[str] | None = None) -> int:
           f"M {_fmt(c['split_at_lambda_min']['share_M'], '.1%')}")
     if "verdict" in result:
         v = result["verdict"]
-        print(f"verdict: {v['verdict']} (collapse ratio {Estimate(**v['collapse_ratio']).fmt()}; untrained head "
-              f"{Estimate(**v['collapse_ratio_untrained']).fmt()})")
+        print(f"verdict: {v['verdict']} (collapse ratio {_ratio_text(v['collapse_ratio'])}; untrained head "
+              f"{_ratio_text(v['collapse_ratio_untrained'])})")
     if "probes" in result:
         r = result["probes"]["rotation"]
         z_acc, h_acc = r["z"]["linear"]["test"], r["h"]["linear"]["test"]

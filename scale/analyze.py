@@ -67,7 +67,7 @@ from scale.orbits import FAMILIES, check_family
 from scale.probes import ProbeSettings, format_probes, run_probes
 from scale.run_report import device_name, git_commit, versions
 from scale.tracking import hutchinson_ratio, probe_objective
-from scale.train import METHODS, SSLModel, TrainConfig
+from scale.train import METHODS, SSLModel, TrainConfig, output_dim
 from scale.verdict import Estimate, ratio_estimate, verdict
 
 VERDICT_WORDS = {"compressor": "compressor", "expander": "expander", "inconclusive": "neither"}
@@ -457,7 +457,7 @@ def _load(args: argparse.Namespace, device: torch.device) -> tuple[SSLModel, Tra
         try:
             backbone = backbone_m or build_backbone(args.backbone, image_size, width)
             head = head_m if head_m is not None else build_head(
-                args.head, backbone.out_dim if hasattr(backbone, "out_dim") else _dim(backbone, image_size),
+                args.head, output_dim(backbone, (2, 3, image_size, image_size)),
                 args.head_out, args.head_width, bias=args.head_bias, batchnorm=args.head_bn,
                 out_batchnorm=args.head_out_bn)
             model = SSLModel(cfg, backbone=backbone, head=head, predictor=pred_m)
@@ -476,12 +476,6 @@ def _load(args: argparse.Namespace, device: torch.device) -> tuple[SSLModel, Tra
     except ValueError as exc:
         raise AnalyzeError(str(exc)) from None
     return model, cfg, data, Path(args.out) if args.out else out, spec_controls
-
-
-def _dim(backbone: nn.Module, image_size: int) -> int:
-    from scale.train import _output_dim
-
-    return _output_dim(backbone, (2, 3, image_size, image_size))
 
 
 def _predictor_state(model: SSLModel, src: Path) -> dict[str, torch.Tensor]:

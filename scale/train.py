@@ -140,11 +140,11 @@ class SSLModel(nn.Module):
         super().__init__()
         self.backbone = build_backbone(cfg.backbone, cfg.image_size, cfg.backbone_width) if backbone is None \
             else backbone
-        d = _output_dim(self.backbone, (2, 3, cfg.image_size, cfg.image_size))
+        d = output_dim(self.backbone, (2, 3, cfg.image_size, cfg.image_size))
         head_spec = head if isinstance(head, str) else cfg.head
         if isinstance(head, nn.Module):
             self.projector = head
-            k = _output_dim(head, (2, d))
+            k = output_dim(head, (2, d))
         else:
             self.projector = build_head(head_spec, d, cfg.head_out, cfg.head_width, bias=cfg.head_bias,
                                         batchnorm=cfg.head_bn, out_batchnorm=cfg.head_out_bn)
@@ -173,7 +173,7 @@ class SSLModel(nn.Module):
 
 
 @torch.no_grad()
-def _output_dim(module: nn.Module, shape: tuple[int, ...]) -> int:
+def output_dim(module: nn.Module, shape: tuple[int, ...]) -> int:
     """``module.out_dim`` if it has one, else the width of its output on a zero input of ``shape`` (one
     forward in eval mode, its training flag restored); the result is set as ``out_dim``."""
     dim = getattr(module, "out_dim", None)

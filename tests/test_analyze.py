@@ -129,3 +129,20 @@ def test_trained_state_is_untouched(models):
                           settings=analyze.AnalysisSettings(hessian_images=4, lanczos_iter=10, orbits="2x1",
                                                             probes=False))
     assert all(torch.equal(v, before[k]) for k, v in head.state_dict().items())
+
+
+def test_cli_on_a_checkpoint_with_project_names(tmp_path, capsys):
+    """Names instead of module paths: resnet18 + a gelu2 head, from a plain state_dict with a predictor the
+    analysis of simclr leaves out."""
+    cfg = TrainConfig(method="simsiam", backbone="resnet18", backbone_width=4, image_size=16, head="gelu2",
+                      head_width=16, head_out=8, pred_width=8)
+    from scale.train import SSLModel
+
+    ckpt = tmp_path / "names.pt"
+    torch.save({"model": SSLModel(cfg).state_dict()}, ckpt)
+    argv = [str(ckpt), "--backbone", "resnet18", "--backbone-width", "4", "--head", "gelu2", "--head-width", "16",
+            "--head-out", "8", "--data", "synthetic", "--image-size", "16", "--no-probes", *QUICK]
+    assert analyze.main(argv) == 0, capsys.readouterr().err
+    assert (tmp_path / "names-analysis" / "report.md").is_file()
+    # the same file against a head of another width: one line naming the shapes, exit 2, nothing written
+    _one_line_exit_2(capsys, [*argv[:8], "32", *argv[9:]], tmp_path, "shape mismatches")

@@ -1,4 +1,4 @@
-"""BatchNorm with batch statistics, functional and autograd-safe (PAPER.md, Section 4, E1 ablation).
+"""BatchNorm with batch statistics, functional and autograd-safe (docs/paper.md, Section 4, E1 ablation).
 
 The paper's E1 ablates BatchNorm in the head: the ReLU gap (``grad^2 ReLU = 0``, so ``M = 0``) is
 said to close only through finite steps *and BatchNorm*. BatchNorm with batch statistics makes the

@@ -1,6 +1,6 @@
 r"""Section 4 dynamics: gradient flow versus discrete steps at collapse, with exact ``H_eff`` tracking.
 
-Theorem 4.1 is a statement about the *effective Hessian* ``H_eff`` at a collapsed state (PAPER.md,
+Theorem 4.1 is a statement about the *effective Hessian* ``H_eff`` at a collapsed state (docs/paper.md,
 Section 4): with an MSE-type loss (``grad^2_h L`` PSD) a linear or ReLU head has ``M = 0`` and
 ``H_eff = G`` PSD, so gradient flow has no infinitesimal escape direction; a smooth head's ``M``
 brings negative eigenvalues, a strict saddle that the flow leaves. The paper's experiments E1-E2 add

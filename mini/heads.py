@@ -1,4 +1,4 @@
-"""Projection heads: the one head grammar of the project (PAPER.md, "Setting and notation").
+"""Projection heads: the one head grammar of the project (docs/paper.md, "Setting and notation").
 
 A head ``h_phi: R^d -> R^k`` maps backbone representations ``z`` to embeddings ``h``. Heads are
 named by a short spec that means the same thing in ``mini`` and in ``scale``:
@@ -16,7 +16,7 @@ Objects and shapes
 - ``HeadSpec``: the parsed spec (activation name or ``None`` for ``linear``, number of layers).
 - ``Head``: a spec plus its weights, ``layers[l] = {"W": (out_l, in_l), "b": (out_l,)}``. The
   weight layout is torch's ``nn.Linear`` (``a = x @ W.T + b``), so that ``J = W2 diag(s'(a)) W1``
-  reads exactly as in PAPER.md and ``scale`` can copy weights without transposes.
+  reads exactly as in docs/paper.md and ``scale`` can copy weights without transposes.
 - ``head(Z)``: the one way to run a head. ``Z`` is ``(n, d)`` (or one sample ``(d,)``), the
   result ``(n, k)``; rows are independent. Autograd-safe: to differentiate with respect to the
   weights, call ``Head(spec, layers)(Z)`` (or ``head.with_layers(layers)(Z)``) inside the traced

@@ -27,7 +27,7 @@ Closed form for an MLP head (layers ``a_l = W_l x_{l-1} + b_l``, ``x_l = s(a_l)`
 
 ``g_l`` is the gradient of ``<rho_i, h>`` with respect to ``x_l``; only the activations have
 second derivatives (affine maps have none), and each contributes its ``s''`` sandwiched between
-the Jacobians of its pre-activation. For one hidden layer this is PAPER.md's
+the Jacobians of its pre-activation. For one hidden layer this is docs/paper.md's
 ``M_i = W1^T diag((W2^T rho_i) * s''(a_i)) W1``. ReLU and linear layers have ``s'' = 0``: ``M = 0``.
 """
 

@@ -1,4 +1,4 @@
-r"""Section 5: invariance and the guillotine (PAPER.md, Proposition 5.2, Theorem 5.3, E3-E4).
+r"""Section 5: invariance and the guillotine (docs/paper.md, Proposition 5.2, Theorem 5.3, E3-E4).
 
 Three groups of objects, each with its shapes:
 

@@ -1,4 +1,4 @@
-"""SSL objectives as functions of the embedding batch (PAPER.md, "Setting and notation").
+"""SSL objectives as functions of the embedding batch (docs/paper.md, "Setting and notation").
 
 Every objective is an ``Objective``: a scalar function ``L(Hb)`` of the embeddings ``Hb = h(Z)``,
 shape ``(n, k)``. Two-view objectives read ``Hb`` as two stacked views, rows ``0..m-1`` the first

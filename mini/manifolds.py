@@ -1,4 +1,4 @@
-r"""Toy data manifolds with continuous augmentation groups (PAPER.md section 5; E3-E4 in miniature).
+r"""Toy data manifolds with continuous augmentation groups (docs/paper.md section 5; E3-E4 in miniature).
 
 Each manifold has a semantic part (``n_classes`` class templates plus within-class variation) and a
 one-parameter Lie group ``g_t`` acting linearly on the data ``x`` in ``R^D``:

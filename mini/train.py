@@ -1,4 +1,4 @@
-r"""A tiny SSL trainer on the toy manifolds and its E3-E4 measurements (PAPER.md section 5).
+r"""A tiny SSL trainer on the toy manifolds and its E3-E4 measurements (docs/paper.md section 5).
 
 Model: ``x (D) -> backbone (an MLP of the head grammar, default tanh2) -> z = b(x) / |b(x)| (d)
 -> head h (any spec: linear, relu3, gelu3, swish3, ...) -> h(z) (k)``. The backbone ends in an L2

@@ -2,4 +2,77 @@
 
 ``scale`` imports ``mini`` (the head grammar, the objectives' definitions, the array-API
 measurements) and never the other way round.
+
+The public surface, imported lazily (``import scale`` does not import torch until a name is used):
+
+    TrainConfig, SSLModel, Trainer, Hook   train a backbone + head, by name or with your own modules
+    load_run, Run, export_backbone         a finished run back into Python; its backbone as a state_dict
+    EffectiveHessian                       H_eff = G + M of any head at a batch, matrix-free (operators H, G, M)
+    build_head, build_backbone             the project's heads (the grammar of ``mini.heads``) and backbones
+    load_dataset, folder_dataset           datasets as uint8 tensors (CIFAR, digits, a folder of class folders)
+    analyze_model                          the paper's measurements on any model (``python -m scale.analyze``)
+
+Extreme eigenvalues of an operator: ``scale.lanczos.lanczos`` (a function named like its module, so it
+is not re-exported here: ``scale.lanczos`` is the module).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    "TrainConfig": "scale.train",
+    "SSLModel": "scale.train",
+    "Trainer": "scale.train",
+    "Hook": "scale.train",
+    "load_run": "scale.api",
+    "Run": "scale.api",
+    "RunError": "scale.api",
+    "export_backbone": "scale.api",
+    "EffectiveHessian": "scale.curvature",
+    "build_head": "scale.heads",
+    "build_backbone": "scale.backbones",
+    "load_dataset": "scale.data",
+    "folder_dataset": "scale.data",
+    "analyze_model": "scale.analyze",
+}
+
+__all__ = [
+    "EffectiveHessian",
+    "Hook",
+    "Run",
+    "RunError",
+    "SSLModel",
+    "TrainConfig",
+    "Trainer",
+    "analyze_model",
+    "build_backbone",
+    "build_head",
+    "export_backbone",
+    "folder_dataset",
+    "load_dataset",
+    "load_run",
+]
+
+if TYPE_CHECKING:
+    from scale.analyze import analyze_model
+    from scale.api import Run, RunError, export_backbone, load_run
+    from scale.backbones import build_backbone
+    from scale.curvature import EffectiveHessian
+    from scale.data import folder_dataset, load_dataset
+    from scale.heads import build_head
+    from scale.train import Hook, SSLModel, TrainConfig, Trainer
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'scale' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

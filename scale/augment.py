@@ -10,9 +10,9 @@ kornia is pure Python on top of torch. kornia's colour jitter follows torchvisio
 (brightness, contrast, saturation factors in [1 - x, 1 + x], hue shift in [-x, x], random order).
 
 Presets:
-    e1       random-resized-crop (scale 0.2-1), horizontal flip                 (PAPER.md, E1: SimSiam)
+    e1       random-resized-crop (scale 0.2-1), horizontal flip                 (docs/paper.md, E1: SimSiam)
     e3       crop (0.2-1), flip, rotation up to 45 degrees, colour jitter
-             (0.4, 0.4, 0.4, 0.1) with p = 0.8                                  (PAPER.md, E3: SimCLR)
+             (0.4, 0.4, 0.4, 0.1) with p = 0.8                                  (docs/paper.md, E3: SimCLR)
     simclr   the standard SimCLR/BYOL CIFAR recipe: crop (0.08-1), flip, colour jitter (0.4, 0.4, 0.2,
              0.1) p = 0.8, grayscale p = 0.2                                     (solo-learn's CIFAR)
     none     no augmentation (normalisation only)

@@ -1,4 +1,4 @@
-"""Backbones ``f_theta: images -> z`` (PAPER.md, "Experiments": CIFAR-stem ResNet-18 and a small ViT).
+"""Backbones ``f_theta: images -> z`` (docs/paper.md, "Experiments": CIFAR-stem ResNet-18 and a small ViT).
 
     resnet18   BasicBlock ResNet-18 with the CIFAR stem: 3x3 conv1, stride 1, no max-pool; stages of
                width w, 2w, 4w, 8w (w = 64 gives the usual 512-d output z); global average pool.

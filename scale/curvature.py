@@ -1,4 +1,4 @@
-r"""Matrix-free effective-Hessian operators on the backbone output (PAPER.md, equation (1)).
+r"""Matrix-free effective-Hessian operators on the backbone output (docs/paper.md, equation (1)).
 
 For a fixed probe batch ``z`` (n, d) of detached backbone outputs, a head ``h`` (n, d) -> (n, k)
 and an objective ``L(Hb)`` (a scalar of the embeddings, anything it holds fixed already bound):

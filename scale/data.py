@@ -7,6 +7,8 @@
                         no network), brought to the backbone's format: scaled to 0-255, resized
                         (bilinear) to ``image_size`` and repeated to 3 channels; fixed 1,347/450 split.
     synthetic           random class-patterned images, for unit tests only.
+    folder:PATH         your own images: one sub-folder of PNG/JPEG files per class, read with Pillow
+                        (``folder_dataset``).
 
 A ``Dataset`` holds ``train_x``/``test_x`` as uint8 ``(N, 3, H, W)`` and int64 labels; the
 augmentation turns batches into normalised floats on the device (``scale/augment.py``). Missing or
@@ -275,9 +277,98 @@ def load_synthetic(
     return Dataset("synthetic", x[:n_train], y[:n_train], x[n_train:], y[n_train:], classes, mean, std)
 
 
+# --------------------------------------------------------------------------------------------
+# A folder of class folders (your own images)
+# --------------------------------------------------------------------------------------------
+
+FOLDER_PREFIX = "folder:"
+FOLDER_TEST_FRACTION = 0.2
+
+
+def _class_folders(root: Path) -> list[Path]:
+    """The sub-folders of ``root`` that hold at least one image file (searched recursively), by name."""
+    from scale.orbits import IMAGE_SUFFIXES
+
+    return [d for d in sorted(p for p in root.iterdir() if p.is_dir())
+            if any(f.suffix.lower() in IMAGE_SUFFIXES for f in d.rglob("*"))]
+
+
+def _read_class_folders(root: Path, classes: list[str], image_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every image under ``root/<class>/`` as uint8 ``(N, 3, S, S)`` (centre-cropped square, resized) and
+    its class index, read with Pillow through ``scale.orbits.folder_images``."""
+    from scale.orbits import IMAGE_SUFFIXES, folder_images
+
+    xs, ys = [], []
+    for label, name in enumerate(classes):
+        folder = root / name
+        count = sum(1 for f in folder.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES) if folder.is_dir() else 0
+        if count == 0:
+            continue
+        try:
+            x01 = folder_images(folder, count, image_size)  # (count, 3, S, S) float in [0, 1]
+        except Exception as exc:  # Pillow raises several kinds on a truncated or foreign file
+            raise DataError(f"{folder}: an image cannot be read ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:200]}); remove or replace the file") from None
+        xs.append((x01 * 255.0).round().clamp(0, 255).to(torch.uint8))
+        ys.append(torch.full((count,), label, dtype=torch.int64))
+    if not xs:
+        return torch.zeros(0, 3, image_size, image_size, dtype=torch.uint8), torch.zeros(0, dtype=torch.int64)
+    return torch.cat(xs), torch.cat(ys)
+
+
+def folder_dataset(path: str | Path, image_size: int = 32, *, test_fraction: float = FOLDER_TEST_FRACTION,
+                   seed: int = 0) -> Dataset:
+    """Your own images: ``path/<class>/*.png|jpg|...`` (one sub-folder per class, named as you like).
+
+    With ``path/train/<class>/`` and ``path/test/<class>/`` the two splits are taken as given; otherwise
+    ``test_fraction`` of each class (at least one image where the class has two or more) is held out by a
+    seeded permutation. Images are centre-cropped to a square and resized to ``image_size``; the whole set
+    is held as uint8 (``N x 3 x S x S`` bytes), on the training device during training. Normalisation
+    statistics are the training split's per-channel mean and std. An absent or empty folder raises
+    ``ValueError`` (a bad argument); an unreadable image raises ``DataError``.
+    """
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise ValueError(f"folder:{path}: not a directory (expected class sub-folders of PNG/JPEG images)")
+    if not 0.0 <= test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
+    if image_size < 8:
+        raise ValueError(f"folder images need --image-size >= 8, got {image_size}")
+    split = (root / "train").is_dir() and (root / "test").is_dir()
+    base = root / "train" if split else root
+    classes = [d.name for d in _class_folders(base)]
+    if not classes:
+        raise ValueError(f"folder:{path}: no class sub-folders with images (.png, .jpg, ...) in {base}; expected "
+                         f"{base}/<class>/<image files>")
+    if split:
+        tx, ty = _read_class_folders(root / "train", classes, image_size)
+        vx, vy = _read_class_folders(root / "test", classes, image_size)
+    else:
+        x, y = _read_class_folders(root, classes, image_size)
+        g = torch.Generator().manual_seed(seed)
+        test_idx = []
+        for c in range(len(classes)):
+            where = torch.nonzero(y == c).flatten()
+            where = where[torch.randperm(len(where), generator=g)]
+            n_test = max(1, round(test_fraction * len(where))) if len(where) >= 2 and test_fraction > 0 else 0
+            test_idx.append(where[:n_test])
+        is_test = torch.zeros(len(y), dtype=torch.bool)
+        is_test[torch.cat(test_idx)] = True
+        tx, ty, vx, vy = x[~is_test], y[~is_test], x[is_test], y[is_test]
+    if len(tx) == 0:
+        raise ValueError(f"folder:{path}: no training images found")
+    f = tx.double() / 255.0
+    mean = tuple(float(v) for v in f.mean(dim=(0, 2, 3)))
+    std = tuple(max(float(v), 1e-3) for v in f.std(dim=(0, 2, 3)))
+    return Dataset(f"folder-{root.name}", tx, ty, vx, vy, len(classes), mean, std)
+
+
 def load_dataset(name: str, data_dir: str | Path | None = None, *, download: bool = True,
                  image_size: int | None = None) -> Dataset:
-    """Any dataset of ``DATASETS`` (``image_size`` applies to digits and synthetic; CIFAR is 32 x 32)."""
+    """Any dataset of ``DATASETS``, or ``folder:PATH`` (``folder_dataset``); ``image_size`` applies to
+    digits, synthetic and folders (CIFAR is 32 x 32)."""
+    if name.startswith(FOLDER_PREFIX):
+        return folder_dataset(name[len(FOLDER_PREFIX):], image_size or 32)
     if name in ARCHIVES:
         if image_size not in (None, 32):
             raise ValueError(f"{name} images are 32 x 32; --image-size {image_size} is not supported for it")
@@ -286,4 +377,4 @@ def load_dataset(name: str, data_dir: str | Path | None = None, *, download: boo
         return load_digits(image_size or 16)
     if name == "synthetic":
         return load_synthetic(image_size=image_size or 16)
-    raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
+    raise ValueError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}, {FOLDER_PREFIX}PATH")

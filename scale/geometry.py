@@ -169,17 +169,21 @@ class GeometryResult:
 
 @torch.no_grad()
 def measure_geometry(backbone: nn.Module, head: nn.Module, cfg: Any, x_uint8: torch.Tensor, y: torch.Tensor,
-                     mean, std, settings: GeometrySettings = GeometrySettings()) -> GeometryResult:
-    """E4 on the images of one split (uint8 ``(N, 3, S, S)`` with labels ``(N,)``), all on their device."""
+                     mean, std, settings: GeometrySettings = GeometrySettings(),
+                     controls: tuple[nn.Module, nn.Module] | None = None) -> GeometryResult:
+    """E4 on the images of one split (uint8 ``(N, 3, S, S)`` with labels ``(N,)``), all on their device.
+    ``controls``: the untrained head and its bias-free twin, for a head that ``cfg`` cannot rebuild (a
+    user's module; default: ``control_head`` from ``cfg``)."""
     device = x_uint8.device
     mean_t = torch.as_tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
     std_t = torch.as_tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
     images, labels, idx = orbit_images(x_uint8, y, settings.classes, settings.per_class)
     n, P, Q = len(images), len(settings.values), len(settings.sweep_values)
-    control = control_head(cfg, backbone.out_dim).to(device)
-    # The same control without biases: on unit-norm inputs a default-initialised bias can dominate the first
+    # The control without biases: on unit-norm inputs a default-initialised bias can dominate the first
     # layer's output and pull every point together, which the bias-free control separates out.
-    control_nb = control_head(cfg, backbone.out_dim, bias=False).to(device)
+    control, control_nb = controls or (control_head(cfg, backbone.out_dim), control_head(cfg, backbone.out_dim,
+                                                                                          bias=False))
+    control, control_nb = control.to(device), control_nb.to(device)
     with _eval(backbone, head, control, control_nb):
         orbit_x = orbit_batch_at(images, settings.family, settings.values)  # (n * P, 3, S, S), image-major
         sweep_x = orbit_batch_at(images, settings.family, settings.sweep_values)  # (n * Q, 3, S, S)

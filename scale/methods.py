@@ -125,6 +125,9 @@ _LARS = dict(optimizer="lars", momentum=0.9, batch_size=256, epochs=1000, warmup
              head_out_bn=False, head_bias=True)
 _BATCH_STATS = "{name}'s batch statistics blew up (a tiny batch makes them unstable)"
 
+# byol/vicreg/barlow follow solo-learn's CIFAR files except where configs/README.md lists a difference
+SOLO_LEARN_LIKE = "solo-learn-like CIFAR recipe (configs/README.md lists the differences)"
+
 METHODS: dict[str, Method] = {}
 
 
@@ -166,17 +169,17 @@ register(Method(
                 pred_width=512),
 ))
 register(Method(
-    "byol", _byol, predictor=True, ema_target=True, hessian="per-sample", recipe_source="solo-learn's CIFAR recipe",
+    "byol", _byol, predictor=True, ema_target=True, hessian="per-sample", recipe_source=SOLO_LEARN_LIKE,
     recipe=dict(_LARS, augment="simclr", lr=1.0, weight_decay=1e-5, head_width=4096, head_out=256, pred_width=4096,
                 ema=0.99),
 ))
 register(Method(
-    "vicreg", _vicreg, hessian="coupled", recipe_source="solo-learn's CIFAR recipe",
+    "vicreg", _vicreg, hessian="coupled", recipe_source=SOLO_LEARN_LIKE,
     failure_hint=_BATCH_STATS.format(name="vicreg"),
     recipe=dict(_LARS, augment="simclr", lr=0.3, weight_decay=1e-4, head_width=2048, head_out=2048, pred_width=512),
 ))
 register(Method(
-    "barlow", _barlow, hessian="coupled", recipe_source="solo-learn's CIFAR recipe",
+    "barlow", _barlow, hessian="coupled", recipe_source=SOLO_LEARN_LIKE,
     failure_hint=_BATCH_STATS.format(name="barlow"),
     recipe=dict(_LARS, augment="simclr", lr=0.3, weight_decay=1e-4, head_width=2048, head_out=2048, pred_width=512),
 ))

@@ -1,6 +1,6 @@
 """Augmentation orbits of E6, generated on the device in batches with kornia.
 
-PAPER.md, E6: orbits under rotation (0-45 degrees), hue (+-0.4), saturation (0-2) and blur (sigma
+docs/paper.md, E6: orbits under rotation (0-45 degrees), hue (+-0.4), saturation (0-2) and blur (sigma
 0.1-3). A trajectory is one image swept through ``steps`` evenly spaced values of one family's
 parameter (default 12 steps), so that consecutive points are neighbours on the orbit and the
 discrete curvature kappa (E4) is defined along it.

@@ -13,7 +13,7 @@ Each run is one ``python -m scale.run`` (in this process, or one subprocess per 
 in ``OUT/runs/NAME``. A run whose summary.json says it finished (or stopped on a non-finite loss, a
 result in itself) is skipped; one with a checkpoint but no summary is resumed (``--resume``). The plan
 is ``OUT/manifest.json``: every run's command line, the paper's value of every setting it checks, and
-the assumptions where PAPER.md is silent. Deviations (a setting whose resolved value differs from the
+the assumptions where docs/paper.md is silent. Deviations (a setting whose resolved value differs from the
 paper's) are computed from each run's saved config.json, listed per run, and shown in the report.
 
 ``--quick``: 1 seed, 2 epochs, training on the first 384 images (``--train-subset``) and probes on at
@@ -45,7 +45,7 @@ CIFAR = ("cifar10", "cifar100")
 QUICK = dict(seeds=1, epochs=2, train_subset=384, probe_images=256)
 FULL_SEEDS = 3
 
-# PAPER.md's stated settings per experiment (CIFAR, ResNet-18); keys are TrainConfig fields.
+# docs/paper.md's stated settings per experiment (CIFAR, ResNet-18); keys are TrainConfig fields.
 _COMMON = dict(backbone="resnet18", backbone_width=64, head_width=2048, head_out=2048)
 PAPER_SETTINGS: dict[str, dict[str, Any]] = {
     "E1": dict(_COMMON, method="simsiam", pred_width=512, head_bias=False, optimizer="sgd", momentum=0.9,
@@ -57,12 +57,12 @@ PAPER_SETTINGS: dict[str, dict[str, Any]] = {
     "E5": dict(_COMMON, method="simclr", temperature=0.1, head_bn=True, head_out_bn=True, optimizer="adam", lr=1e-3,
                weight_decay=0.0, batch_size=512, epochs=50, augment="e3"),
 }
-# Where PAPER.md is silent, what the grid does (written into the manifest and the report).
+# Where docs/paper.md is silent, what the grid does (written into the manifest and the report).
 ASSUMPTIONS: dict[str, str] = {
-    "E1": "E1 runs from the pseudo-collapse initialisation (listed under E1 in PAPER.md); the linear head is the "
+    "E1": "E1 runs from the pseudo-collapse initialisation (listed under E1 in docs/paper.md); the linear head is the "
           "grammar's one Linear layer 512-2048 (a product of linear layers is one linear map), so its 'BatchNorm on' "
           "puts BatchNorm1d on the projector output (there is no hidden layer); cosine schedule.",
-    "E2": "E2's objective is not named in PAPER.md: SimSiam (E1's setup). Probe batch: scale.tracking's fixed view "
+    "E2": "E2's objective is unnamed in docs/paper.md: SimSiam (E1's setup). Probe batch: scale.tracking's fixed view "
           "pairs of the first step (rows in the E2 table); lambda_min/lambda_max by Lanczos in float64 (the paper: "
           "20 power iterations in float32 on the first 5 batches of each epoch); 1 seed.",
     "E3E4": "Probe images: training split for fitting, test split for scoring; orbits from the test split.",
@@ -238,7 +238,7 @@ def _finish_record(run: PlannedRun, out: Path, code: int, seconds: float, datase
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m scale.paper", description="Run the paper's experiment grid E1-E5 "
-                                "with its defaults (PAPER.md) and write the side-by-side report.")
+                                "with its defaults (docs/paper.md) and write the side-by-side report.")
     p.add_argument("--dataset", default="cifar10", choices=("cifar10", "cifar100", "digits", "synthetic"),
                    help="default: cifar10 (the paper's; digits offline on a CPU)")
     p.add_argument("--backbone", default="resnet18", choices=("resnet18", "vit_tiny"), help="default: resnet18")

@@ -2,7 +2,7 @@
 
     python -m scale.pretrained MODEL [MODEL ...] [--weights PATH] [--images DIR | --dataset NAME]
 
-PAPER.md, E6: DINO ViT-S/16 and ResNet-50, VICReg ResNet-50, Barlow Twins ResNet-50 at 224 px;
+docs/paper.md, E6: DINO ViT-S/16 and ResNet-50, VICReg ResNet-50, Barlow Twins ResNet-50 at 224 px;
 orbits under rotation, hue, saturation and blur; "collapse ratio" = backbone orbit variance / head
 orbit variance. The paper's finding: DINO heads compress orbits, VICReg/Barlow heads expand them.
 
@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -59,12 +58,15 @@ from scale.pretrained_models import (
     load_checkpoint,
 )
 from scale.run_report import device_name, git_commit, versions
-
-CONFIDENCE = 0.95
-# Orbit variances of unit vectors lie in [0, 1] and kappas in [0, 4]; below this floor an orbit has not
-# moved at all (e.g. hue on a grey image) and its log ratio is undefined: such trajectories are counted
-# and left out.
-DEGENERATE_FLOOR = 1e-12
+from scale.verdict import (
+    CONFIDENCE,
+    Estimate,
+    exp_estimate,
+    log_ratios,
+    mean_estimate,
+    ratio_estimate,
+    verdict,
+)
 
 
 class OfflineError(RuntimeError):
@@ -160,73 +162,8 @@ def measure(model: PretrainedSSL, images: torch.Tensor, cfg: Config) -> dict[str
 
 
 # --------------------------------------------------------------------------------------------
-# Statistics of E6
+# Statistics of E6 (the estimators and the verdict: scale/verdict.py, shared with scale.analyze)
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A point estimate with its ``CONFIDENCE`` interval over ``n`` trajectories (``excluded`` left out)."""
-
-    value: float
-    low: float
-    high: float
-    n: int
-    excluded: int = 0
-
-    def fmt(self, spec: str = ".3g") -> str:
-        if math.isnan(self.low):
-            return f"{self.value:{spec}}"
-        return f"{self.value:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
-
-
-def t_interval(values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """Mean and Student-t interval of i.i.d. values (NaN interval below two values)."""
-    from scipy.stats import t as student_t
-
-    values = np.asarray(values, dtype=np.float64)
-    n, mean = len(values), float(np.mean(values)) if len(values) else math.nan
-    if n < 2:
-        return mean, math.nan, math.nan
-    half = float(student_t.ppf(0.5 + confidence / 2, n - 1) * np.std(values, ddof=1) / math.sqrt(n))
-    return mean, mean - half, mean + half
-
-
-def log_ratios(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``log(num / den)`` per trajectory and the mask of trajectories where both are non-degenerate."""
-    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
-    ok = (num > DEGENERATE_FLOOR) & (den > DEGENERATE_FLOOR)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(ok, np.log(num) - np.log(den), np.nan), ok
-
-
-def _exp_estimate(logs: np.ndarray, ok: np.ndarray, confidence: float) -> Estimate:
-    """``exp`` of the mean log and of its t interval, over the entries where ``ok``."""
-    mean, low, high = t_interval(logs[ok], confidence)
-    value = math.exp(mean) if ok.any() else math.nan
-    return Estimate(value, math.exp(low), math.exp(high), int(ok.sum()), int((~ok).sum()))
-
-
-def ratio_estimate(num: np.ndarray, den: np.ndarray, confidence: float = CONFIDENCE) -> Estimate:
-    """Geometric-mean ratio ``exp(mean log(num/den))`` with the exponentiated t interval."""
-    r, ok = log_ratios(num, den)
-    return _exp_estimate(r, ok, confidence)
-
-
-def mean_estimate(values: np.ndarray, confidence: float = CONFIDENCE) -> Estimate:
-    mean, low, high = t_interval(values, confidence)
-    return Estimate(mean, low, high, len(values))
-
-
-def verdict(collapse: Estimate) -> str:
-    """Compressor / expander only where the interval of the collapse ratio excludes 1."""
-    if math.isnan(collapse.low):
-        return "inconclusive"
-    if collapse.low > 1.0:
-        return "compressor"
-    if collapse.high < 1.0:
-        return "expander"
-    return "inconclusive"
 
 
 def summarize(raw: dict[str, dict[str, list[float]]], confidence: float = CONFIDENCE) -> dict[str, dict]:
@@ -251,12 +188,12 @@ def summarize(raw: dict[str, dict[str, list[float]]], confidence: float = CONFID
     per_image_c, per_image_k = np.mean(pooled_c, axis=0), np.mean(pooled_k, axis=0)
     ok_c, ok_k = np.isfinite(per_image_c), np.isfinite(per_image_k)
 
-    collapse = _exp_estimate(per_image_c, ok_c, confidence)
+    collapse = exp_estimate(per_image_c, ok_c, confidence)
     rows["all"] = {
         "var_z": float(np.mean([r["var_z"] for r in rows.values()])),
         "var_h": float(np.mean([r["var_h"] for r in rows.values()])),
         "collapse_ratio": collapse,
-        "curvature_ratio": _exp_estimate(per_image_k, ok_k, confidence),
+        "curvature_ratio": exp_estimate(per_image_k, ok_k, confidence),
         "alignment_gain": mean_estimate(np.mean(pooled_a, axis=0), confidence),
         "verdict": verdict(collapse),
     }

@@ -1,6 +1,6 @@
 """Pretrained SSL models of experiment E6, readable, in the state-dict layouts their authors publish.
 
-PAPER.md, E6: DINO ViT-S/16 and ResNet-50, VICReg ResNet-50, Barlow Twins ResNet-50, each as the
+docs/paper.md, E6: DINO ViT-S/16 and ResNet-50, VICReg ResNet-50, Barlow Twins ResNet-50, each as the
 backbone ``f: image -> z`` plus the projection head ``h: z -> h`` it was trained with.
 
 Layouts (key names are what the official full checkpoints hold; ``module.`` prefixes from

@@ -31,7 +31,8 @@ from scale import faults, methods, rundir, signals, validate
 from scale.augment import PRESETS
 from scale.backbones import BACKBONES
 from scale.checkpoint import atomic_write_json
-from scale.data import DATASETS, DataError, load_dataset
+from scale.config_file import ConfigFileError, read_config_file
+from scale.data import DATASETS, FOLDER_PREFIX, DataError, load_dataset
 from scale.geometry import final_measurement, parse_orbits
 from scale.probes import class_probe
 from scale.run_report import command_line, device_name, git_commit, versions, write_outputs
@@ -48,6 +49,7 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
                    pred_width=64, batch_size=128, epochs=8, warmup_epochs=0),
     "synthetic": dict(image_size=16, backbone_width={"resnet18": 8, "vit_tiny": 24}, head_width=32, head_out=16,
                       pred_width=8, batch_size=32, epochs=2, warmup_epochs=0, probe_size=64),
+    "folder": dict(image_size=32),  # folder:PATH, your own images: CIFAR's size unless --image-size says otherwise
 }
 
 
@@ -90,6 +92,12 @@ def _defaults_table() -> str:
     return "\n".join(rows)
 
 
+def _dataset_arg(text: str) -> str:
+    if text in DATASETS or (text.startswith(FOLDER_PREFIX) and len(text) > len(FOLDER_PREFIX)):
+        return text
+    raise argparse.ArgumentTypeError(f"unknown dataset {text!r}; valid: {', '.join(DATASETS)}, {FOLDER_PREFIX}PATH")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="python -m scale.run",
@@ -98,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_defaults_table(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("dataset", nargs="?", choices=DATASETS, help="dataset (synthetic: unit tests only)")
+    p.add_argument("dataset", nargs="?", type=_dataset_arg, help="one of " + ", ".join(DATASETS)
+                   + " (synthetic: unit tests only), or folder:PATH (class sub-folders of PNG/JPEG images)")
     p.add_argument("--head", default="gelu3", help="projector spec of the shared grammar: 'linear' or '<act><n>', "
                    "act in relu/gelu/swish/tanh/softplus, n >= 2 Linear layers (default: gelu3)")
     p.add_argument("--method", choices=methods.names(), default="simclr", help="SSL objective (default: simclr)")
@@ -145,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-download", action="store_true", help="never try to download CIFAR")
     p.add_argument("--out", default="runs", help="parent folder of run directories (default: runs)")
     p.add_argument("--run-name", help="run directory name (default: dataset-method-head-backbone-sSEED-time)")
+    p.add_argument("--config", metavar="FILE.toml", help="a recipe: TOML keys are these flags (lr = 0.05, "
+                   "head-bn = true) and dataset; flags on the command line override it (examples: configs/)")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR (its config is used; "
                    "only --epochs, --device, --threads and output/measurement flags may be given with it)")
     p.add_argument("--overwrite", action="store_true", help="start a new run in a run directory that already "
@@ -173,7 +184,7 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
     except ValueError as exc:
         raise ArgError(str(exc)) from None
     values: dict[str, Any] = dict(methods.get(args.method).recipe)
-    for key, v in DATASET_DEFAULTS[args.dataset].items():
+    for key, v in DATASET_DEFAULTS["folder" if args.dataset.startswith(FOLDER_PREFIX) else args.dataset].items():
         values[key] = v[args.backbone] if isinstance(v, dict) else v
     values.update(methods.get(args.method).dataset_recipe.get(args.dataset, {}))
     names = {f.name for f in fields(TrainConfig)}
@@ -218,8 +229,10 @@ def _setup_distributed(device_flag: str, timeout: float) -> int | None:
 
 
 def _run_dir(args: argparse.Namespace, cfg: TrainConfig) -> Path:
+    dataset = f"folder-{Path(cfg.dataset[len(FOLDER_PREFIX):]).name}" if cfg.dataset.startswith(FOLDER_PREFIX) \
+        else cfg.dataset
     name = rundir.check_run_name(args.run_name) if args.run_name is not None else (
-        f"{cfg.dataset}-{cfg.method}-{cfg.head}-{cfg.backbone}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+        f"{dataset}-{cfg.method}-{cfg.head}-{cfg.backbone}-s{cfg.seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
     return Path(args.out) / name
 
@@ -237,6 +250,15 @@ def hessian_tracker(every: str, run_dir: Path, log) -> HessianTracker:
 def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = ()) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.config:  # the recipe's values become defaults: flags given on the command line still win
+        try:
+            if args.resume:
+                raise ConfigFileError("--config describes a new run; --resume continues one with its saved config")
+            parser.set_defaults(**read_config_file(args.config, parser))
+        except ConfigFileError as exc:
+            print(f"scale.run: error: {exc}", file=sys.stderr)
+            return 2
+        args = parser.parse_args(argv)
     t_start = time.perf_counter()
     if not 0 < args.ddp_timeout < float("inf"):
         raise faults.ConfigError(f"--ddp-timeout must be a positive number of seconds, got {args.ddp_timeout}")
@@ -273,7 +295,7 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         torch.set_num_threads(cfg.threads or _TORCH_THREADS)
         try:
             data = load_dataset(cfg.dataset, args.data_dir, download=not args.no_download,
-                                image_size=cfg.image_size if cfg.dataset in ("digits", "synthetic") else None)
+                                image_size=None if cfg.dataset in ("cifar10", "cifar100") else cfg.image_size)
         except ValueError as exc:
             raise ArgError(str(exc)) from None
         tracker = None

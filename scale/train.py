@@ -34,7 +34,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -112,30 +112,78 @@ def default_predictor(head: str) -> str:
 
 
 class SSLModel(nn.Module):
-    """backbone + projector (the head) [+ predictor]: ``forward(x) -> (z, h, p or None)``."""
+    """backbone + projector (the head) [+ predictor]: ``forward(x) -> (z, h, p or None)``.
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    Each part is built from ``cfg`` by name (``cfg.backbone``, ``cfg.head`` and ``cfg.predictor``: specs of
+    the head grammar) unless a module is passed instead:
+
+    - ``backbone``: any ``nn.Module`` mapping images ``(B, 3, S, S)`` to ``z`` ``(B, d)``; ``d`` is read
+      from its ``out_dim`` attribute or, if it has none, from one forward of a ``cfg.image_size`` image
+      (and then set as ``out_dim``, which the measurements read);
+    - ``head``: an ``nn.Module`` mapping ``(B, d)`` to ``(B, k)``, or a spec string that replaces ``cfg.head``;
+    - ``predictor``: an ``nn.Module`` ``(B, k) -> (B, k)`` for simsiam/byol (default: built from
+      ``cfg.predictor``, or from the head's spec; a module head needs ``cfg.predictor`` or this).
+
+    ``cfg.init = "collapsed"`` scales every Linear weight of the head by 0.1, module heads included.
+    """
+
+    def __init__(self, cfg: TrainConfig, *, backbone: nn.Module | None = None, head: nn.Module | str | None = None,
+                 predictor: nn.Module | None = None) -> None:
         super().__init__()
-        self.backbone = build_backbone(cfg.backbone, cfg.image_size, cfg.backbone_width)
-        d = self.backbone.out_dim
-        self.projector = build_head(cfg.head, d, cfg.head_out, cfg.head_width, bias=cfg.head_bias,
-                                    batchnorm=cfg.head_bn, out_batchnorm=cfg.head_out_bn)
+        self.backbone = build_backbone(cfg.backbone, cfg.image_size, cfg.backbone_width) if backbone is None \
+            else backbone
+        d = output_dim(self.backbone, (2, 3, cfg.image_size, cfg.image_size))
+        head_spec = head if isinstance(head, str) else cfg.head
+        if isinstance(head, nn.Module):
+            self.projector = head
+            k = output_dim(head, (2, d))
+        else:
+            self.projector = build_head(head_spec, d, cfg.head_out, cfg.head_width, bias=cfg.head_bias,
+                                        batchnorm=cfg.head_bn, out_batchnorm=cfg.head_out_bn)
+            k = cfg.head_out
         if cfg.init == "collapsed":
             collapse_init_(self.projector)
         elif cfg.init != "normal":
             raise ValueError(f"unknown init {cfg.init!r}; valid: normal, collapsed")
         self.predictor: nn.Module | None = None
         if methods.get(cfg.method).predictor:
-            spec = cfg.predictor or default_predictor(cfg.head)
-            # E1: predictor 2048-512-2048, same activation, same bias and BN choice as the projector
-            self.predictor = build_head(spec, cfg.head_out, cfg.head_out, cfg.pred_width, bias=cfg.head_bias,
-                                        batchnorm=cfg.head_bn)
+            if predictor is not None:
+                self.predictor = predictor
+            else:
+                if cfg.predictor is None and isinstance(head, nn.Module):
+                    raise ValueError(f"{cfg.method} needs a predictor: pass predictor=<nn.Module> or set "
+                                     "cfg.predictor to a head spec (a module head has no spec to copy)")
+                spec = cfg.predictor or default_predictor(head_spec)
+                # E1: predictor 2048-512-2048, same activation, same bias and BN choice as the projector
+                self.predictor = build_head(spec, k, k, cfg.pred_width, bias=cfg.head_bias, batchnorm=cfg.head_bn)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         z = self.backbone(x)
         h = self.projector(z)
         p = self.predictor(h) if self.predictor is not None else None
         return z, h, p
+
+
+@torch.no_grad()
+def output_dim(module: nn.Module, shape: tuple[int, ...]) -> int:
+    """``module.out_dim`` if it has one, else the width of its output on a zero input of ``shape`` (one
+    forward in eval mode, its training flag restored); the result is set as ``out_dim``."""
+    dim = getattr(module, "out_dim", None)
+    if isinstance(dim, int):
+        return dim
+    param = next(module.parameters(), None)
+    was = module.training
+    module.eval()
+    try:
+        out = module(torch.zeros(shape, device=param.device if param is not None else None,
+                                 dtype=param.dtype if param is not None else None))
+    finally:
+        module.train(was)
+    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != shape[0]:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(f"{type(module).__name__} must map a batch of shape {shape} to (batch, dim); got {got}")
+    module.out_dim = int(out.shape[1])
+    return module.out_dim
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,10 +353,16 @@ class Trainer:
 
     ``rank``/``world_size`` > 1: torch.distributed must be initialised; each rank takes its slice of
     every global batch (``batch_size`` is global) and the model is wrapped in DDP.
+
+    ``backbone``/``head``/``predictor``: your own modules instead of the ones ``cfg`` names (see ``SSLModel``).
     """
 
     def __init__(self, cfg: TrainConfig, data: Dataset, device: torch.device, run_dir: str | Path | None = None,
-                 hooks: Sequence[Hook] = (), progress: bool = False, log: Callable[[str], None] | None = print):
+                 hooks: Sequence[Hook] = (), progress: bool = False, log: Callable[[str], None] | None = print,
+                 *, backbone: nn.Module | None = None, head: nn.Module | str | None = None,
+                 predictor: nn.Module | None = None):
+        if isinstance(head, str):  # a spec given here is the run's head spec (config.json records it)
+            cfg, head = replace(cfg, head=head), None
         self.cfg, self.device, self.hooks = cfg, device, list(hooks)
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.progress, self.log = progress, log or (lambda s: None)
@@ -331,7 +385,7 @@ class Trainer:
         self.warmup_steps = self.steps_per_epoch * cfg.warmup_epochs
 
         torch.manual_seed(cfg.seed)  # model initialisation
-        self.model = SSLModel(cfg).to(device)
+        self.model = SSLModel(cfg, backbone=backbone, head=head, predictor=predictor).to(device)
         self.cuda = device.type == "cuda"
         if self.cuda:
             self.model = self.model.to(memory_format=torch.channels_last)

@@ -39,7 +39,7 @@ def test_argparse_errors_are_one_line_exit_2(argv, capsys):
         main(argv)
     assert exc.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and ("invalid choice" in lines[0] or "invalid int" in lines[0]), lines
+    assert len(lines) == 1 and any(m in lines[0] for m in ("invalid choice", "invalid int", "unknown dataset")), lines
 
 
 def test_help_lists_method_defaults(capsys):

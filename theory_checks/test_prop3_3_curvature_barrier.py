@@ -1,6 +1,6 @@
 """Proposition 3.3 (curvature barrier for linear heads).
 
-Statement (PAPER.md, in full): with ``g_L(u) = grad^2_u L(u)`` taken as a Riemannian metric on ``H``,
+Statement (docs/paper.md, in full): with ``g_L(u) = grad^2_u L(u)`` taken as a Riemannian metric on ``H``,
 if ``(H, g_L)`` has non-vanishing Riemann curvature, no constant linear ``W`` makes
 ``H_eff(z) = W^T g_L(W z) W`` nondegenerate and isotropic everywhere on ``Z``.
 

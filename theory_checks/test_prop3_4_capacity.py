@@ -1,6 +1,6 @@
 """Proposition 3.4 (capacity bound) and Corollary 3.5 (the isotropy threshold).
 
-Proposition 3.4 (PAPER.md, paraphrase): ``|H_eff^phi - H_eff^*|_2 <= 2 L M eps + M eps^2``.
+Proposition 3.4 (docs/paper.md, paraphrase): ``|H_eff^phi - H_eff^*|_2 <= 2 L M eps + M eps^2``.
 Made precise (``mini/capacity.py``): ``eps = |J_phi - J_*|_2``, ``L = |J_*|_2``, ``M = |grad^2_h L|_2``
 (any symmetric loss Hessian, PSD or not, common to both heads; batch Jacobians block-diagonal):
 

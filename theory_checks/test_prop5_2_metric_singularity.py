@@ -1,6 +1,6 @@
 """Proposition 5.2: invariance makes the pullback metric singular on the augmentation tangent space.
 
-Statement (PAPER.md, paraphrase): if a smooth head is locally invariant to a continuous augmentation,
+Statement (docs/paper.md, paraphrase): if a smooth head is locally invariant to a continuous augmentation,
 ``h(g_t . z) = h(z)`` for small ``t``, then ``G(z) = J_h(z)^T J_h(z)`` is singular on
 ``V_aug(z) = span d/dt g_t . z |_{t=0}``: ``v^T G(z) v = 0`` for every ``v`` in ``V_aug(z)``.
 

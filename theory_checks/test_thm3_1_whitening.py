@@ -1,6 +1,6 @@
 """Theorem 3.1 (local subspace whitening).
 
-Statement (PAPER.md, in full): let ``z*`` be a fixed point and ``r = rank(grad^2_h L at h(z*))``. For
+Statement (docs/paper.md, in full): let ``z*`` be a fixed point and ``r = rank(grad^2_h L at h(z*))``. For
 any subspace ``S`` of the tangent space at ``z*`` of dimension ``r`` there is a linear head ``W`` in
 ``R^{k x d}`` (``k >= r``) with ``v^T H_eff(z*) v = |v|^2`` for all ``v`` in ``S``.
 

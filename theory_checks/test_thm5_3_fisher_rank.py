@@ -1,6 +1,6 @@
 """Theorem 5.3 (information hierarchy): ``rank(I_h) <= rank(I_z) - dim(V_aug)`` for an invariant head.
 
-Statement (PAPER.md, paraphrase): for the Fisher information of the head output versus the backbone
+Statement (docs/paper.md, paraphrase): for the Fisher information of the head output versus the backbone
 representation, ``rank(I_h(z)) <= rank(I_z) - dim(V_aug)``: the head is a geometric low-pass filter,
 the backbone keeps the full dimension.
 

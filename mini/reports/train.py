@@ -34,7 +34,7 @@ def _row(name: str, cells: list[str]) -> str:
 
 
 def head_table(rep: HeadReport) -> str:
-    """PAPER.md's reference-figure table for one toy run, with the untrained-head control column."""
+    """docs/paper.md's reference-figure table for one toy run, with the untrained-head control column."""
     z, h, u = rep.z, rep.h, rep.h_untrained
     acc = {key: 100 * r.test_accuracy for key, r in rep.probes.items()}
     lines = [

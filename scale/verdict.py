@@ -1,0 +1,89 @@
+"""Compressor or expander: the collapse-ratio statistics shared by ``scale.pretrained`` (E6) and ``scale.analyze``.
+
+Per orbit (or trajectory) ``t`` with backbone spread ``v_t(z)`` and head spread ``v_t(h)``:
+
+    collapse ratio   R = exp(mean_t log(v_t(z) / v_t(h)))      geometric mean over orbits
+
+with the Student-t ``CONFIDENCE`` interval of the mean log ratio, exponentiated. Verdict: "compressor" where
+R's interval lies above 1, "expander" where it lies below 1, "inconclusive" otherwise (``scale.analyze``
+prints "neither"). Orbits whose spread is below ``DEGENERATE_FLOOR`` (an orbit that did not move) have no
+log ratio; they are counted as ``excluded`` and left out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+CONFIDENCE = 0.95
+# Orbit variances of unit vectors lie in [0, 1] and kappas in [0, 4]; below this floor an orbit has not
+# moved at all (e.g. hue on a grey image) and its log ratio is undefined: such trajectories are counted
+# and left out.
+DEGENERATE_FLOOR = 1e-12
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with its ``CONFIDENCE`` interval over ``n`` trajectories (``excluded`` left out)."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+    excluded: int = 0
+
+    def fmt(self, spec: str = ".3g") -> str:
+        if math.isnan(self.low):
+            return f"{self.value:{spec}}"
+        return f"{self.value:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
+
+
+def t_interval(values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """Mean and Student-t interval of i.i.d. values (NaN interval below two values)."""
+    from scipy.stats import t as student_t
+
+    values = np.asarray(values, dtype=np.float64)
+    n, mean = len(values), float(np.mean(values)) if len(values) else math.nan
+    if n < 2:
+        return mean, math.nan, math.nan
+    half = float(student_t.ppf(0.5 + confidence / 2, n - 1) * np.std(values, ddof=1) / math.sqrt(n))
+    return mean, mean - half, mean + half
+
+
+def log_ratios(num: np.ndarray, den: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``log(num / den)`` per trajectory and the mask of trajectories where both are non-degenerate."""
+    num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
+    ok = (num > DEGENERATE_FLOOR) & (den > DEGENERATE_FLOOR)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ok, np.log(num) - np.log(den), np.nan), ok
+
+
+def exp_estimate(logs: np.ndarray, ok: np.ndarray, confidence: float) -> Estimate:
+    """``exp`` of the mean log and of its t interval, over the entries where ``ok``."""
+    mean, low, high = t_interval(logs[ok], confidence)
+    value = math.exp(mean) if ok.any() else math.nan
+    return Estimate(value, math.exp(low), math.exp(high), int(ok.sum()), int((~ok).sum()))
+
+
+def ratio_estimate(num: np.ndarray, den: np.ndarray, confidence: float = CONFIDENCE) -> Estimate:
+    """Geometric-mean ratio ``exp(mean log(num/den))`` with the exponentiated t interval."""
+    r, ok = log_ratios(num, den)
+    return exp_estimate(r, ok, confidence)
+
+
+def mean_estimate(values: np.ndarray, confidence: float = CONFIDENCE) -> Estimate:
+    mean, low, high = t_interval(values, confidence)
+    return Estimate(mean, low, high, len(values))
+
+
+def verdict(collapse: Estimate) -> str:
+    """Compressor / expander only where the interval of the collapse ratio excludes 1."""
+    if math.isnan(collapse.low):
+        return "inconclusive"
+    if collapse.low > 1.0:
+        return "compressor"
+    if collapse.high < 1.0:
+        return "expander"
+    return "inconclusive"

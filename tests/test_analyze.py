@@ -1,0 +1,148 @@
+"""``scale.analyze``: the paper's measurements on a model defined here (a module file the test writes), on a
+digits run, and its bad-input paths (one line, exit 2, nothing written)."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import pytest
+import torch
+
+from scale import analyze
+from scale.data import load_synthetic
+from scale.train import TrainConfig, Trainer
+
+MODELS = textwrap.dedent('''
+    import torch
+    from torch import nn
+
+    class TinyBackbone(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 6, 3, padding=1)
+            self.pool = nn.AdaptiveAvgPool2d(2)
+
+        def forward(self, x):
+            return self.pool(torch.relu(self.conv(x))).flatten(1)  # (B, 24)
+
+    def backbone():
+        return TinyBackbone()
+
+    def head():
+        return nn.Sequential(nn.Linear(24, 32), nn.GELU(), nn.Linear(32, 8))
+''')
+QUICK = ["--hessian-images", "8", "--lanczos-iter", "30", "--probe-images", "32", "--orbits", "3x2"]
+
+
+@pytest.fixture()
+def models(tmp_path, monkeypatch):
+    (tmp_path / "my_models.py").write_text(MODELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    import my_models
+
+    importlib.reload(my_models)
+    return my_models
+
+
+def test_analyze_model_on_modules_defined_here(models):
+    torch.manual_seed(0)
+    backbone, head = models.backbone(), models.head()
+    settings = analyze.AnalysisSettings(hessian_images=8, lanczos_iter=40, orbits="3x2", probe_images=32)
+    res = analyze.analyze_model(backbone, head, load_synthetic(image_size=16), settings=settings)
+    c = res["curvature"]
+    assert (c["n"], c["d"], c["k"]) == (16, 24, 8)
+    s = c["split_at_lambda_min"]
+    # v^T H v from the Lanczos of H; v^T G v and v^T M v from the separate G and M operators: H = G + M
+    assert math.isclose(s["vGv"] + s["vMv"], s["vHv"], rel_tol=1e-8, abs_tol=1e-10 * c["H"]["scale"])
+    assert c["M"]["lambda_max"] > 0  # a GELU head has curvature of its own (M != 0)
+    assert res["verdict"]["verdict"] in ("compressor", "expander", "neither")
+    ratio = res["verdict"]["collapse_ratio"]
+    assert ratio["low"] <= ratio["value"] <= ratio["high"] and ratio["n"] == 6
+    assert set(res["probes"]["rotation"]) == {"z", "h"}
+    assert res["geometry"]["settings"]["n_orbits"] == 6
+
+
+def test_cli_on_a_checkpoint_with_module_callables(models, tmp_path, capsys):
+    model = torch.nn.ModuleDict({"backbone": models.backbone(), "projector": models.head()})
+    ckpt = tmp_path / "mine.pt"
+    torch.save(model.state_dict(), ckpt)
+    out = tmp_path / "report"
+    code = analyze.main([str(ckpt), "--backbone", "my_models:backbone", "--head", "my_models:head", "--data",
+                         "synthetic", "--out", str(out), *QUICK])
+    assert code == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert "verdict:" in printed and "lambda_min" in printed
+    text = (out / "report.md").read_text()
+    assert "Verdict" in text and "H_eff = G + M" in text and (out / "spectrum.png").is_file()
+    assert (out / "orbits.png").is_file() and (out / "analysis.json").is_file()
+
+
+def test_cli_on_a_digits_run(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    cfg = TrainConfig(dataset="digits", method="simclr", head="gelu2", backbone_width=4, head_width=32, head_out=16,
+                      epochs=1, batch_size=64, image_size=16, train_subset=128, probe_size=32, augment="e3")
+    from scale.data import load_digits
+
+    Trainer(cfg, load_digits(16), torch.device("cpu"), run_dir=run_dir, log=None).fit()
+    assert analyze.main([str(run_dir), *QUICK]) == 0, capsys.readouterr().err
+    assert (run_dir / "analysis" / "report.md").is_file()
+
+
+def _one_line_exit_2(capsys, argv, tmp_path, needle):
+    out = tmp_path / "never"
+    assert analyze.main([*argv, "--out", str(out), *QUICK]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not out.exists()
+
+
+def test_a_module_path_that_does_not_import(tmp_path, capsys):
+    ckpt = tmp_path / "x.pt"
+    torch.save({}, ckpt)
+    _one_line_exit_2(capsys, [str(ckpt), "--backbone", "no_such_pkg.nets:backbone", "--head", "gelu2"], tmp_path,
+                     "cannot import no_such_pkg.nets")
+
+
+def test_a_checkpoint_that_does_not_fit_the_modules(models, tmp_path, capsys):
+    ckpt = tmp_path / "other.pt"
+    torch.save({"backbone.conv.weight": torch.zeros(6, 3, 5, 5), "projector.0.weight": torch.zeros(1)}, ckpt)
+    _one_line_exit_2(capsys, [str(ckpt), "--backbone", "my_models:backbone", "--head", "my_models:head",
+                              "--data", "synthetic"], tmp_path, "does not match")
+
+
+def test_a_checkpoint_without_modules_and_a_bad_backbone_name(tmp_path, capsys):
+    ckpt = tmp_path / "x.pt"
+    torch.save({}, ckpt)
+    _one_line_exit_2(capsys, [str(ckpt)], tmp_path, "--backbone and --head are needed")
+    _one_line_exit_2(capsys, [str(ckpt), "--backbone", "resnet99", "--head", "gelu2"], tmp_path, "valid: resnet18")
+
+
+def test_trained_state_is_untouched(models):
+    """The analysis measures; it never changes the weights it is given (no collapse scaling, no BN update)."""
+    backbone, head = models.backbone(), models.head()
+    before = {k: v.clone() for k, v in head.state_dict().items()}
+    cfg = TrainConfig(dataset="synthetic", init="collapsed", image_size=16)
+    analyze.analyze_model(backbone, head, load_synthetic(image_size=16), cfg,
+                          settings=analyze.AnalysisSettings(hessian_images=4, lanczos_iter=10, orbits="2x1",
+                                                            probes=False))
+    assert all(torch.equal(v, before[k]) for k, v in head.state_dict().items())
+
+
+def test_cli_on_a_checkpoint_with_project_names(tmp_path, capsys):
+    """Names instead of module paths: resnet18 + a gelu2 head, from a plain state_dict with a predictor the
+    analysis of simclr leaves out."""
+    cfg = TrainConfig(method="simsiam", backbone="resnet18", backbone_width=4, image_size=16, head="gelu2",
+                      head_width=16, head_out=8, pred_width=8)
+    from scale.train import SSLModel
+
+    ckpt = tmp_path / "names.pt"
+    torch.save({"model": SSLModel(cfg).state_dict()}, ckpt)
+    argv = [str(ckpt), "--backbone", "resnet18", "--backbone-width", "4", "--head", "gelu2", "--head-width", "16",
+            "--head-out", "8", "--data", "synthetic", "--image-size", "16", "--no-probes", *QUICK]
+    assert analyze.main(argv) == 0, capsys.readouterr().err
+    assert (tmp_path / "names-analysis" / "report.md").is_file()
+    # the same file against a head of another width: one line naming the shapes, exit 2, nothing written
+    _one_line_exit_2(capsys, [*argv[:8], "32", *argv[9:]], tmp_path, "shape mismatches")

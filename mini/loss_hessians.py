@@ -30,6 +30,15 @@ Predictor-cosine objectives (SimSiam, BYOL) are per-sample: ``L = sum_i c <t^_i,
 for a stack of Jacobians ``K`` (n, k, d), without forming the (k, k) Hessian:
 
     K^T grad^2 f K = -(1/r^2) [ a b^T + b a^T + <g,u> (K^T K - 3 b b^T) ],   a = K^T g,  b = K^T u
+
+``predictor_cosine_gauss_newton`` chains this through an MLP predictor ``p`` (the recursion of
+``mini.hessian``, started from the head's Jacobian ``J`` instead of the identity): with ``Q_l = da_l/dz``
+(n, width_l, d), ``K = Q_L = dp/dz``,
+
+    J_i^T (grad^2_{h_i} L) J_i = K_i^T (grad^2_p f_i) K_i + sum_{l<L} Q_l^T diag(g_l * s''(a_l)) Q_l
+
+(``g_l`` the predictor's backward of ``grad_p f``): the Gauss-Newton blocks of eq. (1) in ``O(n w d (k + d))``,
+never forming the (k, k) loss blocks.
 """
 
 from __future__ import annotations
@@ -37,6 +46,9 @@ from __future__ import annotations
 from typing import Any
 
 import array_api_compat
+
+from mini.heads import Head, derivatives
+from mini.hessian import _activation_value
 
 Array = Any
 
@@ -55,7 +67,7 @@ def _dot(xp, X: Array, Y: Array) -> Array:
 
 def _T(xp, X: Array) -> Array:
     """Swap the last two axes."""
-    axes = tuple(range(X.ndim - 2)) + (X.ndim - 1, X.ndim - 2)
+    axes = (*range(X.ndim - 2), X.ndim - 1, X.ndim - 2)
     return xp.permute_dims(X, axes)
 
 
@@ -143,3 +155,44 @@ def cosine_hessian_sandwich(K: Array, g: Array, u: Array, r: Array) -> Array:
     ab = a @ _T(xp, b)
     out = ab + _T(xp, ab) + gu * (Kt @ K - 3.0 * (b @ _T(xp, b)))
     return -out / (r[:, :, None] ** 2)
+
+
+def predictor_cosine_gauss_newton(predictor: Head | None, Hb: Array, J: Array, T: Array, coef: float):
+    """``(rho, G, cos)`` for ``L = sum_i coef <t_i/|t_i|, p(h_i)/|p(h_i)|>`` (module docstring).
+
+    ``Hb`` (n, k) head outputs, ``J`` (n, k, d) head Jacobians, ``T`` (n, k_p) the targets each row is
+    pulled to; ``predictor`` a ``mini.heads.Head`` with weights of ``Hb``'s library (``None``: ``p = h``).
+    Returns ``rho = dL/dHb`` (n, k), ``G_i = J_i^T (grad^2_{h_i} L) J_i`` (n, d, d) and the cosines (n,).
+    """
+    xp = _xp(Hb)
+    Q, S1, S2, W = [], [], [], []
+    if predictor is None:
+        p, K = Hb, J
+    else:
+        act = predictor.spec.activation
+        x, KJ = Hb, J  # KJ = dx_{l-1}/dz, (n, width, d)
+        for l, layer in enumerate(predictor.layers):
+            W.append(layer["W"])
+            a = x @ _T(xp, layer["W"])
+            if "b" in layer:
+                a = a + layer["b"]
+            Ql = layer["W"] @ KJ  # (n, w_l, d)
+            if l == len(predictor.layers) - 1:
+                p, K = a, Ql
+                break
+            s1, s2 = derivatives(act, a)
+            Q.append(Ql)
+            S1.append(s1)
+            S2.append(s2)
+            KJ = s1[:, :, None] * Ql
+            x = _activation_value(xp, act, a)
+    rho_p, g, u, r = cosine_gradient(p, T, coef)
+    G = cosine_hessian_sandwich(K, g, u, r)
+    rho = rho_p
+    if W:
+        rho = rho_p @ W[-1]  # g_{L-1} = W_L^T rho_p, as rows
+        for l in range(len(Q) - 1, -1, -1):
+            G = G + _T(xp, Q[l]) @ ((rho * S2[l])[:, :, None] * Q[l])
+            rho = (rho * S1[l]) @ W[l]  # g_{l-1}; after the first layer: dL/dHb
+    cos = xp.sum(u * T / _rownorm(xp, T), axis=-1)
+    return rho, 0.5 * (G + _T(xp, G)), cos

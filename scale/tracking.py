@@ -32,7 +32,6 @@ points is reported next to it).
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 from pathlib import Path
@@ -49,6 +48,7 @@ from scale.checkpoint import atomic_write_bytes
 from scale.curvature import EffectiveHessian
 from scale.heads import MLPHead
 from scale.lanczos import LanczosResult, lanczos
+from scale.loss_curvature import NTXent, PredictorCosine
 from scale.train import Hook
 
 BLOCK_MEMORY = 2**28  # bytes: per-sample Jacobians (or loss blocks) larger than this take the next path of ``measure``
@@ -58,22 +58,23 @@ BLOCK_DIAGONAL_METHODS = frozenset({"simsiam", "byol"})
 def probe_objective(method: str, model: nn.Module, h: Tensor, target_h: Tensor | None, temperature: float = 0.1):
     """The method's loss as a function of the probe's embeddings, computed locally (no all-gather:
     curvature products run on one process), stop-gradient data bound at the probe. The predictor
-    is a copy in eval mode and in ``h``'s dtype (it is held fixed: part of the objective)."""
+    is a copy in eval mode and in ``h``'s dtype (it is held fixed: part of the objective).
+
+    SimCLR, SimSiam and BYOL come with their closed-form curvature (``scale.loss_curvature``): the
+    factored operator's loss product for NT-Xent, the Gauss-Newton blocks through the predictor and the
+    cosine for SimSiam and BYOL. The value is the same function as ``scale.objectives``'."""
     if method == "simclr":
-        return lambda Hb: so.nt_xent(Hb, temperature)
+        return NTXent(temperature)
     if method == "vicreg":
         return so.vicreg
     if method == "barlow":
         return so.barlow
-    pred = None if model.predictor is None else copy.deepcopy(model.predictor).to(h.dtype).eval()
     if method == "simsiam":
-        T = h.detach()
-        return lambda Hb: so.simsiam(Hb, T, pred)
+        return PredictorCosine(h.detach(), model.predictor, "cosine")
     if method == "byol":
         if target_h is None:
             raise ValueError("byol's curvature needs the target network's embeddings of the probe")
-        T = target_h.detach()
-        return lambda Hb: so.byol(Hb, T, pred)
+        return PredictorCosine(target_h.detach(), model.predictor, "nmse")
     raise ValueError(f"unknown method {method!r}; valid: simclr, simsiam, byol, vicreg, barlow")
 
 
@@ -108,7 +109,9 @@ def choose_path(z: Tensor, head: nn.Module, *, block_diagonal: bool, bn_mode: st
     jac_bytes = n * max(widths) * d * 8  # the largest per-sample Jacobian stack (n, w, d), float64
     if jac_bytes > BLOCK_MEMORY:
         return "matrix-free"
-    if block_diagonal and n * k * k * 8 <= BLOCK_MEMORY:  # the loss blocks (n, k, k)
+    # the Gauss-Newton blocks need (n, k, min(k, d)) more: the loss blocks, or the loss Hessian along J's
+    # d columns (k > d), or the predictor's Jacobians of z (closed form, the predictor as wide as the head)
+    if block_diagonal and n * k * min(k, d) * 8 <= BLOCK_MEMORY:
         return "blocks"
     return "factored"
 

@@ -365,7 +365,7 @@ def factored_operator(
     of the loss alone (no pass through the head). Returns the operator, ``M`` and the context.
     """
     Hb, J, M_of, info = head_blocks(z, head, method, dtype)
-    n, k, d = J.shape
+    n, _, d = J.shape
     if hasattr(loss, "curvature"):  # a closed-form loss Hessian-vector product (NT-Xent): no autograd graph
         curv = loss.curvature(Hb)
         rho, value = curv.gradient(), float(loss(Hb))
@@ -393,18 +393,17 @@ def factored_operator(
         loss_product = "double backward through a graph built once"
     M = M_of(rho)
 
-    small = n * k * d <= 2**22  # small blocks: broadcast-and-sum beats bmm's per-matrix overhead on CPU
+    # every product as row vectors against contiguous matrices (one bmm of (1, b) x (b, a) per sample): on
+    # CPU about 3x faster than broadcast-and-sum or a bmm against a column vector at these shapes.
+    # M is symmetric (M v = (v^T M)^T); J v = (v^T J^T)^T from a transposed copy made once.
+    Jt = J.transpose(1, 2).contiguous()  # (n, d, k)
 
-    def bmv(A: Tensor, x: Tensor) -> Tensor:  # (n, a, b) @ (n, b) -> (n, a)
-        return (A * x[:, None, :]).sum(-1) if small else (A @ x[:, :, None])[:, :, 0]
-
-    def bmtv(A: Tensor, x: Tensor) -> Tensor:  # (n, a, b)^T @ (n, a) -> (n, b)
-        # as row vectors: a bmm against the transposed (non-contiguous) view is ~10x slower on CPU
-        return (A * x[:, :, None]).sum(1) if small else (x[:, None, :] @ A)[:, 0, :]
+    def rows(x: Tensor, A: Tensor) -> Tensor:  # (n, a) x (n, a, b) -> (n, b)
+        return (x[:, None, :] @ A)[:, 0, :]
 
     def hv(v: Tensor) -> Tensor:  # (N,) -> (N,)
         V = v.reshape(n, d)
-        return (bmv(M, V) + bmtv(J, lv(bmv(J, V)))).reshape(-1)
+        return (rows(V, M) + rows(lv(rows(V, Jt)), J)).reshape(-1)
 
     def hm(C: Tensor) -> Tensor:  # (p, N) -> (p, N), the columns batched
         p = C.shape[0]

@@ -56,7 +56,10 @@ class PredictorCosine:
         self.closed_form = self.predictor is None or isinstance(self.predictor, MLPHead)
 
     def __call__(self, Hb: Tensor) -> Tensor:
-        return so.simsiam(Hb, self.T, self.predictor, self.form)
+        pred = self.predictor
+        if pred is not None and Hb.dtype != self.T.dtype:  # products in another dtype (float32 Lanczos)
+            pred = copy.deepcopy(pred).to(Hb.dtype)
+        return so.simsiam(Hb, self.T.to(Hb.dtype), pred, self.form)
 
     def gauss_newton(self, Hb: Tensor, J: Tensor) -> tuple[Tensor, Tensor, float]:
         """``(rho (n, k), G (n, d, d), L)`` at ``Hb`` for head Jacobians ``J`` (n, k, d), in ``J``'s dtype."""

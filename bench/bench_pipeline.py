@@ -78,7 +78,8 @@ def compare(args, threads: int) -> str:
     cfg = TrainConfig(dataset="cifar-shaped", method="simclr", backbone="resnet18", backbone_width=args.width,
                       image_size=32, head="relu2", head_width=2048, head_out=2048, head_bn=True, head_out_bn=True,
                       augment=args.preset, batch_size=args.batch, epochs=1, optimizer="adam", lr=1e-3,
-                      precision=args.precision or ("bf16" if dev.type == "cuda" else "fp32"), probe_size=8)
+                      precision=args.precision or ("bf16" if dev.type == "cuda" else "fp32"), probe_size=8,
+                      augment_path="batched")
     trainer = Trainer(cfg, data, dev, log=None)
     pil = PILAugment(args.preset, 32, MEAN, STD)
     loader = torch.utils.data.DataLoader(PerImageViews(x, pil), batch_size=args.batch, shuffle=True,

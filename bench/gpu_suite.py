@@ -77,7 +77,7 @@ def _config(args, dev: torch.device, precision: str, compile_: bool):
         head_width=args.head_width,
         head_out=args.head_width, head_bn=d["head_bn"], head_out_bn=d["head_out_bn"], head_bias=d["head_bias"],
         augment="e3", batch_size=args.batch, epochs=2, precision=precision, compile=compile_, probe_size=8,
-        warmup_epochs=0)
+        warmup_epochs=0, augment_path="batched")
 
 
 def _data(args, dev: torch.device):

@@ -93,11 +93,17 @@ class GPUAugment(nn.Module):
         return (x_uint8.float() / 255.0 - self.mean) / self.std
 
     @torch.no_grad()
-    def views(self, x_uint8: torch.Tensor, n_views: int = 2) -> torch.Tensor:
-        """``(B, 3, S, S)`` uint8 -> ``(n_views B, 3, S, S)`` float, rows ``[view1; view2]``."""
+    def views(self, x_uint8: torch.Tensor, n_views: int = 2, seed: int | None = None) -> torch.Tensor:
+        """``(B, 3, S, S)`` uint8 -> ``(n_views B, 3, S, S)`` float, rows ``[view1; view2]``
+        (``seed``: reseed torch's generator first, which kornia draws from)."""
+        if seed is not None:
+            torch.manual_seed(seed)
         x = x_uint8.float() / 255.0
         out = [self.augment(x) for _ in range(n_views)]
         return (torch.cat(out).clamp_(0.0, 1.0) - self.mean) / self.std
+
+    def prefetch(self, x_uint8: torch.Tensor, seed: int) -> None:
+        """Nothing to do ahead of time for the batched path (see ``WorkerAugment.prefetch``)."""
 
 
 class PILAugment:
@@ -215,3 +221,87 @@ class PerImageViews(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         v = self.augment.views(self.x[i])
         return v[0], v[1]
+
+
+CHUNK = 16  # images per worker job; seeds are per chunk, so results do not depend on the worker count
+AUGMENT_PATHS = ("auto", "batched", "workers")
+
+
+def _augment_chunk(preset: str, size: int, mean, std, x: np.ndarray, seed: int, n_views: int) -> np.ndarray:
+    """Worker job: ``x`` (b, 3, S, S) uint8 -> (n_views, b, 3, S, S) float32, PIL per image."""
+    aug, rng = PILAugment(preset, size, mean, std), random.Random(seed)
+    out = np.empty((n_views, *x.shape), dtype=np.float32)
+    for i in range(len(x)):
+        arr = x[i].transpose(1, 2, 0)
+        from PIL import Image
+
+        img = Image.fromarray(np.ascontiguousarray(arr), "RGB")
+        for v in range(n_views):
+            view = np.asarray(aug.apply(img, aug.sample(arr.shape[0], rng)), dtype=np.float32)
+            out[v, i] = (view.transpose(2, 0, 1) / 255.0 - aug.mean) / aug.std
+    return out
+
+
+class WorkerAugment:
+    """The CPU path: ``PILAugment`` per image in worker processes, the next batch prepared while the
+    current step runs (``prefetch``). Same interface as ``GPUAugment`` (``views``, ``normalize``).
+
+    Deterministic: a batch's views depend only on its images and ``seed`` (chunk ``c`` of ``CHUNK``
+    images draws from ``random.Random(seed + c)``), not on the number of workers or on timing."""
+
+    def __init__(self, preset: str, image_size: int, mean: Sequence[float], std: Sequence[float],
+                 workers: int = 1) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        _params(preset)
+        if workers < 1:
+            raise ValueError(f"WorkerAugment needs at least 1 worker process, got {workers}")
+        self.preset, self.size, self.workers = preset, image_size, workers
+        self.mean_t, self.std_t = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+        self._norm = GPUAugment("none", image_size, mean, std)
+        self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        self._pending: tuple[int, int, list] | None = None  # (key of the batch, seed, futures)
+
+    def normalize(self, x_uint8: torch.Tensor) -> torch.Tensor:
+        return self._norm.normalize(x_uint8)
+
+    def _submit(self, x_uint8: torch.Tensor, seed: int, n_views: int) -> list:
+        x = x_uint8.cpu().numpy()
+        return [self._pool.submit(_augment_chunk, self.preset, self.size, self.mean_t, self.std_t,
+                                  x[s:s + CHUNK], seed + c, n_views)
+                for c, s in enumerate(range(0, len(x), CHUNK))]
+
+    def prefetch(self, x_uint8: torch.Tensor, seed: int, n_views: int = 2) -> None:
+        """Start augmenting the next batch in the workers (collected by the ``views`` call with this seed)."""
+        self._pending = (seed, n_views, self._submit(x_uint8, seed, n_views))
+
+    def views(self, x_uint8: torch.Tensor, n_views: int = 2, seed: int | None = None) -> torch.Tensor:
+        """``(B, 3, S, S)`` uint8 -> ``(n_views B, 3, S, S)`` float32, rows ``[view1; view2]``. Without a
+        ``seed``, one is drawn from torch's generator (which the trainer reseeds every step)."""
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)))
+        if self._pending is not None and self._pending[:2] == (seed, n_views):
+            futures = self._pending[2]
+        else:
+            futures = self._submit(x_uint8, seed, n_views)
+        self._pending = None
+        out = np.concatenate([f.result() for f in futures], axis=1)  # (n_views, B, 3, S, S)
+        return torch.from_numpy(out.reshape(-1, *out.shape[2:]))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def build_views(preset: str, image_size: int, mean: Sequence[float], std: Sequence[float], device: torch.device,
+                path: str = "auto", workers: int = 1):
+    """The augmentation of a training run: ``GPUAugment`` (batched) or ``WorkerAugment`` (per image).
+
+    ``"auto"``: batched on CUDA (one call augments the batch on the device), per image in ``workers``
+    processes on a CPU, where batched kornia competes with the step for the same cores and measured
+    slower (BENCHMARKS.md, ``bench.bench_pipeline``)."""
+    if path not in AUGMENT_PATHS:
+        raise ValueError(f"augment path must be one of {', '.join(AUGMENT_PATHS)}, got {path!r}")
+    if path == "batched" or (path == "auto" and device.type != "cpu"):
+        return GPUAugment(preset, image_size, mean, std).to(device)
+    return WorkerAugment(preset, image_size, mean, std, workers)

@@ -32,6 +32,7 @@ RATE_SIGMAS = 5.0
 SIDE = 32
 N_OUTPUT = 2000
 OUTPUT_SYSTEMATIC = 1.0 / 255.0
+MEAN3, STD3 = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
 OUT_SIDE = 16  # images of the output check (small: the check is about distributions, not resolution)
 
 
@@ -129,3 +130,24 @@ def test_outputs_agree_on_one_image(monkeypatch):
     half = K.RandomRotation
     monkeypatch.setattr(K, "RandomRotation", lambda degrees, p=1.0: half(degrees=degrees, p=0.5))
     assert gap_in_tolerances().max() > 1.0
+
+
+def test_worker_path_is_deterministic_and_prefetch_changes_nothing():
+    """WorkerAugment: the views depend on the images and the seed only (not on the worker count, nor on
+    whether the batch was prefetched); another seed gives other views (control)."""
+    from scale.augment import WorkerAugment
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (20, 3, OUT_SIDE, OUT_SIDE), generator=gen, dtype=torch.uint8)
+    one, two = WorkerAugment("e3", OUT_SIDE, MEAN3, STD3, 1), WorkerAugment("e3", OUT_SIDE, MEAN3, STD3, 2)
+    try:
+        a = one.views(x, seed=5)
+        two.prefetch(x, 5)
+        b = two.views(x, seed=5)
+        assert a.shape == (40, 3, OUT_SIDE, OUT_SIDE) and a.dtype == torch.float32
+        assert torch.equal(a, b)
+        assert not torch.equal(a, one.views(x, seed=6))
+        assert torch.equal(one.normalize(x), GPUAugment("none", OUT_SIDE, MEAN3, STD3).normalize(x))
+    finally:
+        one.close()
+        two.close()

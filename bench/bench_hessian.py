@@ -79,7 +79,7 @@ def simclr_pair(n: int, d: int, width: int, k: int, repeats: int) -> dict:
 
     def func():
         f = lambda x: so.nt_xent(head(x.reshape(n, d)), 0.1)  # noqa: E731
-        return torch.func.hessian(f)(z.reshape(-1))
+        return torch.func.hessian(f)(z.reshape(-1)).detach()
 
     a, b = closed(), func()
     t = interleaved_median({"closed": closed, "torch.func": func}, repeats)

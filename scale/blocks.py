@@ -17,12 +17,19 @@ Two paths to ``J_i`` and ``M_i``:
 - ``"autodiff"``: per-sample ``torch.func.jacrev`` (``J_i``) and reverse-over-reverse Hessians of
   ``<rho_i, h(z_i)>`` (``M_i``) under ``vmap`` (some activations' backward ops lack forward-mode rules).
 
-The loss blocks ``grad^2_{h_i} L`` (n, k, k) come from ``k`` Hessian-vector products of the batch
-loss (batched backward passes through its gradient graph, built once), one per output coordinate
-``c`` with the direction ``e_c`` in every row: for a block-diagonal
-loss the product's row ``i`` is column ``c`` of block ``i``. The premise is checked, not assumed: one
-product along a random direction must equal the blocks' action (``premise_residual``); a loss that
-couples samples is refused with a clear error.
+The Gauss-Newton blocks ``G_i = J_i^T (grad^2_{h_i} L) J_i`` take the cheapest exact route:
+
+- an objective carrying ``gauss_newton`` (``scale.loss_curvature.PredictorCosine``: SimSiam, BYOL): closed
+  form through the predictor and the cosine (``mini.loss_hessians``), no (k, k) block formed;
+- ``k > d`` and only ``H``'s spectrum wanted: ``d`` batched loss Hessian-vector products along the columns
+  of ``J`` (row ``i`` of the product along ``J[:, :, a]`` is ``HL_i J_i[:, a]`` for a per-sample loss);
+- otherwise the loss blocks ``grad^2_{h_i} L`` (n, k, k) from ``k`` Hessian-vector products of the batch
+  loss (batched backward passes through its gradient graph, built once), one per output coordinate
+  ``c`` with the direction ``e_c`` in every row: for a block-diagonal loss the product's row ``i`` is
+  column ``c`` of block ``i``.
+
+On the autograd routes the premise is checked, not assumed: one product along a random direction must
+equal the blocks' action (``premise_residual``); a loss that couples samples is refused with a clear error.
 
 Coupled objectives (SimCLR, VICReg, Barlow) still have a block-diagonal head part: ``factored_operator``
 is ``H_eff`` as ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` computed once, exact, so that a

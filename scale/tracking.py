@@ -145,7 +145,7 @@ def measure(
     - ``"factored"``: a row-wise head (``MLPHead``, BatchNorm in eval mode) and any objective: Lanczos
       on ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` exact (``scale.blocks.factored_operator``,
       products without a pass through the head); ``|M|`` exact from the blocks, ``|H|`` from Lanczos;
-    - ``"matrix-free"``: Lanczos on ``scale.curvature``'s forward-over-reverse ``H`` (any head, train-mode
+    - ``"matrix-free"``: Lanczos on ``scale.curvature``'s matrix-free ``H`` (any head, train-mode
       BatchNorm), ``|M|_F/|H|_F`` by a Hutchinson estimate.
     """
     if path not in PATHS:
@@ -161,7 +161,7 @@ def measure(
     if path == "blocks":
         blocks = effective_hessian_blocks(z, head, loss, dtype=torch.float64, spectra="H")
         audit = blocks.audit(rel_floor)
-        value = blocks.info["loss"]  # L at the probe, from the loss blocks' own forward pass
+        value = blocks.info["loss"]  # L at the probe, from the Gauss-Newton route's own forward pass
         rec.update(lambda_min=audit["lambda_min"], lambda_max=audit["lambda_max"], scale=audit["scale"],
                    lambda_is="exact (per-sample blocks, float64 eigvalsh)", residual_min=None, residual_max=None,
                    converged_min=True, converged_max=True, condition=audit["condition"], n_products=0, n_iter=0,

@@ -292,6 +292,11 @@ class WorkerAugment:
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
+    def __del__(self) -> None:  # a trainer dropped without close() (runs in one process, tests) frees its workers
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
 
 def build_views(preset: str, image_size: int, mean: Sequence[float], std: Sequence[float], device: torch.device,
                 path: str = "auto", workers: int = 1):

@@ -102,6 +102,17 @@ def step_flops(trainer, args, dev: torch.device) -> float:
     return float(counter.get_total_flops())
 
 
+class _Contiguous(torch.nn.Module):
+    """The trainer's model fed batches in the default memory layout (the trainer makes them channels_last)."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor):
+        return self.inner(x.contiguous(memory_format=torch.contiguous_format))
+
+
 def project_epochs(args, dev: torch.device, out: list[str], figures: dict) -> None:
     from scale.tracking import HessianTracker
     from scale.train import Trainer
@@ -122,9 +133,9 @@ def project_epochs(args, dev: torch.device, out: list[str], figures: dict) -> No
             cfg = _config(args, dev, precision, compile_)
             tracker = HessianTracker("epoch") if label == "bf16" else None
             trainer = Trainer(cfg, data, dev, hooks=[tracker] if tracker else [], log=None)
-            if not channels_last and dev.type == "cuda":
+            if not channels_last and dev.type == "cuda":  # weights and batches back in the default layout
                 trainer.model.to(memory_format=torch.contiguous_format)
-                trainer.cuda = False  # step_loss then leaves the batch in the default layout
+                trainer.forward_model = _Contiguous(trainer.forward_model)
             flops = step_flops(trainer, args, dev) if not compile_ else figures.get("step_flops", float("nan"))
             figures.setdefault("step_flops", flops)
             trainer.fit()

@@ -27,6 +27,31 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
+def commit() -> str:
+    """The git commit of the working tree (``+dirty`` when it has changes), or ``unknown``."""
+    import subprocess
+
+    try:
+        root = Path(__file__).resolve().parent.parent
+        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return rev + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_header(module: str, argv: list[str], threads: int) -> str:
+    """The command, machine, versions, fixed thread count, commit and load: the first lines of a result."""
+    import torch
+
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return (f"`python -m {module} {' '.join(argv)}`".replace(" `", "`") + "  \n"
+            f"{machine()}; torch {torch.__version__}; **{threads} torch thread(s), fixed**; commit {commit()}; "
+            f"load average at the start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min).")
+
+
 def write_atomic(path: str | Path, text: str) -> None:
     """Results files go through the project's one atomic writer."""
     atomic_write_text(path, text)

@@ -70,7 +70,8 @@ def report(cfg: Config, rows: list[dict]) -> str:
         "# E6 throughput: pretrained models with on-device orbit generation",
         "",
         f"`python -m bench.bench_pretrained --image-size {cfg.image_size} --trajectories {cfg.trajectories} "
-        f"--steps {cfg.steps} --batch-images {cfg.batch_images} --device {cfg.device}`",
+        f"--steps {cfg.steps} --batch-images {cfg.batch_images} --device {cfg.device} "
+        f"--threads {torch.get_num_threads()}`",
         "",
         f"Device: {device_name(torch.device(cfg.device))}. Versions: "
         + ", ".join(f"{k} {v}" for k, v in versions().items())
@@ -109,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--batch-images", type=int, default=2)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads, fixed and recorded (default: 2)")
     p.add_argument("--out", default=str(RESULTS))
     a = p.parse_args(argv)
+    torch.set_num_threads(a.threads)
     cfg = Config(
         models=a.models, trajectories=a.trajectories, steps=a.steps, image_size=a.image_size,
         batch_images=a.batch_images, families=list(FAMILIES), device=a.device,

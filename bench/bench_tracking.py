@@ -1,6 +1,9 @@
 """Curvature tracking: its cost during training, and Lanczos against the paper's power iteration.
 
-    python -m bench.bench_tracking [--epochs 3] [--methods simsiam simclr] [--head swish3] [--repeats 2]
+    python -m bench.bench_tracking [--quick] [--threads 1] [--epochs 3] [--methods simsiam simclr] [--repeats 2]
+
+Thread count fixed (``--threads``, default 1) for the benchmark process and every ``scale.run`` it starts.
+``--quick``: 2 epochs, 1 off/on pair, no CIFAR-shape section, 1 toy seed (checks that it runs).
 
 1. Cost on digits: the same ``scale.run`` training with tracking off and with ``--track-hessian-every``
    (per epoch, the default cadence), interleaved off/on in one process; the tracker's own time over
@@ -19,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -28,11 +30,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench._util import run_header, write_atomic
 from scale.crosscheck import build_instance
 from scale.curvature import EffectiveHessian
 from scale.lanczos import lanczos, shifted_power_iteration
 
 OUT = Path(__file__).resolve().parent / "results" / "tracking.md"
+
+
+THREADS = ["--threads", "1"]  # set by main
 
 
 def _run(argv: list[str]) -> dict:
@@ -41,7 +47,7 @@ def _run(argv: list[str]) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        code = run_main([*argv, "--quiet", "--out", tmp, "--run-name", "r"])
+        code = run_main([*argv, *THREADS, "--no-final-measure", "--quiet", "--out", tmp, "--run-name", "r"])
         wall = time.perf_counter() - t0
         run_dir = Path(tmp) / "r"
         hist = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -149,16 +155,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cifar-batch", type=int, default=64, help="batch of the CIFAR-shape timing (default: 64)")
     p.add_argument("--cifar-steps", type=int, default=2, help="steps of the CIFAR-shape timing (default: 2)")
     p.add_argument("--seeds", type=int, default=4, help="toy instances per head and objective")
+    p.add_argument("--threads", type=int, default=1, help="torch threads, fixed, here and in every run (default: 1)")
+    p.add_argument("--quick", action="store_true", help="2 epochs, 1 pair, no CIFAR shape, 1 seed")
+    p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
+    if args.quick:
+        args.epochs, args.repeats, args.seeds = 2, 1, 1
+    torch.set_num_threads(args.threads)
+    THREADS[1] = str(args.threads)
+    header = run_header("bench.bench_tracking", argv if argv is not None else sys.argv[1:], args.threads)
     digits = training_cost(args.epochs, args.methods, args.head, args.repeats)
-    cifar = cifar_shape_cost(args.methods, args.head, args.cifar_batch, args.cifar_steps, repeats=3)
+    cifar = [] if args.quick else cifar_shape_cost(args.methods, args.head, args.cifar_batch, args.cifar_steps,
+                                                   repeats=3)
     rows = accuracy_table(args.seeds)
     lines = [
-        "# Curvature tracking: cost and accuracy", "",
-        f"`python -m bench.bench_tracking {' '.join(argv if argv is not None else sys.argv[1:])}`  ",
-        f"{platform.processor() or platform.machine()}, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads at the end (scale.run picks the free cores per run); the machine is "
-        "shared, so only ratios measured side by side in this one run mean anything.", "",
+        "# Curvature tracking: cost and accuracy", "", header,
+        "Only ratios measured side by side in this one run mean anything on a shared machine.", "",
         "Default cadence: once per epoch (`--track-hessian-every` alone), as the paper measures. A measurement "
         "runs after the epoch's steps, so `epoch_seconds` (the steps) and the tracker's own seconds are "
         "separate clocks of the same run.", "",
@@ -190,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         "epoch s (estimated) | first measurement s | median measurement s | measurement / epoch |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if not cifar:
+        lines.append("| (skipped: --quick) | | | | | | | | | | | |")
     for r in cifar:
         lines.append(
             f"| {r['method']} | {r['d']} | {r['head']} | {r['probe_rows']} | {r['N']} | {r['path']} | {r['n_iter']} | "
@@ -213,10 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", f"Worst power-iteration case: {worst['head']} x {worst['objective']} seed {worst['seed']}: "
               f"lambda_min {worst['lambda_min']:.4g}, lambda_max {worst['lambda_max']:.4g}, power iteration's "
               f"lambda_min {worst['power_lambda_min']:.4g} (error {worst['power_err']:.2f} x scale).", ""]
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    tmp = OUT.with_name(OUT.name + ".tmp")
-    tmp.write_text("\n".join(lines))
-    tmp.replace(OUT)
+    write_atomic(args.out, "\n".join(lines))
     print("\n".join(lines))
     return 0
 

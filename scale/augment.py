@@ -1,4 +1,4 @@
-"""Batched augmentation on the training device (kornia).
+"""Augmentation: batched on the training device (kornia), or per image with PIL in worker processes.
 
 The dataset stays on the device as uint8; each step indexes a batch, converts it to floats in [0, 1]
 and augments the whole batch at once (every image gets its own random parameters), then normalises.
@@ -16,42 +16,65 @@ Presets:
     simclr   the standard SimCLR/BYOL CIFAR recipe: crop (0.08-1), flip, colour jitter (0.4, 0.4, 0.2,
              0.1) p = 0.8, grayscale p = 0.2                                     (solo-learn's CIFAR)
     none     no augmentation (normalisation only)
+
+Two paths draw from the same distributions (``PRESET_PARAMS`` is the one table both read;
+``tests/test_augment_paths.py`` compares the paths' sampled transforms with two-sample KS tests):
+
+    GPUAugment   batched on the device: the path on CUDA, where one call per view augments the batch
+    PILAugment   one image at a time with PIL, as torchvision's transforms do (crop box, flip, rotation,
+                 jitter factors and order drawn per image; torchvision's sampling rules), meant for
+                 DataLoader worker processes that augment the next batch while the step runs: on a CPU
+                 the batched path competes with the step for the same cores
+
+(kornia draws one order of the jitter operations per batch; PIL per image. The factors' distributions
+are the same.)
 """
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Sequence
 
-import kornia.augmentation as K
+import numpy as np
 import torch
 from torch import nn
 
 PRESETS: tuple[str, ...] = ("e1", "e3", "simclr", "none")
+# One table for both paths: crop scale range (None: no crop), flip probability, rotation (max |degrees|),
+# colour jitter (brightness, contrast, saturation, hue) and its probability, grayscale probability.
+PRESET_PARAMS: dict[str, dict] = {
+    "e1": dict(crop=(0.2, 1.0), flip=0.5, rotation=0.0, jitter=None, jitter_p=0.0, gray=0.0),
+    "e3": dict(crop=(0.2, 1.0), flip=0.5, rotation=45.0, jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=0.8, gray=0.0),
+    "simclr": dict(crop=(0.08, 1.0), flip=0.5, rotation=0.0, jitter=(0.4, 0.4, 0.2, 0.1), jitter_p=0.8, gray=0.2),
+    "none": dict(crop=None, flip=0.0, rotation=0.0, jitter=None, jitter_p=0.0, gray=0.0),
+}
+RATIO = (3.0 / 4.0, 4.0 / 3.0)  # the crop's aspect-ratio range (torchvision's and kornia's default)
+
+
+def _params(preset: str) -> dict:
+    if preset not in PRESET_PARAMS:
+        raise ValueError(f"unknown augmentation preset {preset!r}; valid: {', '.join(PRESETS)}")
+    return PRESET_PARAMS[preset]
 
 
 def build_augment(preset: str, image_size: int) -> nn.Module:
     """A batched augmentation ``(B, 3, S, S) float [0, 1] -> (B, 3, S, S)`` for ``preset``."""
-    size = (image_size, image_size)
-    if preset == "e1":
-        ops = [K.RandomResizedCrop(size, scale=(0.2, 1.0)), K.RandomHorizontalFlip()]
-    elif preset == "e3":
-        ops = [
-            K.RandomResizedCrop(size, scale=(0.2, 1.0)),
-            K.RandomHorizontalFlip(),
-            K.RandomRotation(degrees=45.0),
-            K.ColorJitter(0.4, 0.4, 0.4, 0.1, p=0.8),
-        ]
-    elif preset == "simclr":
-        ops = [
-            K.RandomResizedCrop(size, scale=(0.08, 1.0)),
-            K.RandomHorizontalFlip(),
-            K.ColorJitter(0.4, 0.4, 0.2, 0.1, p=0.8),
-            K.RandomGrayscale(p=0.2),
-        ]
-    elif preset == "none":
-        ops = []
-    else:
-        raise ValueError(f"unknown augmentation preset {preset!r}; valid: {', '.join(PRESETS)}")
+    import kornia.augmentation as K
+
+    P, size = _params(preset), (image_size, image_size)
+    ops: list[nn.Module] = []
+    if P["crop"] is not None:
+        ops.append(K.RandomResizedCrop(size, scale=P["crop"], ratio=RATIO))
+    if P["flip"]:
+        ops.append(K.RandomHorizontalFlip(p=P["flip"]))
+    if P["rotation"]:
+        # p=1: torchvision's RandomRotation always rotates; kornia's default p is 0.5 (half the images)
+        ops.append(K.RandomRotation(degrees=P["rotation"], p=1.0))
+    if P["jitter"] is not None:
+        ops.append(K.ColorJitter(*P["jitter"], p=P["jitter_p"]))
+    if P["gray"]:
+        ops.append(K.RandomGrayscale(p=P["gray"]))
     return nn.Sequential(*ops)
 
 
@@ -70,8 +93,220 @@ class GPUAugment(nn.Module):
         return (x_uint8.float() / 255.0 - self.mean) / self.std
 
     @torch.no_grad()
-    def views(self, x_uint8: torch.Tensor, n_views: int = 2) -> torch.Tensor:
-        """``(B, 3, S, S)`` uint8 -> ``(n_views B, 3, S, S)`` float, rows ``[view1; view2]``."""
+    def views(self, x_uint8: torch.Tensor, n_views: int = 2, seed: int | None = None) -> torch.Tensor:
+        """``(B, 3, S, S)`` uint8 -> ``(n_views B, 3, S, S)`` float, rows ``[view1; view2]``
+        (``seed``: reseed torch's generator first, which kornia draws from)."""
+        if seed is not None:
+            torch.manual_seed(seed)
         x = x_uint8.float() / 255.0
         out = [self.augment(x) for _ in range(n_views)]
         return (torch.cat(out).clamp_(0.0, 1.0) - self.mean) / self.std
+
+    def prefetch(self, x_uint8: torch.Tensor, seed: int) -> None:
+        """Nothing to do ahead of time for the batched path (see ``WorkerAugment.prefetch``)."""
+
+
+class PILAugment:
+    """Per-image augmentation with PIL (torchvision's rules), for DataLoader workers on a CPU.
+
+    ``views(x_uint8)``: ``(3, S, S)`` uint8 (torch or NumPy) -> ``(n_views, 3, S, S)`` normalised float32.
+    ``sample(S)`` draws one image's parameters (the dictionary ``apply`` consumes), so the distributions
+    can be compared with the batched path's. Randomness: Python's ``random`` module of the process (each
+    DataLoader worker is seeded by torch).
+    """
+
+    def __init__(self, preset: str, image_size: int, mean: Sequence[float], std: Sequence[float]) -> None:
+        self.preset, self.P, self.size = preset, _params(preset), image_size
+        self.mean = np.asarray(mean, dtype=np.float32).reshape(3, 1, 1)
+        self.std = np.asarray(std, dtype=np.float32).reshape(3, 1, 1)
+
+    def sample(self, side: int, rng: random.Random | None = None) -> dict:
+        rng = rng or random
+        P, out = self.P, {}
+        if P["crop"] is not None:
+            out["box"] = _crop_box(side, side, P["crop"], rng)
+        out["flip"] = rng.random() < P["flip"]
+        out["angle"] = rng.uniform(-P["rotation"], P["rotation"]) if P["rotation"] else 0.0
+        if P["jitter"] is not None and rng.random() < P["jitter_p"]:
+            b, c, s, h = P["jitter"]
+            order = [0, 1, 2, 3]
+            rng.shuffle(order)
+            out["jitter"] = (rng.uniform(1 - b, 1 + b), rng.uniform(1 - c, 1 + c), rng.uniform(1 - s, 1 + s),
+                             rng.uniform(-h, h), order)
+        out["gray"] = rng.random() < P["gray"]
+        return out
+
+    def apply(self, img, params: dict):
+        """One PIL RGB image transformed by ``params`` (from ``sample``)."""
+        from PIL import Image, ImageEnhance
+
+        if "box" in params:
+            top, left, h, w = params["box"]
+            img = img.resize((self.size, self.size), Image.BILINEAR, box=(left, top, left + w, top + h))
+        elif img.size != (self.size, self.size):
+            img = img.resize((self.size, self.size), Image.BILINEAR)
+        if params["flip"]:
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        if params["angle"]:
+            img = img.rotate(params["angle"], resample=Image.BILINEAR, fillcolor=(0, 0, 0))
+        if "jitter" in params:
+            b, c, s, h, order = params["jitter"]
+            for op in order:
+                if op == 0:
+                    img = ImageEnhance.Brightness(img).enhance(b)
+                elif op == 1:
+                    img = ImageEnhance.Contrast(img).enhance(c)
+                elif op == 2:
+                    img = ImageEnhance.Color(img).enhance(s)
+                else:
+                    img = _adjust_hue(img, h)
+        if params["gray"]:
+            img = img.convert("L").convert("RGB")
+        return img
+
+    def view(self, x_uint8) -> np.ndarray:
+        from PIL import Image
+
+        arr = np.asarray(x_uint8, dtype=np.uint8).transpose(1, 2, 0)  # (S, S, 3)
+        img = self.apply(Image.fromarray(arr, "RGB"), self.sample(arr.shape[0]))
+        out = np.asarray(img, dtype=np.float32).transpose(2, 0, 1) / 255.0
+        return (out - self.mean) / self.std
+
+    def views(self, x_uint8, n_views: int = 2) -> torch.Tensor:
+        return torch.from_numpy(np.stack([self.view(x_uint8) for _ in range(n_views)]))
+
+
+def _crop_box(height: int, width: int, scale: tuple[float, float], rng) -> tuple[int, int, int, int]:
+    """torchvision's RandomResizedCrop box ``(top, left, h, w)``: area fraction uniform in ``scale``, log
+    aspect ratio uniform in ``log RATIO``, 10 attempts, else the central crop clamped to the ratio range."""
+    area = height * width
+    lo, hi = math.log(RATIO[0]), math.log(RATIO[1])
+    for _ in range(10):
+        target = area * rng.uniform(*scale)
+        aspect = math.exp(rng.uniform(lo, hi))
+        w = round(math.sqrt(target * aspect))
+        h = round(math.sqrt(target / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, height - h), rng.randint(0, width - w), h, w
+    ratio = width / height
+    if ratio < RATIO[0]:
+        w, h = width, round(width / RATIO[0])
+    elif ratio > RATIO[1]:
+        h, w = height, round(height * RATIO[1])
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def _adjust_hue(img, factor: float):
+    """Shift the hue by ``factor`` of a turn in HSV (torchvision's rule for PIL images)."""
+    from PIL import Image
+
+    h, s, v = img.convert("HSV").split()
+    hue = (np.asarray(h, dtype=np.uint8).astype(np.int16) + round(factor * 255)) % 256
+    return Image.merge("HSV", (Image.fromarray(hue.astype(np.uint8), "L"), s, v)).convert("RGB")
+
+
+class PerImageViews(torch.utils.data.Dataset):
+    """A dataset of uint8 images ``(N, 3, S, S)`` giving ``(view1, view2)`` per index through ``PILAugment``:
+    the CPU pipeline (a ``DataLoader`` with worker processes over it)."""
+
+    def __init__(self, x_uint8: torch.Tensor, augment: PILAugment) -> None:
+        self.x = x_uint8.numpy() if isinstance(x_uint8, torch.Tensor) else np.asarray(x_uint8)
+        self.augment = augment
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        v = self.augment.views(self.x[i])
+        return v[0], v[1]
+
+
+CHUNK = 16  # images per worker job; seeds are per chunk, so results do not depend on the worker count
+AUGMENT_PATHS = ("auto", "batched", "workers")
+
+
+def _augment_chunk(preset: str, size: int, mean, std, x: np.ndarray, seed: int, n_views: int) -> np.ndarray:
+    """Worker job: ``x`` (b, 3, S, S) uint8 -> (n_views, b, 3, S, S) float32, PIL per image."""
+    aug, rng = PILAugment(preset, size, mean, std), random.Random(seed)
+    out = np.empty((n_views, *x.shape), dtype=np.float32)
+    for i in range(len(x)):
+        arr = x[i].transpose(1, 2, 0)
+        from PIL import Image
+
+        img = Image.fromarray(np.ascontiguousarray(arr), "RGB")
+        for v in range(n_views):
+            view = np.asarray(aug.apply(img, aug.sample(arr.shape[0], rng)), dtype=np.float32)
+            out[v, i] = (view.transpose(2, 0, 1) / 255.0 - aug.mean) / aug.std
+    return out
+
+
+class WorkerAugment:
+    """The CPU path: ``PILAugment`` per image in worker processes, the next batch prepared while the
+    current step runs (``prefetch``). Same interface as ``GPUAugment`` (``views``, ``normalize``).
+
+    Deterministic: a batch's views depend only on its images and ``seed`` (chunk ``c`` of ``CHUNK``
+    images draws from ``random.Random(seed + c)``), not on the number of workers or on timing."""
+
+    def __init__(self, preset: str, image_size: int, mean: Sequence[float], std: Sequence[float],
+                 workers: int = 1) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        _params(preset)
+        if workers < 1:
+            raise ValueError(f"WorkerAugment needs at least 1 worker process, got {workers}")
+        self.preset, self.size, self.workers = preset, image_size, workers
+        self.mean_t, self.std_t = tuple(float(m) for m in mean), tuple(float(s) for s in std)
+        self._norm = GPUAugment("none", image_size, mean, std)
+        self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        self._pending: tuple[int, int, list] | None = None  # (key of the batch, seed, futures)
+
+    def normalize(self, x_uint8: torch.Tensor) -> torch.Tensor:
+        return self._norm.normalize(x_uint8)
+
+    def _submit(self, x_uint8: torch.Tensor, seed: int, n_views: int) -> list:
+        x = x_uint8.cpu().numpy()
+        return [self._pool.submit(_augment_chunk, self.preset, self.size, self.mean_t, self.std_t,
+                                  x[s:s + CHUNK], seed + c, n_views)
+                for c, s in enumerate(range(0, len(x), CHUNK))]
+
+    def prefetch(self, x_uint8: torch.Tensor, seed: int, n_views: int = 2) -> None:
+        """Start augmenting the next batch in the workers (collected by the ``views`` call with this seed)."""
+        self._pending = (seed, n_views, self._submit(x_uint8, seed, n_views))
+
+    def views(self, x_uint8: torch.Tensor, n_views: int = 2, seed: int | None = None) -> torch.Tensor:
+        """``(B, 3, S, S)`` uint8 -> ``(n_views B, 3, S, S)`` float32, rows ``[view1; view2]``. Without a
+        ``seed``, one is drawn from torch's generator (which the trainer reseeds every step)."""
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)))
+        if self._pending is not None and self._pending[:2] == (seed, n_views):
+            futures = self._pending[2]
+        else:
+            futures = self._submit(x_uint8, seed, n_views)
+        self._pending = None
+        out = np.concatenate([f.result() for f in futures], axis=1)  # (n_views, B, 3, S, S)
+        return torch.from_numpy(out.reshape(-1, *out.shape[2:]))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __del__(self) -> None:  # a trainer dropped without close() (runs in one process, tests) frees its workers
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def build_views(preset: str, image_size: int, mean: Sequence[float], std: Sequence[float], device: torch.device,
+                path: str = "auto", workers: int = 1):
+    """The augmentation of a training run: ``GPUAugment`` (batched) or ``WorkerAugment`` (per image).
+
+    ``"auto"``: batched on CUDA (one call augments the batch on the device), per image in ``workers``
+    processes on a CPU, where batched kornia competes with the step for the same cores and measured
+    slower (BENCHMARKS.md, ``bench.bench_pipeline``)."""
+    if path not in AUGMENT_PATHS:
+        raise ValueError(f"augment path must be one of {', '.join(AUGMENT_PATHS)}, got {path!r}")
+    if path == "batched" or (path == "auto" and device.type != "cpu"):
+        return GPUAugment(preset, image_size, mean, std).to(device)
+    return WorkerAugment(preset, image_size, mean, std, workers)

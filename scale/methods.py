@@ -74,6 +74,9 @@ class Method:
     recipe_source: str = ""
     dataset_recipe: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per dataset, over the recipe
     failure_hint: str | None = None  # a likely cause of a non-finite loss specific to the method
+    # The same objective with its closed-form loss curvature attached (scale.loss_curvature), which the
+    # tracker's exact paths use; None: the tracker differentiates ``objective`` by autodiff.
+    curvature: Callable[[ObjectiveContext], Loss] | None = None
 
     def __post_init__(self) -> None:
         if self.hessian not in HESSIAN_STRUCTURES:
@@ -117,6 +120,26 @@ def _byol(ctx: ObjectiveContext) -> Loss:
     return lambda Hb: so.byol(Hb, T, ctx.predictor)
 
 
+def _simclr_curvature(ctx: ObjectiveContext) -> Loss:
+    from scale.loss_curvature import NTXent  # imported here: loss_curvature needs scale.heads and scale.blocks
+
+    return NTXent(ctx.config.temperature)
+
+
+def _simsiam_curvature(ctx: ObjectiveContext) -> Loss:
+    from scale.loss_curvature import PredictorCosine
+
+    return PredictorCosine(ctx.targets("simsiam"), ctx.predictor, "cosine")
+
+
+def _byol_curvature(ctx: ObjectiveContext) -> Loss:
+    from scale.loss_curvature import PredictorCosine
+
+    if ctx.target_h is None:
+        raise ValueError("byol's curvature needs the target network's embeddings of the probe")
+    return PredictorCosine(ctx.targets("byol"), ctx.predictor, "nmse")
+
+
 # --------------------------------------------------------------------------------------------
 # The registry
 # --------------------------------------------------------------------------------------------
@@ -156,13 +179,14 @@ def names() -> tuple[str, ...]:
 
 
 register(Method(
-    "simclr", _simclr, hessian="coupled", recipe_source="the paper, E3",
+    "simclr", _simclr, hessian="coupled", recipe_source="the paper, E3", curvature=_simclr_curvature,
     recipe=dict(augment="e3", optimizer="adam", lr=1e-3, momentum=0.9, weight_decay=0.0, batch_size=512, epochs=50,
                 warmup_epochs=0, head_width=2048, head_out=2048, head_bn=True, head_out_bn=True, head_bias=True,
                 pred_width=512, temperature=0.1),
 ))
 register(Method(
     "simsiam", _simsiam, predictor=True, hessian="per-sample", recipe_source="the paper, E1",
+    curvature=_simsiam_curvature,
     dataset_recipe={"cifar100": dict(epochs=20)},
     recipe=dict(augment="e1", optimizer="sgd", lr=0.05, momentum=0.9, weight_decay=0.0, batch_size=512, epochs=50,
                 warmup_epochs=0, head_width=2048, head_out=2048, head_bn=False, head_out_bn=False, head_bias=False,
@@ -170,6 +194,7 @@ register(Method(
 ))
 register(Method(
     "byol", _byol, predictor=True, ema_target=True, hessian="per-sample", recipe_source=SOLO_LEARN_LIKE,
+    curvature=_byol_curvature,
     recipe=dict(_LARS, augment="simclr", lr=1.0, weight_decay=1e-5, head_width=4096, head_out=256, pred_width=4096,
                 ema=0.99),
 ))

@@ -63,14 +63,16 @@ def probe_objective(method: str, model: nn.Module, h: Tensor, target_h: Tensor |
     """The method's loss as a function of the probe's embeddings, computed locally (no all-gather:
     curvature products run on one process), stop-gradient data bound at the probe. The predictor
     is a copy in eval mode and in ``h``'s dtype (it is held fixed: part of the objective). ``config``
-    (the run's ``TrainConfig``) gives the objective its settings; without it only ``temperature``."""
+    (the run's ``TrainConfig``) gives the objective its settings; without it only ``temperature``.
+    A method with a closed-form loss curvature (``Method.curvature``: NT-Xent's factored loss product,
+    the Gauss-Newton blocks through the predictor and the cosine for SimSiam and BYOL) comes with it."""
     m = methods.get(method)
     pred = None
     if m.predictor and model.predictor is not None:
         pred = copy.deepcopy(model.predictor).to(h.dtype).eval()
     ctx = methods.ObjectiveContext(h, target_h, pred, config or SimpleNamespace(temperature=temperature),
                                    gather=False)
-    return m.objective(ctx)
+    return (m.curvature or m.objective)(ctx)
 
 
 def hutchinson_ratio(num, den, N: int, probes: int, dtype, device, seed: int = 0) -> float:
@@ -98,7 +100,9 @@ def choose_path(z: Tensor, head: nn.Module, *, block_diagonal: bool, bn_mode: st
     jac_bytes = n * max(widths) * d * 8  # the largest per-sample Jacobian stack (n, w, d), float64
     if jac_bytes > BLOCK_MEMORY:
         return "matrix-free"
-    if block_diagonal and n * k * k * 8 <= BLOCK_MEMORY:  # the loss blocks (n, k, k)
+    # the Gauss-Newton blocks need (n, k, min(k, d)) more: the loss blocks, or the loss Hessian along J's
+    # d columns (k > d), or the predictor's Jacobians of z (closed form, the predictor as wide as the head)
+    if block_diagonal and n * k * min(k, d) * 8 <= BLOCK_MEMORY:
         return "blocks"
     return "factored"
 
@@ -132,7 +136,7 @@ def measure(
     - ``"factored"``: a row-wise head (``MLPHead``, BatchNorm in eval mode) and any objective: Lanczos
       on ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` exact (``scale.blocks.factored_operator``,
       products without a pass through the head); ``|M|`` exact from the blocks, ``|H|`` from Lanczos;
-    - ``"matrix-free"``: Lanczos on ``scale.curvature``'s forward-over-reverse ``H`` (any head, train-mode
+    - ``"matrix-free"``: Lanczos on ``scale.curvature``'s matrix-free ``H`` (any head, train-mode
       BatchNorm), ``|M|_F/|H|_F`` by a Hutchinson estimate.
     """
     if path not in PATHS:
@@ -148,7 +152,7 @@ def measure(
     if path == "blocks":
         blocks = effective_hessian_blocks(z, head, loss, dtype=torch.float64, spectra="H")
         audit = blocks.audit(rel_floor)
-        value = blocks.info["loss"]  # L at the probe, from the loss blocks' own forward pass
+        value = blocks.info["loss"]  # L at the probe, from the Gauss-Newton route's own forward pass
         rec.update(lambda_min=audit["lambda_min"], lambda_max=audit["lambda_max"], scale=audit["scale"],
                    lambda_is="exact (per-sample blocks, float64 eigvalsh)", residual_min=None, residual_max=None,
                    converged_min=True, converged_max=True, condition=audit["condition"], n_products=0, n_iter=0,

@@ -45,7 +45,7 @@ from torch import nn
 from mini.collapse_metrics import collapse_stats
 from mini.heads import parse_head_spec
 from scale import methods
-from scale.augment import GPUAugment
+from scale.augment import build_views
 from scale.backbones import build_backbone
 from scale.checkpoint import load_checkpoint, save_checkpoint
 from scale.data import Dataset
@@ -76,6 +76,8 @@ class TrainConfig:
     pred_width: int = 512
     init: str = "normal"  # or "collapsed": projector Linear weights x 0.1 (E1)
     augment: str = "e3"
+    augment_path: str = "auto"  # batched on CUDA, per image in worker processes on a CPU (scale.augment.build_views)
+    augment_workers: int = 1  # worker processes of the per-image path
     epochs: int = 2
     batch_size: int = 64
     optimizer: str = "adam"
@@ -402,7 +404,8 @@ class Trainer:
         if cfg.compile:
             self.forward_model = torch.compile(self.forward_model)
         self.optimizer = build_optimizer(cfg, [p for p in self.model.parameters() if p.requires_grad], device)
-        self.augment = GPUAugment(cfg.augment, data.image_size, data.mean, data.std).to(device)
+        self.augment = build_views(cfg.augment, data.image_size, data.mean, data.std, device, cfg.augment_path,
+                                   cfg.augment_workers)
 
         g = torch.Generator().manual_seed(_seed_for(cfg.seed, 7))
         probe_idx = torch.randperm(len(self.train_x), generator=g)[: min(cfg.probe_size, len(self.train_x))]
@@ -598,8 +601,12 @@ class Trainer:
             group["lr"] = state.lr
         start = step * cfg.batch_size + self.rank * self.local_batch
         idx = perm[start : start + self.local_batch]
-        torch.manual_seed(_seed_for(cfg.seed, 13, state.global_step, self.rank))
-        x = self.augment.views(self.train_x[idx])  # (2b, 3, S, S), rows [view1; view2]
+        seed = _seed_for(cfg.seed, 13, state.global_step, self.rank)
+        torch.manual_seed(seed)
+        x = self.augment.views(self.train_x[idx], seed=seed)  # (2b, 3, S, S), rows [view1; view2]
+        if step + 1 < self.steps_per_epoch:  # the CPU path augments the next batch during this step
+            nxt = perm[start + cfg.batch_size : start + cfg.batch_size + self.local_batch]
+            self.augment.prefetch(self.train_x[nxt], _seed_for(cfg.seed, 13, state.global_step + 1, self.rank))
         loss, z, h, target_h = self.step_loss(x)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

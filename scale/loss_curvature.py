@@ -1,0 +1,75 @@
+r"""Objectives whose loss Hessian is known in closed form (``mini.loss_hessians``), as torch callables.
+
+Each object is the objective itself (``Hb -> scalar``, the same function as ``scale.objectives``) and
+carries the exact second-order algebra the curvature paths use instead of autograd:
+
+    NTXent(tau)                         ``curvature(Hb)``: NT-Xent's gradient and exact Hessian-vector
+                                        products (``O(n^2 k)`` each, no autograd graph): the factored
+                                        operator's loss product for SimCLR
+    PredictorCosine(T, predictor, form) ``gauss_newton(Hb, J)``: ``rho`` and the Gauss-Newton blocks
+                                        ``J_i^T (grad^2_{h_i} L) J_i`` through an MLP predictor and the
+                                        cosine, never forming the (k, k) loss blocks: SimSiam and BYOL's
+                                        exact blocks
+
+``scale.blocks`` looks for these methods and falls back to autograd for any other callable.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor, nn
+
+from mini.loss_hessians import NTXentCurvature, predictor_cosine_gauss_newton
+from scale import objectives as so
+from scale.blocks import mini_head_of
+from scale.heads import MLPHead
+
+
+class NTXent:
+    """SimCLR's NT-Xent at temperature ``tau`` (``scale.objectives.nt_xent``) with closed-form curvature."""
+
+    def __init__(self, temperature: float = 0.1):
+        self.temperature = float(temperature)
+
+    def __call__(self, Hb: Tensor) -> Tensor:
+        return so.nt_xent(Hb, self.temperature)
+
+    def curvature(self, Hb: Tensor) -> NTXentCurvature:
+        return NTXentCurvature(Hb.detach(), self.temperature)
+
+
+class PredictorCosine:
+    """SimSiam (``form="cosine"``) and BYOL (``"nmse"``) with fixed targets ``T`` and a fixed predictor.
+
+    ``__call__`` is ``scale.objectives.simsiam(Hb, T, predictor, form)``; ``gauss_newton`` needs an
+    ``MLPHead`` predictor (BatchNorm in eval mode, folded) or none, else ``closed_form`` is False.
+    """
+
+    def __init__(self, targets: Tensor, predictor: nn.Module | None = None, form: str = "cosine"):
+        if form not in ("cosine", "nmse"):
+            raise ValueError(f"form must be 'cosine' or 'nmse', got {form!r}")
+        self.T = targets.detach()
+        self.form = form
+        self.predictor = None if predictor is None else copy.deepcopy(predictor).to(self.T.dtype).eval()
+        self.closed_form = self.predictor is None or isinstance(self.predictor, MLPHead)
+
+    def __call__(self, Hb: Tensor) -> Tensor:
+        pred = self.predictor
+        if pred is not None and Hb.dtype != self.T.dtype:  # products in another dtype (float32 Lanczos)
+            pred = copy.deepcopy(pred).to(Hb.dtype)
+        return so.simsiam(Hb, self.T.to(Hb.dtype), pred, self.form)
+
+    def gauss_newton(self, Hb: Tensor, J: Tensor) -> tuple[Tensor, Tensor, float]:
+        """``(rho (n, k), G (n, d, d), L)`` at ``Hb`` for head Jacobians ``J`` (n, k, d), in ``J``'s dtype."""
+        if not self.closed_form:
+            raise ValueError(f"no closed form through a {type(self.predictor).__name__} predictor; use autograd")
+        n = Hb.shape[0]
+        A, B = so.split_views(self.T.to(J.dtype))
+        T = torch.cat([B, A])  # row i is pulled to the other view's target
+        coef = (-1.0 if self.form == "cosine" else -2.0) / n
+        pred = None if self.predictor is None else mini_head_of(self.predictor, J.dtype)
+        rho, G, cos = predictor_cosine_gauss_newton(pred, Hb.to(J.dtype), J, T, coef)
+        value = float(-cos.mean()) if self.form == "cosine" else float((2.0 - 2.0 * cos).mean())
+        return rho, G, value

@@ -1,0 +1,111 @@
+"""Closed-form loss curvature (mini.loss_hessians, scale.loss_curvature) against the autograd paths.
+
+Each fast path must equal the existing exact path to ``FAST_TOL`` relative (float64): NT-Xent's
+Hessian-vector products and dense Hessian (mini, NumPy and torch), the factored operator with the
+closed-form product, SimSiam/BYOL blocks through the predictor and the cosine, and the Gauss-Newton
+blocks from ``d`` products along ``J``'s columns. Negative controls: a wrong temperature, a wrong
+target pairing, and a coupled loss refused by the ``d``-product path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from autograd import hessian
+
+from mini.loss_hessians import NTXentCurvature, nt_xent_hessian
+from mini.losses import nt_xent as mini_nt_xent
+from scale import objectives as O
+from scale.blocks import effective_hessian_blocks, factored_operator
+from scale.curvature import EffectiveHessian
+from scale.heads import build_head
+from scale.loss_curvature import NTXent, PredictorCosine
+
+FAST_TOL = 1e-10  # relative to the largest entry of the reference
+N_ROWS, D, K, WIDTH = 8, 5, 7, 6  # K > D: the d-product path applies
+
+
+def _rel(a, b) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def _heads(spec: str, seed: int, batchnorm: bool = False):
+    torch.manual_seed(seed)
+    head = build_head(spec, D, K, WIDTH, batchnorm=batchnorm, out_batchnorm=batchnorm).double()
+    pred = build_head("tanh2", K, K, WIDTH, batchnorm=batchnorm).double()
+    gen = torch.Generator().manual_seed(seed)
+    for m in [*head.modules(), *pred.modules()]:
+        if isinstance(m, torch.nn.BatchNorm1d):
+            with torch.no_grad():
+                m.running_mean.normal_(generator=gen)
+                m.running_var.uniform_(0.5, 2.0, generator=gen)
+    z = torch.randn(N_ROWS, D, generator=gen, dtype=torch.float64)
+    T = torch.randn(N_ROWS, K, generator=gen, dtype=torch.float64)
+    return head.eval(), pred.eval(), z, T
+
+
+@pytest.mark.parametrize("tau", [0.1, 0.5])
+def test_nt_xent_hvp_and_dense_hessian_match_autograd(tau):
+    gen = torch.Generator().manual_seed(3)
+    Hb = torch.randn(N_ROWS, K, generator=gen, dtype=torch.float64)
+    V = torch.randn(4, N_ROWS, K, generator=gen, dtype=torch.float64)
+    g = torch.func.grad(lambda x: O.nt_xent(x, tau))
+    ref = torch.stack([torch.func.jvp(g, (Hb,), (v,))[1] for v in V])
+    curv = NTXentCurvature(Hb, tau)
+    assert _rel(curv.hvp(V), ref) <= FAST_TOL
+    assert _rel(curv.gradient(), g(Hb)) <= FAST_TOL
+    assert _rel(NTXentCurvature(Hb, 2 * tau).hvp(V), ref) > 1e-3  # negative control: another temperature
+    # mini, NumPy: the dense (n, k, n, k) Hessian against autograd's of mini.losses.nt_xent
+    H_np = Hb.numpy()
+    dense = hessian(mini_nt_xent(tau).fn)(H_np)
+    closed = nt_xent_hessian(H_np, tau)
+    assert np.abs(closed - dense).max() <= FAST_TOL * np.abs(dense).max()
+
+
+@pytest.mark.parametrize("spec", ["gelu3", "swish3", "relu2"])
+def test_factored_operator_with_closed_form_nt_xent(spec):
+    head, _, z, _ = _heads(spec, seed=1)
+    auto, _, _ = factored_operator(z, head, lambda H: O.nt_xent(H, 0.3))
+    fast, _, info = factored_operator(z, head, NTXent(0.3))
+    assert "closed form" in info["hvp_mode"]
+    V = torch.randn(N_ROWS * D, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    ref = auto.matmat(V)
+    assert _rel(fast.matmat(V), ref) <= FAST_TOL
+    assert _rel(fast.matvec(V[:, 0]), ref[:, 0]) <= FAST_TOL
+    # and the whole operator against the matrix-free Hessian of z -> L(h(z)) (forward mode: independent)
+    Hd = EffectiveHessian(z, head, NTXent(0.3), mode="forward").H.dense()
+    assert _rel(fast.dense(), Hd) <= FAST_TOL
+
+
+@pytest.mark.parametrize(("spec", "form", "batchnorm"), [
+    ("gelu3", "cosine", False), ("swish3", "nmse", True), ("relu2", "cosine", True), ("tanh2", "nmse", False),
+])
+def test_predictor_cosine_blocks_match_autograd_loss_blocks(spec, form, batchnorm):
+    head, pred, z, T = _heads(spec, seed=5, batchnorm=batchnorm)
+    ref = effective_hessian_blocks(z, head, lambda H: O.simsiam(H, T, pred, form))
+    fast = effective_hessian_blocks(z, head, PredictorCosine(T, pred, form))
+    assert fast.info["gauss_newton"].startswith("closed form")
+    for a, b in ((fast.H, ref.H), (fast.G, ref.G), (fast.M, ref.M), (fast.eig_H, ref.eig_H)):
+        assert float((a - b).abs().max()) <= FAST_TOL * float(ref.H.abs().max())  # M = 0 for relu
+    assert float((fast.loss_hessian_eig - ref.loss_hessian_eig).abs().max()) <= FAST_TOL * float(
+        ref.loss_hessian_eig.abs().max())
+    assert abs(fast.info["loss"] - ref.info["loss"]) <= FAST_TOL * abs(ref.info["loss"])
+    # no predictor at all (p = h)
+    ref0 = effective_hessian_blocks(z, head, lambda H: O.simsiam(H, T, None, form))
+    assert _rel(effective_hessian_blocks(z, head, PredictorCosine(T, None, form)).H, ref0.H) <= FAST_TOL
+    # negative control: the views' targets not swapped is another objective
+    swapped = torch.cat([T[N_ROWS // 2:], T[: N_ROWS // 2]])
+    assert _rel(effective_hessian_blocks(z, head, PredictorCosine(swapped, pred, form)).H, ref.H) > 1e-3
+
+
+def test_gauss_newton_from_d_products_matches_k_columns():
+    head, pred, z, T = _heads("swish3", seed=9)
+    loss = lambda H: O.simsiam(H, T, pred)  # noqa: E731  autograd only: no closed form attached
+    ref = effective_hessian_blocks(z, head, loss, spectra="all")  # k loss-block columns
+    fast = effective_hessian_blocks(z, head, loss, spectra="H")  # K > D: d products
+    assert "products along J's columns" in fast.info["gauss_newton"]
+    assert _rel(fast.H, ref.H) <= FAST_TOL and _rel(fast.eig_H, ref.eig_H) <= FAST_TOL
+    assert fast.premise_residual <= 1e-12
+    with pytest.raises(ValueError, match="not block-diagonal"):  # a coupled loss is still refused
+        effective_hessian_blocks(z, head, lambda H: O.nt_xent(H, 0.5), spectra="H")

@@ -212,7 +212,7 @@ def head_to_mini(module: MLPHead) -> Head:
     if any(not isinstance(n, nn.Identity) for n in [*module.norms, module.out_norm]):
         raise ValueError("head_to_mini: a head with BatchNorm has no mini counterpart (fold BN first)")
     if len(module.layers) != module.spec.n_layers:
-        raise ValueError(f"head_to_mini: the paper's {len(module.layers)}-layer linear head has no grammar spec in mini")
+        raise ValueError(f"head_to_mini: the paper's {len(module.layers)}-layer linear head has no mini spec")
     layers = []
     for linear in module.layers:
         layer = {"W": linear.weight.detach().cpu().double().numpy()}

@@ -30,6 +30,7 @@ from scale.backbones import BACKBONES
 from scale.checkpoint import atomic_write_json
 from scale.data import DATASETS, DataError, load_dataset
 from scale.geometry import append_report, final_measurement, parse_orbits
+from scale.heads import HEAD_STYLES
 from scale.linprobe import features, linear_probe_accuracy
 from scale.run_report import command_line, device_name, git_commit, versions, write_outputs
 from scale.tracking import HessianTracker
@@ -44,6 +45,10 @@ METHOD_DEFAULTS: dict[str, dict[str, Any]] = {
     "simclr": dict(augment="e3", optimizer="adam", lr=1e-3, momentum=0.9, weight_decay=0.0, batch_size=512,
                    epochs=50, warmup_epochs=0, head_width=2048, head_out=2048, head_bn=True, head_out_bn=True,
                    head_bias=True, pred_width=512, temperature=0.1),
+    # the paper's official E3 code: one-direction InfoNCE, batch 256, its bias-free heads (scale.heads "paper")
+    "simclr_paper": dict(augment="e3", optimizer="adam", lr=1e-3, momentum=0.9, weight_decay=0.0, batch_size=256,
+                         epochs=50, warmup_epochs=0, head_width=2048, head_out=2048, head_bn=True, head_out_bn=True,
+                         head_bias=False, head_style="paper", pred_width=512, temperature=0.1),
     "byol": dict(augment="simclr", optimizer="lars", lr=1.0, momentum=0.9, weight_decay=1e-5, batch_size=256,
                  epochs=1000, warmup_epochs=10, head_width=4096, head_out=256, head_bn=True, head_out_bn=False,
                  head_bias=True, pred_width=4096, ema=0.99),
@@ -82,11 +87,13 @@ class OneLineParser(argparse.ArgumentParser):
 def _defaults_table() -> str:
     rows = ["per-method defaults (CIFAR; flags override):"]
     for m, d in METHOD_DEFAULTS.items():
-        src = {"simsiam": "PAPER.md E1", "simclr": "PAPER.md E3"}.get(m, "solo-learn CIFAR recipe")
+        src = {"simsiam": "PAPER.md E1", "simclr": "PAPER.md E3",
+               "simclr_paper": "the paper's official E3 code"}.get(m, "solo-learn CIFAR recipe")
         rows.append(
             f"  {m:8s} aug {d['augment']}, {d['optimizer']} lr {d['lr']:g} wd {d['weight_decay']:g}, batch "
             f"{d['batch_size']}, {d['epochs']} epochs, warmup {d['warmup_epochs']}, head {d['head_width']}->"
-            f"{d['head_out']} bias {d['head_bias']} BN {d['head_bn']} out-BN {d['head_out_bn']}"
+            f"{d['head_out']} bias {d['head_bias']} BN {d['head_bn']} out-BN {d['head_out_bn']} style "
+            f"{d.get('head_style', 'grammar')}"
             + (f", predictor width {d['pred_width']}" if m in ("simsiam", "byol") else "") + f"  [{src}]"
         )
     rows.append("  simsiam on cifar100: 20 epochs (E1). simclr temperature 0.1; byol target momentum 0.99 -> 1.")
@@ -130,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="BatchNorm1d on the projector output (default: on for simclr, E3)")
     p.add_argument("--head-bias", action=argparse.BooleanOptionalAction, default=None,
                    help="biases in head Linear layers (default: off for simsiam, E1; on otherwise)")
+    p.add_argument("--head-style", choices=HEAD_STYLES, help="grammar: the flags above as given; paper: the official "
+                   "code's heads (no biases; with --head-bn, BatchNorm after every Linear, output included; 'linear' "
+                   "is two bias-free Linear layers) (default: paper for simclr_paper, grammar otherwise)")
     p.add_argument("--predictor", help="simsiam/byol predictor spec (default: 2 layers, the head's activation)")
     p.add_argument("--pred-width", type=int, help="predictor hidden width (default: 512 simsiam, 4096 byol)")
     p.add_argument("--init", choices=("normal", "collapsed"), default="normal",
@@ -185,6 +195,12 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
         v = getattr(args, key, None)
         if v is not None:
             values[key] = v
+    if values.get("head_style") == "paper":  # bias-free, BatchNorm after every Linear or none (scale.heads)
+        if args.head_bias:
+            raise ArgError("--head-style paper has no biases; drop --head-bias")
+        if args.head_out_bn is not None and args.head_out_bn != values.get("head_bn", False):
+            raise ArgError("--head-style paper puts BatchNorm after every Linear or none: set it with --head-bn alone")
+        values.update(head_bias=False, head_out_bn=bool(values.get("head_bn", False)))
     values.update(dataset=args.dataset, device=str(device),
                   precision=args.precision or ("bf16" if device.type == "cuda" else "fp32"))
     cfg = TrainConfig(**{k: v for k, v in values.items() if k in names})

@@ -61,6 +61,8 @@ def probe_objective(method: str, model: nn.Module, h: Tensor, target_h: Tensor |
     is a copy in eval mode and in ``h``'s dtype (it is held fixed: part of the objective)."""
     if method == "simclr":
         return lambda Hb: so.nt_xent(Hb, temperature)
+    if method == "simclr_paper":
+        return lambda Hb: so.info_nce_cross_view(Hb, temperature)
     if method == "vicreg":
         return so.vicreg
     if method == "barlow":
@@ -74,7 +76,7 @@ def probe_objective(method: str, model: nn.Module, h: Tensor, target_h: Tensor |
             raise ValueError("byol's curvature needs the target network's embeddings of the probe")
         T = target_h.detach()
         return lambda Hb: so.byol(Hb, T, pred)
-    raise ValueError(f"unknown method {method!r}; valid: simclr, simsiam, byol, vicreg, barlow")
+    raise ValueError(f"unknown method {method!r}; valid: simclr, simclr_paper, simsiam, byol, vicreg, barlow")
 
 
 def hutchinson_ratio(num, den, N: int, probes: int, dtype, device, seed: int = 0) -> float:

@@ -8,6 +8,7 @@ two views stacked ``[view1; view2]``, and runs one forward of ``SSLModel`` on th
 
 Losses (``scale/objectives.py``, mirrors of ``mini.losses``):
     simclr   nt_xent(h, tau)               on the global batch (all-gathered across ranks)
+    simclr_paper  info_nce_cross_view(h, tau)  the official code's one-direction SimCLR loss, global batch
     simsiam  simsiam(p, targets=h)         = mini's simsiam(targets=stopgrad(h), predictor)(h)
     byol     byol(p, targets=h_target)     targets from the momentum (EMA) target network
     vicreg   vicreg(h), barlow   barlow(h) on the global batch
@@ -60,7 +61,7 @@ from scale.checkpoint import atomic_write_text, load_checkpoint, save_checkpoint
 from scale.data import Dataset
 from scale.heads import build_head, collapse_init_
 
-METHODS: tuple[str, ...] = ("simclr", "simsiam", "byol", "vicreg", "barlow")
+METHODS: tuple[str, ...] = ("simclr", "simclr_paper", "simsiam", "byol", "vicreg", "barlow")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "lars")
 SCHEDULES: tuple[str, ...] = ("cosine", "constant")
 COND_FLOOR = 1e-7  # E1: covariance condition number with lambda_min clamped here
@@ -81,6 +82,7 @@ class TrainConfig:
     head_bn: bool = False
     head_out_bn: bool = False
     head_bias: bool = True
+    head_style: str = "grammar"  # scale.heads.HEAD_STYLES; "paper": the official code's heads
     predictor: str | None = None  # simsiam / byol: spec of the predictor (2-layer, same activation)
     pred_width: int = 512
     init: str = "normal"  # or "collapsed": projector Linear weights x 0.1 (E1)
@@ -127,7 +129,7 @@ class SSLModel(nn.Module):
         self.backbone = build_backbone(cfg.backbone, cfg.image_size, cfg.backbone_width)
         d = self.backbone.out_dim
         self.projector = build_head(cfg.head, d, cfg.head_out, cfg.head_width, bias=cfg.head_bias,
-                                    batchnorm=cfg.head_bn, out_batchnorm=cfg.head_out_bn)
+                                    batchnorm=cfg.head_bn, out_batchnorm=cfg.head_out_bn, style=cfg.head_style)
         if cfg.init == "collapsed":
             collapse_init_(self.projector)
         elif cfg.init != "normal":
@@ -136,8 +138,9 @@ class SSLModel(nn.Module):
         if cfg.method in ("simsiam", "byol"):
             spec = cfg.predictor or default_predictor(cfg.head)
             # E1: predictor 2048-512-2048, same activation, same bias and BN choice as the projector
+            # (paper style: the official predictor is its ProjectionHead, output BatchNorm included)
             self.predictor = build_head(spec, cfg.head_out, cfg.head_out, cfg.pred_width, bias=cfg.head_bias,
-                                        batchnorm=cfg.head_bn)
+                                        batchnorm=cfg.head_bn, style=cfg.head_style)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         z = self.backbone(x)
@@ -269,6 +272,8 @@ def objective_fn(cfg: TrainConfig, model: SSLModel, h: torch.Tensor, target_h: t
     """The method's loss as a function of the embedding batch (mini.losses semantics)."""
     if cfg.method == "simclr":
         return lambda Hb: so.global_loss(so.nt_xent, Hb, cfg.temperature)
+    if cfg.method == "simclr_paper":
+        return lambda Hb: so.global_loss(so.info_nce_cross_view, Hb, cfg.temperature)
     if cfg.method == "vicreg":
         return lambda Hb: so.global_loss(so.vicreg, Hb)
     if cfg.method == "barlow":
@@ -293,6 +298,8 @@ def training_loss(cfg: TrainConfig, h: torch.Tensor, p: torch.Tensor | None, tar
     h, p, target_h = full(h), full(p), full(target_h)
     if cfg.method == "simclr":
         return so.global_loss(so.nt_xent, h, cfg.temperature)
+    if cfg.method == "simclr_paper":
+        return so.global_loss(so.info_nce_cross_view, h, cfg.temperature)
     if cfg.method == "vicreg":
         return so.global_loss(so.vicreg, h)
     if cfg.method == "barlow":

@@ -11,8 +11,10 @@ kornia is pure Python on top of torch. kornia's colour jitter follows torchvisio
 
 Presets:
     e1       random-resized-crop (scale 0.2-1), horizontal flip                 (PAPER.md, E1: SimSiam)
-    e3       crop (0.2-1), flip, rotation up to 45 degrees, colour jitter
-             (0.4, 0.4, 0.4, 0.1) with p = 0.8                                  (PAPER.md, E3: SimCLR)
+    e3       crop (scale 0.08-1, torchvision's default), flip, rotation up to 45 degrees, colour
+             jitter (0.4, 0.4, 0.4, 0.1) with p = 0.8, no grayscale        (the paper's official E3 code)
+    e3_crop02  the same with crop scale 0.2-1 (E1's crop; this project's e3 before it followed the
+             official code)
     simclr   the standard SimCLR/BYOL CIFAR recipe: crop (0.08-1), flip, colour jitter (0.4, 0.4, 0.2,
              0.1) p = 0.8, grayscale p = 0.2                                     (solo-learn's CIFAR)
     none     no augmentation (normalisation only)
@@ -26,7 +28,7 @@ import kornia.augmentation as K
 import torch
 from torch import nn
 
-PRESETS: tuple[str, ...] = ("e1", "e3", "simclr", "none")
+PRESETS: tuple[str, ...] = ("e1", "e3", "e3_crop02", "simclr", "none")
 
 
 def build_augment(preset: str, image_size: int) -> nn.Module:
@@ -34,9 +36,9 @@ def build_augment(preset: str, image_size: int) -> nn.Module:
     size = (image_size, image_size)
     if preset == "e1":
         ops = [K.RandomResizedCrop(size, scale=(0.2, 1.0)), K.RandomHorizontalFlip()]
-    elif preset == "e3":
-        ops = [
-            K.RandomResizedCrop(size, scale=(0.2, 1.0)),
+    elif preset in ("e3", "e3_crop02"):
+        ops = [  # the official order: crop, flip, rotation, jitter
+            K.RandomResizedCrop(size, scale=(0.08, 1.0) if preset == "e3" else (0.2, 1.0)),
             K.RandomHorizontalFlip(),
             K.RandomRotation(degrees=45.0),
             K.ColorJitter(0.4, 0.4, 0.4, 0.1, p=0.8),

@@ -11,10 +11,11 @@ kornia is pure Python on top of torch. kornia's colour jitter follows torchvisio
 
 Presets:
     e1       random-resized-crop (scale 0.2-1), horizontal flip                 (PAPER.md, E1: SimSiam)
-    e3       crop (scale 0.08-1, torchvision's default), flip, rotation up to 45 degrees, colour
+    e3       crop (scale 0.08-1, torchvision's default), flip, rotation of every image by an angle
+             uniform in [-45, 45] degrees (nearest-neighbour, as torchvision's default), colour
              jitter (0.4, 0.4, 0.4, 0.1) with p = 0.8, no grayscale        (the paper's official E3 code)
-    e3_crop02  the same with crop scale 0.2-1 (E1's crop; this project's e3 before it followed the
-             official code)
+    e3_crop02  this project's former e3: crop scale 0.2-1, rotation on half of the images (bilinear),
+             the same flip and jitter
     simclr   the standard SimCLR/BYOL CIFAR recipe: crop (0.08-1), flip, colour jitter (0.4, 0.4, 0.2,
              0.1) p = 0.8, grayscale p = 0.2                                     (solo-learn's CIFAR)
     none     no augmentation (normalisation only)
@@ -37,10 +38,12 @@ def build_augment(preset: str, image_size: int) -> nn.Module:
     if preset == "e1":
         ops = [K.RandomResizedCrop(size, scale=(0.2, 1.0)), K.RandomHorizontalFlip()]
     elif preset in ("e3", "e3_crop02"):
+        official = preset == "e3"
         ops = [  # the official order: crop, flip, rotation, jitter
-            K.RandomResizedCrop(size, scale=(0.08, 1.0) if preset == "e3" else (0.2, 1.0)),
+            K.RandomResizedCrop(size, scale=(0.08, 1.0) if official else (0.2, 1.0)),
             K.RandomHorizontalFlip(),
-            K.RandomRotation(degrees=45.0),
+            # torchvision's RandomRotation turns every image, nearest-neighbour (kornia's defaults: p 0.5, bilinear)
+            K.RandomRotation(degrees=45.0, p=1.0, resample="nearest") if official else K.RandomRotation(degrees=45.0),
             K.ColorJitter(0.4, 0.4, 0.4, 0.1, p=0.8),
         ]
     elif preset == "simclr":

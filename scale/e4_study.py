@@ -1,6 +1,6 @@
 r"""``python -m scale.e4_study``: how much of E4's orbit compression is learned, how much is the protocol.
 
-E4 (PAPER.md; the official ``run_orbit_visualization_experiment``) measures orbits with the head applied to
+E4 (docs/paper.md; the official ``run_orbit_visualization_experiment``) measures orbits with the head applied to
 L2-normalised backbone features, ``h = normalize(head(normalize(z)))``, while the head was trained on the
 raw ``z``. With BatchNorm in eval mode, the running statistics gathered on raw ``z`` then meet inputs of
 another scale. This study trains the E3 model exactly as ``scale.paper`` does (the official code's

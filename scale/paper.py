@@ -1,7 +1,7 @@
 r"""``python -m scale.paper``: the paper's experiment grid E1-E5 with its defaults, and the side-by-side report.
 
 The settings are those of the paper's official code (``experiments.py``, ``hessian_tracker.py``,
-``head_depth_ablations.py`` of farischaudhry/projection-head-geometry) where PAPER.md leaves them open:
+``head_depth_ablations.py`` of farischaudhry/projection-head-geometry) where the paper (docs/paper.md) leaves them open:
 its bias-free heads (``scale.heads`` style ``paper``), its one-direction SimCLR loss (``simclr_paper``),
 a constant learning rate (it has no schedule) and its E3 augmentation (crop scale 0.08-1).
 
@@ -21,7 +21,7 @@ Each run is one ``python -m scale.run`` (in this process, or one subprocess per 
 in ``OUT/runs/NAME``. A run whose summary.json says it finished (or stopped on a non-finite loss, a
 result in itself) is skipped; one with a checkpoint but no summary is resumed (``--resume``). The plan
 is ``OUT/manifest.json``: every run's command line, the paper's value of every setting it checks, the
-assumptions where neither PAPER.md nor the official code decides, and ``paper_choices``: every setting
+assumptions where neither the paper nor its official code decides, and ``paper_choices``: every setting
 where the grid's default differs from ``scale.run``'s user-facing default (also in ``--help`` and the
 report). Deviations (a setting whose resolved value differs from the paper's) are computed from each
 run's saved config.json, listed per run, and shown in the report.
@@ -56,7 +56,7 @@ CIFAR = ("cifar10", "cifar100")
 QUICK = dict(seeds=1, epochs=2, train_subset=384, probe_images=256)
 FULL_SEEDS = 3
 
-# The paper's settings per experiment (PAPER.md, and its official code where PAPER.md is silent); keys are
+# The paper's settings per experiment (docs/paper.md, and its official code where the paper is silent); keys are
 # TrainConfig fields. "schedule": the official code keeps the learning rate constant.
 _COMMON = dict(backbone="resnet18", backbone_width=64, head_width=2048, head_out=2048, head_style="paper",
                head_bias=False, schedule="constant", weight_decay=0.0)
@@ -70,13 +70,13 @@ PAPER_SETTINGS: dict[str, dict[str, Any]] = {
     "E3E4": dict(_SIMCLR, head="relu2", batch_size=256),
     "E5": dict(_SIMCLR, batch_size=512),  # head_depth_ablations.py: ExperimentConfig's batch 512
 }
-# Where neither PAPER.md nor the official code decides, what the grid does (manifest and report).
+# Where neither the paper nor its official code decides, what the grid does (manifest and report).
 ASSUMPTIONS: dict[str, str] = {
-    "E1": "E1 runs from the pseudo-collapse initialisation (listed under E1 in PAPER.md). The linear head is the "
+    "E1": "E1 runs from the pseudo-collapse initialisation (listed under E1 in docs/paper.md). The linear head is the "
           "official two bias-free Linear layers 512-2048-2048, which take no BatchNorm there, so it runs with "
           "BatchNorm off only. The official grid is a 14-run subset of this one (GELU at lr 0.05 without "
           "BatchNorm only).",
-    "E2": "E2's objective is not named in PAPER.md: SimSiam (the official hessian_tracker.py's). Probe batch: "
+    "E2": "E2's objective is not named in the paper: SimSiam (the official hessian_tracker.py's). Probe batch: "
           "scale.tracking's fixed view pairs of the first step (rows in the E2 table); lambda_min/lambda_max by "
           "Lanczos in float64 (the paper: 20 power iterations in float32 on the first 5 batches of each epoch); "
           "1 seed.",
@@ -277,7 +277,7 @@ def _finish_record(run: PlannedRun, out: Path, code: int, seconds: float, datase
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m scale.paper", description="Run the paper's experiment grid E1-E5 "
-                                "with its defaults (PAPER.md and the official code) and write the side-by-side "
+                                "with its defaults (docs/paper.md and the official code) and write the side-by-side "
                                 "report.", epilog=_choices_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cifar10", choices=("cifar10", "cifar100", "digits", "synthetic"),
                    help="default: cifar10 (the paper's; digits offline on a CPU)")

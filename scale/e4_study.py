@@ -53,7 +53,7 @@ from scale.probes import ProbeSettings, rotated, train_probe
 PROTOCOLS: dict[str, str] = {
     "a_paper": "paper protocol: normalize(head(normalize(z))), BN statistics from training on raw z",
     "b_raw": "the head on raw z, as trained: normalize(head(z))",
-    "c_bn_renorm": "paper protocol, BN statistics re-estimated on normalised z",
+    "c_bn_renorm": "paper protocol, BN statistics re-estimated on normalised z of the (unaugmented) training images",
     "d_untrained_nobias": "untrained head without biases (the paper's layers), paper protocol",
     "d_untrained_bias": "untrained head of the same layers with biases, paper protocol",
     "e_trained_normalized": "head trained on normalised z, paper protocol",
@@ -313,6 +313,9 @@ def write_report(out: Path, seeds: list[dict[str, Any]], command: str) -> Path:
         f"{cfg['batch_size']}, {cfg['epochs']} epochs, augmentation {cfg['augment']}. Orbits: 5 classes x 3 test "
         "images x 12 rotations (0-330 degrees); kappa on a 10-angle sweep 0-45 degrees; rotation probes (4 quarter "
         "turns) trained on the training split, scored on the test split.",
+        "",
+        f"Wall time: {sum(s['seconds'] for s in seeds):.0f} s for the {n} seeds (two trainings and all measurements "
+        "each; per seed " + ", ".join(f"{s['seconds']:.0f}" for s in seeds) + " s).",
         "",
         "## Protocols", "",
     ]

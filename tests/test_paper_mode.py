@@ -217,3 +217,38 @@ def test_paper_choices_name_each_difference_from_scale_run():
     for exp, ref in PAPER_SETTINGS.items():  # the grid resolves every paper setting to its value
         cfg = paper_config(exp).to_dict()
         assert all(cfg[key] == ref[key] for key in ref if key not in ("backbone_width",)), exp
+
+
+# --------------------------------------------------------------------------------------------
+# The E4 protocol study's pieces (the study itself: python -m scale.e4_study, docs/e4_study)
+# --------------------------------------------------------------------------------------------
+
+
+def test_e4_study_t_interval_and_bn_reestimation():
+    from mini.invariance import l2_normalize
+    from scale.e4_study import NormalizedInput, renormalized_bn, t_interval, untrained_heads
+
+    ci = t_interval([1.0, 2.0, 3.0, 4.0, 5.0])
+    half = 2.7764451051977987 * math.sqrt(2.5) / math.sqrt(5)  # t_{0.975, 4} from the tables, s^2 = 2.5
+    assert math.isclose(ci["low"], 3 - half, rel_tol=1e-9) and math.isclose(ci["high"], 3 + half, rel_tol=1e-9)
+    assert math.isnan(t_interval([2.0])["low"])
+
+    torch.manual_seed(0)
+    head = build_head("relu2", 6, 4, 10, batchnorm=True, style="paper")
+    with torch.no_grad():
+        head.norms[0].running_mean.fill_(5.0)
+    z = 7.0 * torch.randn(512, 6)  # raw scale far from unit norm; two equal batches of 256
+    fresh = renormalized_bn(head, z)
+    with torch.no_grad():
+        a = l2_normalize(z) @ head.layers[0].weight.T  # (512, 10), the first BatchNorm's input
+    assert torch.allclose(fresh.norms[0].running_mean, a.mean(0), atol=1e-6)
+    assert torch.equal(head.norms[0].running_mean, torch.full((10,), 5.0))  # the trained head is untouched
+    assert torch.equal(fresh.layers[0].weight, head.layers[0].weight) and not fresh.training
+    wrapped = NormalizedInput(fresh.eval())
+    assert torch.allclose(wrapped(z), fresh(l2_normalize(z)))
+
+    cfg = paper_config("E3E4")
+    heads = untrained_heads(cfg, 16, seed=3)
+    nobias, bias = heads["d_untrained_nobias"], heads["d_untrained_bias"]
+    assert kinds(nobias) == kinds(bias) == [nn.Linear, nn.BatchNorm1d, nn.ReLU, nn.Linear, nn.BatchNorm1d]
+    assert all(m.bias is None for m in nobias.layers) and all(m.bias is not None for m in bias.layers)

@@ -379,7 +379,6 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python -m scale.e4_study", *(argv if argv is not None else sys.argv[1:])])
     path = out / "results.json"
     saved = json.loads(path.read_text()) if path.is_file() else {}
@@ -395,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"scale.e4_study: data error: {exc}", file=sys.stderr)
             return 1
         seeds.sort(key=lambda s: s["seed"])
+        out.mkdir(parents=True, exist_ok=True)  # only once a seed has finished: a data error leaves nothing behind
         atomic_write_json(path, {"dataset": args.dataset, "epochs": args.epochs, "command": command, "seeds": seeds})
     report = write_report(out, seeds, command)
     print(f"scale.e4_study: report {report}", flush=True)

@@ -205,7 +205,9 @@ def one_seed(dataset: str, seed: int, epochs: int | None, data_dir: str | None, 
     data = load_dataset(cfg.dataset, data_dir, image_size=cfg.image_size if cfg.dataset == "digits" else None)
     settings = GeometrySettings()
     probe = ProbeSettings(train_images=probe_images, test_images=probe_images, seed=seed)
-    out: dict[str, Any] = {"seed": seed, "config": cfg.to_dict()}
+    from scale.run_report import git_commit
+
+    out: dict[str, Any] = {"seed": seed, "config": cfg.to_dict(), "git_commit": git_commit()}
     t0 = time.perf_counter()
     model = train(cfg, data, normalized_input=False)
     log(f"  seed {seed}: trained on raw z in {time.perf_counter() - t0:.0f} s")
@@ -247,9 +249,24 @@ def t_interval(values: list[float], level: float = 0.95) -> dict[str, float]:
     return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
 
 
+def derived(m: dict[str, float]) -> dict[str, float]:
+    """Paired, scale-free numbers of one seed and protocol, beside the measured ones:
+
+        ratio_factor          (D_inter/D_intra of h) / (that of z)              (paper: 1.22x)
+        relative_compression  (spread_z / D_inter_z^2) / (spread_h / D_inter_h^2) = compression /
+                              d_inter_factor^2: orbit spread measured against the class separation of
+                              its own space, so a head that shrinks (or spreads) everything alike gives 1
+        rot_*_drop            probe accuracy on z minus on h                   (paper: 14.72, 11.90 points)
+    """
+    return {**m, "ratio_factor": m["ratio_h"] / m["ratio_z"],
+            "relative_compression": m["compression"] / m["d_inter_factor"] ** 2,
+            "rot_linear_drop": m["rot_linear_z"] - m["rot_linear_h"], "rot_mlp_drop": m["rot_mlp_z"] - m["rot_mlp_h"]}
+
+
 def summarize(seeds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
-    keys = list(seeds[0]["protocols"]["a_paper"])
-    return {p: {k: t_interval([s["protocols"][p][k] for s in seeds]) for k in keys} for p in PROTOCOLS}
+    rows = [{p: derived(m) for p, m in s["protocols"].items()} for s in seeds]
+    keys = list(rows[0]["a_paper"])
+    return {p: {k: t_interval([r[p][k] for r in rows]) for k in keys} for p in PROTOCOLS}
 
 
 def _cell(s: dict[str, float], pct: bool = False) -> str:
@@ -266,13 +283,15 @@ def figure(summary: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(PROTOCOLS)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for ax, key, title, log in ((axes[0], "compression", "orbit compression spread(z)/spread(h)", True),
-                                (axes[1], "kappa_factor", "curvature kappa(h)/kappa(z)", False),
-                                (axes[2], "rot_linear_h", "rotation probe on h, linear (test acc.)", False)):
-        m = np.array([summary[p][key]["mean"] for p in names])
-        lo = np.array([summary[p][key]["low"] for p in names])
-        hi = np.array([summary[p][key]["high"] for p in names])
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4.4))
+    panels = ((axes[0], "compression", "orbit compression spread(z)/spread(h)", True, 1.0),
+              (axes[1], "relative_compression", "relative compression (against class separation)", False, 1.0),
+              (axes[2], "kappa_factor", "curvature kappa(h)/kappa(z)", False, 1.0),
+              (axes[3], "rot_linear_drop", "rotation probe, linear: z minus h (points)", False, 100.0))
+    for ax, key, title, log, sc in panels:
+        m = sc * np.array([summary[p][key]["mean"] for p in names])
+        lo = sc * np.array([summary[p][key]["low"] for p in names])
+        hi = sc * np.array([summary[p][key]["high"] for p in names])
         err = np.nan_to_num(np.vstack([m - lo, hi - m]))
         ax.bar(range(len(names)), m, yerr=err, capsize=4, color=["C0", "C1", "C2", "C7", "C8", "C3"])
         ax.set_xticks(range(len(names)), [n.split("_", 1)[0] + ": " + n.split("_", 1)[1] for n in names],
@@ -280,12 +299,7 @@ def figure(summary: dict[str, Any], path: Path) -> None:
         ax.set_title(title, fontsize=10)
         if log:
             ax.set_yscale("log")
-        if key in ("compression", "kappa_factor"):
-            ax.axhline(1.0, color="k", lw=0.8)
-        if key == "rot_linear_h":
-            ax.axhline(summary["a_paper"]["rot_linear_z"]["mean"], color="k", ls="--", lw=0.8, label="z (raw-z model)")
-            ax.axhline(0.25, color="grey", ls=":", lw=0.8, label="chance")
-            ax.legend(fontsize=8)
+        ax.axhline(0.0 if key == "rot_linear_drop" else 1.0, color="k", lw=0.8)
     fig.suptitle("E4 protocol study: mean over seeds, 95 % t interval", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -303,8 +317,9 @@ def write_report(out: Path, seeds: list[dict[str, Any]], command: str) -> Path:
     L = [
         f"# E4 protocol study on {cfg['dataset']}: {n} seed{'s' if n > 1 else ''}",
         "",
-        f"Generated by `{command}` (commit {git_commit()}, versions {versions()}); every seed's values in "
-        "`results.json`. Each cell: mean over seeds [95 % t interval].",
+        f"Generated by `{command}` (report written at commit {git_commit()}; seeds computed at "
+        f"{', '.join(sorted({str(s.get('git_commit', 'an unrecorded commit')) for s in seeds}))}; versions "
+        f"{versions()}); every seed's values in `results.json`. Each cell: mean over seeds [95 % t interval].",
         "",
         f"Model: `scale.paper`'s E3 run on {cfg['dataset']} — {cfg['backbone']} (width {cfg['backbone_width']}), "
         f"head {cfg['head']} in the {cfg['head_style']} style ({cfg['head_width']}-{cfg['head_out']}, BatchNorm "
@@ -321,20 +336,27 @@ def write_report(out: Path, seeds: list[dict[str, Any]], command: str) -> Path:
     ]
     L += [f"- **{p}**: {text}" for p, text in PROTOCOLS.items()]
     L += ["", "## Orbit geometry", "",
-          "| protocol | compression | D_intra z/h | D_inter z/h | D_inter/D_intra of h | kappa h/z |",
-          "|---|---|---|---|---|---|"]
+          "| protocol | compression | D_intra z/h | D_inter z/h | D_inter/D_intra of h | its factor h/z | relative "
+          "compression | kappa h/z |",
+          "|---|---|---|---|---|---|---|---|"]
     for p in PROTOCOLS:
         s = summary[p]
         L.append(f"| {p} | {_cell(s['compression'])} | {_cell(s['d_intra_factor'])} | {_cell(s['d_inter_factor'])} "
-                 f"| {_cell(s['ratio_h'])} | {_cell(s['kappa_factor'])} |")
+                 f"| {_cell(s['ratio_h'])} | {_cell(s['ratio_factor'])} | {_cell(s['relative_compression'])} | "
+                 f"{_cell(s['kappa_factor'])} |")
+    L += ["", "compression = mean orbit spread of z / of h (> 1: the head compresses); relative compression = "
+          "compression / (D_inter z/h)^2, the orbit spread against each space's own class separation (1: orbits "
+          "and classes shrink or grow alike). Factors are taken per seed, then averaged."]
     L += ["", "Backbone z (same for a-d; e is its own model): D_inter/D_intra "
           f"{_cell(summary['a_paper']['ratio_z'])} (a-d), {_cell(summary['e_trained_normalized']['ratio_z'])} (e).",
           "", "## Rotation probes (test accuracy, %)", "",
-          "| protocol | linear on z | linear on h | MLP on z | MLP on h |", "|---|---|---|---|---|"]
+          "| protocol | linear on z | linear on h | z minus h | MLP on z | MLP on h | z minus h |",
+          "|---|---|---|---|---|---|---|"]
     for p in PROTOCOLS:
         s = summary[p]
         L.append(f"| {p} | {_cell(s['rot_linear_z'], True)} | {_cell(s['rot_linear_h'], True)} | "
-                 f"{_cell(s['rot_mlp_z'], True)} | {_cell(s['rot_mlp_h'], True)} |")
+                 f"{_cell(s['rot_linear_drop'], True)} | {_cell(s['rot_mlp_z'], True)} | {_cell(s['rot_mlp_h'], True)} "
+                 f"| {_cell(s['rot_mlp_drop'], True)} |")
     L += ["", "![E4 protocol study](e4_study.png)", "",
           "Paper (CIFAR-10, ResNet-18, one seed): compression 21.85x, untrained head 0.97x, kappa 1.93x, D_intra "
           "4.76x and D_inter 3.89x smaller, rotation probes z -> h: linear 52.27 % -> 37.55 %, MLP 55.46 % -> "

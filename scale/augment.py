@@ -11,8 +11,10 @@ kornia is pure Python on top of torch. kornia's colour jitter follows torchvisio
 
 Presets:
     e1       random-resized-crop (scale 0.2-1), horizontal flip                 (docs/paper.md, E1: SimSiam)
-    e3       crop (0.2-1), flip, rotation up to 45 degrees, colour jitter
-             (0.4, 0.4, 0.4, 0.1) with p = 0.8                                  (docs/paper.md, E3: SimCLR)
+    e3       crop (scale 0.08-1, torchvision's default), flip, rotation of every image by an angle
+             uniform in [-45, 45] degrees, colour jitter (0.4, 0.4, 0.4, 0.1) with p = 0.8, no
+             grayscale                                                          (the paper's official E3 code)
+    e3_crop02  e3 with crop scale 0.2-1 (this project's former e3)
     simclr   the standard SimCLR/BYOL CIFAR recipe: crop (0.08-1), flip, colour jitter (0.4, 0.4, 0.2,
              0.1) p = 0.8, grayscale p = 0.2                                     (solo-learn's CIFAR)
     none     no augmentation (normalisation only)
@@ -40,12 +42,13 @@ import numpy as np
 import torch
 from torch import nn
 
-PRESETS: tuple[str, ...] = ("e1", "e3", "simclr", "none")
+PRESETS: tuple[str, ...] = ("e1", "e3", "e3_crop02", "simclr", "none")
 # One table for both paths: crop scale range (None: no crop), flip probability, rotation (max |degrees|),
 # colour jitter (brightness, contrast, saturation, hue) and its probability, grayscale probability.
 PRESET_PARAMS: dict[str, dict] = {
     "e1": dict(crop=(0.2, 1.0), flip=0.5, rotation=0.0, jitter=None, jitter_p=0.0, gray=0.0),
-    "e3": dict(crop=(0.2, 1.0), flip=0.5, rotation=45.0, jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=0.8, gray=0.0),
+    "e3": dict(crop=(0.08, 1.0), flip=0.5, rotation=45.0, jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=0.8, gray=0.0),
+    "e3_crop02": dict(crop=(0.2, 1.0), flip=0.5, rotation=45.0, jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=0.8, gray=0.0),
     "simclr": dict(crop=(0.08, 1.0), flip=0.5, rotation=0.0, jitter=(0.4, 0.4, 0.2, 0.1), jitter_p=0.8, gray=0.2),
     "none": dict(crop=None, flip=0.0, rotation=0.0, jitter=None, jitter_p=0.0, gray=0.0),
 }

@@ -3,8 +3,11 @@
     resnet18   BasicBlock ResNet-18 with the CIFAR stem: 3x3 conv1, stride 1, no max-pool; stages of
                width w, 2w, 4w, 8w (w = 64 gives the usual 512-d output z); global average pool.
                ``width`` < 64 is a narrower network of the same shape (used for the CPU digits demo).
-    vit_tiny   the paper's ViT-Tiny: patch 4, width 192, 3 heads, 3 layers, MLP 768, pre-norm blocks,
-               learned position embeddings, CLS token output after a final LayerNorm (z is 192-d).
+    vit_tiny   the paper's ViT-Tiny as its official code builds it: a conv patch embedding (patch 4),
+               learned position embeddings and CLS token, ``nn.TransformerEncoder`` of 3 pre-norm
+               ``nn.TransformerEncoderLayer`` (width 192, 3 heads, MLP 768, GELU, no dropout), and the
+               CLS token's output with no final LayerNorm (z is 192-d). ``ViT(final_norm=True)`` adds
+               the LayerNorm the usual ViT puts there.
 
 Both map ``(B, 3, S, S)`` to ``(B, out_dim)``.
 """
@@ -64,41 +67,34 @@ class ResNet18(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-class Block(nn.Module):
-    """Pre-norm transformer block: x + MHA(LN(x)), then x + MLP(LN(x))."""
-
-    def __init__(self, dim: int, heads: int, mlp: int) -> None:
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, mlp), nn.GELU(), nn.Linear(mlp, dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.norm1(x)
-        x = x + self.attn(y, y, y, need_weights=False)[0]
-        return x + self.mlp(self.norm2(x))
-
-
 class ViT(nn.Module):
+    """ViT-Tiny of the paper's official code (module docstring). torch's own pre-norm encoder layer is
+    used, not a hand-written block: it is the official module, so the parameters and their order match.
+    As there, ``nn.TransformerEncoder`` deep-copies one freshly initialised layer, so all ``depth``
+    layers start from the same weights."""
+
     def __init__(self, image_size: int = 32, patch: int = 4, dim: int = 192, depth: int = 3, heads: int = 3,
-                 mlp: int = 768) -> None:
+                 mlp: int = 768, final_norm: bool = False) -> None:
         super().__init__()
         if image_size % patch:
             raise ValueError(f"image size {image_size} is not a multiple of the patch size {patch}")
         n_patches = (image_size // patch) ** 2
         self.patch_embed = nn.Conv2d(3, dim, patch, patch)  # (B, dim, S/p, S/p)
+        self.pos = nn.Parameter(torch.zeros(1, n_patches + 1, dim))
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
-        self.pos = nn.Parameter(0.02 * torch.randn(1, n_patches + 1, dim))
-        self.blocks = nn.Sequential(*(Block(dim, heads, mlp) for _ in range(depth)))
-        self.norm = nn.LayerNorm(dim)
+        layer = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=mlp, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        # enable_nested_tensor only applies to post-norm layers (it warns otherwise)
+        self.encoder = nn.TransformerEncoder(layer, num_layers=depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim) if final_norm else nn.Identity()
         self.out_dim = dim
+        nn.init.trunc_normal_(self.pos, std=0.02)
         nn.init.trunc_normal_(self.cls, std=0.02)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, N, dim)
-        tokens = torch.cat([self.cls.expand(len(x), -1, -1), tokens], dim=1) + self.pos
-        return self.norm(self.blocks(tokens))[:, 0]  # CLS token, (B, dim)
+        tokens = torch.cat([self.cls.expand(len(x), -1, -1), tokens], dim=1) + self.pos  # (B, N + 1, dim)
+        return self.norm(self.encoder(tokens))[:, 0]  # CLS token, (B, dim)
 
 
 def build_backbone(name: str, image_size: int = 32, width: int | None = None) -> nn.Module:

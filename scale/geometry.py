@@ -132,7 +132,7 @@ def control_head(cfg: Any, d: int, seed: int = CONTROL_SEED, bias: bool | None =
         torch.manual_seed(seed)
         use_bias = cfg.head_bias if bias is None else bias
         head = build_head(cfg.head, d, cfg.head_out, cfg.head_width, bias=use_bias, batchnorm=cfg.head_bn,
-                          out_batchnorm=cfg.head_out_bn)
+                          out_batchnorm=cfg.head_out_bn, style=getattr(cfg, "head_style", "grammar"))
     if cfg.init == "collapsed":
         collapse_init_(head)
     return head

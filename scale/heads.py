@@ -15,6 +15,18 @@ hidden Linear, before the activation, as in SimCLR/SimSiam projectors) and ``out
 BatchNorm1d on the output, E3's "2048 BN" head). ``collapse_init_`` is the paper's pseudo-collapse
 initialisation (every Linear weight times 0.1).
 
+Two head styles (``HEAD_STYLES``); the spec means the same activation and Linear-layer count in both:
+
+    grammar   the options above, as given (the project's default)
+    paper     the heads of the paper's official code: no bias anywhere, and with ``batchnorm`` a
+              BatchNorm1d after every Linear, the output one included:
+                  <act><n>           Linear -> BN -> act -> ... -> Linear -> BN     (n Linear layers;
+                                     n = 2 is its ``ProjectionHead``, any n its depth-ablation head)
+                  linear, no BN      Linear(d, width) -> Linear(width, k)            (its "linear" head:
+                                     two layers, no BatchNorm even when asked for)
+                  linear, BN         Linear(d, k) -> BN                              (its depth-1 head)
+              ``bias`` must be False and ``out_batchnorm`` equal ``batchnorm`` (or both left None).
+
 Shapes: ``z`` is ``(n, d)``; ``h`` is ``(n, k)``; hidden widths are ``width`` (one int or a sequence
 of ``n_layers - 1`` ints).
 """
@@ -30,6 +42,8 @@ from torch import nn
 
 from mini import activations
 from mini.heads import Head, HeadSpec, parse_head_spec
+
+HEAD_STYLES: tuple[str, ...] = ("grammar", "paper")
 
 
 class ElementwiseActivation(nn.Module):
@@ -59,6 +73,23 @@ def activation_module(activation: str | None) -> nn.Module:
     return getattr(nn, entry.torch_module)(**dict(entry.torch_kwargs))
 
 
+def _resolve_style(spec: HeadSpec, style: str, bias: bool | None, batchnorm: bool, out_batchnorm: bool | None
+                   ) -> tuple[bool, bool, int]:
+    """``(bias, out_batchnorm, number of Linear layers)`` of a head of ``style`` (module docstring)."""
+    if style == "grammar":
+        return (True if bias is None else bool(bias)), bool(out_batchnorm), spec.n_layers
+    if style != "paper":
+        raise ValueError(f"unknown head style {style!r}; valid: {', '.join(HEAD_STYLES)}")
+    if bias:
+        raise ValueError("a paper-style head has no biases (the official ProjectionHead); pass bias=False or None")
+    if out_batchnorm is not None and bool(out_batchnorm) != bool(batchnorm):
+        raise ValueError("a paper-style head puts BatchNorm after every Linear or after none: out_batchnorm must "
+                         f"equal batchnorm ({batchnorm}), got {out_batchnorm}")
+    if spec.activation is None:
+        return False, bool(batchnorm), 1 if batchnorm else 2  # depth-1 head (Linear, BN) or the linear head
+    return False, bool(batchnorm), spec.n_layers
+
+
 def _hidden_widths(spec: HeadSpec, width: int | Sequence[int]) -> list[int]:
     hidden = [int(width)] * (spec.n_layers - 1) if np.isscalar(width) else [int(w) for w in width]
     if len(hidden) != spec.n_layers - 1 or any(w < 1 for w in hidden):
@@ -77,16 +108,22 @@ class MLPHead(nn.Module):
         k: int,
         width: int | Sequence[int] = 2048,
         *,
-        bias: bool = True,
+        bias: bool | None = None,
         batchnorm: bool = False,
-        out_batchnorm: bool = False,
+        out_batchnorm: bool | None = None,
+        style: str = "grammar",
     ) -> None:
         super().__init__()
         self.spec = parse_head_spec(spec)
+        self.style = style
         for name, value in (("d", d), ("k", k)):
             if not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        dims = [int(d), *_hidden_widths(self.spec, width), int(k)]
+        bias, out_batchnorm, n_linear = _resolve_style(self.spec, style, bias, batchnorm, out_batchnorm)
+        if n_linear == self.spec.n_layers:
+            dims = [int(d), *_hidden_widths(self.spec, width), int(k)]
+        else:  # the paper's two-layer linear head: d -> width -> k, no activation between
+            dims = [int(d), *_hidden_widths(HeadSpec(None, n_linear), width), int(k)]
         self.layers = nn.ModuleList(nn.Linear(i, o, bias=bias) for i, o in itertools.pairwise(dims))
         self.norms = nn.ModuleList(
             nn.BatchNorm1d(o) if batchnorm else nn.Identity() for o in dims[1:-1]
@@ -119,8 +156,18 @@ class MLPHead(nn.Module):
             x = self.act(a)
         return out
 
+    def applied_modules(self) -> list[nn.Module]:
+        """The modules in the order ``forward`` applies them, identities left out (for structure checks)."""
+        out: list[nn.Module] = []
+        for l, linear in enumerate(self.layers):
+            out.append(linear)
+            if l < len(self.layers) - 1:
+                out += [self.norms[l], self.act]
+        out.append(self.out_norm)
+        return [m for m in out if not isinstance(m, nn.Identity)]
+
     def extra_repr(self) -> str:
-        return f"spec={self.spec.name}"
+        return f"spec={self.spec.name}, style={self.style}"
 
 
 def build_head(
@@ -129,12 +176,14 @@ def build_head(
     k: int,
     width: int | Sequence[int] = 2048,
     *,
-    bias: bool = True,
+    bias: bool | None = None,
     batchnorm: bool = False,
-    out_batchnorm: bool = False,
+    out_batchnorm: bool | None = None,
+    style: str = "grammar",
 ) -> MLPHead:
-    """``MLPHead`` for ``spec`` (``'linear'``, ``'gelu3'``, ...); torch's default Linear initialisation."""
-    return MLPHead(spec, d, k, width, bias=bias, batchnorm=batchnorm, out_batchnorm=out_batchnorm)
+    """``MLPHead`` for ``spec`` (``'linear'``, ``'gelu3'``, ...) in ``style`` (``grammar``: bias on unless
+    ``bias=False``; ``paper``: the official heads); torch's default Linear initialisation."""
+    return MLPHead(spec, d, k, width, bias=bias, batchnorm=batchnorm, out_batchnorm=out_batchnorm, style=style)
 
 
 @torch.no_grad()
@@ -167,6 +216,8 @@ def head_to_mini(module: MLPHead) -> Head:
     """The inverse of ``head_from_mini`` (float64 NumPy weights); refuses heads with BatchNorm."""
     if any(not isinstance(n, nn.Identity) for n in [*module.norms, module.out_norm]):
         raise ValueError("head_to_mini: a head with BatchNorm has no mini counterpart (fold BN first)")
+    if len(module.layers) != module.spec.n_layers:
+        raise ValueError(f"head_to_mini: the paper's {len(module.layers)}-layer linear head has no mini spec")
     layers = []
     for linear in module.layers:
         layer = {"W": linear.weight.detach().cpu().double().numpy()}

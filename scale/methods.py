@@ -100,6 +100,10 @@ def _simclr(ctx: ObjectiveContext) -> Loss:
     return ctx.coupled(so.nt_xent, ctx.config.temperature)
 
 
+def _simclr_paper(ctx: ObjectiveContext) -> Loss:
+    return ctx.coupled(so.info_nce_cross_view, ctx.config.temperature)
+
+
 def _vicreg(ctx: ObjectiveContext) -> Loss:
     return ctx.coupled(so.vicreg)
 
@@ -183,6 +187,12 @@ register(Method(
     recipe=dict(augment="e3", optimizer="adam", lr=1e-3, momentum=0.9, weight_decay=0.0, batch_size=512, epochs=50,
                 warmup_epochs=0, head_width=2048, head_out=2048, head_bn=True, head_out_bn=True, head_bias=True,
                 pred_width=512, temperature=0.1),
+))
+register(Method(  # the paper's official E3 code: one-direction InfoNCE, batch 256, its bias-free heads
+    "simclr_paper", _simclr_paper, hessian="coupled", recipe_source="the paper's official E3 code",
+    recipe=dict(augment="e3", optimizer="adam", lr=1e-3, momentum=0.9, weight_decay=0.0, batch_size=256, epochs=50,
+                warmup_epochs=0, head_width=2048, head_out=2048, head_bn=True, head_out_bn=True, head_bias=False,
+                head_style="paper", pred_width=512, temperature=0.1),
 ))
 register(Method(
     "simsiam", _simsiam, predictor=True, hessian="per-sample", recipe_source="the paper, E1",

@@ -9,6 +9,10 @@ Conventions as in ``mini``: embeddings ``Hb`` are ``(n, k)``; two-view objective
     mse_views(Hb)               1/(2m) sum_i |h_i - h_{i+m}|^2
     nt_xent(Hb, tau=0.1)        1/n sum_i [-s_{i,p(i)} + log sum_{j != i} exp s_ij], s = <u_i, u_j>/tau,
                                 log-sum-exp shifted by the constant 1/tau (s_ij <= 1/tau)
+    info_nce_cross_view(Hb, tau=0.1)
+                                the paper's official SimCLR step: 1/m sum_i [-s_{i,i} + log sum_j exp s_ij],
+                                s = <u^1_i, u^2_j>/tau: view 1 anchors only, view-2 candidates only
+                                (``F.cross_entropy(U1 @ U2.T / tau, arange(m))``)
     simsiam(Hb, T, pred, form)  1/2 [D(p(h^1), t^2) + D(p(h^2), t^1)], T = stopgrad(Hb) by default,
                                 D = -mean cos ("cosine") or mean |p/|p| - t/|t||^2 ("nmse")
     byol(Hb, T, pred)           the "nmse" form with targets from the momentum target network
@@ -35,7 +39,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 NORM_EPS = 1e-12  # as mini.losses.NORM_EPS
-OBJECTIVES: tuple[str, ...] = ("mse", "mse_views", "simclr", "simsiam", "byol", "vicreg", "barlow")
+OBJECTIVES: tuple[str, ...] = ("mse", "mse_views", "simclr", "simclr_paper", "simsiam", "byol", "vicreg", "barlow")
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,6 +96,20 @@ def nt_xent(Hb: torch.Tensor, temperature: float = 0.1) -> torch.Tensor:
     partner = torch.cat([torch.arange(m, n), torch.arange(0, m)]).to(Hb.device)
     positives = (U * U[partner]).sum(dim=1) / temperature  # (n,)
     return (lse - positives).mean()
+
+
+def info_nce_cross_view(Hb: torch.Tensor, temperature: float = 0.1) -> torch.Tensor:
+    """The official code's SimCLR loss: one direction, cross-view negatives only.
+
+    With ``U1, U2`` the L2-normalised views (m, k), ``S = U1 U2^T / tau`` (m, m) and
+    ``L = 1/m sum_i [log sum_j exp S_ij - S_ii]``: anchor ``i`` of view 1 against the m view-2 rows.
+    NT-Xent (``nt_xent``) instead averages both directions over the 2m - 1 others of each anchor.
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive, got {temperature!r}")
+    A, B = split_views(Hb)
+    logits = normalize(A) @ normalize(B).T / temperature  # (m, m), positives on the diagonal
+    return F.cross_entropy(logits, torch.arange(A.shape[0], device=Hb.device))
 
 
 def simsiam(

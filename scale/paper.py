@@ -1,20 +1,30 @@
 r"""``python -m scale.paper``: the paper's experiment grid E1-E5 with its defaults, and the side-by-side report.
 
-    E1    collapse dynamics, SimSiam-style: projector and predictor with the same activation (linear, ReLU,
-          GELU, Swish), no bias, pseudo-collapse initialisation; BatchNorm off/on x lr {0.005, 0.05, 0.5}
-          x 3 seeds; SGD momentum 0.9, no weight decay, batch 512, 50 epochs (20 on CIFAR-100), crop + flip
+The settings are those of the paper's official code (``experiments.py``, ``hessian_tracker.py``,
+``head_depth_ablations.py`` of farischaudhry/projection-head-geometry) where the paper (docs/paper.md) leaves them open:
+its bias-free heads (``scale.heads`` style ``paper``), its one-direction SimCLR loss (``simclr_paper``),
+a constant learning rate (it has no schedule) and its E3 augmentation (crop scale 0.08-1).
+
+    E1    collapse dynamics, SimSiam: projector 2048-2048 and predictor 512-2048 with the same activation
+          (linear, ReLU, GELU, Swish), no bias, BatchNorm after every Linear when on, pseudo-collapse
+          initialisation of the projector; BatchNorm off/on (the linear head has none) x lr {0.005, 0.05,
+          0.5} x 3 seeds; SGD momentum 0.9, no weight decay, batch 512, 50 epochs (20 on CIFAR-100), crop + flip
     E2    Hessian tracking (H_eff w.r.t. the backbone output, once per epoch on a fixed probe batch):
           normal/Swish, collapsed/Swish, collapsed/ReLU; batch 256, SGD 0.05/0.9, no BatchNorm, 100 epochs
-    E3E4  SimCLR (NT-Xent 0.1, Adam 1e-3, batch 512, 50 epochs, crop/flip/rotation 45/colour jitter), head
-          512-2048 BN ReLU 2048 BN; every run ends with the rotation probes (E3) and orbit geometry (E4)
-    E5    the E3 setup with a Swish + BatchNorm head of depth 1, 2, 3 (hidden layers: swish2 .. swish4)
+    E3E4  SimCLR as the official code trains it (one-direction InfoNCE, tau 0.1, Adam 1e-3, batch 256, 50
+          epochs, crop 0.08-1/flip/rotation 45/colour jitter p 0.8), head Linear-BN-ReLU-Linear-BN without
+          biases; every run ends with the rotation probes (E3) and orbit geometry (E4)
+    E5    the E3 setup at batch 512 with a Swish + BatchNorm head of depth 1, 2, 3 = Linear layers (the
+          official depth: depth 1 is Linear-BN, no activation): linear+BN, swish2, swish3
 
 Each run is one ``python -m scale.run`` (in this process, or one subprocess per device with ``--gpus``)
 in ``OUT/runs/NAME``. A run whose summary.json says it finished (or stopped on a non-finite loss, a
 result in itself) is skipped; one with a checkpoint but no summary is resumed (``--resume``). The plan
-is ``OUT/manifest.json``: every run's command line, the paper's value of every setting it checks, and
-the assumptions where docs/paper.md is silent. Deviations (a setting whose resolved value differs from the
-paper's) are computed from each run's saved config.json, listed per run, and shown in the report.
+is ``OUT/manifest.json``: every run's command line, the paper's value of every setting it checks, the
+assumptions where neither the paper nor its official code decides, and ``paper_choices``: every setting
+where the grid's default differs from ``scale.run``'s user-facing default (also in ``--help`` and the
+report). Deviations (a setting whose resolved value differs from the paper's) are computed from each
+run's saved config.json, listed per run, and shown in the report.
 
 ``--quick``: 1 seed, 2 epochs, training on the first 384 images (``--train-subset``) and probes on at
 most 256 training and 256 test base images; every shrink lands in the deviations. On ``digits`` and
@@ -41,34 +51,66 @@ E1_HEADS: tuple[str, ...] = ("linear", "relu2", "gelu2", "swish2")  # projector 
 E1_LRS: tuple[float, ...] = (0.005, 0.05, 0.5)
 E2_RUNS: tuple[tuple[str, str], ...] = (("normal", "swish2"), ("collapsed", "swish2"), ("collapsed", "relu2"))
 E5_DEPTHS: tuple[int, ...] = (1, 2, 3)
+E5_HEADS: dict[int, str] = {1: "linear", 2: "swish2", 3: "swish3"}  # depth = Linear layers (paper style, with BN)
 CIFAR = ("cifar10", "cifar100")
 QUICK = dict(seeds=1, epochs=2, train_subset=384, probe_images=256)
 FULL_SEEDS = 3
 
-# docs/paper.md's stated settings per experiment (CIFAR, ResNet-18); keys are TrainConfig fields.
-_COMMON = dict(backbone="resnet18", backbone_width=64, head_width=2048, head_out=2048)
+# The paper's settings per experiment (docs/paper.md, and its official code where the paper is silent); keys are
+# TrainConfig fields. "schedule": the official code keeps the learning rate constant.
+_COMMON = dict(backbone="resnet18", backbone_width=64, head_width=2048, head_out=2048, head_style="paper",
+               head_bias=False, schedule="constant", weight_decay=0.0)
+_SIMCLR = dict(_COMMON, method="simclr_paper", temperature=0.1, head_bn=True, head_out_bn=True, optimizer="adam",
+               lr=1e-3, epochs=50, augment="e3")
 PAPER_SETTINGS: dict[str, dict[str, Any]] = {
-    "E1": dict(_COMMON, method="simsiam", pred_width=512, head_bias=False, optimizer="sgd", momentum=0.9,
-               weight_decay=0.0, batch_size=512, epochs=50, augment="e1", init="collapsed"),
-    "E2": dict(_COMMON, method="simsiam", pred_width=512, head_bias=False, head_bn=False, optimizer="sgd", lr=0.05,
-               momentum=0.9, weight_decay=0.0, batch_size=256, epochs=100, augment="e1"),
-    "E3E4": dict(_COMMON, method="simclr", temperature=0.1, head="relu2", head_bn=True, head_out_bn=True,
-                 optimizer="adam", lr=1e-3, weight_decay=0.0, batch_size=512, epochs=50, augment="e3"),
-    "E5": dict(_COMMON, method="simclr", temperature=0.1, head_bn=True, head_out_bn=True, optimizer="adam", lr=1e-3,
-               weight_decay=0.0, batch_size=512, epochs=50, augment="e3"),
+    "E1": dict(_COMMON, method="simsiam", pred_width=512, optimizer="sgd", momentum=0.9, batch_size=512, epochs=50,
+               augment="e1", init="collapsed"),
+    "E2": dict(_COMMON, method="simsiam", pred_width=512, head_bn=False, optimizer="sgd", lr=0.05, momentum=0.9,
+               batch_size=256, epochs=100, augment="e1"),
+    "E3E4": dict(_SIMCLR, head="relu2", batch_size=256),
+    "E5": dict(_SIMCLR, batch_size=512),  # head_depth_ablations.py: ExperimentConfig's batch 512
 }
-# Where docs/paper.md is silent, what the grid does (written into the manifest and the report).
+# Where neither the paper nor its official code decides, what the grid does (manifest and report).
 ASSUMPTIONS: dict[str, str] = {
-    "E1": "E1 runs from the pseudo-collapse initialisation (listed under E1 in docs/paper.md); the linear head is the "
-          "grammar's one Linear layer 512-2048 (a product of linear layers is one linear map), so its 'BatchNorm on' "
-          "puts BatchNorm1d on the projector output (there is no hidden layer); cosine schedule.",
-    "E2": "E2's objective is unnamed in docs/paper.md: SimSiam (E1's setup). Probe batch: scale.tracking's fixed view "
-          "pairs of the first step (rows in the E2 table); lambda_min/lambda_max by Lanczos in float64 (the paper: "
-          "20 power iterations in float32 on the first 5 batches of each epoch); 1 seed.",
-    "E3E4": "Probe images: training split for fitting, test split for scoring; orbits from the test split.",
-    "E5": "Depth = number of hidden (Swish + BatchNorm) layers: swish2, swish3, swish4; output BatchNorm as in E3.",
+    "E1": "E1 runs from the pseudo-collapse initialisation (listed under E1 in docs/paper.md). The linear head is the "
+          "official two bias-free Linear layers 512-2048-2048, which take no BatchNorm there, so it runs with "
+          "BatchNorm off only. The official grid is a 14-run subset of this one (GELU at lr 0.05 without "
+          "BatchNorm only).",
+    "E2": "E2's objective is not named in the paper: SimSiam (the official hessian_tracker.py's). Probe batch: "
+          "scale.tracking's fixed view pairs of the first step (rows in the E2 table); lambda_min/lambda_max by "
+          "Lanczos in float64 (the paper: 20 power iterations in float32 on the first 5 batches of each epoch); "
+          "1 seed.",
+    "E3E4": "Probe images: training split for fitting, test split for scoring; orbits from the test split. Images "
+            "are normalised with the dataset's mean and std (the official code feeds ToTensor's [0, 1]).",
+    "E5": "Depth = number of Linear layers, as in the official head_depth_ablations.py: depth 1 is Linear-BN "
+          "(the paper style's 'linear' with BatchNorm), depth 2 swish2, depth 3 swish3; BatchNorm after every "
+          "Linear, no biases.",
 }
 DONE_STATUSES = ("finished", "non-finite loss")
+
+
+def paper_choices(experiment: str) -> dict[str, list[Any]]:
+    """``{setting: [scale.run's default, this grid's]}`` for each setting of ``experiment`` (CIFAR sizes) where
+    the paper's choice differs from what ``python -m scale.run cifar10 --method M`` gives; M is the experiment's
+    method (``simclr`` for ``simclr_paper``, the user-facing SimCLR)."""
+    import torch
+
+    from scale.run import build_parser as run_parser
+    from scale.run import resolve_config
+
+    ref = PAPER_SETTINGS[experiment]
+    base = "simclr" if ref["method"] == "simclr_paper" else ref["method"]
+    cfg = resolve_config(run_parser().parse_args(["cifar10", "--method", base]), torch.device("cpu")).to_dict()
+    cfg["backbone_width"] = cfg["backbone_width"] or 64  # resnet18's standard width
+    return {k: [cfg.get(k), v] for k, v in ref.items() if cfg.get(k) != v}
+
+
+def _choices_text() -> str:
+    rows = ["the paper's choices that differ from scale.run's defaults (setting: scale.run -> this grid):"]
+    for exp in EXPERIMENTS:
+        diffs = paper_choices(exp)
+        rows.append(f"  {exp}: " + ("; ".join(f"{k} {a} -> {b}" for k, (a, b) in diffs.items()) or "none"))
+    return "\n".join(rows)
 
 
 @dataclass
@@ -124,18 +166,15 @@ def plan(dataset: str, backbone: str, quick: bool, experiments: tuple[str, ...] 
     for seed in range(n_seeds):
         if "E1" in experiments:
             for head in E1_HEADS:
-                for bn in (False, True):
+                for bn in (False, True) if head != "linear" else (False,):  # the official linear head has no BN
                     for lr in E1_LRS:
-                        flags = dict(head=head, head_bn=bn, lr=lr)
-                        if head == "linear":  # no hidden layer: BatchNorm goes on the projector output
-                            flags = dict(head=head, head_bn=False, head_out_bn=bn, lr=lr)
-                        add(f"E1-{head}-bn{int(bn)}-lr{lr:g}-s{seed}", "E1", seed, flags,
+                        add(f"E1-{head}-bn{int(bn)}-lr{lr:g}-s{seed}", "E1", seed, dict(head=head, head_bn=bn, lr=lr),
                             dict(head=head, lr=lr), dict(head=head, bn=bn, lr=lr))
         if "E3E4" in experiments:
             add(f"E3E4-relu2-s{seed}", "E3E4", seed, {}, {}, dict(head="relu2"))
         if "E5" in experiments:
             for depth in E5_DEPTHS:
-                head = f"swish{depth + 1}"
+                head = E5_HEADS[depth]
                 add(f"E5-depth{depth}-s{seed}", "E5", seed, dict(head=head), dict(head=head),
                     dict(depth=depth, head=head))
     if "E2" in experiments:
@@ -238,7 +277,8 @@ def _finish_record(run: PlannedRun, out: Path, code: int, seconds: float, datase
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m scale.paper", description="Run the paper's experiment grid E1-E5 "
-                                "with its defaults (docs/paper.md) and write the side-by-side report.")
+                                "with its defaults (docs/paper.md and the official code) and write the side-by-side "
+                                "report.", epilog=_choices_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cifar10", choices=("cifar10", "cifar100", "digits", "synthetic"),
                    help="default: cifar10 (the paper's; digits offline on a CPU)")
     p.add_argument("--backbone", default="resnet18", choices=("resnet18", "vit_tiny"), help="default: resnet18")
@@ -307,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         "dataset": args.dataset, "backbone": args.backbone, "quick": args.quick, "experiments": list(experiments),
         "quick_settings": QUICK if args.quick else None, "assumptions": {e: ASSUMPTIONS[e] for e in experiments},
         "paper_settings": {e: PAPER_SETTINGS[e] for e in experiments},
+        "paper_choices": {e: paper_choices(e) for e in experiments},
         "runs": [asdict(r) for r in runs], "git_commit": git_commit(), "versions": versions(),
     }
     _atomic_json(out / "manifest.json", manifest)

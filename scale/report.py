@@ -337,7 +337,12 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
     L += ["", "Where the paper is silent:", ""]
     L += [f"- {exp}: {text}" for exp, text in man["assumptions"].items()]
     L += ["- E1 and E2 use SimSiam's negative-cosine loss, whose Hessian is indefinite: outside the PSD premise of "
-          "Theorem 4.1 part 1 (the paper's audit caveat). E3-E5 use NT-Xent.", ""]
+          "Theorem 4.1 part 1 (docs/paper.md's audit caveat). E3-E5 use the official code's one-direction InfoNCE.", ""]
+    if man.get("paper_choices"):  # scale.paper's defaults that differ from scale.run's (the official code's)
+        L += ["The grid's defaults that differ from `python -m scale.run`'s (setting: scale.run -> grid):", ""]
+        L += [f"- {exp}: " + ("; ".join(f"{k} {a} -> {b}" for k, (a, b) in diffs.items()) or "none")
+              for exp, diffs in man["paper_choices"].items()]
+        L += [""]
 
     verdicts: list[tuple[str, str, str, str]] = []
     L += _section_e1(runs, verdicts)

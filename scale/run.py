@@ -34,6 +34,7 @@ from scale.checkpoint import atomic_write_json
 from scale.config_file import ConfigFileError, read_config_file
 from scale.data import DATASETS, FOLDER_PREFIX, DataError, load_dataset
 from scale.geometry import final_measurement, parse_orbits
+from scale.heads import HEAD_STYLES
 from scale.probes import class_probe
 from scale.run_report import command_line, device_name, git_commit, versions, write_outputs
 from scale.summary import CurvatureSummary, RunSummary
@@ -75,7 +76,8 @@ def _defaults_table() -> str:
         rows.append(
             f"  {m:8s} aug {d['augment']}, {d['optimizer']} lr {d['lr']:g} wd {d['weight_decay']:g}, batch "
             f"{d['batch_size']}, {d['epochs']} epochs, warmup {d['warmup_epochs']}, head {d['head_width']}->"
-            f"{d['head_out']} bias {d['head_bias']} BN {d['head_bn']} out-BN {d['head_out_bn']}"
+            f"{d['head_out']} bias {d['head_bias']} BN {d['head_bn']} out-BN {d['head_out_bn']} style "
+            f"{d.get('head_style', 'grammar')}"
             + (f", predictor width {d['pred_width']}" if method.predictor else "") + f"  [{src}]"
         )
     for m, method in methods.METHODS.items():
@@ -131,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="BatchNorm1d on the projector output (default: on for simclr, E3)")
     p.add_argument("--head-bias", action=argparse.BooleanOptionalAction, default=None,
                    help="biases in head Linear layers (default: off for simsiam, E1; on otherwise)")
+    p.add_argument("--head-style", choices=HEAD_STYLES, help="grammar: the flags above as given; paper: the official "
+                   "code's heads (no biases; with --head-bn, BatchNorm after every Linear, output included; 'linear' "
+                   "is two bias-free Linear layers) (default: paper for simclr_paper, grammar otherwise)")
     p.add_argument("--predictor", help="simsiam/byol predictor spec (default: 2 layers, the head's activation)")
     p.add_argument("--pred-width", type=int, help="predictor hidden width (default: 512 simsiam, 4096 byol)")
     p.add_argument("--init", choices=("normal", "collapsed"), default="normal",
@@ -192,6 +197,12 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
         v = getattr(args, key, None)
         if v is not None:
             values[key] = v
+    if values.get("head_style") == "paper":  # bias-free, BatchNorm after every Linear or none (scale.heads)
+        if args.head_bias:
+            raise ArgError("--head-style paper has no biases; drop --head-bias")
+        if args.head_out_bn is not None and args.head_out_bn != values.get("head_bn", False):
+            raise ArgError("--head-style paper puts BatchNorm after every Linear or none: set it with --head-bn alone")
+        values.update(head_bias=False, head_out_bn=bool(values.get("head_bn", False)))
     values.update(dataset=args.dataset, device=str(device),
                   precision=args.precision or ("bf16" if device.type == "cuda" else "fp32"))
     values["threads"] = _TORCH_THREADS if args.threads is None else args.threads

@@ -9,6 +9,7 @@ two views stacked ``[view1; view2]``, and runs one forward of ``SSLModel`` on th
 Losses (each method's record in ``scale/methods.py``, built from ``scale/objectives.py``, mirrors of
 ``mini.losses``):
     simclr   nt_xent(h, tau)               on the global batch (all-gathered across ranks)
+    simclr_paper  info_nce_cross_view(h, tau)  the official code's one-direction SimCLR loss, global batch
     simsiam  simsiam(p, targets=h)         = mini's simsiam(targets=stopgrad(h), predictor)(h)
     byol     byol(p, targets=h_target)     targets from the momentum (EMA) target network
     vicreg   vicreg(h), barlow   barlow(h) on the global batch
@@ -72,6 +73,7 @@ class TrainConfig:
     head_bn: bool = False
     head_out_bn: bool = False
     head_bias: bool = True
+    head_style: str = "grammar"  # scale.heads.HEAD_STYLES; "paper": the official code's heads
     predictor: str | None = None  # simsiam / byol: spec of the predictor (2-layer, same activation)
     pred_width: int = 512
     init: str = "normal"  # or "collapsed": projector Linear weights x 0.1 (E1)
@@ -141,7 +143,7 @@ class SSLModel(nn.Module):
             k = output_dim(head, (2, d))
         else:
             self.projector = build_head(head_spec, d, cfg.head_out, cfg.head_width, bias=cfg.head_bias,
-                                        batchnorm=cfg.head_bn, out_batchnorm=cfg.head_out_bn)
+                                        batchnorm=cfg.head_bn, out_batchnorm=cfg.head_out_bn, style=cfg.head_style)
             k = cfg.head_out
         if cfg.init == "collapsed":
             collapse_init_(self.projector)
@@ -157,7 +159,9 @@ class SSLModel(nn.Module):
                                      "cfg.predictor to a head spec (a module head has no spec to copy)")
                 spec = cfg.predictor or default_predictor(head_spec)
                 # E1: predictor 2048-512-2048, same activation, same bias and BN choice as the projector
-                self.predictor = build_head(spec, k, k, cfg.pred_width, bias=cfg.head_bias, batchnorm=cfg.head_bn)
+                # (paper style: the official predictor is its ProjectionHead, output BatchNorm included)
+                self.predictor = build_head(spec, k, k, cfg.pred_width, bias=cfg.head_bias, batchnorm=cfg.head_bn,
+                                            style=cfg.head_style)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         z = self.backbone(x)

@@ -20,25 +20,28 @@ def _argv_value(argv: list[str], flag: str) -> str:
 def test_full_plan_has_the_paper_grid_and_settings():
     runs = plan("cifar10", "resnet18", quick=False)
     by_exp = {e: [r for r in runs if r.experiment == e] for e in paper.EXPERIMENTS}
-    assert len(by_exp["E1"]) == 4 * 2 * 3 * 3 and len(by_exp["E2"]) == 3
+    assert len(by_exp["E1"]) == (3 * 2 + 1) * 3 * 3 and len(by_exp["E2"]) == 3  # the linear head: BN off only
     assert len(by_exp["E3E4"]) == 3 and len(by_exp["E5"]) == 3 * 3
     assert len({r.name for r in runs}) == len(runs)
     e1 = next(r for r in runs if r.name == "E1-swish2-bn1-lr0.5-s2")
     for flag, value in (("--method", "simsiam"), ("--batch-size", "512"), ("--epochs", "50"), ("--lr", "0.5"),
                         ("--optimizer", "sgd"), ("--init", "collapsed"), ("--head-width", "2048"), ("--seed", "2")):
         assert _argv_value(e1.argv, flag) == value, flag
-    assert "--head-bn" in e1.argv and "--no-head-bias" in e1.argv
-    lin = next(r for r in runs if r.name == "E1-linear-bn1-lr0.05-s0")
-    assert "--head-out-bn" in lin.argv and "--no-head-bn" in lin.argv  # a linear head's BatchNorm: on its output
+    assert "--head-bn" in e1.argv and "--no-head-bias" in e1.argv and _argv_value(e1.argv, "--head-style") == "paper"
+    assert _argv_value(e1.argv, "--schedule") == "constant"  # the official code has no schedule
+    assert not any(r.name.startswith("E1-linear-bn1") for r in runs)
     e2 = [r for r in runs if r.experiment == "E2"]
     assert all(r.track_hessian and _argv_value(r.argv, "--batch-size") == "256" for r in e2)
     assert all(_argv_value(r.argv, "--track-hessian-every") == "epoch" for r in e2)
     assert {(r.labels["init"], r.labels["head"]) for r in e2} == set(paper.E2_RUNS)
-    assert [_argv_value(r.argv, "--head") for r in by_exp["E5"][:3]] == ["swish2", "swish3", "swish4"]
-    assert all("--temperature" in r.argv and _argv_value(r.argv, "--method") == "simclr" for r in by_exp["E5"])
+    assert [_argv_value(r.argv, "--head") for r in by_exp["E5"][:3]] == ["linear", "swish2", "swish3"]
+    assert all("--temperature" in r.argv and _argv_value(r.argv, "--method") == "simclr_paper" for r in by_exp["E5"])
+    assert all(_argv_value(r.argv, "--batch-size") == "512" for r in by_exp["E5"])
+    assert all(_argv_value(r.argv, "--batch-size") == "256" and _argv_value(r.argv, "--augment") == "e3"
+               for r in by_exp["E3E4"])
     assert all(_argv_value(r.argv, "--epochs") == "20" for r in plan("cifar100", "resnet18", False, ("E1",)))
     quick = plan("digits", "resnet18", quick=True)
-    assert len(quick) == 24 + 3 + 1 + 3 and all(_argv_value(r.argv, "--epochs") == "2" for r in quick)
+    assert len(quick) == 21 + 3 + 1 + 3 and all(_argv_value(r.argv, "--epochs") == "2" for r in quick)
     assert all("--batch-size" not in r.argv for r in quick)  # digits: scale.run's CPU sizes (deviations)
 
 

@@ -1,0 +1,427 @@
+r"""``python -m scale.e4_study``: how much of E4's orbit compression is learned, how much is the protocol.
+
+E4 (docs/paper.md; the official ``run_orbit_visualization_experiment``) measures orbits with the head applied to
+L2-normalised backbone features, ``h = normalize(head(normalize(z)))``, while the head was trained on the
+raw ``z``. With BatchNorm in eval mode, the running statistics gathered on raw ``z`` then meet inputs of
+another scale. This study trains the E3 model exactly as ``scale.paper`` does (the official code's
+bias-free ReLU + BatchNorm head, one-direction InfoNCE, its augmentation; on digits the dataset's CPU
+sizes) and measures the same trained model under several protocols, seed by seed:
+
+    a  paper        normalize(head(normalize(z))), BatchNorm running statistics from training (raw z)
+    b  raw          normalize(head(z)): the head on the input it was trained on
+    c  bn-renorm    as a, with the BatchNorm running statistics re-estimated on normalised z of the
+                    training images (the weights untouched)
+    d  untrained    as a, with an untrained head of the same layers: without biases (the paper's
+                    architecture) and with default-initialised biases
+    e  trained-on-normalised
+                    as a, for a second model trained with the head fed normalize(z) (same seed, same
+                    batches), so that the protocol is the one it was trained under
+
+Every protocol gets the E4 numbers (compression = mean spread(z) / mean spread(h), D_intra, D_inter, their
+ratio, kappa along the 0-45 degree sweep; ``mini.invariance`` through the helpers of ``scale.geometry``) and
+the E3 rotation probes on z and on that protocol's h (linear and MLP, ``scale.probes.train_probe``; the
+official probes use the raw head output, protocol b). Each number is a mean over seeds with a 95 %
+t interval; ``OUT/results.json`` holds every seed's values (written after each seed: a rerun continues).
+``OUT/report.md`` and ``OUT/e4_study.png`` are written at the end.
+
+Shapes: orbit features ``(n_orbits, 12, dim)``, sweep features ``(n_orbits, 10, dim)``, probe features
+``(4 N, dim)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from mini.invariance import compression, l2_normalize, normalized_features, orbit_geometry
+from scale.geometry import CONTROL_SEED, GeometrySettings, _backbone_features, _eval, control_head, orbit_images
+from scale.heads import build_head
+from scale.orbits import orbit_batch_at
+from scale.probes import ProbeSettings, rotated, train_probe
+
+PROTOCOLS: dict[str, str] = {
+    "a_paper": "paper protocol: normalize(head(normalize(z))), BN statistics from training on raw z",
+    "b_raw": "the head on raw z, as trained: normalize(head(z))",
+    "c_bn_renorm": "paper protocol, BN statistics re-estimated on normalised z of the (unaugmented) training images",
+    "d_untrained_nobias": "untrained head without biases (the paper's layers), paper protocol",
+    "d_untrained_bias": "untrained head of the same layers with biases, paper protocol",
+    "e_trained_normalized": "head trained on normalised z, paper protocol",
+}
+METRICS: tuple[str, ...] = ("compression", "d_intra_factor", "d_inter_factor", "ratio_h", "ratio_z", "kappa_factor",
+                            "rot_linear_z", "rot_linear_h", "rot_mlp_z", "rot_mlp_h")
+BN_IMAGES = 10_000  # training images whose normalised z re-estimate BatchNorm statistics (protocol c)
+
+
+class NormalizedInput(nn.Module):
+    """``head(z / |z|)``: a head that is trained (protocol e) and measured on normalised z."""
+
+    def __init__(self, head: nn.Module) -> None:
+        super().__init__()
+        self.head = head
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.head(l2_normalize(z))
+
+
+# --------------------------------------------------------------------------------------------
+# Training (scale.paper's E3 plan, through scale.run's configuration and scale.train's Trainer)
+# --------------------------------------------------------------------------------------------
+
+
+def e3_config(dataset: str, seed: int, epochs: int | None = None, data_dir: str | None = None):
+    """The ``TrainConfig`` of ``scale.paper``'s E3E4 run for ``dataset`` and ``seed`` (CPU sizes on digits)."""
+    from scale.paper import plan
+    from scale.run import build_parser, resolve_config
+
+    run = plan(dataset, "resnet18", quick=False, experiments=("E3E4",), seeds=seed + 1, epochs=epochs)[seed]
+    args = build_parser().parse_args(run.argv + (["--data-dir", data_dir] if data_dir else []))
+    return resolve_config(args, torch.device("cpu"))
+
+
+def train(cfg, data, normalized_input: bool) -> nn.Module:
+    """Train the E3 model; ``normalized_input``: the projector sees ``normalize(z)`` (protocol e). The
+    wrapper holds the same parameters, so the optimiser the trainer built still updates them."""
+    from scale.train import Trainer
+
+    trainer = Trainer(cfg, data, torch.device("cpu"), run_dir=None, progress=False, log=None)
+    if normalized_input:
+        trainer.model.projector = NormalizedInput(trainer.model.projector)
+    trainer.fit()
+    return trainer.model.eval()
+
+
+# --------------------------------------------------------------------------------------------
+# Measurement
+# --------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def renormalized_bn(head: nn.Module, z_train: torch.Tensor) -> nn.Module:
+    """A copy of ``head`` whose BatchNorm running statistics are re-estimated (cumulative average over
+    batches of 256) on ``normalize(z_train)``; weights and affine parameters unchanged."""
+    out = copy.deepcopy(head).float()
+    norms = [m for m in out.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # cumulative moving average: every batch weighs the same
+    out.train()
+    zn = l2_normalize(z_train.float())
+    for i in range(0, len(zn), 256):
+        if len(zn[i : i + 256]) > 1:
+            out(zn[i : i + 256])
+    return out.eval()
+
+
+def untrained_heads(cfg, d: int, seed: int) -> dict[str, nn.Module]:
+    """Protocol d: the run's head untrained, without biases (the paper's layers) and with default biases."""
+    nobias = control_head(cfg, d, seed=seed, bias=False)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        bias = build_head(cfg.head, d, cfg.head_out, cfg.head_width, bias=True, batchnorm=cfg.head_bn,
+                          out_batchnorm=cfg.head_out_bn, style="grammar")
+    return {"d_untrained_nobias": nobias.eval(), "d_untrained_bias": bias.eval()}
+
+
+def _as_fn(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    return lambda a: module(a.float()).double()
+
+
+@torch.no_grad()
+def model_features(backbone: nn.Module, data, settings: GeometrySettings, probe: ProbeSettings) -> dict[str, Any]:
+    """Backbone features of one trained model: orbits ``(n, 12, d)``, sweeps ``(n, 10, d)`` and the
+    rotated probe sets ``(4 N, d)`` (float64), with their labels."""
+    mean = torch.as_tensor(data.mean, dtype=torch.float32).view(1, -1, 1, 1)
+    std = torch.as_tensor(data.std, dtype=torch.float32).view(1, -1, 1, 1)
+    images, labels, _ = orbit_images(data.test_x, data.test_y, settings.classes, settings.per_class)
+    n, P, Q = len(images), len(settings.values), len(settings.sweep_values)
+    with _eval(backbone):
+        Z = _backbone_features(backbone, orbit_batch_at(images, settings.family, settings.values), mean, std,
+                               settings.batch).reshape(n, P, -1)
+        S = _backbone_features(backbone, orbit_batch_at(images, settings.family, settings.sweep_values), mean, std,
+                               settings.batch).reshape(n, Q, -1)
+        rx_tr, ry_tr = rotated(data.train_x, probe.train_images)
+        rx_te, ry_te = rotated(data.test_x, probe.test_images)
+        ztr = _backbone_features(backbone, rx_tr.float() / 255.0, mean, std, settings.batch)
+        zte = _backbone_features(backbone, rx_te.float() / 255.0, mean, std, settings.batch)
+        z_bn = _backbone_features(backbone, data.train_x[:BN_IMAGES].float() / 255.0, mean, std, settings.batch)
+    return dict(Z=Z, S=S, labels=labels, ztr=ztr, ry_tr=ry_tr, zte=zte, ry_te=ry_te, z_bn=z_bn)
+
+
+def measure(head_fn: Callable[[torch.Tensor], torch.Tensor], normalized: bool, f: dict[str, Any],
+            probe: ProbeSettings, z_probes: dict[str, float]) -> dict[str, float]:
+    """E4 numbers and rotation probes of one protocol: ``h = normalize(head_fn(normalize(z)))`` when
+    ``normalized``, else ``normalize(head_fn(z))``; the probes see ``head_fn``'s output unnormalised."""
+    def h_of(X: torch.Tensor) -> torch.Tensor:  # (..., d) -> normalised (..., k)
+        if normalized:
+            return normalized_features(X, head_fn)[1]
+        return l2_normalize(head_fn(X.reshape(-1, X.shape[-1])).reshape(*X.shape[:-1], -1))
+
+    def probe_in(X: torch.Tensor) -> torch.Tensor:
+        return (head_fn(l2_normalize(X)) if normalized else head_fn(X)).float()
+
+    with torch.no_grad():
+        zg = orbit_geometry(l2_normalize(f["Z"]), f["labels"], sweep=l2_normalize(f["S"]))
+        hg = orbit_geometry(h_of(f["Z"]), f["labels"], sweep=h_of(f["S"]))
+        htr, hte = probe_in(f["ztr"]), probe_in(f["zte"])
+    rot = {kind: train_probe(htr, f["ry_tr"], hte, f["ry_te"], 4, hidden, probe)["test"]
+           for kind, hidden in (("linear", None), ("mlp", probe.hidden_h))}
+    return {
+        "compression": compression(zg, hg),
+        "spread_z": zg.spread.mean, "spread_h": hg.spread.mean,
+        "d_intra_z": zg.d_intra.mean, "d_intra_h": hg.d_intra.mean,
+        "d_inter_z": zg.d_inter.mean, "d_inter_h": hg.d_inter.mean,
+        "d_intra_factor": zg.d_intra.mean / hg.d_intra.mean, "d_inter_factor": zg.d_inter.mean / hg.d_inter.mean,
+        "ratio_z": zg.ratio.mean, "ratio_h": hg.ratio.mean,
+        "kappa_z": zg.kappa.mean, "kappa_h": hg.kappa.mean, "kappa_factor": hg.kappa.mean / zg.kappa.mean,
+        "rot_linear_z": z_probes["linear"], "rot_mlp_z": z_probes["mlp"],
+        "rot_linear_h": rot["linear"], "rot_mlp_h": rot["mlp"],
+    }
+
+
+def z_probes(f: dict[str, Any], probe: ProbeSettings) -> dict[str, float]:
+    """Rotation probes on the backbone's raw z (as the official code's), linear and MLP."""
+    ztr, zte = f["ztr"].float(), f["zte"].float()
+    return {kind: train_probe(ztr, f["ry_tr"], zte, f["ry_te"], 4, hidden, probe)["test"]
+            for kind, hidden in (("linear", None), ("mlp", probe.hidden_z))}
+
+
+def one_seed(dataset: str, seed: int, epochs: int | None, data_dir: str | None, probe_images: int | None,
+             log: Callable[[str], None]) -> dict[str, Any]:
+    """Every protocol's numbers for one seed (two trainings: raw-z head, normalised-z head)."""
+    from scale.data import load_dataset
+
+    cfg = e3_config(dataset, seed, epochs, data_dir)
+    data = load_dataset(cfg.dataset, data_dir, image_size=cfg.image_size if cfg.dataset == "digits" else None)
+    settings = GeometrySettings()
+    probe = ProbeSettings(train_images=probe_images, test_images=probe_images, seed=seed)
+    from scale.run_report import git_commit
+
+    out: dict[str, Any] = {"seed": seed, "config": cfg.to_dict(), "git_commit": git_commit()}
+    t0 = time.perf_counter()
+    model = train(cfg, data, normalized_input=False)
+    log(f"  seed {seed}: trained on raw z in {time.perf_counter() - t0:.0f} s")
+    f = model_features(model.backbone, data, settings, probe)
+    zp = z_probes(f, probe)
+    head = model.projector.eval()
+    d = model.backbone.out_dim
+    results = {
+        "a_paper": measure(_as_fn(head), True, f, probe, zp),
+        "b_raw": measure(_as_fn(head), False, f, probe, zp),
+        "c_bn_renorm": measure(_as_fn(renormalized_bn(head, f["z_bn"])), True, f, probe, zp),
+    }
+    for name, control in untrained_heads(cfg, d, CONTROL_SEED + seed).items():
+        results[name] = measure(_as_fn(control), True, f, probe, zp)
+    t1 = time.perf_counter()
+    model_e = train(cfg, data, normalized_input=True)
+    log(f"  seed {seed}: trained on normalised z in {time.perf_counter() - t1:.0f} s")
+    f_e = model_features(model_e.backbone, data, settings, probe)
+    inner = model_e.projector.head.eval()  # measured under the paper's protocol: normalize(inner(normalize(z)))
+    results["e_trained_normalized"] = measure(_as_fn(inner), True, f_e, probe, z_probes(f_e, probe))
+    out.update(protocols=results, seconds=time.perf_counter() - t0)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics and report
+# --------------------------------------------------------------------------------------------
+
+
+def t_interval(values: list[float], level: float = 0.95) -> dict[str, float]:
+    """Mean and the two-sided Student t interval ``mean +- t_{(1+level)/2, n-1} s / sqrt(n)`` (s: sample std)."""
+    from scipy.stats import t
+
+    x = np.asarray(values, dtype=float)
+    n, mean = len(x), float(x.mean())
+    if n < 2:
+        return {"mean": mean, "low": math.nan, "high": math.nan, "n": n}
+    half = float(t.ppf(0.5 + level / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
+    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
+
+
+def derived(m: dict[str, float]) -> dict[str, float]:
+    """Paired, scale-free numbers of one seed and protocol, beside the measured ones:
+
+        ratio_factor          (D_inter/D_intra of h) / (that of z)              (paper: 1.22x)
+        relative_compression  (spread_z / D_inter_z^2) / (spread_h / D_inter_h^2) = compression /
+                              d_inter_factor^2: orbit spread measured against the class separation of
+                              its own space, so a head that shrinks (or spreads) everything alike gives 1
+        rot_*_drop            probe accuracy on z minus on h                   (paper: 14.72, 11.90 points)
+    """
+    return {**m, "ratio_factor": m["ratio_h"] / m["ratio_z"],
+            "relative_compression": m["compression"] / m["d_inter_factor"] ** 2,
+            "rot_linear_drop": m["rot_linear_z"] - m["rot_linear_h"], "rot_mlp_drop": m["rot_mlp_z"] - m["rot_mlp_h"]}
+
+
+def summarize(seeds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    rows = [{p: derived(m) for p, m in s["protocols"].items()} for s in seeds]
+    keys = list(rows[0]["a_paper"])
+    return {p: {k: t_interval([r[p][k] for r in rows]) for k in keys} for p in PROTOCOLS}
+
+
+def _cell(s: dict[str, float], pct: bool = False) -> str:
+    sc = 100.0 if pct else 1.0
+    if math.isnan(s["low"]):
+        return f"{s['mean'] * sc:.3g}"
+    return f"{s['mean'] * sc:.3g} [{s['low'] * sc:.3g}, {s['high'] * sc:.3g}]"
+
+
+def figure(summary: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(PROTOCOLS)
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4.4))
+    panels = ((axes[0], "compression", "orbit compression spread(z)/spread(h)", True, 1.0),
+              (axes[1], "relative_compression", "relative compression (against class separation)", False, 1.0),
+              (axes[2], "kappa_factor", "curvature kappa(h)/kappa(z)", False, 1.0),
+              (axes[3], "rot_linear_drop", "rotation probe, linear: z minus h (points)", False, 100.0))
+    for ax, key, title, log, sc in panels:
+        m = sc * np.array([summary[p][key]["mean"] for p in names])
+        lo = sc * np.array([summary[p][key]["low"] for p in names])
+        hi = sc * np.array([summary[p][key]["high"] for p in names])
+        err = np.nan_to_num(np.vstack([m - lo, hi - m]))
+        ax.bar(range(len(names)), m, yerr=err, capsize=4, color=["C0", "C1", "C2", "C7", "C8", "C3"])
+        ax.set_xticks(range(len(names)), [n.split("_", 1)[0] + ": " + n.split("_", 1)[1] for n in names],
+                      rotation=35, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        if log:
+            ax.set_yscale("log")
+        ax.axhline(0.0 if key == "rot_linear_drop" else 1.0, color="k", lw=0.8)
+    fig.suptitle("E4 protocol study: mean over seeds, 95 % t interval", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(out: Path, seeds: list[dict[str, Any]], command: str) -> Path:
+    from scale.checkpoint import atomic_write_text
+    from scale.run_report import git_commit, versions
+
+    summary = summarize(seeds)
+    figure(summary, out / "e4_study.png")
+    cfg = seeds[0]["config"]
+    n = len(seeds)
+    L = [
+        f"# E4 protocol study on {cfg['dataset']}: {n} seed{'s' if n > 1 else ''}",
+        "",
+        f"Generated by `{command}` (report written at commit {git_commit()}; seeds computed at "
+        f"{', '.join(sorted({str(s.get('git_commit', 'an unrecorded commit')) for s in seeds}))}; versions "
+        f"{versions()}); every seed's values in `results.json`. Each cell: mean over seeds [95 % t interval].",
+        "",
+        f"Model: `scale.paper`'s E3 run on {cfg['dataset']} — {cfg['backbone']} (width {cfg['backbone_width']}), "
+        f"head {cfg['head']} in the {cfg['head_style']} style ({cfg['head_width']}-{cfg['head_out']}, BatchNorm "
+        f"{cfg['head_bn']}, output BatchNorm {cfg['head_out_bn']}, biases {cfg['head_bias']}), {cfg['method']} "
+        f"(tau {cfg['temperature']}), {cfg['optimizer']} lr {cfg['lr']:g} {cfg['schedule']}, batch "
+        f"{cfg['batch_size']}, {cfg['epochs']} epochs, augmentation {cfg['augment']}. Orbits: 5 classes x 3 test "
+        "images x 12 rotations (0-330 degrees); kappa on a 10-angle sweep 0-45 degrees; rotation probes (4 quarter "
+        "turns) trained on the training split, scored on the test split.",
+        "",
+        f"Wall time: {sum(s['seconds'] for s in seeds):.0f} s for the {n} seeds (two trainings and all measurements "
+        "each; per seed " + ", ".join(f"{s['seconds']:.0f}" for s in seeds) + " s).",
+        "",
+        "## Protocols", "",
+    ]
+    L += [f"- **{p}**: {text}" for p, text in PROTOCOLS.items()]
+    L += ["", "## Orbit geometry", "",
+          "| protocol | compression | D_intra z/h | D_inter z/h | D_inter/D_intra of h | its factor h/z | relative "
+          "compression | kappa h/z |",
+          "|---|---|---|---|---|---|---|---|"]
+    for p in PROTOCOLS:
+        s = summary[p]
+        L.append(f"| {p} | {_cell(s['compression'])} | {_cell(s['d_intra_factor'])} | {_cell(s['d_inter_factor'])} "
+                 f"| {_cell(s['ratio_h'])} | {_cell(s['ratio_factor'])} | {_cell(s['relative_compression'])} | "
+                 f"{_cell(s['kappa_factor'])} |")
+    L += ["", "compression = mean orbit spread of z / of h (> 1: the head compresses); relative compression = "
+          "compression / (D_inter z/h)^2, the orbit spread against each space's own class separation (1: orbits "
+          "and classes shrink or grow alike). Factors are taken per seed, then averaged."]
+    L += ["", "Backbone z (same for a-d; e is its own model): D_inter/D_intra "
+          f"{_cell(summary['a_paper']['ratio_z'])} (a-d), {_cell(summary['e_trained_normalized']['ratio_z'])} (e).",
+          "", "## Rotation probes (test accuracy, %)", "",
+          "| protocol | linear on z | linear on h | z minus h | MLP on z | MLP on h | z minus h |",
+          "|---|---|---|---|---|---|---|"]
+    for p in PROTOCOLS:
+        s = summary[p]
+        L.append(f"| {p} | {_cell(s['rot_linear_z'], True)} | {_cell(s['rot_linear_h'], True)} | "
+                 f"{_cell(s['rot_linear_drop'], True)} | {_cell(s['rot_mlp_z'], True)} | {_cell(s['rot_mlp_h'], True)} "
+                 f"| {_cell(s['rot_mlp_drop'], True)} |")
+    L += ["", "![E4 protocol study](e4_study.png)", "",
+          "Paper (CIFAR-10, ResNet-18, one seed): compression 21.85x, untrained head 0.97x, kappa 1.93x, D_intra "
+          "4.76x and D_inter 3.89x smaller, rotation probes z -> h: linear 52.27 % -> 37.55 %, MLP 55.46 % -> "
+          "43.56 %. The official code takes kappa and the probes with the head on raw z (protocol b) and the "
+          "orbits with the head on normalised z (protocol a).", ""]
+    path = out / "report.md"
+    atomic_write_text(path, "\n".join(L))
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m scale.e4_study", description="E4's orbit compression under "
+                                "the paper's protocol and its controls (a-e), several seeds, 95 %% t intervals.")
+    p.add_argument("--dataset", default="digits", choices=("digits", "cifar10"), help="default: digits (offline)")
+    p.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 (default 5)")
+    p.add_argument("--epochs", type=int, help="training epochs (default: scale.paper's E3: 50 on CIFAR, the digits "
+                   "adjustment of scale.run on digits)")
+    p.add_argument("--probe-images", type=int, default=10_000, help="probe base images per split (default 10000)")
+    p.add_argument("--data-dir", help="folder with the CIFAR archive (see scale.run)")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    p.add_argument("--out", default="e4_study", help="output folder (default: e4_study)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    for key in ("seeds", "epochs", "threads"):
+        v = getattr(args, key)
+        if v is not None and v < 1:
+            print(f"scale.e4_study: error: --{key} must be a positive integer, got {v}", file=sys.stderr)
+            return 2
+    if args.probe_images < 2:
+        print(f"scale.e4_study: error: --probe-images must be >= 2, got {args.probe_images}", file=sys.stderr)
+        return 2
+    from scale.checkpoint import atomic_write_json
+    from scale.data import DataError
+
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    command = " ".join(["python -m scale.e4_study", *(argv if argv is not None else sys.argv[1:])])
+    path = out / "results.json"
+    saved = json.loads(path.read_text()) if path.is_file() else {}
+    same = saved.get("dataset") == args.dataset and saved.get("epochs") == args.epochs
+    seeds = [s for s in saved.get("seeds", []) if s["seed"] < args.seeds] if same else []
+    for seed in range(args.seeds):
+        if any(s["seed"] == seed for s in seeds):
+            continue
+        print(f"scale.e4_study: seed {seed}", flush=True)
+        try:
+            seeds.append(one_seed(args.dataset, seed, args.epochs, args.data_dir, args.probe_images, print))
+        except DataError as exc:
+            print(f"scale.e4_study: data error: {exc}", file=sys.stderr)
+            return 1
+        seeds.sort(key=lambda s: s["seed"])
+        out.mkdir(parents=True, exist_ok=True)  # only once a seed has finished: a data error leaves nothing behind
+        atomic_write_json(path, {"dataset": args.dataset, "epochs": args.epochs, "command": command, "seeds": seeds})
+    report = write_report(out, seeds, command)
+    print(f"scale.e4_study: report {report}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,8 +25,9 @@ What is measured (each by the project's one implementation of it):
     verdict     collapse ratio R = exp(mean over orbits of log(spread_z / spread_h)) with its Student-t
                 interval (``scale.verdict.ratio_estimate``): "compressor" where the interval lies above 1,
                 "expander" where it lies below 1, "neither" where it contains 1
-    probes      E3 on z versus h (``scale.probes.run_probes``): 4-way rotation (linear, MLP, ridge) and the
-                class labels (ridge)
+    probes      on z versus h, at most ``--probe-images`` images per split: the headline class-label probe
+                (``scale.probes.class_probe``) and E3's 4-way rotation probes, linear and MLP, with the
+                paper's protocol (``scale.probes.run_rotation_probes``); accuracies in percent
 
 Outputs, written only once everything is measured: ``OUT/analysis.json`` (numbers, settings, versions),
 ``OUT/report.md`` and its figures ``spectrum.png``, ``orbits.png``. ``OUT`` defaults to ``RUN_DIR/analysis``
@@ -60,14 +61,17 @@ from scale.backbones import BACKBONES, build_backbone
 from scale.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text, load_checkpoint
 from scale.curvature import EffectiveHessian
 from scale.data import DataError, Dataset, load_dataset
-from scale.geometry import CONTROL_SEED, GeometrySettings, format_geometry, measure_geometry, parse_orbits
+from scale.geometry import CONTROL_SEED, GeometrySettings, measure_geometry, parse_orbits
 from scale.heads import build_head
 from scale.lanczos import lanczos
+from scale.methods import METHODS
+from scale.methods import get as get_method
 from scale.orbits import FAMILIES, check_family
-from scale.probes import ProbeSettings, format_probes, run_probes
-from scale.run_report import device_name, git_commit, versions
+from scale.probes import ProbeSettings, class_probe, run_rotation_probes
+from scale.run_report import device_name, geometry_section, git_commit, probe_section, versions, versions_table
+from scale.summary import ProbePair, RotationProbes, RunSummary
 from scale.tracking import hutchinson_ratio, probe_objective
-from scale.train import METHODS, SSLModel, TrainConfig, output_dim
+from scale.train import SSLModel, TrainConfig, output_dim
 from scale.verdict import Estimate, ratio_estimate, verdict
 
 VERDICT_WORDS = {"compressor": "compressor", "expander": "expander", "inconclusive": "neither"}
@@ -153,8 +157,9 @@ def curvature(model: SSLModel, cfg: TrainConfig, data: Dataset, settings: Analys
     with _eval(model), torch.no_grad():
         z, h, _ = model(x)
     z, h = z.detach().double(), h.detach().double()
-    # BYOL's target network is not part of the state analysed: the online head's output stands in for it.
-    loss = probe_objective(cfg.method, model, h, h if cfg.method == "byol" else None, cfg.temperature)
+    # A momentum target network (BYOL) is not part of the state analysed: the online head's output stands in for it.
+    target = h if get_method(cfg.method).ema_target else None
+    loss = probe_objective(cfg.method, model, h, target, cfg.temperature, config=cfg)
     E = EffectiveHessian(z, model.projector, loss, dtype=torch.float64)
     out: dict[str, Any] = {"n": E.n, "d": E.d, "k": E.k, "N": E.n * E.d, "method": cfg.method, **E.info}
     results = {}
@@ -213,7 +218,7 @@ def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: Trai
             geo = measure_geometry(model.backbone, model.projector, cfg, data.test_x, data.test_y, data.mean,
                                    data.std, GeometrySettings.for_family(settings.family, classes=classes,
                                                                          per_class=per_class), controls=controls)
-        out["geometry"] = geo.summary()
+        out["geometry"] = asdict(geo.summary())
         out["verdict"] = collapse_verdict(geo.arrays)
     if settings.probes and min(len(data.train_x), len(data.test_x)) >= 2:
         def embed(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -221,13 +226,24 @@ def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: Trai
                 z, h, _ = model(x)
             return z, h
 
-        out["probes"] = run_probes(embed, _normalizer(data, device), data.train_x, data.train_y, data.test_x,
-                                   data.test_y, data.classes, ProbeSettings(train_images=settings.probe_images,
-                                                                            test_images=settings.probe_images,
-                                                                            seed=settings.seed))
+        out["probes"] = measure_probes(embed, _normalizer(data, device), data, settings)
     out.update(seconds=time.perf_counter() - t0, device=device_name(device), versions=versions(),
                git_commit=git_commit(), dataset=data.name)
     return out
+
+
+def measure_probes(embed, normalize, data: Dataset, settings: AnalysisSettings) -> dict[str, Any]:
+    """The headline class probe and E3's rotation probes on at most ``settings.probe_images`` images per
+    split, JSON-ready: ``headline`` (a ``ClassProbe``), ``rotation[space][kind]`` (test accuracy in percent,
+    space z or h, kind linear or mlp) and the rotation probes' ``rotation_settings``."""
+    n_tr, n_te = (min(len(x), settings.probe_images or len(x)) for x in (data.train_x, data.test_x))
+    head = class_probe(embed, normalize, data.train_x[:n_tr], data.train_y[:n_tr], data.test_x[:n_te],
+                       data.test_y[:n_te], data.classes)
+    rot = run_rotation_probes(embed, normalize, data.train_x, data.test_x,
+                              ProbeSettings(train_images=n_tr, test_images=n_te, seed=settings.seed))
+    return {"headline": asdict(head), "rotation_settings": rot.settings,
+            "rotation": {space: {kind: getattr(getattr(rot, kind), space) for kind in ("linear", "mlp")}
+                         for space in ("z", "h")}}
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,13 +332,17 @@ def render_report(result: dict[str, Any], source: str) -> str:
           f"M {_fmt(s['share_M'], '.1%')} (shares are max(-v^T X v, 0) over their sum; '-' where neither is "
           f"negative). |M|_F / |H|_F = {_fmt(c['M_over_H_frobenius'])} (Hutchinson, 8 probes).", "",
           "![spectra](spectrum.png)", ""]
-    if "geometry" in result:
-        L += [*format_geometry(result["geometry"]), "![orbit spread](orbits.png)", ""]
-    if "probes" in result:
-        L += format_probes(result["probes"])
-    L += ["## Provenance", "", "| | |", "|---|---|", f"| git commit | {result['git_commit']} |"]
-    L += [f"| {k} | {v} |" for k, v in result["versions"].items()]
-    return "\n".join(L) + "\n"
+    # The tables of scale.run_report, from the typed summaries of what was measured here.
+    p = result.get("probes")
+    typed = RunSummary.from_dict({"geometry": result.get("geometry"), "class_probe": p and p["headline"]})
+    if typed.geometry is not None:
+        L += [*geometry_section(typed.geometry), "![orbit spread](orbits.png)", ""]
+    if p is not None:
+        r = p["rotation"]
+        rot = RotationProbes(p["rotation_settings"], *(ProbePair(r["z"][k], r["h"][k]) for k in ("linear", "mlp")))
+        L += probe_section(typed.class_probe, rot)
+    L += ["## Provenance", "", *versions_table(result["versions"], result["git_commit"])]
+    return "\n".join(L)
 
 
 def write_report(result: dict[str, Any], out: str | Path, source: str) -> Path:
@@ -398,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=None, help="dataset: digits, cifar10, cifar100, folder:PATH (default: the "
                    "run's; digits with a checkpoint)")
     p.add_argument("--data-dir", help="where the CIFAR archive lives")
-    p.add_argument("--method", choices=METHODS, help="the loss of H_eff (default: the run's; simclr)")
+    p.add_argument("--method", choices=tuple(METHODS), help="the loss of H_eff (default: the run's; simclr)")
     p.add_argument("--augment", choices=PRESETS, help="views of the curvature probe (default: the run's; e3)")
     p.add_argument("--image-size", type=int, help="image side (default: the run's; 16 for digits, 32 otherwise)")
     p.add_argument("--backbone-width", type=int, help="with a backbone name: its width (default 16 on digits)")
@@ -515,9 +535,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"verdict: {v['verdict']} (collapse ratio {_ratio_text(v['collapse_ratio'])}; untrained head "
               f"{_ratio_text(v['collapse_ratio_untrained'])})")
     if "probes" in result:
-        r = result["probes"]["rotation"]
-        z_acc, h_acc = r["z"]["linear"]["test"], r["h"]["linear"]["test"]
-        print(f"rotation probe, linear: z {100 * z_acc:.2f} %, h {100 * h_acc:.2f} %")
+        a, r = result["probes"]["headline"]["accuracy"], result["probes"]["rotation"]
+        print(f"headline class probe: z {a['z']:.2f} %, h {a['h']:.2f} %; rotation probe, linear: "
+              f"z {r['z']['linear']:.2f} %, h {r['h']['linear']:.2f} %")
     print(f"report: {report}")
     return 0
 

@@ -257,6 +257,15 @@ def hessian_tracker(every: str, run_dir: Path, log) -> HessianTracker:
         raise ArgError(f"--track-hessian-every {every!r}: expected a positive number of steps or 'epoch'") from exc
 
 
+def _load_data(cfg: TrainConfig, args: argparse.Namespace):
+    torch.set_num_threads(cfg.threads or _TORCH_THREADS)
+    try:
+        return load_dataset(cfg.dataset, args.data_dir, download=not args.no_download,
+                            image_size=None if cfg.dataset in ("cifar10", "cifar100") else cfg.image_size)
+    except ValueError as exc:
+        raise ArgError(str(exc)) from None
+
+
 @faults.guarded("scale.run")
 def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = ()) -> int:
     parser = build_parser()
@@ -291,10 +300,12 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
                 faults.on_exit(lock.release)
             given = validate.given_flags(parser, argv)
             cfg, notes = validate.resume_config(run_dir, args, given, str(device), _TORCH_THREADS)
+            data = _load_data(cfg, args)
         else:
             device = select_device(args.device, local_rank)
             cfg = resolve_config(args, device)
             run_dir = _run_dir(args, cfg)
+            data = _load_data(cfg, args)  # before the run directory exists: bad data leaves nothing written
             lock = rundir.RunLock(run_dir) if rank == 0 else None
             if lock is not None:
                 faults.on_exit(lock.release)
@@ -303,12 +314,6 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         notes += [lock.note if lock else None, rundir.clean_temporaries(run_dir) if rank == 0 else None]
         for note in filter(None, notes):
             say(f"scale.run: {note}", err=True)
-        torch.set_num_threads(cfg.threads or _TORCH_THREADS)
-        try:
-            data = load_dataset(cfg.dataset, args.data_dir, download=not args.no_download,
-                                image_size=None if cfg.dataset in ("cifar10", "cifar100") else cfg.image_size)
-        except ValueError as exc:
-            raise ArgError(str(exc)) from None
         tracker = None
         if args.track_hessian_every is not None and rank == 0:
             tracker = hessian_tracker(args.track_hessian_every, run_dir, None if args.quiet else print)

@@ -18,7 +18,7 @@ import torch
 
 from mini.invariance import Stat
 from scale.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
-from scale.summary import CurvatureSummary, GeometrySummary, RunSummary
+from scale.summary import ClassProbe, CurvatureSummary, GeometrySummary, RotationProbes, RunSummary
 
 
 def versions() -> dict[str, str]:
@@ -107,8 +107,8 @@ def _run_section(run_dir: Path, s: RunSummary) -> list[str]:
     return [*lines, "![loss and variance](curves.png)", ""]
 
 
-def _geometry_section(g: GeometrySummary) -> list[str]:
-    """The E4 table of one run (mean +- population std over orbits)."""
+def geometry_section(g: GeometrySummary) -> list[str]:
+    """The E4 table of one model (mean +- population std over orbits); also ``scale.analyze``'s."""
     def cell(st: Stat | None, scale: float = 1.0) -> str:
         return "-" if st is None else f"{st.mean * scale:.4g} +- {st.std * scale:.3g}"
 
@@ -133,11 +133,11 @@ def _geometry_section(g: GeometrySummary) -> list[str]:
             "BatchNorm in eval mode.", ""]
 
 
-def _probe_section(s: RunSummary) -> list[str]:
+def probe_section(class_probe: ClassProbe | None, r: RotationProbes | None) -> list[str]:
+    """The probe table (headline and E3) of one model; also ``scale.analyze``'s."""
     rows = []
-    if s.class_probe is not None:
-        rows.append((f"headline: {s.class_probe.protocol}", s.class_probe.accuracy))
-    r = s.rotation_probes
+    if class_probe is not None:
+        rows.append((f"headline: {class_probe.protocol}", class_probe.accuracy))
     if r is not None:
         rows += [(f"rotation, linear ({r.settings['protocol']})", r.linear),
                  (f"rotation, MLP (hidden {r.settings['hidden_z']} on z, {r.settings['hidden_h']} on h; same protocol)",
@@ -191,9 +191,9 @@ def build_report(run_dir: Path, s: RunSummary) -> str:
     lines = _run_section(run_dir, s)
     if s.geometry is not None or s.rotation_probes is not None:
         lines += ["## End-of-run measurement", ""]
-        lines += _geometry_section(s.geometry) if s.geometry is not None else [
+        lines += geometry_section(s.geometry) if s.geometry is not None else [
             "(no orbit geometry: fewer than 2 classes in the test split)", ""]
-    lines += _probe_section(s)
+    lines += probe_section(s.class_probe, s.rotation_probes)
     if s.curvature is not None:
         lines += _curvature_section(s.curvature)
     lines += ["## Versions", "", *versions_table(s.versions, s.git_commit)]

@@ -96,9 +96,16 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         problem = _type_error(name(f.name), str(f.type), getattr(cfg, f.name))
         if problem:
             raise ConfigError(problem)
+    from scale.data import FOLDER_PREFIX
+
     for key, valid in _choices().items():
-        if getattr(cfg, key) not in valid:
-            raise ConfigError(f"{name(key)} {getattr(cfg, key)!r} is not one of: {', '.join(valid)}")
+        v = getattr(cfg, key)
+        if key == "dataset":  # a name, or a folder of class folders (checked when it is loaded)
+            if v in valid or (v.startswith(FOLDER_PREFIX) and len(v) > len(FOLDER_PREFIX)):
+                continue
+            valid = (*valid, f"{FOLDER_PREFIX}PATH")
+        if v not in valid:
+            raise ConfigError(f"{name(key)} {v!r} is not one of: {', '.join(valid)}")
     for key in ("epochs", "batch_size", "head_width", "head_out", "pred_width", "probe_size", "image_size",
                 "log_every", "backbone_width", "train_subset", "threads"):
         v = getattr(cfg, key)

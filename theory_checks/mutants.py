@@ -470,6 +470,7 @@ def torch_gelu_tanh(mp):
 
 T = CHECKS
 EQ1 = f"{T}/test_eq1_decomposition.py::test_decomposition_every_head_and_objective"
+EQ1_SQUARE = f"{T}/test_eq1_decomposition.py::test_decomposition_square_head"
 RELU_CLOSED = f"{T}/test_relu_gap.py::test_closed_form_interaction_vanishes"
 RELU_TORCH = f"{T}/test_relu_gap.py::test_scale_torch_head_is_minis_head"
 TORCH = f"{T}/test_independent_torch.py::test_mini_routes_match_the_published_formulas"
@@ -489,7 +490,7 @@ FLOW = f"{T}/test_collapse_dynamics.py::test_strict_saddle_grows_at_rate_minus_l
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("closed_form_without_M", "closed-form H_eff = G only (M dropped)", (EQ1,), closed_form_without_M),
     Mutant("M_wrong_sign", "M added with the wrong sign", (EQ1,), M_wrong_sign),
-    Mutant("G_as_J_A_JT", "G_i = J A J^T instead of J^T A J", (EQ1,), G_as_J_A_JT),
+    Mutant("G_as_J_A_JT", "G_i = J A J^T instead of J^T A J", (EQ1_SQUARE,), G_as_J_A_JT),
     Mutant("interaction_drops_s1", "recursion g_{l-1} = W_l^T g_l without s'(a_l)", (EQ1,), interaction_drops_s1),
     Mutant("gelu_s2_sign", "GELU s'' with the wrong sign", (EQ1,), gelu_s2_sign),
     Mutant("gelu_tanh_approx_s1", "GELU s' from the tanh approximation, s exact", (EQ1,), gelu_tanh_approx_s1),

@@ -70,17 +70,20 @@ def _forget_checks() -> None:
             del sys.modules[key]
 
 
-def _patch_activation(mp: pytest.MonkeyPatch, activation: str | None, mutate) -> None:
-    """Replace ``(s', s'')`` of one activation in the closed form by ``mutate(a, s1, s2)``."""
-    import mini.hessian as H
+def _patch_activation(mp: pytest.MonkeyPatch, activation: str, mutate) -> None:
+    """Replace ``(s', s'')`` of one entry of the activation table (``mini.activations.TABLE``, which
+    the closed form and the heads read at call time) by ``mutate(a, s1, s2)``; ``s`` is kept."""
+    import dataclasses
 
-    original = H.derivatives
+    from mini import activations
 
-    def derivatives(act, a):
-        s1, s2 = original(act, a)
-        return mutate(a, s1, s2) if act == activation else (s1, s2)
+    entry = activations.TABLE[activation]
 
-    _replace(mp, H, "derivatives", derivatives)
+    def derivatives(xp, a):
+        s1, s2 = entry.derivatives(xp, a)
+        return mutate(np.asarray(a), np.asarray(s1), np.asarray(s2))
+
+    mp.setitem(activations.TABLE, activation, dataclasses.replace(entry, derivatives=derivatives))
 
 
 def _wrap(mp: pytest.MonkeyPatch, module, name: str, wrapper) -> None:
@@ -430,58 +433,104 @@ def flow_ascends(mp):
     _wrap(mp, D, "z_flow", wrapper)
 
 
+def orthonormal_basis_raw(mp):
+    """The subspace's columns used as they come (no orthonormalisation)."""
+    import mini.whitening as W
+
+    def orthonormal_basis(subspace):
+        return np.asarray(subspace, dtype=float)
+
+    _replace(mp, W, "orthonormal_basis", orthonormal_basis)
+
+
+def spectrum_scale_from_max(mp):
+    """The spectral scale as the largest eigenvalue instead of the largest ``|eigenvalue|``."""
+    import mini.hessian as H
+
+    def wrapper(f):
+        def spectrum(A, rel_floor=H.NEG_FLOOR):
+            s = f(A, rel_floor)
+            scale = max(float(s.eigenvalues[-1]), 0.0)
+            return H.Spectrum(s.eigenvalues, scale, rel_floor * scale, rel_floor)
+
+        return spectrum
+
+    _wrap(mp, H, "spectrum", wrapper)
+
+
+def torch_gelu_tanh(mp):
+    """scale's torch GELU module in its tanh approximation while mini's ``s`` is the exact erf form."""
+    import dataclasses
+
+    from mini import activations
+
+    entry = activations.TABLE["gelu"]
+    mp.setitem(activations.TABLE, "gelu", dataclasses.replace(entry, torch_kwargs=(("approximate", "tanh"),)))
+
+
 T = CHECKS
 EQ1 = f"{T}/test_eq1_decomposition.py::test_decomposition_every_head_and_objective"
+EQ1_SQUARE = f"{T}/test_eq1_decomposition.py::test_decomposition_square_head"
+RELU_CLOSED = f"{T}/test_relu_gap.py::test_closed_form_interaction_vanishes"
+RELU_TORCH = f"{T}/test_relu_gap.py::test_scale_torch_head_is_minis_head"
+TORCH = f"{T}/test_independent_torch.py::test_mini_routes_match_the_published_formulas"
+FLOOR = f"{T}/test_negative_floor.py::test_floor_counts_minus_1e6_and_not_minus_1e12"
+FLOOR_SIGN = f"{T}/test_negative_floor.py::test_scale_is_the_largest_magnitude_of_either_sign"
+LEMMA = f"{T}/test_thm4_1_collapse.py::test_part2_lemma_on_null_space_of_G"
+LEMMA_UNITS = f"{T}/test_thm4_1_collapse.py::test_part2_lemma_is_unit_free"
+CRITICAL = f"{T}/test_thm4_1_collapse.py::test_critical_states_are_jointly_critical_with_nonzero_rho"
+WHITEN = f"{T}/test_thm3_1_whitening.py::test_whitening_head_makes_H_eff_the_identity_on_S"
+WHITEN_REAL = f"{T}/test_thm3_1_whitening.py::test_whitening_real_objectives"
+GN = f"{T}/test_prop3_4_capacity.py::test_gauss_newton_bound_is_attained"
+COROLLARY = f"{T}/test_prop3_4_capacity.py::test_corollary_threshold_is_sharp_and_negative_control_past_it"
+FISHER_VALUES = f"{T}/test_thm5_3_fisher_rank.py::test_fisher_information_is_the_expected_outer_product_of_the_score"
+FISHER_RANK = f"{T}/test_thm5_3_fisher_rank.py::test_fisher_rank_drops_by_one_on_toy_manifolds"
+PULLBACK = f"{T}/test_prop5_2_metric_singularity.py::test_invariant_head_metric_vanishes_on_toy_orbits"
+FLOW = f"{T}/test_collapse_dynamics.py::test_strict_saddle_grows_at_rate_minus_lambda_min"
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("closed_form_without_M", "closed-form H_eff = G only (M dropped)", (EQ1,), closed_form_without_M),
     Mutant("M_wrong_sign", "M added with the wrong sign", (EQ1,), M_wrong_sign),
-    Mutant("G_as_J_A_JT", "G_i = J A J^T instead of J^T A J", (EQ1,), G_as_J_A_JT),
+    Mutant("G_as_J_A_JT", "G_i = J A J^T instead of J^T A J", (EQ1_SQUARE,), G_as_J_A_JT),
     Mutant("interaction_drops_s1", "recursion g_{l-1} = W_l^T g_l without s'(a_l)", (EQ1,), interaction_drops_s1),
     Mutant("gelu_s2_sign", "GELU s'' with the wrong sign", (EQ1,), gelu_s2_sign),
     Mutant("gelu_tanh_approx_s1", "GELU s' from the tanh approximation, s exact", (EQ1,), gelu_tanh_approx_s1),
     Mutant("swish_s2_factor", "Swish s'' with 1 + a(1-2 sig) instead of 2 + ...", (EQ1,), swish_s2_factor),
     Mutant("tanh_s2_factor", "tanh s'' = -t(1-t^2) (factor 2 lost)", (EQ1,), tanh_s2_factor),
     Mutant("softplus_s1_shift", "softplus s' = sigma(-a)", (EQ1,), softplus_s1_shift),
-    Mutant("relu_s2_nonzero", "ReLU s'' a smoothed delta instead of 0",
-           (f"{T}/test_relu_gap.py",), relu_s2_nonzero),
+    Mutant("relu_s2_nonzero", "ReLU s'' a smoothed delta instead of 0", (RELU_CLOSED,), relu_s2_nonzero),
+    Mutant("torch_gelu_tanh", "scale's torch GELU module in the tanh approximation, mini's s exact",
+           (RELU_TORCH,), torch_gelu_tanh),
     Mutant("loss_hessian_blocks_x2", "per-sample loss Hessian blocks off by a factor 2", (EQ1,),
            loss_hessian_blocks_times_two),
     Mutant("coupled_loss_hessian_x2", "coupled loss Hessian off by a factor 2", (EQ1,),
            coupled_loss_hessian_times_two),
-    Mutant("nt_xent_no_positive", "NT-Xent denominator without the positive pair",
-           (f"{T}/test_independent_torch.py",), nt_xent_no_positive),
-    Mutant("vicreg_variance_wrong_axis", "VICReg variance hinge over features, not over the batch",
-           (f"{T}/test_independent_torch.py",), vicreg_variance_wrong_axis),
-    Mutant("barlow_lambda_on_diagonal", "Barlow Twins' lambda applied to the invariance term too",
-           (f"{T}/test_independent_torch.py",), barlow_lambda_on_diagonal),
-    Mutant("floor_1e-3", "negative-curvature floor 1e-3 instead of 1e-9", (f"{T}/test_thm4_1_collapse.py",),
-           floor_1e3),
-    Mutant("floor_absolute", "negative-curvature floor absolute instead of relative",
-           (f"{T}/test_thm4_1_collapse.py",), floor_absolute),
-    Mutant("restricted_min_returns_max", "restricted minimum returns the maximum",
-           (f"{T}/test_thm4_1_collapse.py",), restricted_min_returns_max),
-    Mutant("null_space_absolute", "null(G) with an absolute tolerance", (f"{T}/test_thm4_1_collapse.py",),
-           null_space_absolute),
-    Mutant("collapsed_not_collapsed", "a collapsed batch whose rows differ by 1e-3",
-           (f"{T}/test_thm4_1_collapse.py",), collapsed_not_collapsed),
-    Mutant("whitening_inverse", "whitening head built with A^{-1} instead of A^{-1/2}",
-           (f"{T}/test_thm3_1_whitening.py",), whitening_inverse),
-    Mutant("restricted_transposed", "U H U^T instead of U^T H U", (f"{T}/test_thm3_1_whitening.py",),
-           restricted_transposed),
-    Mutant("gn_bound_without_square", "Prop. 3.4 bound without the M eps^2 term",
-           (f"{T}/test_prop3_4_capacity.py",), gn_bound_without_square),
+    Mutant("nt_xent_no_positive", "NT-Xent denominator without the positive pair", (TORCH,), nt_xent_no_positive),
+    Mutant("vicreg_variance_wrong_axis", "VICReg variance hinge over features, not over the batch", (TORCH,),
+           vicreg_variance_wrong_axis),
+    Mutant("barlow_lambda_on_diagonal", "Barlow Twins' lambda applied to the invariance term too", (TORCH,),
+           barlow_lambda_on_diagonal),
+    Mutant("floor_1e-3", "negative-curvature floor 1e-3 instead of 1e-9", (FLOOR,), floor_1e3),
+    Mutant("floor_absolute", "negative-curvature floor absolute instead of relative", (FLOOR,), floor_absolute),
+    Mutant("spectrum_scale_from_max", "spectral scale max(lambda) instead of max |lambda|", (FLOOR, FLOOR_SIGN),
+           spectrum_scale_from_max),
+    Mutant("restricted_min_returns_max", "restricted minimum returns the maximum", (LEMMA,),
+           restricted_min_returns_max),
+    Mutant("null_space_absolute", "null(G) with an absolute tolerance", (LEMMA_UNITS,), null_space_absolute),
+    Mutant("collapsed_not_collapsed", "a collapsed batch whose rows differ by 1e-3", (CRITICAL,),
+           collapsed_not_collapsed),
+    Mutant("whitening_inverse", "whitening head built with A^{-1} instead of A^{-1/2}", (WHITEN,), whitening_inverse),
+    Mutant("restricted_transposed", "U H U^T instead of U^T H U", (WHITEN, WHITEN_REAL), restricted_transposed),
+    Mutant("orthonormal_basis_raw", "the subspace's columns used without orthonormalising", (WHITEN,),
+           orthonormal_basis_raw),
+    Mutant("gn_bound_without_square", "Prop. 3.4 bound without the M eps^2 term", (GN,), gn_bound_without_square),
     Mutant("threshold_first_order", "Cor. 3.5 threshold lambda_min / (2 L M) instead of the exact root",
-           (f"{T}/test_prop3_4_capacity.py",), threshold_first_order),
-    Mutant("spectral_norm_frobenius", "Frobenius norm where the spectral norm is meant",
-           (f"{T}/test_prop3_4_capacity.py",), spectral_norm_frobenius),
-    Mutant("fisher_JJt", "Fisher information J J^T instead of J^T J", (f"{T}/test_thm5_3_fisher_rank.py",),
-           fisher_JJt),
-    Mutant("fisher_rank_absolute", "Fisher rank with an absolute tolerance",
-           (f"{T}/test_thm5_3_fisher_rank.py",), fisher_rank_absolute),
-    Mutant("pullback_JJt", "pullback metric J J^T instead of J^T J",
-           (f"{T}/test_prop5_2_metric_singularity.py",), pullback_JJt),
-    Mutant("flow_ascends", "gradient flow integrated with the wrong sign",
-           (f"{T}/test_collapse_dynamics.py",), flow_ascends),
+           (COROLLARY,), threshold_first_order),
+    Mutant("spectral_norm_frobenius", "Frobenius norm where the spectral norm is meant", (GN,),
+           spectral_norm_frobenius),
+    Mutant("fisher_JJt", "Fisher information J J^T instead of J^T J", (FISHER_VALUES,), fisher_JJt),
+    Mutant("fisher_rank_absolute", "Fisher rank with an absolute tolerance", (FISHER_RANK,), fisher_rank_absolute),
+    Mutant("pullback_JJt", "pullback metric J J^T instead of J^T J", (PULLBACK,), pullback_JJt),
+    Mutant("flow_ascends", "gradient flow integrated with the wrong sign", (FLOW,), flow_ascends),
 )
 
 

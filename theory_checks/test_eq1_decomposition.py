@@ -35,8 +35,8 @@ def rel_err(A: np.ndarray, B: np.ndarray, scale: float) -> float:
     return float(np.abs(A - B).max()) / scale
 
 
-def check_equation_1(spec: str, objective: str, seed: int) -> None:
-    inst = make_instance(spec, objective, seed)
+def check_equation_1(spec: str, objective: str, seed: int, **shape: int) -> None:
+    inst = make_instance(spec, objective, seed, **shape)
     ref = decompose_autograd(inst.head, inst.objective, inst.Z)
     closed = decompose_closed_form(inst.head, inst.objective, inst.Z)
     scale = spectrum(ref.H).scale
@@ -52,6 +52,14 @@ def check_equation_1(spec: str, objective: str, seed: int) -> None:
 def test_decomposition_every_head_and_objective(spec: str, objective: str) -> None:
     """Every activation, depths 1-3, every objective: one seeded instance each."""
     check_equation_1(spec, objective, seed=zlib.crc32(f"{spec}/{objective}".encode()))
+
+
+@pytest.mark.parametrize("objective", ("mse", "simsiam"))
+@pytest.mark.parametrize("spec", ("linear", "gelu2"))
+def test_decomposition_square_head(spec: str, objective: str) -> None:
+    """The same identity with ``k = d``, where a transposed product (``J A J^T`` for ``J^T A J``)
+    has the right shape and only the values can tell."""
+    check_equation_1(spec, objective, seed=3, d=4, k=4)
 
 
 @given(spec=st.sampled_from(ALL_SPECS), objective=st.sampled_from(OBJECTIVE_NAMES), seed=seeds)

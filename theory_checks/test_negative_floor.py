@@ -44,6 +44,16 @@ def test_floor_counts_minus_1e6_and_not_minus_1e12(scale: float, seed: int) -> N
     assert s.n_zero == 1 and s.definiteness == "indefinite"
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("scale", RESCALES)
+def test_scale_is_the_largest_magnitude_of_either_sign(scale: float, seed: int) -> None:
+    """The same matrix negated: ``scale`` is ``max |lambda|`` (now a negative eigenvalue), so the
+    ``+1e-6 x scale`` eigenvalue counts as positive and the ``+1e-12 x scale`` one as zero."""
+    s = spectrum(-_matrix(scale, seed))
+    assert abs(s.scale - scale) <= 1e-12 * scale
+    assert s.n_positive == 1 and s.n_zero == 1 and s.n_negative == 6, f"scale {scale:g}: {s.eigenvalues[-3:]}"
+
+
 def test_negative_control_coarse_floor_misses_real_curvature() -> None:
     assert spectrum(_matrix(1.0, 0), rel_floor=1e-3).n_negative == 0
 

@@ -129,6 +129,20 @@ def test_scale_torch_path_interaction_vanishes(spec: str, method: str) -> None:
     assert checked > 0, "every draw hit a kink: the check is empty"
 
 
+@pytest.mark.parametrize("spec", (*PIECEWISE_LINEAR, "gelu2", "swish3", "tanh2", "softplus2"))
+def test_scale_torch_head_is_minis_head(spec: str) -> None:
+    """Route (4) measures the same function: a torch ``MLPHead`` holding a mini head's weights
+    computes that head's ``h(Z)`` to float64 round-off (one activation table for both)."""
+    torch = pytest.importorskip("torch")
+    from scale.heads import head_from_mini
+
+    inst = make_instance(spec, "mse", seed=5)
+    h_mini = np.asarray(inst.head(inst.Z))
+    with torch.no_grad():
+        h_torch = head_from_mini(inst.head)(torch.as_tensor(np.asarray(inst.Z))).numpy()
+    assert np.abs(h_torch - h_mini).max() <= GAP_REL_TOL * max(np.abs(h_mini).max(), 1.0), spec
+
+
 @pytest.mark.parametrize("method", ("closed_form", "autodiff"))
 @pytest.mark.parametrize("spec", ("gelu2", "swish3", "tanh2", "softplus2"))
 def test_negative_control_scale_torch_path_sees_smooth_curvature(spec: str, method: str) -> None:

@@ -168,6 +168,9 @@ def check_lemma(spec: str, seed: int, out_scale: float = 1.0) -> tuple[bool, boo
     gap = np.abs(B.T @ H @ B - B.T @ dec.M @ B).max()
     assert gap <= LEMMA_REL_TOL * sH.scale, f"v^T H v != v^T M v on null(G) at {spec} seed={seed}: {gap:.2e}"
     m_min = restricted_min(dec.M, B)
+    # The minimum of v^T M v over unit v in null(G): no basis vector of null(G) lies below it.
+    column_forms = np.einsum("ai,ab,bi->i", B, dec.M, B)
+    assert m_min <= column_forms.min() + LEMMA_REL_TOL * sH.scale, f"restricted_min is no minimum at {spec} seed={seed}"
     through_M = m_min < -NEG_FLOOR * sH.scale
     if through_M:  # negative curvature claimed through the lemma: it must be there
         assert sH.lambda_min <= m_min + LEMMA_REL_TOL * sH.scale

@@ -302,14 +302,16 @@ class WorkerAugment:
 
 
 def build_views(preset: str, image_size: int, mean: Sequence[float], std: Sequence[float], device: torch.device,
-                path: str = "auto", workers: int = 1):
+                path: str = "auto", workers: int = 1, distributed: bool = False):
     """The augmentation of a training run: ``GPUAugment`` (batched) or ``WorkerAugment`` (per image).
 
     ``"auto"``: batched on CUDA (one call augments the batch on the device), per image in ``workers``
     processes on a CPU, where batched kornia competes with the step for the same cores and measured
-    slower (BENCHMARKS.md, ``bench.bench_pipeline``)."""
+    slower (BENCHMARKS.md, ``bench.bench_pipeline``); batched again under torch.distributed, because the
+    worker processes are forked from a process whose process-group threads are already running, and a
+    child forked mid-collective can hang the parent's exit (a frozen peer then never lets a rank stop)."""
     if path not in AUGMENT_PATHS:
         raise ValueError(f"augment path must be one of {', '.join(AUGMENT_PATHS)}, got {path!r}")
-    if path == "batched" or (path == "auto" and device.type != "cpu"):
+    if path == "batched" or (path == "auto" and (device.type != "cpu" or distributed)):
         return GPUAugment(preset, image_size, mean, std).to(device)
     return WorkerAugment(preset, image_size, mean, std, workers)

@@ -409,7 +409,7 @@ class Trainer:
             self.forward_model = torch.compile(self.forward_model)
         self.optimizer = build_optimizer(cfg, [p for p in self.model.parameters() if p.requires_grad], device)
         self.augment = build_views(cfg.augment, data.image_size, data.mean, data.std, device, cfg.augment_path,
-                                   cfg.augment_workers)
+                                   cfg.augment_workers, distributed=self.distributed)
 
         g = torch.Generator().manual_seed(_seed_for(cfg.seed, 7))
         probe_idx = torch.randperm(len(self.train_x), generator=g)[: min(cfg.probe_size, len(self.train_x))]

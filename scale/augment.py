@@ -12,8 +12,8 @@ kornia is pure Python on top of torch. kornia's colour jitter follows torchvisio
 Presets:
     e1       random-resized-crop (scale 0.2-1), horizontal flip                 (docs/paper.md, E1: SimSiam)
     e3       crop (scale 0.08-1, torchvision's default), flip, rotation of every image by an angle
-             uniform in [-45, 45] degrees, colour jitter (0.4, 0.4, 0.4, 0.1) with p = 0.8, no
-             grayscale                                                          (the paper's official E3 code)
+             uniform in [-45, 45] degrees (nearest-neighbour), colour jitter (0.4, 0.4, 0.4, 0.1)
+             with p = 0.8, no grayscale                                         (the paper's official E3 code)
     e3_crop02  e3 with crop scale 0.2-1 (this project's former e3)
     simclr   the standard SimCLR/BYOL CIFAR recipe: crop (0.08-1), flip, colour jitter (0.4, 0.4, 0.2,
              0.1) p = 0.8, grayscale p = 0.2                                     (solo-learn's CIFAR)
@@ -72,8 +72,8 @@ def build_augment(preset: str, image_size: int) -> nn.Module:
     if P["flip"]:
         ops.append(K.RandomHorizontalFlip(p=P["flip"]))
     if P["rotation"]:
-        # p=1: torchvision's RandomRotation always rotates; kornia's default p is 0.5 (half the images)
-        ops.append(K.RandomRotation(degrees=P["rotation"], p=1.0))
+        # p=1 and nearest-neighbour: torchvision's RandomRotation defaults (kornia's are p=0.5 and bilinear)
+        ops.append(K.RandomRotation(degrees=P["rotation"], p=1.0, resample="nearest"))
     if P["jitter"] is not None:
         ops.append(K.ColorJitter(*P["jitter"], p=P["jitter_p"]))
     if P["gray"]:
@@ -151,7 +151,7 @@ class PILAugment:
         if params["flip"]:
             img = img.transpose(Image.FLIP_LEFT_RIGHT)
         if params["angle"]:
-            img = img.rotate(params["angle"], resample=Image.BILINEAR, fillcolor=(0, 0, 0))
+            img = img.rotate(params["angle"], resample=Image.NEAREST, fillcolor=(0, 0, 0))  # torchvision's default
         if "jitter" in params:
             b, c, s, h, order = params["jitter"]
             for op in order:

@@ -128,7 +128,7 @@ def test_outputs_agree_on_one_image(monkeypatch):
     import kornia.augmentation as K  # negative control: rotating half of the images only
 
     half = K.RandomRotation
-    monkeypatch.setattr(K, "RandomRotation", lambda degrees, p=1.0: half(degrees=degrees, p=0.5))
+    monkeypatch.setattr(K, "RandomRotation", lambda degrees, p=1.0, **kw: half(degrees=degrees, p=0.5, **kw))
     assert gap_in_tolerances().max() > 1.0
 
 

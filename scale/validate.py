@@ -147,7 +147,9 @@ def check_config(cfg: Any, source: str = "flags") -> None:
             raise ConfigError(f"{name(key)} {spec!r} has {n} Linear layers; at most {MAX_HEAD_LAYERS} are supported")
     d = backbone_dim(cfg)
     total = head_parameters(cfg.head, d, cfg.head_out, cfg.head_width, cfg.head_bias)
-    if cfg.method in ("simsiam", "byol"):
+    from scale import methods
+
+    if methods.get(cfg.method).predictor:  # the registry says which methods carry a predictor head
         from scale.train import default_predictor
 
         spec = cfg.predictor or default_predictor(cfg.head)

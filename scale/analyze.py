@@ -39,7 +39,6 @@ folder, ...): one line on stderr and nothing written.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import importlib
 import io
@@ -61,7 +60,7 @@ from scale.backbones import BACKBONES, build_backbone
 from scale.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text, load_checkpoint
 from scale.curvature import EffectiveHessian
 from scale.data import DataError, Dataset, load_dataset
-from scale.geometry import CONTROL_SEED, GeometrySettings, measure_geometry, parse_orbits
+from scale.geometry import CONTROL_SEED, GeometrySettings, eval_mode, measure_geometry, parse_orbits
 from scale.heads import build_head
 from scale.lanczos import lanczos
 from scale.methods import METHODS
@@ -135,16 +134,6 @@ def _normalizer(data: Dataset, device: torch.device):
     return lambda x: (x.float() / 255.0 - mean) / std
 
 
-@contextlib.contextmanager
-def _eval(model: nn.Module):
-    was = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was)
-
-
 def curvature(model: SSLModel, cfg: TrainConfig, data: Dataset, settings: AnalysisSettings) -> dict[str, Any]:
     """Lanczos on H_eff, G and M at a probe batch of augmented view pairs, and the G/M split of lambda_min."""
     device = next(model.parameters()).device
@@ -154,7 +143,7 @@ def curvature(model: SSLModel, cfg: TrainConfig, data: Dataset, settings: Analys
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
         x = augment.views(data.train_x[idx].to(device))  # (2b, 3, S, S), rows [view1; view2]
-    with _eval(model), torch.no_grad():
+    with eval_mode(model), torch.no_grad():
         z, h, _ = model(x)
     z, h = z.detach().double(), h.detach().double()
     # A momentum target network (BYOL) is not part of the state analysed: the online head's output stands in for it.
@@ -214,7 +203,7 @@ def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: Trai
     classes, per_class = min(classes, len(counts)), min([per_class, *counts[:classes]]) if counts else 0
     if classes >= 2 and per_class >= 1:
         controls = None if spec_controls else (untrained_copy(head), untrained_copy(head, bias=False))
-        with _eval(model):
+        with eval_mode(model):
             geo = measure_geometry(model.backbone, model.projector, cfg, data.test_x, data.test_y, data.mean,
                                    data.std, GeometrySettings.for_family(settings.family, classes=classes,
                                                                          per_class=per_class), controls=controls)
@@ -222,7 +211,7 @@ def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: Trai
         out["verdict"] = collapse_verdict(geo.arrays)
     if settings.probes and min(len(data.train_x), len(data.test_x)) >= 2:
         def embed(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            with _eval(model), torch.no_grad():
+            with eval_mode(model), torch.no_grad():
                 z, h, _ = model(x)
             return z, h
 

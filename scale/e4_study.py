@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from mini.invariance import compression, l2_normalize, normalized_features, orbit_geometry
-from scale.geometry import CONTROL_SEED, GeometrySettings, _backbone_features, _eval, control_head, orbit_images
+from scale.geometry import CONTROL_SEED, GeometrySettings, _backbone_features, control_head, eval_mode, orbit_images
 from scale.heads import build_head
 from scale.orbits import orbit_batch_at
 from scale.probes import ProbeSettings, rotated, train_probe
@@ -145,7 +145,7 @@ def model_features(backbone: nn.Module, data, settings: GeometrySettings, probe:
     std = torch.as_tensor(data.std, dtype=torch.float32).view(1, -1, 1, 1)
     images, labels, _ = orbit_images(data.test_x, data.test_y, settings.classes, settings.per_class)
     n, P, Q = len(images), len(settings.values), len(settings.sweep_values)
-    with _eval(backbone):
+    with eval_mode(backbone):
         Z = _backbone_features(backbone, orbit_batch_at(images, settings.family, settings.values), mean, std,
                                settings.batch).reshape(n, P, -1)
         S = _backbone_features(backbone, orbit_batch_at(images, settings.family, settings.sweep_values), mean, std,

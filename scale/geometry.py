@@ -106,7 +106,9 @@ def orbit_images(x_uint8: torch.Tensor, y: torch.Tensor, classes: int, per_class
 
 
 @contextlib.contextmanager
-def _eval(*modules: nn.Module):
+def eval_mode(*modules: nn.Module):
+    """The modules in eval mode (BatchNorm on running statistics) inside the block, each training flag
+    restored after it, whatever happens inside."""
     was = [m.training for m in modules]
     for m in modules:
         m.eval()
@@ -184,7 +186,7 @@ def measure_geometry(backbone: nn.Module, head: nn.Module, cfg: Any, x_uint8: to
     control, control_nb = controls or (control_head(cfg, backbone.out_dim), control_head(cfg, backbone.out_dim,
                                                                                           bias=False))
     control, control_nb = control.to(device), control_nb.to(device)
-    with _eval(backbone, head, control, control_nb):
+    with eval_mode(backbone, head, control, control_nb):
         orbit_x = orbit_batch_at(images, settings.family, settings.values)  # (n * P, 3, S, S), image-major
         sweep_x = orbit_batch_at(images, settings.family, settings.sweep_values)  # (n * Q, 3, S, S)
         Z = _backbone_features(backbone, orbit_x, mean_t, std_t, settings.batch).reshape(n, P, -1)  # (n, P, d)

@@ -51,6 +51,7 @@ from scale import methods
 from scale.blocks import block_norm, effective_hessian_blocks, factored_operator
 from scale.checkpoint import atomic_write_bytes
 from scale.curvature import EffectiveHessian
+from scale.geometry import eval_mode
 from scale.heads import MLPHead
 from scale.lanczos import LanczosResult, lanczos
 from scale.train import Hook
@@ -261,10 +262,8 @@ class HessianTracker(Hook):
         z, h = state.embed(x)
         target_h = None
         if methods.get(cfg.method).ema_target and state.target is not None:
-            was = state.target.training
-            state.target.eval()
-            target_h = state.target(x)[1]
-            state.target.train(was)
+            with eval_mode(state.target):
+                target_h = state.target(x)[1]
         th = None if target_h is None else target_h.to(self.dtype)
         loss = probe_objective(cfg.method, model, h.to(self.dtype), th, cfg.temperature, config=cfg)
         if self.warm is None and getattr(self, "_warm_vectors", None) is not None:

@@ -50,6 +50,7 @@ from scale.augment import build_views
 from scale.backbones import build_backbone
 from scale.checkpoint import load_checkpoint, save_checkpoint
 from scale.data import Dataset
+from scale.geometry import eval_mode
 from scale.heads import build_head, collapse_init_
 from scale.hooks import Checkpointer, EpochLog, Hook, MetricsFile, ProgressBar
 from scale.signals import any_rank, stop_on_signals
@@ -178,13 +179,9 @@ def output_dim(module: nn.Module, shape: tuple[int, ...]) -> int:
     if isinstance(dim, int):
         return dim
     param = next(module.parameters(), None)
-    was = module.training
-    module.eval()
-    try:
+    with eval_mode(module):
         out = module(torch.zeros(shape, device=param.device if param is not None else None,
                                  dtype=param.dtype if param is not None else None))
-    finally:
-        module.train(was)
     if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != shape[0]:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ValueError(f"{type(module).__name__} must map a batch of shape {shape} to (batch, dim); got {got}")
@@ -284,12 +281,8 @@ class TrainState:
     @torch.no_grad()
     def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(z, h)`` of normalised images in eval mode (BatchNorm uses running statistics)."""
-        was = self.model.training
-        self.model.eval()
-        try:
+        with eval_mode(self.model):
             z, h, _ = self.model(x)
-        finally:
-            self.model.train(was)
         return z, h
 
     def objective(self, h: torch.Tensor | None = None) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -13,7 +13,8 @@ checkpoint is a ``scale.run`` checkpoint, or a state_dict with ``backbone.*`` an
 
 What is measured (each by the project's one implementation of it):
 
-    curvature   H_eff of z -> L(h(z)) at a probe batch (``--hessian-images`` images, two augmented views
+    curvature   (skipped with ``--no-curvature``, e.g. a head without a loss of the registry)
+                H_eff of z -> L(h(z)) at a probe batch (``--hessian-images`` images, two augmented views
                 each, the method's loss with its stop-gradients bound there, BatchNorm in eval mode):
                 Lanczos (``scale.lanczos``) on the matrix-free H, G and M of ``scale.curvature``; along the
                 lowest Ritz vector v of H, ``v^T H v = v^T G v + v^T M v`` splits lambda_min, and the share
@@ -21,10 +22,15 @@ What is measured (each by the project's one implementation of it):
                 |M|_F / |H|_F by ``scale.tracking.hutchinson_ratio``
     orbits      E4 on the test split (``scale.geometry.measure_geometry``): z versus h, the untrained head
                 of the same architecture and its bias-free twin as controls; ``--family`` hue, saturation
-                or blur takes E6's augmentation families instead of rotations
+                or blur takes E6's augmentation families instead of rotations, ``--steps P`` E6's
+                trajectories (P values across the family's range, kappa along them), ``--head-input raw``
+                the head on the raw z it was trained on (E6) instead of the normalised z (E4).
+                ``analyze_orbits`` does the same on images of your own (no labels needed).
     verdict     collapse ratio R = exp(mean over orbits of log(spread_z / spread_h)) with its Student-t
                 interval (``scale.verdict.ratio_estimate``): "compressor" where the interval lies above 1,
-                "expander" where it lies below 1, "neither" where it contains 1
+                "expander" where it lies below 1, "neither" where it contains 1; beside it the curvature
+                ratio kappa(h) / kappa(z) (the same estimator) and the alignment gain, the mean over orbits
+                of cos(h, h of the unaugmented image) minus that of z, with its t interval
     probes      on z versus h, at most ``--probe-images`` images per split: the headline class-label probe
                 (``scale.probes.class_probe``) and E3's 4-way rotation probes, linear and MLP, with the
                 paper's protocol (``scale.probes.run_rotation_probes``); accuracies in percent
@@ -53,14 +59,23 @@ import numpy as np
 import torch
 from torch import nn
 
-from mini.invariance import orbit_spread
 from scale.api import RunError, load_run, load_state_dict_checked
 from scale.augment import PRESETS, GPUAugment
 from scale.backbones import BACKBONES, build_backbone
 from scale.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text, load_checkpoint
 from scale.curvature import EffectiveHessian
 from scale.data import DataError, Dataset, load_dataset
-from scale.geometry import CONTROL_SEED, GeometrySettings, eval_mode, measure_geometry, parse_orbits
+from scale.geometry import (
+    CONTROL_SEED,
+    HEAD_INPUTS,
+    GeometryResult,
+    GeometrySettings,
+    eval_mode,
+    fit_orbits,
+    measure_geometry,
+    measure_orbits,
+    parse_orbits,
+)
 from scale.heads import build_head
 from scale.lanczos import lanczos
 from scale.methods import METHODS
@@ -71,9 +86,7 @@ from scale.run_report import device_name, geometry_section, git_commit, probe_se
 from scale.summary import ProbePair, RotationProbes, RunSummary
 from scale.tracking import hutchinson_ratio, probe_objective
 from scale.train import SSLModel, TrainConfig, output_dim
-from scale.verdict import Estimate, ratio_estimate, verdict
-
-VERDICT_WORDS = {"compressor": "compressor", "expander": "expander", "inconclusive": "neither"}
+from scale.verdict import Estimate, mean_estimate, ratio_estimate, verdict
 
 
 class AnalyzeError(ValueError):
@@ -86,8 +99,12 @@ class AnalysisSettings:
     lanczos_iter: int = 80
     orbits: str = "5x3"
     family: str = "rotation"  # E4's rotation orbits, or an E6 family: hue, saturation, blur
+    steps: int | None = None  # E6's trajectories: this many values across the family's range, kappa along them
+    head_input: str = "normalized"  # the head on the normalised z (E4) or on the raw z it was trained on (E6)
+    batch: int = 512  # rows per backbone forward pass of the orbits
     probe_images: int | None = 2000  # probes: at most this many base images per split (x 4 rotations)
     probes: bool = True
+    curvature: bool = True  # H_eff needs the method's loss: off for a head without one of the registry
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -97,11 +114,25 @@ class AnalysisSettings:
             raise AnalyzeError(f"--lanczos-iter must be >= 2, got {self.lanczos_iter}")
         if self.probe_images is not None and self.probe_images < 2:
             raise AnalyzeError(f"--probe-images must be >= 2, got {self.probe_images}")
+        if self.steps is not None and self.steps < 3:
+            raise AnalyzeError(f"--steps must be >= 3 (kappa is a second difference), got {self.steps}")
+        if self.head_input not in HEAD_INPUTS:
+            raise AnalyzeError(f"--head-input {self.head_input!r}; valid choices: {', '.join(HEAD_INPUTS)}")
+        if self.batch < 1:
+            raise AnalyzeError(f"the forward batch must be >= 1 rows, got {self.batch}")
         try:
             parse_orbits(self.orbits)
             check_family(self.family)
         except ValueError as exc:
             raise AnalyzeError(str(exc)) from None
+
+    def geometry(self, classes: int, per_class: int) -> GeometrySettings:
+        """The orbit settings: E4's orbits of ``family`` (``GeometrySettings.for_family``), or with ``steps``
+        E6's trajectories (``GeometrySettings.trajectories``)."""
+        kw = dict(classes=classes, per_class=per_class, head_input=self.head_input, batch=self.batch)
+        if self.steps is not None:
+            return GeometrySettings.trajectories(self.family, self.steps, **kw)
+        return GeometrySettings.for_family(self.family, **kw)
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,12 +157,6 @@ def untrained_copy(head: nn.Module, seed: int = CONTROL_SEED, bias: bool = True)
 # --------------------------------------------------------------------------------------------
 # The measurements
 # --------------------------------------------------------------------------------------------
-
-
-def _normalizer(data: Dataset, device: torch.device):
-    mean = torch.as_tensor(data.mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
-    std = torch.as_tensor(data.std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
-    return lambda x: (x.float() / 255.0 - mean) / std
 
 
 def curvature(model: SSLModel, cfg: TrainConfig, data: Dataset, settings: AnalysisSettings) -> dict[str, Any]:
@@ -169,15 +194,46 @@ def curvature(model: SSLModel, cfg: TrainConfig, data: Dataset, settings: Analys
     return out
 
 
-def collapse_verdict(arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-    """Collapse ratio spread_z / spread_h per orbit (geometric mean, t interval) of the trained head and the
-    untrained control, and the verdict on the trained one."""
-    spread = {key: np.asarray(orbit_spread(arrays[key].astype(np.float64))) for key in ("z", "h", "h_untrained")}
-    trained = ratio_estimate(spread["z"], spread["h"])
-    control = ratio_estimate(spread["z"], spread["h_untrained"])
+def orbit_verdict(per_orbit: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
+    """From the per-orbit values of ``scale.geometry`` (float64, one per orbit): the collapse ratio
+    spread_z / spread_h (geometric mean, t interval) of the head and of the untrained control with their
+    verdicts, the curvature ratio kappa_h / kappa_z and the alignment gain (h minus z)."""
+    z, h, h0 = (per_orbit[k] for k in ("z", "h", "h_untrained"))
+    trained, control = ratio_estimate(z["spread"], h["spread"]), ratio_estimate(z["spread"], h0["spread"])
+    gain = mean_estimate(np.asarray(h["alignment"]) - np.asarray(z["alignment"]))
     return {"collapse_ratio": asdict(trained), "collapse_ratio_untrained": asdict(control),
-            "verdict": VERDICT_WORDS[verdict(trained)], "verdict_untrained": VERDICT_WORDS[verdict(control)],
-            "per_orbit_spread": {k: v.tolist() for k, v in spread.items()}}
+            "verdict": verdict(trained), "verdict_untrained": verdict(control),
+            "curvature_ratio": asdict(ratio_estimate(h["kappa"], z["kappa"])), "alignment_gain": asdict(gain)}
+
+
+def orbit_result(geo: GeometryResult) -> dict[str, Any]:
+    """The JSON-ready orbit part of an analysis: ``geometry`` (E4's summary), ``verdict`` (``orbit_verdict``)
+    and ``per_orbit`` (every space's spread, kappa and alignment, one value per orbit)."""
+    return {"geometry": asdict(geo.summary()), "verdict": orbit_verdict(geo.per_orbit),
+            "per_orbit": {space: {k: v.tolist() for k, v in d.items()} for space, d in geo.per_orbit.items()}}
+
+
+def analyze_orbits(backbone: nn.Module, head: nn.Module, images: torch.Tensor, mean, std,
+                   settings: AnalysisSettings = AnalysisSettings(), *, labels: torch.Tensor | None = None,
+                   controls: tuple[nn.Module, nn.Module] | None = None,
+                   device: str | torch.device | None = None) -> dict[str, Any]:
+    """Orbit geometry of z versus h with the untrained controls, and the verdict, on images of your own:
+    ``images`` in [0, 1] ``(n, 3, S, S)``, normalised with ``mean`` and ``std`` (per channel) for the
+    backbone; ``labels`` ``(n,)`` (optional: without them every image is its own class). The orbits are
+    ``settings.family`` as ``settings.geometry`` makes them, the head applied as ``settings.head_input``
+    says; the controls default to fresh copies of ``head`` (``untrained_copy``). On ``device`` (default:
+    the images'); the modules are moved there and measured in eval mode, their weights untouched. Returns
+    ``orbit_result``'s dict."""
+    device = torch.device(device) if device is not None else images.device
+    images = images.to(device)
+    counts = torch.unique(labels, return_counts=True)[1] if labels is not None else torch.ones(len(images))
+    if len(counts) < 2:
+        raise AnalyzeError(f"orbit geometry needs at least 2 classes (D_inter), the labels hold {len(counts)}")
+    controls = controls or (untrained_copy(head), untrained_copy(head, bias=False))
+    geo = measure_orbits(backbone.to(device), head.to(device), images, mean, std,
+                         settings.geometry(len(counts), int(counts.min())), controls, labels=labels,
+                         control_note=f"fresh copies of the head measured (reset_parameters, seed {CONTROL_SEED})")
+    return orbit_result(geo)
 
 
 def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: TrainConfig | None = None, *,
@@ -186,9 +242,10 @@ def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: Trai
     """Curvature, orbit geometry with controls, verdict and probes of ``backbone`` + ``head`` on ``data``.
 
     ``cfg`` supplies the method (loss), temperature and augmentation preset of the curvature probe
-    (default: SimCLR, ``e3``); ``predictor`` is needed for simsiam/byol. The untrained controls are fresh
-    copies of ``head`` (``untrained_copy``), or, with ``spec_controls``, the head that ``cfg`` names.
-    Returns a JSON-ready dict (``write_report`` turns it into report.md).
+    (default: SimCLR, ``e3``); ``predictor`` is needed for simsiam/byol. The orbits are the test split's
+    (``settings.orbits`` classes x images); the untrained controls are fresh copies of ``head``
+    (``untrained_copy``), or, with ``spec_controls``, the head that ``cfg`` names. ``settings`` says what
+    to skip (``curvature``, ``probes``). Returns a JSON-ready dict (``write_report`` turns it into report.md).
     """
     device = torch.device(device)
     cfg = cfg or TrainConfig(method="simclr", augment="e3", image_size=data.image_size)
@@ -197,25 +254,23 @@ def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: Trai
     data = data.to(device)
     t0 = time.perf_counter()
     out: dict[str, Any] = {"settings": asdict(settings), "config": cfg.to_dict()}
-    out["curvature"] = curvature(model, cfg, data, settings)
-    classes, per_class = parse_orbits(settings.orbits)
-    counts = [int((data.test_y == c).sum()) for c in torch.unique(data.test_y)]
-    classes, per_class = min(classes, len(counts)), min([per_class, *counts[:classes]]) if counts else 0
+    if settings.curvature:
+        out["curvature"] = curvature(model, cfg, data, settings)
+    classes, per_class = fit_orbits(data.test_y, *parse_orbits(settings.orbits))
     if classes >= 2 and per_class >= 1:
         controls = None if spec_controls else (untrained_copy(head), untrained_copy(head, bias=False))
         with eval_mode(model):
             geo = measure_geometry(model.backbone, model.projector, cfg, data.test_x, data.test_y, data.mean,
-                                   data.std, GeometrySettings.for_family(settings.family, classes=classes,
-                                                                         per_class=per_class), controls=controls)
-        out["geometry"] = asdict(geo.summary())
-        out["verdict"] = collapse_verdict(geo.arrays)
+                                   data.std, settings.geometry(classes, per_class), controls=controls)
+        out.update(orbit_result(geo))
     if settings.probes and min(len(data.train_x), len(data.test_x)) >= 2:
         def embed(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             with eval_mode(model), torch.no_grad():
                 z, h, _ = model(x)
             return z, h
 
-        out["probes"] = measure_probes(embed, _normalizer(data, device), data, settings)
+        normalize = GPUAugment("none", data.image_size, data.mean, data.std).to(device).normalize
+        out["probes"] = measure_probes(embed, normalize, data, settings)
     out.update(seconds=time.perf_counter() - t0, device=device_name(device), versions=versions(),
                git_commit=git_commit(), dataset=data.name)
     return out
@@ -251,23 +306,24 @@ def _figures(result: dict[str, Any]) -> dict[str, bytes]:
     import matplotlib.pyplot as plt
 
     figs = {}
-    c = result["curvature"]
-    fig, ax = plt.subplots(figsize=(6, 3))
-    for row, name in enumerate(("H", "G", "M")):
-        vals = np.asarray(c[name]["ritz_values"])
-        ax.scatter(vals, np.full(len(vals), row), s=8)
-    ax.axvline(0.0, color="k", lw=0.5)
-    ax.set_yticks([0, 1, 2], ["H_eff", "G", "M"])
-    ax.set_xlabel("Ritz values (Lanczos)")
-    ax.set_title(f"Spectra at the probe batch (n={c['n']}, d={c['d']})")
-    fig.tight_layout()
-    figs["spectrum.png"] = _png(fig, plt)
-    if "verdict" in result:
-        sp = result["verdict"]["per_orbit_spread"]
+    if "curvature" in result:
+        c = result["curvature"]
         fig, ax = plt.subplots(figsize=(6, 3))
-        x = np.arange(len(sp["z"]))
+        for row, name in enumerate(("H", "G", "M")):
+            vals = np.asarray(c[name]["ritz_values"])
+            ax.scatter(vals, np.full(len(vals), row), s=8)
+        ax.axvline(0.0, color="k", lw=0.5)
+        ax.set_yticks([0, 1, 2], ["H_eff", "G", "M"])
+        ax.set_xlabel("Ritz values (Lanczos)")
+        ax.set_title(f"Spectra at the probe batch (n={c['n']}, d={c['d']})")
+        fig.tight_layout()
+        figs["spectrum.png"] = _png(fig, plt)
+    if "per_orbit" in result:
+        sp = result["per_orbit"]
+        fig, ax = plt.subplots(figsize=(6, 3))
+        x = np.arange(len(sp["z"]["spread"]))
         for key, label in (("z", "backbone z"), ("h", "head h"), ("h_untrained", "untrained head")):
-            ax.plot(x, sp[key], "o-", ms=3, label=label)
+            ax.plot(x, sp[key]["spread"], "o-", ms=3, label=label)
         ax.set_yscale("log")
         ax.set_xlabel("orbit")
         ax.set_ylabel("orbit spread")
@@ -293,22 +349,40 @@ def _ratio_text(d: dict[str, Any]) -> str:
 
 
 def render_report(result: dict[str, Any], source: str) -> str:
-    c = result["curvature"]
+    method = result["config"]["method"]
     L = [f"# Analysis of {source}", "",
-         f"Dataset `{result['dataset']}`, method `{c['method']}` (its loss defines H_eff), device {result['device']}, "
-         f"{result['seconds']:.1f} s. Measured at the state given; nothing trained.", ""]
+         f"Dataset `{result['dataset']}`, method `{method}` "
+         f"{'(its loss defines H_eff)' if 'curvature' in result else '(H_eff not measured)'}, device "
+         f"{result['device']}, {result['seconds']:.1f} s. Measured at the state given; nothing trained.", ""]
     if "verdict" in result:
         v = result["verdict"]
         L += [f"**Verdict: {v['verdict']}.** Collapse ratio spread(z) / spread(h) = "
               f"{_ratio_text(v['collapse_ratio'])} (geometric mean over orbits, 95 % t interval); the untrained head "
-              f"of the same architecture: {_ratio_text(v['collapse_ratio_untrained'])} ({v['verdict_untrained']}).",
-              ""]
+              f"of the same architecture: {_ratio_text(v['collapse_ratio_untrained'])} ({v['verdict_untrained']}). "
+              f"Curvature ratio kappa(h) / kappa(z) = {_ratio_text(v['curvature_ratio'])}; alignment gain (mean "
+              f"cosine to the unaugmented image, h minus z) = {Estimate(**v['alignment_gain']).fmt('+.3f')}.", ""]
         if v["verdict_untrained"] == v["verdict"] != "neither":
             L += ["The untrained control gets the same verdict: at this state the effect is not learned by the head "
                   "(the bias-free control and the head on the raw z in the orbit table below separate out the "
                   "biases' share).", ""]
+    if "curvature" in result:
+        L += _curvature_section(result["curvature"])
+    # The tables of scale.run_report, from the typed summaries of what was measured here.
+    p = result.get("probes")
+    typed = RunSummary.from_dict({"geometry": result.get("geometry"), "class_probe": p and p["headline"]})
+    if typed.geometry is not None:
+        L += [*geometry_section(typed.geometry), "![orbit spread](orbits.png)", ""]
+    if p is not None:
+        r = p["rotation"]
+        rot = RotationProbes(p["rotation_settings"], *(ProbePair(r["z"][k], r["h"][k]) for k in ("linear", "mlp")))
+        L += probe_section(typed.class_probe, rot)
+    L += ["## Provenance", "", *versions_table(result["versions"], result["git_commit"])]
+    return "\n".join(L)
+
+
+def _curvature_section(c: dict[str, Any]) -> list[str]:
     s = c["split_at_lambda_min"]
-    L += ["## Curvature: H_eff = G + M at the probe batch", "",
+    L = ["## Curvature: H_eff = G + M at the probe batch", "",
           f"n = {c['n']} rows (view pairs), d = {c['d']}, k = {c['k']}; BatchNorm {c['bn_mode']}; products "
           f"{c['hvp_mode']}, {c['dtype']}.", "",
           "| operator | lambda_min | lambda_max | residual (min, max) | Lanczos steps |", "|---|---|---|---|---|"]
@@ -321,17 +395,7 @@ def render_report(result: dict[str, Any], source: str) -> str:
           f"M {_fmt(s['share_M'], '.1%')} (shares are max(-v^T X v, 0) over their sum; '-' where neither is "
           f"negative). |M|_F / |H|_F = {_fmt(c['M_over_H_frobenius'])} (Hutchinson, 8 probes).", "",
           "![spectra](spectrum.png)", ""]
-    # The tables of scale.run_report, from the typed summaries of what was measured here.
-    p = result.get("probes")
-    typed = RunSummary.from_dict({"geometry": result.get("geometry"), "class_probe": p and p["headline"]})
-    if typed.geometry is not None:
-        L += [*geometry_section(typed.geometry), "![orbit spread](orbits.png)", ""]
-    if p is not None:
-        r = p["rotation"]
-        rot = RotationProbes(p["rotation_settings"], *(ProbePair(r["z"][k], r["h"][k]) for k in ("linear", "mlp")))
-        L += probe_section(typed.class_probe, rot)
-    L += ["## Provenance", "", *versions_table(result["versions"], result["git_commit"])]
-    return "\n".join(L)
+    return L
 
 
 def write_report(result: dict[str, Any], out: str | Path, source: str) -> Path:
@@ -421,8 +485,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--orbits", default="5x3", help="CLASSESxIMAGES of the test split (default 5x3)")
     p.add_argument("--family", choices=tuple(FAMILIES), default="rotation", help="orbit family: E4's rotations "
                    "(0-330 degrees, kappa on 0-45) or an E6 family across its range (default: rotation)")
+    p.add_argument("--steps", type=int, help="E6's trajectories: this many values across the family's range "
+                   "(rotation: 0-45 degrees), kappa along them (default: E4's orbits)")
+    p.add_argument("--head-input", choices=tuple(HEAD_INPUTS), default="normalized", help="the head on the "
+                   "L2-normalised z (E4, default) or on the raw z it was trained on (E6)")
     p.add_argument("--probe-images", type=int, default=AnalysisSettings.probe_images)
     p.add_argument("--no-probes", action="store_true")
+    p.add_argument("--no-curvature", action="store_true", help="skip H_eff (a head without a loss of the registry)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--out", help="output folder (default: RUN_DIR/analysis or <checkpoint stem>-analysis)")
@@ -502,8 +571,9 @@ def main(argv: list[str] | None = None) -> int:
                           else "cpu")
     try:
         settings = AnalysisSettings(hessian_images=args.hessian_images, lanczos_iter=args.lanczos_iter,
-                                    orbits=args.orbits, family=args.family, probe_images=args.probe_images,
-                                    probes=not args.no_probes, seed=args.seed)
+                                    orbits=args.orbits, family=args.family, steps=args.steps,
+                                    head_input=args.head_input, probe_images=args.probe_images,
+                                    probes=not args.no_probes, curvature=not args.no_curvature, seed=args.seed)
         model, cfg, data, out, spec_controls = _load(args, device)
         result = analyze_model(model.backbone, model.projector, data, cfg, predictor=model.predictor,
                                settings=settings, device=device, spec_controls=spec_controls)
@@ -515,10 +585,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     result["source"] = str(args.source)
     report = write_report(result, out, str(args.source))
-    c = result["curvature"]
-    print(f"H_eff: lambda_min {c['H']['lambda_min']:.4g}, lambda_max {c['H']['lambda_max']:.4g}; "
-          f"negative curvature from G {_fmt(c['split_at_lambda_min']['share_G'], '.1%')}, "
-          f"M {_fmt(c['split_at_lambda_min']['share_M'], '.1%')}")
+    if "curvature" in result:
+        c = result["curvature"]
+        print(f"H_eff: lambda_min {c['H']['lambda_min']:.4g}, lambda_max {c['H']['lambda_max']:.4g}; "
+              f"negative curvature from G {_fmt(c['split_at_lambda_min']['share_G'], '.1%')}, "
+              f"M {_fmt(c['split_at_lambda_min']['share_M'], '.1%')}")
     if "verdict" in result:
         v = result["verdict"]
         print(f"verdict: {v['verdict']} (collapse ratio {_ratio_text(v['collapse_ratio'])}; untrained head "

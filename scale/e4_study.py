@@ -44,11 +44,21 @@ import numpy as np
 import torch
 from torch import nn
 
-from mini.invariance import compression, l2_normalize, normalized_features, orbit_geometry
-from scale.geometry import CONTROL_SEED, GeometrySettings, _backbone_features, control_head, eval_mode, orbit_images
+from mini.invariance import compression, l2_normalize, orbit_geometry
+from scale.geometry import (
+    CONTROL_SEED,
+    GeometrySettings,
+    control_head,
+    eval_mode,
+    head_features,
+    head_fn,
+    orbit_features,
+    orbit_images,
+    standardize,
+)
 from scale.heads import build_head
-from scale.orbits import orbit_batch_at
-from scale.probes import ProbeSettings, rotated, train_probe
+from scale.probes import ProbeSettings, features, rotated, train_probe
+from scale.verdict import t_interval as _t_interval
 
 PROTOCOLS: dict[str, str] = {
     "a_paper": "paper protocol: normalize(head(normalize(z))), BN statistics from training on raw z",
@@ -133,42 +143,35 @@ def untrained_heads(cfg, d: int, seed: int) -> dict[str, nn.Module]:
     return {"d_untrained_nobias": nobias.eval(), "d_untrained_bias": bias.eval()}
 
 
-def _as_fn(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    return lambda a: module(a.float()).double()
-
-
 @torch.no_grad()
 def model_features(backbone: nn.Module, data, settings: GeometrySettings, probe: ProbeSettings) -> dict[str, Any]:
     """Backbone features of one trained model: orbits ``(n, 12, d)``, sweeps ``(n, 10, d)`` and the
     rotated probe sets ``(4 N, d)`` (float64), with their labels."""
-    mean = torch.as_tensor(data.mean, dtype=torch.float32).view(1, -1, 1, 1)
-    std = torch.as_tensor(data.std, dtype=torch.float32).view(1, -1, 1, 1)
+    normalize = standardize(data.mean, data.std, "cpu")
+
+    def z_of(x_uint8: torch.Tensor) -> torch.Tensor:  # (N, 3, S, S) uint8 -> float64 (N, d)
+        return features(backbone, x_uint8.float() / 255.0, normalize, settings.batch, torch.float64)
+
     images, labels, _ = orbit_images(data.test_x, data.test_y, settings.classes, settings.per_class)
-    n, P, Q = len(images), len(settings.values), len(settings.sweep_values)
     with eval_mode(backbone):
-        Z = _backbone_features(backbone, orbit_batch_at(images, settings.family, settings.values), mean, std,
-                               settings.batch).reshape(n, P, -1)
-        S = _backbone_features(backbone, orbit_batch_at(images, settings.family, settings.sweep_values), mean, std,
-                               settings.batch).reshape(n, Q, -1)
+        Z = orbit_features(backbone, images, settings.family, settings.values, normalize, settings.batch)
+        S = orbit_features(backbone, images, settings.family, settings.sweep_values, normalize, settings.batch)
         rx_tr, ry_tr = rotated(data.train_x, probe.train_images)
         rx_te, ry_te = rotated(data.test_x, probe.test_images)
-        ztr = _backbone_features(backbone, rx_tr.float() / 255.0, mean, std, settings.batch)
-        zte = _backbone_features(backbone, rx_te.float() / 255.0, mean, std, settings.batch)
-        z_bn = _backbone_features(backbone, data.train_x[:BN_IMAGES].float() / 255.0, mean, std, settings.batch)
+        ztr, zte, z_bn = z_of(rx_tr), z_of(rx_te), z_of(data.train_x[:BN_IMAGES])
     return dict(Z=Z, S=S, labels=labels, ztr=ztr, ry_tr=ry_tr, zte=zte, ry_te=ry_te, z_bn=z_bn)
 
 
-def measure(head_fn: Callable[[torch.Tensor], torch.Tensor], normalized: bool, f: dict[str, Any],
+def measure(fn: Callable[[torch.Tensor], torch.Tensor], normalized: bool, f: dict[str, Any],
             probe: ProbeSettings, z_probes: dict[str, float]) -> dict[str, float]:
-    """E4 numbers and rotation probes of one protocol: ``h = normalize(head_fn(normalize(z)))`` when
-    ``normalized``, else ``normalize(head_fn(z))``; the probes see ``head_fn``'s output unnormalised."""
+    """E4 numbers and rotation probes of one protocol: ``h = normalize(fn(normalize(z)))`` when
+    ``normalized``, else ``normalize(fn(z))``; the probes see ``fn``'s output unnormalised (``fn``: a head
+    as ``scale.geometry.head_fn`` wraps it)."""
     def h_of(X: torch.Tensor) -> torch.Tensor:  # (..., d) -> normalised (..., k)
-        if normalized:
-            return normalized_features(X, head_fn)[1]
-        return l2_normalize(head_fn(X.reshape(-1, X.shape[-1])).reshape(*X.shape[:-1], -1))
+        return head_features(fn, X, "normalized" if normalized else "raw")
 
     def probe_in(X: torch.Tensor) -> torch.Tensor:
-        return (head_fn(l2_normalize(X)) if normalized else head_fn(X)).float()
+        return (fn(l2_normalize(X)) if normalized else fn(X)).float()
 
     with torch.no_grad():
         zg = orbit_geometry(l2_normalize(f["Z"]), f["labels"], sweep=l2_normalize(f["S"]))
@@ -216,18 +219,18 @@ def one_seed(dataset: str, seed: int, epochs: int | None, data_dir: str | None, 
     head = model.projector.eval()
     d = model.backbone.out_dim
     results = {
-        "a_paper": measure(_as_fn(head), True, f, probe, zp),
-        "b_raw": measure(_as_fn(head), False, f, probe, zp),
-        "c_bn_renorm": measure(_as_fn(renormalized_bn(head, f["z_bn"])), True, f, probe, zp),
+        "a_paper": measure(head_fn(head), True, f, probe, zp),
+        "b_raw": measure(head_fn(head), False, f, probe, zp),
+        "c_bn_renorm": measure(head_fn(renormalized_bn(head, f["z_bn"])), True, f, probe, zp),
     }
     for name, control in untrained_heads(cfg, d, CONTROL_SEED + seed).items():
-        results[name] = measure(_as_fn(control), True, f, probe, zp)
+        results[name] = measure(head_fn(control), True, f, probe, zp)
     t1 = time.perf_counter()
     model_e = train(cfg, data, normalized_input=True)
     log(f"  seed {seed}: trained on normalised z in {time.perf_counter() - t1:.0f} s")
     f_e = model_features(model_e.backbone, data, settings, probe)
     inner = model_e.projector.head.eval()  # measured under the paper's protocol: normalize(inner(normalize(z)))
-    results["e_trained_normalized"] = measure(_as_fn(inner), True, f_e, probe, z_probes(f_e, probe))
+    results["e_trained_normalized"] = measure(head_fn(inner), True, f_e, probe, z_probes(f_e, probe))
     out.update(protocols=results, seconds=time.perf_counter() - t0)
     return out
 
@@ -238,15 +241,10 @@ def one_seed(dataset: str, seed: int, epochs: int | None, data_dir: str | None, 
 
 
 def t_interval(values: list[float], level: float = 0.95) -> dict[str, float]:
-    """Mean and the two-sided Student t interval ``mean +- t_{(1+level)/2, n-1} s / sqrt(n)`` (s: sample std)."""
-    from scipy.stats import t
-
-    x = np.asarray(values, dtype=float)
-    n, mean = len(x), float(x.mean())
-    if n < 2:
-        return {"mean": mean, "low": math.nan, "high": math.nan, "n": n}
-    half = float(t.ppf(0.5 + level / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
-    return {"mean": mean, "low": mean - half, "high": mean + half, "n": n}
+    """Mean and the two-sided Student t interval ``mean +- t_{(1+level)/2, n-1} s / sqrt(n)`` (s: sample std;
+    ``scale.verdict.t_interval``), as a JSON-ready dict."""
+    mean, low, high = _t_interval(values, level)
+    return {"mean": mean, "low": low, "high": high, "n": len(values)}
 
 
 def derived(m: dict[str, float]) -> dict[str, float]:

@@ -10,24 +10,33 @@ Protocol (``docs/paper.md``, E4), all on the training device:
              (``GeometrySettings.for_family``: the same for hue, saturation or blur across the family's
              range, E6)
     z        backbone output (eval mode: BatchNorm running statistics), L2-normalised
-    h        the head applied to the normalised z, then L2-normalised (``mini.invariance.normalized_features``)
-    raw      beside the protocol: the head on the raw z it was trained on (its BatchNorm running
-             statistics come from there), then normalised (``h_raw_input``, ``compression_raw_input``)
+    h        the head applied to the normalised z, then L2-normalised (``mini.invariance.normalized_features``);
+             ``head_input="raw"``: the head on the raw z it was trained on, then normalised (E6's protocol
+             for pretrained heads)
+    raw      beside the E4 protocol: the head on the raw z it was trained on (its BatchNorm running
+             statistics come from there), then normalised (``h_raw_input``, ``compression_raw_input``; the
+             same as ``h`` under ``head_input="raw"``)
     control  a fresh, untrained head of the same architecture (same spec, widths, bias, BatchNorm and
              initialisation scheme, its own seed) applied to the same z: the paper's negative control;
              and the same control without biases (``h_untrained_nobias``): on unit-norm z a default bias
              can outweigh ``W1 z`` and compress orbits by itself
+    anchor   the image as given (unaugmented); ``alignment`` = mean over the orbit's points of the cosine
+             to the anchor's features (E6)
 
 The metrics are ``mini.invariance``'s array-API functions called on the torch tensors (float64):
 orbit spread, D_intra, D_inter, ratio, kappa, each a ``Stat`` (mean, population std, n), and the
-compression factor ``mean spread(z) / mean spread(h)``. Shapes: orbit features ``(n_orbits, 12, dim)``,
-sweep features ``(n_orbits, 10, dim)``, labels ``(n_orbits,)``.
+compression factor ``mean spread(z) / mean spread(h)``; per orbit (``GeometryResult.per_orbit``, float64)
+the spread, kappa and alignment of every space, from which ``scale.analyze`` takes its intervals and verdict.
+Shapes: orbit features ``(n_orbits, 12, dim)``, sweep features ``(n_orbits, 10, dim)``, labels ``(n_orbits,)``.
+Orbits are made and embedded a chunk of images at a time (``batch`` rows per forward pass), so that
+224-pixel orbits of many images never sit in memory at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,12 +45,24 @@ import numpy as np
 import torch
 from torch import nn
 
-from mini.invariance import OrbitGeometry, compression, l2_normalize, normalized_features, orbit_geometry
+from mini.invariance import (
+    OrbitGeometry,
+    compression,
+    l2_normalize,
+    normalized_features,
+    orbit_geometry,
+    orbit_spread,
+    sweep_curvature,
+)
+from scale.checkpoint import atomic_write_bytes
 from scale.heads import build_head, collapse_init_
 from scale.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, check_family, family_parameters, orbit_batch_at
+from scale.probes import features
 from scale.summary import GeometrySummary, RotationProbes
 
 CONTROL_SEED = 12345  # the untrained control head's initialisation seed (fixed: the same control in every run)
+# What the head is applied to: the paper's E4 protocol, or the input it was trained on (E6's pretrained heads).
+HEAD_INPUTS = {"normalized": "L2-normalised z (the paper's E4)", "raw": "raw z, as the head was trained (E6)"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +74,8 @@ class GeometrySettings:
     sweep_values: tuple[float, ...] = E4_SWEEP_ANGLES  # the kappa sweep's, equally spaced
     split: str = "test"
     control_seed: int = CONTROL_SEED
-    batch: int = 512
+    batch: int = 512  # rows per backbone forward pass (a chunk of whole orbits)
+    head_input: str = "normalized"  # a key of HEAD_INPUTS
 
     def __post_init__(self) -> None:
         if self.classes < 2:
@@ -65,6 +87,10 @@ class GeometrySettings:
             raise ValueError("orbits need >= 2 parameter values and the kappa sweep >= 3")
         if self.split not in ("train", "test"):
             raise ValueError(f"split must be 'train' or 'test', got {self.split!r}")
+        if self.head_input not in HEAD_INPUTS:
+            raise ValueError(f"head input {self.head_input!r}; valid choices: {', '.join(HEAD_INPUTS)}")
+        if self.batch < 1:
+            raise ValueError(f"the forward batch must be a positive number of rows, got {self.batch}")
 
     @classmethod
     def for_family(cls, family: str, points: int = 12, sweep_points: int = 10, **kw: Any) -> GeometrySettings:
@@ -76,6 +102,13 @@ class GeometrySettings:
         sweep = family_parameters(family, sweep_points).tolist()
         return cls(family=family, values=tuple(vals), sweep_values=tuple(sweep), **kw)
 
+    @classmethod
+    def trajectories(cls, family: str, steps: int, **kw: Any) -> GeometrySettings:
+        """E6's trajectories: ``steps`` evenly spaced values across the family's range (rotation included:
+        0 to 45 degrees), kappa along the same path (``scale.orbits.family_parameters``)."""
+        vals = tuple(family_parameters(family, steps).tolist())
+        return cls(family=family, values=vals, sweep_values=vals, **kw)
+
 
 def parse_orbits(text: str) -> tuple[int, int]:
     """``"5x3"`` -> (5 classes, 3 images per class)."""
@@ -86,6 +119,15 @@ def parse_orbits(text: str) -> tuple[int, int]:
     if c < 2 or i < 1:
         raise ValueError(f"--orbits needs >= 2 classes and >= 1 image per class, got {text!r}")
     return c, i
+
+
+def fit_orbits(y: torch.Tensor, classes: int, per_class: int) -> tuple[int, int]:
+    """The orbits a split can give when it is smaller than asked (tiny test archives): the first ``classes``
+    labels present (label order, as ``orbit_images`` picks them) and their smallest image count. A result
+    below (2, 1) means no geometry (D_inter needs two classes)."""
+    counts = [int((y == c).sum()) for c in torch.unique(y)]  # per label, ascending labels
+    classes = min(classes, len(counts))
+    return classes, min([per_class, *counts[:classes]]) if counts else 0
 
 
 def orbit_images(x_uint8: torch.Tensor, y: torch.Tensor, classes: int, per_class: int
@@ -119,12 +161,42 @@ def eval_mode(*modules: nn.Module):
             m.train(w)
 
 
-@torch.no_grad()
-def _backbone_features(backbone: nn.Module, x01: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, batch: int
-                       ) -> torch.Tensor:
-    """Backbone output of images in [0, 1] (normalised with the dataset's statistics), float64 (N, d)."""
-    out = [backbone((x01[i : i + batch] - mean) / std).double() for i in range(0, len(x01), batch)]
-    return torch.cat(out)
+def standardize(mean: Sequence[float], std: Sequence[float], device: torch.device | str
+                ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Images in [0, 1] ``(n, 3, S, S)`` -> ``(x - mean) / std`` per channel (the dataset's statistics)."""
+    mean_t = torch.as_tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+    std_t = torch.as_tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+    return lambda x: (x - mean_t) / std_t
+
+
+def orbit_features(backbone: nn.Module, images: torch.Tensor, family: str, values: Sequence[float], normalize,
+                   batch: int) -> torch.Tensor:
+    """Backbone features of every image taken through ``family`` at ``values`` (P,): images in [0, 1]
+    ``(n, 3, S, S)`` -> float64 ``(n, P, d)``. Orbits are made a chunk of ``batch // P`` images at a time."""
+    n, P = len(images), len(values)
+    chunk = max(1, batch // P)
+    parts = [features(backbone, orbit_batch_at(images[i : i + chunk], family, values), normalize, batch,
+                      torch.float64) for i in range(0, n, chunk)]  # each (chunk * P, d), image-major
+    return torch.cat(parts).reshape(n, P, -1)
+
+
+def head_fn(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``module`` as a float64 -> float64 map: the head runs in float32, the metrics in float64."""
+    return lambda a: module(a.float()).double()
+
+
+def head_features(fn: Callable[[torch.Tensor], torch.Tensor], Z: torch.Tensor, head_input: str) -> torch.Tensor:
+    """Normalised head features of backbone features ``Z`` ``(..., d)`` -> ``(..., k)``: ``normalize(fn(normalize(z)))``
+    (``head_input="normalized"``, E4; ``mini.invariance.normalized_features``) or ``normalize(fn(z))`` ("raw")."""
+    if head_input == "normalized":
+        return normalized_features(Z, fn)[1]
+    return l2_normalize(fn(Z.reshape(-1, Z.shape[-1])).reshape(*Z.shape[:-1], -1))
+
+
+def anchor_alignment(F: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
+    """Per orbit, the mean over its points of the cosine to its anchor: normalised ``F`` ``(n, P, k)`` and
+    anchors ``A`` ``(n, k)`` -> ``(n,)``; ``a = mean_p <F[:, p], A>``."""
+    return (F * A[:, None, :]).sum(-1).mean(1)
 
 
 def control_head(cfg: Any, d: int, seed: int = CONTROL_SEED, bias: bool | None = None) -> nn.Module:
@@ -140,6 +212,9 @@ def control_head(cfg: Any, d: int, seed: int = CONTROL_SEED, bias: bool | None =
     return head
 
 
+SPACES = ("z", "h", "h_untrained", "h_untrained_nobias", "h_raw_input")  # the feature spaces measured
+
+
 @dataclass
 class GeometryResult:
     settings: dict[str, Any]
@@ -151,6 +226,8 @@ class GeometryResult:
     labels: list[int]
     image_indices: list[int]
     arrays: dict[str, np.ndarray] = field(repr=False, default_factory=dict)
+    # per space of SPACES: {"spread", "kappa", "alignment"} -> float64 (n_orbits,)
+    per_orbit: dict[str, dict[str, np.ndarray]] = field(repr=False, default_factory=dict)
 
     def summary(self) -> GeometrySummary:
         """The typed, JSON-ready record: every metric of z, h and the controls, and the head / backbone factors."""
@@ -169,66 +246,78 @@ class GeometryResult:
         )
 
 
-@torch.no_grad()
 def measure_geometry(backbone: nn.Module, head: nn.Module, cfg: Any, x_uint8: torch.Tensor, y: torch.Tensor,
                      mean, std, settings: GeometrySettings = GeometrySettings(),
                      controls: tuple[nn.Module, nn.Module] | None = None) -> GeometryResult:
-    """E4 on the images of one split (uint8 ``(N, 3, S, S)`` with labels ``(N,)``), all on their device.
-    ``controls``: the untrained head and its bias-free twin, for a head that ``cfg`` cannot rebuild (a
-    user's module; default: ``control_head`` from ``cfg``)."""
-    device = x_uint8.device
-    mean_t = torch.as_tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
-    std_t = torch.as_tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+    """E4 on the images of one split (uint8 ``(N, 3, S, S)`` with labels ``(N,)``), all on their device:
+    ``orbit_images`` picks them, ``measure_orbits`` measures. ``controls``: the untrained head and its
+    bias-free twin, for a head that ``cfg`` cannot rebuild (a user's module; default: ``control_head`` from
+    ``cfg``)."""
     images, labels, idx = orbit_images(x_uint8, y, settings.classes, settings.per_class)
+    if controls is None:
+        # The control without biases: on unit-norm inputs a default-initialised bias can dominate the first
+        # layer's output and pull every point together, which the bias-free control separates out.
+        d = backbone.out_dim
+        controls = (control_head(cfg, d), control_head(cfg, d, bias=False))
+        note = f"untrained {cfg.head} head, init {cfg.init}, seed {settings.control_seed}"
+    else:
+        note = "the untrained heads given (scale.analyze: fresh copies of the head measured)"
+    return measure_orbits(backbone, head, images, mean, std, settings, controls, labels=labels, image_indices=idx,
+                          control_note=note)
+
+
+@torch.no_grad()
+def measure_orbits(backbone: nn.Module, head: nn.Module, images: torch.Tensor, mean, std, settings: GeometrySettings,
+                   controls: tuple[nn.Module, nn.Module], *, labels: torch.Tensor | None = None,
+                   image_indices: torch.Tensor | None = None, control_note: str = "the untrained heads given"
+                   ) -> GeometryResult:
+    """The orbit geometry of images in [0, 1] ``(n, 3, S, S)`` (normalised with ``mean``, ``std``) on their
+    device: ``settings.family`` at ``settings.values``, kappa along ``settings.sweep_values`` (the orbit
+    itself when they are equal), the head applied as ``settings.head_input`` says, the ``controls``
+    (untrained head, its bias-free twin) likewise. ``labels`` (n,) name each orbit's class (D_inter);
+    without them every image is its own class."""
+    device = images.device
     n, P, Q = len(images), len(settings.values), len(settings.sweep_values)
-    # The control without biases: on unit-norm inputs a default-initialised bias can dominate the first
-    # layer's output and pull every point together, which the bias-free control separates out.
-    control, control_nb = controls or (control_head(cfg, backbone.out_dim), control_head(cfg, backbone.out_dim,
-                                                                                          bias=False))
-    control, control_nb = control.to(device), control_nb.to(device)
-    with eval_mode(backbone, head, control, control_nb):
-        orbit_x = orbit_batch_at(images, settings.family, settings.values)  # (n * P, 3, S, S), image-major
-        sweep_x = orbit_batch_at(images, settings.family, settings.sweep_values)  # (n * Q, 3, S, S)
-        Z = _backbone_features(backbone, orbit_x, mean_t, std_t, settings.batch).reshape(n, P, -1)  # (n, P, d)
-        S = _backbone_features(backbone, sweep_x, mean_t, std_t, settings.batch).reshape(n, Q, -1)  # (n, Q, d)
-
-        def as_fn(module: nn.Module):
-            return lambda a: module(a.float()).double()  # the head runs in float32, metrics in float64
-
-        zn, hn = normalized_features(Z, as_fn(head))
-        _, h0n = normalized_features(Z, as_fn(control))
-        _, h0b = normalized_features(Z, as_fn(control_nb))
-        _, sh0b = normalized_features(S, as_fn(control_nb))
-        # Beside the paper's protocol: the head on the raw z it was trained on (BatchNorm's running
-        # statistics were gathered there), then normalised; same metrics.
-        hrn = l2_normalize(as_fn(head)(Z.reshape(n * P, -1)).reshape(n, P, -1))
-        hrs = l2_normalize(as_fn(head)(S.reshape(n * Q, -1)).reshape(n, Q, -1))
-        sz, sh = normalized_features(S, as_fn(head))
-        _, sh0 = normalized_features(S, as_fn(control))
+    labels = torch.arange(n) if labels is None else labels
+    normalize = standardize(mean, std, device)
+    control, control_nb = (c.to(device) for c in controls)
+    heads = {"h": head, "h_untrained": control, "h_untrained_nobias": control_nb}
+    with eval_mode(backbone, *heads.values()):
+        Z = orbit_features(backbone, images, settings.family, settings.values, normalize, settings.batch)  # (n, P, d)
+        same = tuple(settings.sweep_values) == tuple(settings.values)
+        S = Z if same else orbit_features(backbone, images, settings.family, settings.sweep_values, normalize,
+                                          settings.batch)  # (n, Q, d)
+        A = features(backbone, images, normalize, settings.batch, torch.float64)[:, None]  # anchors (n, 1, d)
+        feats = {"z": tuple(l2_normalize(X) for X in (Z, S, A))}  # each space: (orbits, sweeps, anchors)
+        for key, module in heads.items():
+            feats[key] = tuple(head_features(head_fn(module), X, settings.head_input) for X in (Z, S, A))
+        # Beside the E4 protocol: the head on the raw z it was trained on (BatchNorm's running statistics were
+        # gathered there), then normalised; the protocol itself under head_input="raw".
+        feats["h_raw_input"] = feats["h"] if settings.head_input == "raw" else tuple(
+            head_features(head_fn(head), X, "raw") for X in (Z, S, A))
     lab = labels.to(device)
+    geometry = {key: orbit_geometry(F, lab, sweep=Sw) for key, (F, Sw, _) in feats.items()}
+    per_orbit = {key: {"spread": orbit_spread(F), "kappa": sweep_curvature(Sw),
+                       "alignment": anchor_alignment(F, An[:, 0])} for key, (F, Sw, An) in feats.items()}
+    idx = torch.arange(n) if image_indices is None else image_indices
     res = GeometryResult(
         settings={**asdict(settings), "n_orbits": n, "points_per_orbit": P, "sweep_points": Q,
-                  "head_input": "L2-normalised z (the paper's E4)", "bn_mode": "eval (running statistics)",
-                  "control": f"untrained {cfg.head} head, init {cfg.init}, seed {settings.control_seed}"},
-        z=orbit_geometry(zn, lab, sweep=sz), h=orbit_geometry(hn, lab, sweep=sh),
-        h_untrained=orbit_geometry(h0n, lab, sweep=sh0), h_untrained_nobias=orbit_geometry(h0b, lab, sweep=sh0b),
-        h_raw_input=orbit_geometry(hrn, lab, sweep=hrs),
-        labels=[int(v) for v in labels.tolist()], image_indices=[int(v) for v in idx.tolist()],
+                  "head_input": HEAD_INPUTS[settings.head_input], "bn_mode": "eval (running statistics)",
+                  "control": control_note},
+        **geometry, labels=[int(v) for v in labels.tolist()], image_indices=[int(v) for v in idx.tolist()],
+        per_orbit={key: {m: v.cpu().numpy() for m, v in d.items()} for key, d in per_orbit.items()},
     )
-    res.arrays = {"z": zn.float().cpu().numpy(), "h": hn.float().cpu().numpy(),
-                  "h_untrained": h0n.float().cpu().numpy(), "labels": labels.cpu().numpy(),
+    res.arrays = {"z": feats["z"][0].float().cpu().numpy(), "h": feats["h"][0].float().cpu().numpy(),
+                  "h_untrained": feats["h_untrained"][0].float().cpu().numpy(), "labels": labels.cpu().numpy(),
                   "values": np.asarray(settings.values)}
     return res
 
 
 def save_orbits(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
     """The normalised orbit features (for the report's scatter plots), written atomically as .npz."""
-    path = Path(path)
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(buf.getvalue())
-    tmp.replace(path)
+    atomic_write_bytes(Path(path), buf.getvalue())
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,11 +335,7 @@ def final_measurement(trainer: Any, data: Any, run_dir: Path, orbits: str = "5x3
     cfg, model = trainer.cfg, trainer.model
     classes, per_class = parse_orbits(orbits)
     split_x, split_y = (data.test_x, data.test_y)
-    # A split smaller than asked (tiny test archives) gives the orbits it can: the first classes present (label
-    # order, as orbit_images picks them) and their smallest image count; the settings record what was measured.
-    counts = [int((split_y == c).sum()) for c in torch.unique(split_y)]  # per label, ascending labels
-    classes = min(classes, len(counts))
-    per_class = min([per_class, *counts[:classes]])
+    classes, per_class = fit_orbits(split_y, classes, per_class)  # the settings record what was measured
     geometry, probes = None, None
     if classes >= 2 and per_class >= 1:
         geo = measure_geometry(model.backbone, model.projector, cfg, split_x, split_y, data.mean, data.std,

@@ -124,14 +124,15 @@ def run_rotation_probes(embed, normalize, train_x: torch.Tensor, test_x: torch.T
 
 
 @torch.no_grad()
-def features(fn, x_uint8: torch.Tensor, normalize, batch: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-    """``fn(normalised images) -> (z, h)`` over ``x_uint8`` in batches; returns float32 ``(Z, H)``."""
-    zs, hs = [], []
-    for i in range(0, len(x_uint8), batch):
-        z, h = fn(normalize(x_uint8[i : i + batch]))
-        zs.append(z.float())
-        hs.append(h.float())
-    return torch.cat(zs), torch.cat(hs)
+def features(fn, x: torch.Tensor, normalize, batch: int = 1024, dtype: torch.dtype = torch.float32):
+    """The frozen features of images, a batch of ``batch`` rows at a time: ``fn(normalize(x[i : i + batch]))``
+    concatenated over ``x`` and cast to ``dtype``. ``x``: uint8 or in [0, 1], whatever ``normalize`` takes;
+    ``fn``: a backbone (one tensor, ``(N, d)``) or ``embed`` (a tuple, ``(Z, H)``). One feature extractor
+    for the probes, the orbit geometry (``scale.geometry``) and the E4 study."""
+    parts = [fn(normalize(x[i : i + batch])) for i in range(0, len(x), batch)]
+    if isinstance(parts[0], torch.Tensor):
+        return torch.cat([p.to(dtype) for p in parts])
+    return tuple(torch.cat([p.to(dtype) for p in column]) for column in zip(*parts))
 
 
 def logistic_probe_accuracy(

@@ -1,13 +1,14 @@
-"""Compressor or expander: the collapse-ratio statistics shared by ``scale.pretrained`` (E6) and ``scale.analyze``.
+"""Compressor or expander: the collapse-ratio statistics of ``scale.analyze`` (and so of E6, ``scale.pretrained``).
 
 Per orbit (or trajectory) ``t`` with backbone spread ``v_t(z)`` and head spread ``v_t(h)``:
 
     collapse ratio   R = exp(mean_t log(v_t(z) / v_t(h)))      geometric mean over orbits
 
 with the Student-t ``CONFIDENCE`` interval of the mean log ratio, exponentiated. Verdict: "compressor" where
-R's interval lies above 1, "expander" where it lies below 1, "inconclusive" otherwise (``scale.analyze``
-prints "neither"). Orbits whose spread is below ``DEGENERATE_FLOOR`` (an orbit that did not move) have no
-log ratio; they are counted as ``excluded`` and left out.
+R's interval lies above 1, "expander" where it lies below 1, "neither" otherwise. Orbits whose spread is
+below ``DEGENERATE_FLOOR`` (an orbit that did not move) have no log ratio; they are counted as ``excluded``
+and left out. Several orbit families of the same images pool per image (``pooled_ratio_estimate``): the
+mean over families of each image's log ratio, so that the pooled values stay independent.
 """
 
 from __future__ import annotations
@@ -73,17 +74,28 @@ def ratio_estimate(num: np.ndarray, den: np.ndarray, confidence: float = CONFIDE
     return exp_estimate(r, ok, confidence)
 
 
+def pooled_ratio_estimate(pairs: list[tuple[np.ndarray, np.ndarray]], confidence: float = CONFIDENCE) -> Estimate:
+    """``ratio_estimate`` pooled over several families of the same images: ``pairs`` holds one ``(num, den)``
+    per family, each ``(n_images,)`` in the same image order; per image the mean over families of its log
+    ratio (an image with a degenerate orbit in any family drops out)."""
+    per_image = np.mean([log_ratios(num, den)[0] for num, den in pairs], axis=0)
+    return exp_estimate(per_image, np.isfinite(per_image), confidence)
+
+
 def mean_estimate(values: np.ndarray, confidence: float = CONFIDENCE) -> Estimate:
     mean, low, high = t_interval(values, confidence)
     return Estimate(mean, low, high, len(values))
 
 
+VERDICTS = ("compressor", "expander", "neither")
+
+
 def verdict(collapse: Estimate) -> str:
-    """Compressor / expander only where the interval of the collapse ratio excludes 1."""
+    """Compressor / expander only where the interval of the collapse ratio excludes 1 (one of ``VERDICTS``)."""
     if math.isnan(collapse.low):
-        return "inconclusive"
+        return "neither"
     if collapse.low > 1.0:
         return "compressor"
     if collapse.high < 1.0:
         return "expander"
-    return "inconclusive"
+    return "neither"

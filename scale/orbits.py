@@ -7,7 +7,7 @@ discrete curvature kappa (E4) is defined along it.
 
 Shapes: images ``(n, 3, S, S)`` in [0, 1]; ``orbit_batch(images, family, steps)`` returns
 ``(n * steps, 3, S, S)``, image-major (rows ``i * steps ... (i + 1) * steps - 1`` are image i's
-trajectory), still in [0, 1]; ``imagenet_normalize`` is applied afterwards.
+trajectory), still in [0, 1]; the backbone's normalisation (ImageNet statistics for E6) is applied afterwards.
 
 Image sources (all return ``(n, 3, size, size)`` float32 in [0, 1]): ``folder_images`` (any folder of
 PNG/JPEG files, read with Pillow, centre-cropped to a square), ``digits_images`` (scikit-learn's
@@ -24,8 +24,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-from scale.pretrained_models import IMAGENET_MEAN, IMAGENET_STD
 
 
 @dataclass(frozen=True)
@@ -61,30 +59,9 @@ def family_parameters(name: str, steps: int, device: torch.device | str = "cpu")
 
 
 def orbit_batch(images: torch.Tensor, family: str, steps: int) -> torch.Tensor:
-    """Every image swept through the family: (n, 3, S, S) -> (n * steps, 3, S, S), on images' device."""
-    from kornia.enhance import adjust_hue, adjust_saturation
-    from kornia.filters import gaussian_blur2d
-    from kornia.geometry.transform import rotate
-
-    n = images.shape[0]
-    t = family_parameters(family, steps, images.device).repeat(n)  # (n * steps,), image-major
-    x = images.repeat_interleave(steps, dim=0)  # (n * steps, 3, S, S)
-    if family == "rotation":
-        out = rotate(x, t)  # degrees, about the centre, zero padding
-    elif family == "hue":
-        out = adjust_hue(x, t * 2 * math.pi)  # kornia takes radians; torchvision's factor is a fraction of 2 pi
-    elif family == "saturation":
-        out = adjust_saturation(x, t)
-    else:  # blur
-        size = min(2 * math.ceil(3 * FAMILIES["blur"].high) + 1, 2 * ((x.shape[-1] - 1) // 2) - 1)
-        out = gaussian_blur2d(x, (size, size), torch.stack([t, t], dim=1))
-    return out.clamp(0.0, 1.0)
-
-
-def imagenet_normalize(x: torch.Tensor) -> torch.Tensor:
-    mean = torch.tensor(IMAGENET_MEAN, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
-    std = torch.tensor(IMAGENET_STD, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
-    return (x - mean) / std
+    """Every image swept through the family: (n, 3, S, S) -> (n * steps, 3, S, S), on images' device; the
+    ``steps`` values of ``family_parameters`` through ``orbit_batch_at``."""
+    return orbit_batch_at(images, family, family_parameters(family, steps).tolist())
 
 
 # --------------------------------------------------------------------------------------------

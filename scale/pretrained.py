@@ -6,10 +6,13 @@ docs/paper.md, E6: DINO ViT-S/16 and ResNet-50, VICReg ResNet-50, Barlow Twins R
 orbits under rotation, hue, saturation and blur; "collapse ratio" = backbone orbit variance / head
 orbit variance. The paper's finding: DINO heads compress orbits, VICReg/Barlow heads expand them.
 
-Per model and augmentation family, over ``T`` trajectories (one image swept through ``P`` steps,
-see ``scale.orbits``), with ``z`` the backbone output and ``h`` the compared head output
-(``scale.pretrained_models``), both L2-normalised (``mini.invariance.l2_normalize``; the head itself
-runs on the raw ``z`` it was trained on):
+What is E6's own: the official checkpoints (``resolve_weights``, ``scale.pretrained_models``), the
+image sources and the table. Every measurement is ``scale.analyze.analyze_orbits`` on the model's
+backbone and compared head (``PretrainedSSL.compared``), one call per augmentation family, with
+``analysis_settings``: ``T`` trajectories (one image swept through ``P`` values across the family's
+range, ``scale.orbits``), the head on the raw ``z`` it was trained on, ``z`` and ``h`` L2-normalised,
+the untrained head of the same layers (and its bias-free twin) as controls, no H_eff (DINO's loss is
+not one of the method registry) and no probes. Per trajectory t:
 
     v_t(x)      = orbit_spread  (mini.invariance)  mean squared distance to the orbit centroid
     kappa_t(x)  = sweep_curvature (mini.invariance) mean |x_{i+1} - 2 x_i + x_{i-1}|
@@ -20,9 +23,10 @@ runs on the raw ``z`` it was trained on):
     alignment gain   A = mean_t (a_t(h) - a_t(z))
 
 Intervals are Student-t 95% intervals over trajectories of the log ratios (then exponentiated) and
-of the alignment differences. Verdict: "compressor" where R's interval lies above 1, "expander"
-where it lies below 1, "inconclusive" otherwise. The per-model row pools the families per image
-(mean of the log ratios over families), so its trajectories stay independent.
+of the alignment differences (``scale.verdict``). Verdict: "compressor" where R's interval lies above
+1, "expander" where it lies below 1, "neither" otherwise. The per-model row pools the families per
+image (mean of the log ratios over families, ``scale.verdict.pooled_ratio_estimate``), so its
+trajectories stay independent.
 
 Weights: ``--weights PATH`` reads the official full checkpoint (``weights_only=True``). Without it,
 the file is taken from torch hub's cache (``$TORCH_HOME/hub/checkpoints``), downloaded there first
@@ -40,16 +44,19 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from mini.invariance import l2_normalize, orbit_spread, sweep_curvature
 from scale import checksums
+from scale.analyze import AnalysisSettings, analyze_orbits
 from scale.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
 from scale.data import DataError
-from scale.orbits import DATASETS, FAMILIES, dataset_images, folder_images, imagenet_normalize, orbit_batch
+from scale.orbits import DATASETS, FAMILIES, dataset_images, folder_images
 from scale.pretrained_models import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
     MODELS,
     OFFICIAL_FILES,
     CheckpointError,
@@ -58,15 +65,7 @@ from scale.pretrained_models import (
     load_checkpoint,
 )
 from scale.run_report import device_name, git_commit, versions
-from scale.verdict import (
-    CONFIDENCE,
-    Estimate,
-    exp_estimate,
-    log_ratios,
-    mean_estimate,
-    ratio_estimate,
-    verdict,
-)
+from scale.verdict import CONFIDENCE, Estimate, mean_estimate, pooled_ratio_estimate, verdict
 
 
 class OfflineError(RuntimeError):
@@ -130,72 +129,51 @@ def resolve_weights(name: str, weights: str | None) -> Path:
 
 
 # --------------------------------------------------------------------------------------------
-# Measurement
+# Measurement: scale.analyze, one call per family
 # --------------------------------------------------------------------------------------------
 
 
-@torch.inference_mode()
-def _features(model: PretrainedSSL, images01: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images in [0, 1] -> L2-normalised (z, h) in float64 (the head sees the raw z)."""
-    z, h = model.embed(imagenet_normalize(images01))
-    return l2_normalize(z.double()), l2_normalize(h.double())
+def analysis_settings(cfg: Config, family: str) -> AnalysisSettings:
+    """E6 in ``scale.analyze``'s terms: ``cfg.steps`` values across ``family``'s range with kappa along them,
+    the head on the raw z it was trained on, ``cfg.batch_images`` whole trajectories per forward pass, no
+    H_eff and no probes."""
+    return AnalysisSettings(family=family, steps=cfg.steps, head_input="raw", batch=cfg.batch_images * cfg.steps,
+                            probes=False, curvature=False, seed=cfg.seed)
 
 
-def measure(model: PretrainedSSL, images: torch.Tensor, cfg: Config) -> dict[str, dict[str, list[float]]]:
-    """Per family, per trajectory: orbit variance, kappa and anchor alignment of z and of h."""
-    device = torch.device(cfg.device)
-    model = model.to(device).eval()
-    out = {fam: {k: [] for k in ("var_z", "var_h", "kappa_z", "kappa_h", "cos_z", "cos_h")} for fam in cfg.families}
-    P = cfg.steps
-    for start in range(0, len(images), cfg.batch_images):
-        chunk = images[start : start + cfg.batch_images].to(device)
-        z0, h0 = _features(model, chunk)  # anchors (b, d), (b, k)
-        for fam in cfg.families:
-            z, h = _features(model, orbit_batch(chunk, fam, P))
-            z, h = z.reshape(len(chunk), P, -1), h.reshape(len(chunk), P, -1)  # (b, P, dim), image-major
-            rec = out[fam]
-            for key, x, x0 in (("z", z, z0), ("h", h, h0)):
-                rec[f"var_{key}"] += orbit_spread(x).cpu().tolist()
-                rec[f"kappa_{key}"] += sweep_curvature(x).cpu().tolist()
-                rec[f"cos_{key}"] += (x * x0[:, None, :]).sum(-1).mean(1).cpu().tolist()
-    return out
+def measure(model: PretrainedSSL, images: torch.Tensor, cfg: Config) -> dict[str, dict[str, Any]]:
+    """Per family, ``scale.analyze.analyze_orbits`` of the backbone and the compared head on ``images`` in
+    [0, 1] (ImageNet statistics, every image its own class)."""
+    model = model.to(torch.device(cfg.device)).eval()
+    return {fam: analyze_orbits(model.backbone, model.compared, images, IMAGENET_MEAN, IMAGENET_STD,
+                                analysis_settings(cfg, fam), device=cfg.device) for fam in cfg.families}
 
 
-# --------------------------------------------------------------------------------------------
-# Statistics of E6 (the estimators and the verdict: scale/verdict.py, shared with scale.analyze)
-# --------------------------------------------------------------------------------------------
+def per_trajectory(result: dict[str, Any]) -> dict[str, list[float]]:
+    """One family's per-trajectory values under E6's names (v, kappa and a of z, h and the untrained head)."""
+    po = result["per_orbit"]
+    return {"var_z": po["z"]["spread"], "var_h": po["h"]["spread"], "var_h_untrained": po["h_untrained"]["spread"],
+            "kappa_z": po["z"]["kappa"], "kappa_h": po["h"]["kappa"],
+            "cos_z": po["z"]["alignment"], "cos_h": po["h"]["alignment"]}
 
 
-def summarize(raw: dict[str, dict[str, list[float]]], confidence: float = CONFIDENCE) -> dict[str, dict]:
-    """Per family, and pooled over families per image ("all"): collapse, curvature, alignment, verdict."""
-    rows: dict[str, dict] = {}
-    pooled_c, pooled_k, pooled_a = [], [], []
-    for fam, rec in raw.items():
-        v = {k: np.asarray(x, dtype=np.float64) for k, x in rec.items()}
-        collapse = ratio_estimate(v["var_z"], v["var_h"], confidence)
-        rows[fam] = {
-            "var_z": float(np.mean(v["var_z"])),
-            "var_h": float(np.mean(v["var_h"])),
-            "collapse_ratio": collapse,
-            "curvature_ratio": ratio_estimate(v["kappa_h"], v["kappa_z"], confidence),
-            "alignment_gain": mean_estimate(v["cos_h"] - v["cos_z"], confidence),
-            "verdict": verdict(collapse),
-        }
-        pooled_c.append(log_ratios(v["var_z"], v["var_h"])[0])
-        pooled_k.append(log_ratios(v["kappa_h"], v["kappa_z"])[0])
-        pooled_a.append(v["cos_h"] - v["cos_z"])
-    # Pool per image: mean over families of each image's log ratio (images with a degenerate family drop out).
-    per_image_c, per_image_k = np.mean(pooled_c, axis=0), np.mean(pooled_k, axis=0)
-    ok_c, ok_k = np.isfinite(per_image_c), np.isfinite(per_image_k)
-
-    collapse = exp_estimate(per_image_c, ok_c, confidence)
+def summarize(results: dict[str, dict[str, Any]]) -> dict[str, dict]:
+    """Per family, ``scale.analyze``'s estimates and verdict; ``all`` pools the families per image (the
+    same ``CONFIDENCE`` intervals)."""
+    raw = {fam: {k: np.asarray(v, dtype=np.float64) for k, v in per_trajectory(r).items()}
+           for fam, r in results.items()}
+    rows: dict[str, dict] = {
+        fam: {"var_z": float(np.mean(v["var_z"])), "var_h": float(np.mean(v["var_h"])), **results[fam]["verdict"]}
+        for fam, v in raw.items()}
+    collapse = pooled_ratio_estimate([(v["var_z"], v["var_h"]) for v in raw.values()])
+    control = pooled_ratio_estimate([(v["var_z"], v["var_h_untrained"]) for v in raw.values()])
     rows["all"] = {
         "var_z": float(np.mean([r["var_z"] for r in rows.values()])),
         "var_h": float(np.mean([r["var_h"] for r in rows.values()])),
-        "collapse_ratio": collapse,
-        "curvature_ratio": exp_estimate(per_image_k, ok_k, confidence),
-        "alignment_gain": mean_estimate(np.mean(pooled_a, axis=0), confidence),
-        "verdict": verdict(collapse),
+        "collapse_ratio": asdict(collapse), "collapse_ratio_untrained": asdict(control),
+        "verdict": verdict(collapse), "verdict_untrained": verdict(control),
+        "curvature_ratio": asdict(pooled_ratio_estimate([(v["kappa_h"], v["kappa_z"]) for v in raw.values()])),
+        "alignment_gain": asdict(mean_estimate(np.mean([v["cos_h"] - v["cos_z"] for v in raw.values()], axis=0))),
     }
     return rows
 
@@ -214,8 +192,7 @@ def provenance(cfg: Config) -> dict:
     }
 
 
-def result_record(name: str, weights: Path, cfg: Config, raw: dict, seconds: float, n_images: int) -> dict:
-    summary = summarize(raw)
+def result_record(name: str, weights: Path, cfg: Config, results: dict, seconds: float, n_images: int) -> dict:
     return {
         "model": name,
         "weights": str(weights),
@@ -227,11 +204,9 @@ def result_record(name: str, weights: Path, cfg: Config, raw: dict, seconds: flo
         "n_images": n_images,
         "seconds": seconds,
         **provenance(cfg),
-        "summary": {
-            fam: {k: (asdict(v) if isinstance(v, Estimate) else v) for k, v in row.items()}
-            for fam, row in summary.items()
-        },
-        "per_trajectory": raw,
+        "summary": summarize(results),
+        "per_trajectory": {fam: per_trajectory(r) for fam, r in results.items()},
+        "geometry": {fam: r["geometry"] for fam, r in results.items()},  # scale.analyze's E4 summary per family
     }
 
 
@@ -251,12 +226,14 @@ def render_report(records: list[dict], out: Path) -> str:
         "",
         "Collapse ratio = backbone orbit variance / head orbit variance (geometric mean over trajectories; "
         f"{int(CONFIDENCE * 100)}% t-interval). Compressor / expander only where the interval excludes 1. "
+        "Untrained head: the same ratio for a freshly initialised head of the same layers (the control). "
         "Curvature ratio = kappa(h) / kappa(z). Alignment gain = mean cos to the unaugmented image, h minus z. "
-        "Features L2-normalised; 'all' pools the families per image.",
+        "Heads on the raw backbone output they were trained on; features L2-normalised; 'all' pools the families "
+        "per image. Measured by `scale.analyze.analyze_orbits`.",
         "",
         "| model | family | n | orbit var z | orbit var h | collapse ratio [95% CI] | verdict "
-        "| curvature ratio h/z [95% CI] | alignment gain [95% CI] |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| untrained head [95% CI] | curvature ratio h/z [95% CI] | alignment gain [95% CI] |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rec in records:
         for fam in _row_order(rec):
@@ -264,9 +241,10 @@ def render_report(records: list[dict], out: Path) -> str:
             c = _estimate(row["collapse_ratio"])
             n = f"{c.n}" + (f" (+{c.excluded} degenerate)" if c.excluded else "")
             k, a = _estimate(row["curvature_ratio"]), _estimate(row["alignment_gain"])
+            u = _estimate(row["collapse_ratio_untrained"])
             lines.append(
                 f"| {rec['model']} | {fam} | {n} | {row['var_z']:.3g} | {row['var_h']:.3g} | {c.fmt()} | "
-                f"{row['verdict']} | {k.fmt()} | {a.fmt('+.3f')} |"
+                f"{row['verdict']} | {u.fmt()} | {k.fmt()} | {a.fmt('+.3f')} |"
             )
     lines += [
         "",
@@ -363,10 +341,10 @@ def run(cfg: Config) -> Path:
     for name in cfg.models:
         model = load_checkpoint(name, str(weights[name]))
         start = time.perf_counter()
-        raw = measure(model, images, cfg)
+        results = measure(model, images, cfg)
         if cfg.device.startswith("cuda"):
             torch.cuda.synchronize()
-        record = result_record(name, weights[name], cfg, raw, time.perf_counter() - start, len(images))
+        record = result_record(name, weights[name], cfg, results, time.perf_counter() - start, len(images))
         record["weights_sha256"] = checksums.sha256sum(weights[name])  # which file exactly (scale/checksums.py)
         atomic_write_json(out / f"{name}.json", record)
         row = record["summary"]["all"]

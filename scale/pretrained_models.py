@@ -233,9 +233,6 @@ class DINOHead(nn.Module):
             WeightNormLinear(bottleneck, out_dim) if weight_norm else nn.Linear(bottleneck, out_dim, bias=False)
         )
 
-    def bottleneck(self, z: torch.Tensor) -> torch.Tensor:
-        return self.mlp(z)
-
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.last_layer(F.normalize(self.mlp(z), dim=-1))
 
@@ -297,9 +294,15 @@ class PretrainedSSL(nn.Module):
             if name == "barlow_resnet50":
                 self.bn = nn.BatchNorm1d(dims.bottleneck, affine=False)  # loss-only normalisation
 
+    @property
+    def compared(self) -> nn.Module:
+        """The head module whose output E6 compares with z (see the module docstring): DINO's ``head.mlp``
+        (z -> the bottleneck), the projector otherwise."""
+        return self.head.mlp if self.name.startswith("dino") else self.projector
+
     def compared_head(self, z: torch.Tensor) -> torch.Tensor:
-        """The head output E6 compares with z (see the module docstring)."""
-        return self.head.bottleneck(z) if self.name.startswith("dino") else self.projector(z)
+        """The head output E6 compares with z."""
+        return self.compared(z)
 
     def embed(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised images (n, 3, H, W) -> (z (n, d), h (n, k))."""

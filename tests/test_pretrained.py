@@ -3,7 +3,8 @@
 Randomly initialised models with small widths (the layouts, depths and key names are the official
 ones; widths are read from the file) are saved as the full checkpoints their authors publish, with
 the same non-tensor entries (DINO's argparse arguments, VICReg's pickled optimizer filter function),
-then loaded through the path users take and measured on a handful of small images.
+then loaded through the path users take and measured on a handful of small images. The measurement
+is ``scale.analyze``'s; ``test_e6_numbers_are_the_definition`` recomputes them from the definition.
 """
 
 from __future__ import annotations
@@ -15,15 +16,20 @@ import os
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from mini.invariance import l2_normalize, orbit_spread, sweep_curvature
 from scale import pretrained as e6
+from scale.analyze import analyze_orbits
 from scale.orbits import FAMILIES, digits_images, folder_images, orbit_batch
 from scale.pretrained_models import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
     MODELS,
     OFFICIAL_FILES,
     CheckpointError,
@@ -33,6 +39,7 @@ from scale.pretrained_models import (
     load_checkpoint,
     with_dims,
 )
+from scale.verdict import ratio_estimate, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = {  # widths only; every key of the official layout is present
@@ -215,16 +222,16 @@ def test_statistics_verdicts():
     rng = np.random.default_rng(0)
     den = rng.uniform(0.01, 0.1, size=200)
     noise = np.exp(rng.normal(0, 0.3, size=200))
-    comp = e6.ratio_estimate(4.0 * den * noise, den)
-    assert comp.low < 4.0 < comp.high and e6.verdict(comp) == "compressor"
-    exp_ = e6.ratio_estimate(0.25 * den * noise, den)
-    assert exp_.low < 0.25 < exp_.high and e6.verdict(exp_) == "expander"
+    comp = ratio_estimate(4.0 * den * noise, den)
+    assert comp.low < 4.0 < comp.high and verdict(comp) == "compressor"
+    exp_ = ratio_estimate(0.25 * den * noise, den)
+    assert exp_.low < 0.25 < exp_.high and verdict(exp_) == "expander"
     # Negative control: ratio 1 up to noise must not be called either way.
-    flat = e6.ratio_estimate(den * noise / np.exp(np.mean(np.log(noise))), den)
-    assert flat.low < 1.0 < flat.high and e6.verdict(flat) == "inconclusive"
+    flat = ratio_estimate(den * noise / np.exp(np.mean(np.log(noise))), den)
+    assert flat.low < 1.0 < flat.high and verdict(flat) == "neither"
     # Degenerate orbits (no motion) are left out and counted.
     den[:3] = 0.0
-    est = e6.ratio_estimate(den * 2.0, den)
+    est = ratio_estimate(den * 2.0, den)
     assert est.n == 197 and est.excluded == 3 and math.isclose(est.value, 2.0)
 
 
@@ -256,11 +263,47 @@ def test_measurement_end_to_end(tmp_path, monkeypatch):
             per = rec["per_trajectory"][fam]
             assert all(len(v) == 2 for v in per.values())
             assert all(0.0 <= v <= 1.0 for v in per["var_z"] + per["var_h"])  # unit vectors: spread <= 1
-            assert rec["summary"][fam]["verdict"] in {"compressor", "expander", "inconclusive"}
+            assert rec["summary"][fam]["verdict"] in {"compressor", "expander", "neither"}
+            assert rec["geometry"][fam]["settings"]["head_input"].startswith("raw z")
             assert f"| {name} | {fam} |" in report
         assert rec["git_commit"] and rec["versions"]["torch"] == torch.__version__
     assert (out / "collapse_ratio.png").stat().st_size > 0 and (out / "curvature_ratio.png").stat().st_size > 0
     assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporaries
+
+
+E6_RTOL = 1e-5  # float32 forward passes of the same weights, in batches of other sizes
+
+
+@pytest.mark.parametrize("name", ["dino_vits16", "vicreg_resnet50"])
+def test_e6_numbers_are_the_definition(name, tmp_path, monkeypatch):
+    """E6 through ``scale.analyze`` equals E6 written out from its definition: per trajectory, the orbit
+    variance, kappa and anchor cosine of L2-normalised z and of the compared head on the raw z
+    (DINO: the bottleneck ``head.mlp``; VICReg: the projector, with BatchNorm running statistics)."""
+    _, _, path = small_checkpoint(name, tmp_path, monkeypatch)
+    model = load_checkpoint(name, str(path))
+    images = digits_images(3, 32, seed=2)
+    cfg = e6.Config(models=[name], trajectories=3, steps=4, image_size=32, batch_images=2, device="cpu")
+    results = e6.measure(model, images, cfg)
+    mean, std = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    with torch.no_grad():
+        z0, h0 = model.embed((images - mean) / std)
+        for fam in ("rotation", "blur"):
+            z, h = model.embed((orbit_batch(images, fam, cfg.steps) - mean) / std)
+            per = e6.per_trajectory(results[fam])
+            for key, x, x0 in (("z", z, z0), ("h", h, h0)):
+                x, x0 = l2_normalize(x.double()).reshape(3, cfg.steps, -1), l2_normalize(x0.double())
+                np.testing.assert_allclose(per[f"var_{key}"], orbit_spread(x).numpy(), rtol=E6_RTOL)
+                np.testing.assert_allclose(per[f"kappa_{key}"], sweep_curvature(x).numpy(), rtol=E6_RTOL)
+                cos = (x * x0[:, None, :]).sum(-1).mean(1).numpy()
+                np.testing.assert_allclose(per[f"cos_{key}"], cos, rtol=E6_RTOL)
+            # the control is another head (untrained), not the trained one measured again
+            assert not np.allclose(per["var_h_untrained"], per["var_h"], rtol=1e-3)
+    if name == "vicreg_resnet50":  # negative control: the E4 protocol (head on normalised z) gives other numbers
+        settings = e6.analysis_settings(cfg, "rotation")
+        e4 = analyze_orbits(model.backbone, model.compared, images, IMAGENET_MEAN, IMAGENET_STD,
+                            replace(settings, head_input="normalized"))
+        assert not np.allclose(e4["per_orbit"]["h"]["spread"], results["rotation"]["per_orbit"]["h"]["spread"],
+                               rtol=1e-3)
 
 
 def test_bad_arguments(capsys):

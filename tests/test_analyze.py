@@ -3,6 +3,7 @@ digits run, and its bad-input paths (one line, exit 2, nothing written)."""
 
 from __future__ import annotations
 
+import json
 import math
 import textwrap
 
@@ -146,3 +147,63 @@ def test_cli_on_a_checkpoint_with_project_names(tmp_path, capsys):
     assert (tmp_path / "names-analysis" / "report.md").is_file()
     # the same file against a head of another width: one line naming the shapes, exit 2, nothing written
     _one_line_exit_2(capsys, [*argv[:8], "32", *argv[9:]], tmp_path, "shape mismatches")
+
+
+class PooledPixels(torch.nn.Module):
+    """A fixed 'backbone': the pixels, pooled 4 x 4 (no weights, deterministic)."""
+
+    def forward(self, x):
+        return torch.nn.functional.avg_pool2d(x, 4).flatten(1)  # (B, 3 * (S/4)^2)
+
+
+RATIO_TOL = 1e-5  # float32 head outputs against float64 metrics
+
+
+def test_analyze_orbits_on_own_images_an_isometry_and_a_bias_dominated_head():
+    """E6's knobs on images of one's own (no labels): ``steps`` values across the family's range, kappa along
+    them, the head on the raw z. An orthogonal head is an isometry of the sphere (collapse ratio 1, curvature
+    ratio 1, alignment gain 0: "neither"); a head that adds a vector far larger than z pulls every normalised
+    orbit together ("compressor") — the negative control that shows the verdict can move."""
+    images = load_synthetic(n_test=6, image_size=16).test_x[:6].float() / 255.0
+    d = 3 * 4 * 4
+    ortho = torch.nn.Linear(d, d, bias=False)
+    shift = torch.nn.Linear(d, d)
+    with torch.no_grad():
+        ortho.weight.copy_(torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(1)))[0])
+        shift.weight.copy_(torch.eye(d))
+        shift.bias.fill_(50.0)  # |z| is O(1) on normalised pixels
+    settings = analyze.AnalysisSettings(family="hue", steps=5, head_input="raw", probes=False, curvature=False)
+    iso = analyze.analyze_orbits(PooledPixels(), ortho, images, (0.5,) * 3, (0.25,) * 3, settings)
+    g = iso["geometry"]["settings"]
+    assert g["values"] == g["sweep_values"] and len(g["values"]) == 5 and g["values"][0] == pytest.approx(-0.4)
+    assert g["n_orbits"] == 6 and g["head_input"].startswith("raw z")
+    assert all(len(v) == 6 for space in iso["per_orbit"].values() for v in space.values())
+    v = iso["verdict"]
+    assert v["collapse_ratio"]["value"] == pytest.approx(1.0, rel=RATIO_TOL) and v["verdict"] == "neither"
+    assert v["curvature_ratio"]["value"] == pytest.approx(1.0, rel=RATIO_TOL)
+    assert abs(v["alignment_gain"]["value"]) < RATIO_TOL
+    squeezed = analyze.analyze_orbits(PooledPixels(), shift, images, (0.5,) * 3, (0.25,) * 3, settings)
+    assert squeezed["verdict"]["verdict"] == "compressor" and squeezed["verdict"]["collapse_ratio"]["low"] > 10
+    # one class is not an orbit geometry (D_inter), and a trajectory needs three points for kappa
+    with pytest.raises(analyze.AnalyzeError, match="at least 2 classes"):
+        analyze.analyze_orbits(PooledPixels(), ortho, images, (0.5,) * 3, (0.25,) * 3, settings,
+                               labels=torch.zeros(6, dtype=torch.long))
+    with pytest.raises(analyze.AnalyzeError, match="--steps must be >= 3"):
+        analyze.AnalysisSettings(steps=2)
+
+
+def test_cli_without_curvature_on_e6_trajectories(models, tmp_path, capsys):
+    model = torch.nn.ModuleDict({"backbone": models.backbone(), "projector": models.head()})
+    ckpt = tmp_path / "mine.pt"
+    torch.save(model.state_dict(), ckpt)
+    out = tmp_path / "report"
+    code = analyze.main([str(ckpt), "--backbone", "my_models:backbone", "--head", "my_models:head", "--data",
+                         "synthetic", "--out", str(out), "--no-curvature", "--no-probes", "--family", "blur",
+                         "--steps", "4", "--head-input", "raw", "--orbits", "3x2"])
+    assert code == 0, capsys.readouterr().err
+    assert "lambda_min" not in capsys.readouterr().out
+    res = json.loads((out / "analysis.json").read_text())
+    assert "curvature" not in res and "probes" not in res and res["verdict"]["verdict"] in ("compressor", "expander",
+                                                                                             "neither")
+    assert res["geometry"]["settings"]["points_per_orbit"] == 4 and res["geometry"]["settings"]["family"] == "blur"
+    assert not (out / "spectrum.png").exists() and "H_eff not measured" in (out / "report.md").read_text()

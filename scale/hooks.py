@@ -26,6 +26,11 @@ therefore includes everything the user's hooks added to that epoch):
     Checkpointer  checkpoint.pt at every epoch end, and where a stop request lands mid-epoch
     MetricsFile   metrics.jsonl, the whole history rewritten atomically at every epoch end
     EpochLog      one line per epoch through the trainer's ``log``
+
+Optional (``python -m scale.run ... --log tensorboard`` adds it after the curvature tracker):
+
+    TensorBoardLog  run_dir/tensorboard/: the scalars of metrics.jsonl and the tracker's curvature
+                    records, through ``torch.utils.tensorboard`` (the ``tensorboard`` extra)
 """
 
 from __future__ import annotations
@@ -129,3 +134,94 @@ class EpochLog(Hook):
         self.log(f"epoch {state.epoch + 1:>3}/{state.config.epochs}  loss {r['loss']:.4f}  lr {r['lr']:.3g}  "
                  f"h_std {r['h_std']:.4f}  z_std {r['z_std']:.4f}  "
                  f"{r['images_per_s']:.0f} img/s  {r['epoch_seconds']:.1f} s")
+
+
+TENSORBOARD_INSTALL = "pip install -e '.[tensorboard]'"
+
+
+def summary_writer_class() -> Callable[..., Any]:
+    """``torch.utils.tensorboard.SummaryWriter``; an ``ImportError`` naming the extra to install without it."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise ImportError(f"--log tensorboard needs the tensorboard package, which is not installed here: "
+                          f"{TENSORBOARD_INSTALL}") from None
+    return SummaryWriter
+
+
+def _scalars(record: dict[str, Any], skip: tuple[str, ...]) -> dict[str, float]:
+    """The numeric entries of a record (booleans, strings and None left out)."""
+    return {k: float(v) for k, v in record.items()
+            if k not in skip and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+class TensorBoardLog(Hook):
+    """``run_dir/tensorboard/``: what metrics.jsonl holds, as TensorBoard scalars, and the curvature records.
+
+    At every epoch end, each numeric entry of the epoch's record (``loss``, ``lr``, ``h_std``, ...,
+    ``hess_*``: the keys of metrics.jsonl) under its own name, at the record's ``step`` (optimiser steps
+    done); each record of ``tracker`` (a ``scale.tracking.HessianTracker``) as ``curvature/<key>`` at the
+    step it was measured, as soon as it exists. Put the hook after the hooks that add to the record (the
+    tracker): ``scale.run`` does. Events are flushed at every epoch end and on a stop.
+
+    Resume: a run continued from a checkpoint at global step G appends to the same folder with
+    ``purge_step=G + 1``, so TensorBoard hides whatever a crashed process wrote after that checkpoint and
+    each step appears once; into a folder without events (a run first trained without the hook) it
+    writes the checkpoint's history and curvature records first. Under torch.distributed only rank 0
+    writes. ``writer``: what builds the writer, ``writer(log_dir=..., purge_step=...)`` (default:
+    ``SummaryWriter``; tests pass a recorder).
+    """
+
+    def __init__(self, run_dir: str | Path, tracker: Any = None, writer: Callable[..., Any] | None = None) -> None:
+        self.log_dir = Path(run_dir) / "tensorboard"
+        self.tracker = tracker
+        self.make_writer = writer or summary_writer_class()
+        self.writer: Any = None
+        self.curvature_written = 0
+
+    def on_fit_start(self, state: TrainState) -> None:
+        if state.rank != 0:
+            return
+        resumed_at = state.global_step  # optimiser steps in the checkpoint (0: a new run)
+        backfill = resumed_at > 0 and not any(self.log_dir.glob("events.out.tfevents.*"))
+        self.writer = self.make_writer(log_dir=str(self.log_dir),
+                                       purge_step=resumed_at + 1 if resumed_at > 0 and not backfill else None)
+        if backfill:
+            for record in state.history:
+                self._epoch(record)
+            self._curvature()
+        else:  # the records up to the checkpoint are in the folder already
+            self.curvature_written = len(self._curvature_records())
+
+    def _curvature_records(self) -> list[dict[str, Any]]:
+        return [] if self.tracker is None else self.tracker.records
+
+    def _epoch(self, record: dict[str, Any]) -> None:
+        for key, value in _scalars(record, ("step",)).items():
+            self.writer.add_scalar(key, value, int(record["step"]))
+
+    def _curvature(self) -> None:
+        records = self._curvature_records()
+        for record in records[self.curvature_written:]:
+            for key, value in _scalars(record, ("step", "epoch")).items():
+                self.writer.add_scalar(f"curvature/{key}", value, int(record["step"]))
+        self.curvature_written = len(records)
+
+    def on_step_end(self, state: TrainState) -> None:
+        if self.writer is not None:
+            self._curvature()
+
+    def on_epoch_end(self, state: TrainState) -> None:
+        if self.writer is not None:
+            self._curvature()
+            self._epoch(state.metrics)
+            self.writer.flush()
+
+    def on_interrupt(self, state: TrainState) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
+    def on_fit_end(self, state: TrainState) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None

@@ -35,6 +35,7 @@ from scale.config_file import ConfigFileError, read_config_file
 from scale.data import DATASETS, FOLDER_PREFIX, DataError, load_dataset
 from scale.geometry import final_measurement, parse_orbits
 from scale.heads import HEAD_STYLES
+from scale.hooks import TensorBoardLog
 from scale.probes import class_probe
 from scale.run_report import command_line, device_name, git_commit, versions, write_outputs
 from scale.summary import CurvatureSummary, RunSummary
@@ -170,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ddp-timeout", type=float, default=600.0, help="seconds a rank waits for the others under "
                    "torchrun before it stops with exit code 5 (default: 600)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no per-epoch lines")
+    p.add_argument("--log", default="none", metavar="|".join(validate.LOG_CHOICES), help="tensorboard: also write "
+                   "metrics.jsonl's scalars and the curvature records to RUN_DIR/tensorboard/ (the tensorboard "
+                   "extra: pip install -e '.[tensorboard]'; give it again with --resume) (default: none)")
     p.add_argument("--orbits", default="5x3", help="end-of-run orbit geometry (E4): CLASSESxIMAGES of the test "
                    "split, 12 rotations each (default: 5x3, the paper's 15 orbits)")
     p.add_argument("--probe-images", type=int, default=10_000, help="end-of-run probes (E3): at most this many "
@@ -280,6 +284,7 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
             return 2
         args = parser.parse_args(argv)
     t_start = time.perf_counter()
+    validate.check_log(args.log)  # before anything is written
     if not 0 < args.ddp_timeout < float("inf"):
         raise faults.ConfigError(f"--ddp-timeout must be a positive number of seconds, got {args.ddp_timeout}")
     local_rank = _setup_distributed(args.device, args.ddp_timeout)
@@ -318,6 +323,8 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         if args.track_hessian_every is not None and rank == 0:
             tracker = hessian_tracker(args.track_hessian_every, run_dir, None if args.quiet else print)
             hooks = [*hooks, tracker]
+        if args.log == "tensorboard" and rank == 0:  # after the tracker: it adds hess_* to the epoch's record
+            hooks = [*hooks, TensorBoardLog(run_dir, tracker)]
         try:
             trainer = Trainer(cfg, data, device, run_dir=run_dir, hooks=hooks, progress=not args.quiet,
                               log=None if args.quiet or rank else print)

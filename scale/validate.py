@@ -4,7 +4,9 @@
 ``TrainConfig`` that would train something other than what it says: wrong types, unknown choices,
 non-positive sizes, an ``ema`` outside [0, 1), CIFAR at an image size other than 32 (the data is
 32 x 32), a head deeper than ``MAX_HEAD_LAYERS`` or with more than ``MAX_HEAD_PARAMS`` parameters
-(counted from the spec, before anything is allocated), a thread count below 1.
+(counted from the spec, before anything is allocated), a thread count below 1. ``check_log`` does the
+same for ``--log`` (a flag or ``log = ...`` in a --config file), which steers the outputs, not the run:
+a value outside ``LOG_CHOICES``, or ``tensorboard`` without the package installed.
 
 On resume (``resume_config``), the run's identity is what its checkpoint says:
 
@@ -16,8 +18,8 @@ On resume (``resume_config``), the run's identity is what its checkpoint says:
                     recomputed over the new total
         --device    continue on another device (numbers then differ in the last bits)
         --threads   another CPU thread count (sums change in the last bits: warned)
-    and flags that only steer this invocation (``INVOCATION_FLAGS``: output, measurements, data
-    location, DDP timeout) are taken as given.
+    and flags that only steer this invocation (``INVOCATION_FLAGS``: output, logging, measurements,
+    data location, DDP timeout) are taken as given.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ MAX_WIDTH = 65_536
 MAX_THREADS = 4096
 RESUME_CHANGEABLE = ("epochs", "device", "threads")
 INVOCATION_FLAGS = ("resume", "quiet", "track_hessian_every", "probe_images", "orbits", "no_final_measure",
-                    "data_dir", "no_download", "ddp_timeout", "overwrite")
+                    "data_dir", "no_download", "ddp_timeout", "overwrite", "log")
+LOG_CHOICES = ("none", "tensorboard")  # --log: metrics.jsonl always; tensorboard adds run_dir/tensorboard/
 
 
 def _choices() -> dict[str, tuple[str, ...]]:
@@ -158,6 +161,19 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         raise ConfigError(f"the head ({cfg.head}, width {cfg.head_width}, out {cfg.head_out}) would have "
                           f"{total:,} parameters; at most {MAX_HEAD_PARAMS:,} are supported (reduce --head-width, "
                           "--head-out, --pred-width or the depth)")
+
+
+def check_log(value: str) -> None:
+    """``--log``: one of ``LOG_CHOICES``, and ``tensorboard`` only where the package is installed."""
+    if value not in LOG_CHOICES:
+        raise ConfigError(f"--log {value!r} is not one of: {', '.join(LOG_CHOICES)}")
+    if value == "tensorboard":
+        from scale.hooks import summary_writer_class
+
+        try:
+            summary_writer_class()
+        except ImportError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------------------------

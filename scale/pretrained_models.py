@@ -26,7 +26,7 @@ DistributedDataParallel are stripped on load):
 Which head output is compared (the "h" of E6): DINO's 256-d bottleneck, the output of ``head.mlp``
 before the L2 normalisation and the 65536 prototypes (the prototype scores are a softmax over
 65536 logits, not an embedding); VICReg's and Barlow Twins' 8192-d projector output (for Barlow,
-before the loss-only ``bn``). ``PretrainedSSL.embed`` returns ``(z, h)``.
+before the loss-only ``bn``). ``PretrainedSSL.compared`` is that module, ``PretrainedSSL.embed`` returns ``(z, h)``.
 
 Widths are read from the checkpoint (so small stand-ins in the same layout load through the same
 path); depths, head counts and layer patterns are fixed per model, so a missing block is a missing
@@ -300,14 +300,10 @@ class PretrainedSSL(nn.Module):
         (z -> the bottleneck), the projector otherwise."""
         return self.head.mlp if self.name.startswith("dino") else self.projector
 
-    def compared_head(self, z: torch.Tensor) -> torch.Tensor:
-        """The head output E6 compares with z."""
-        return self.compared(z)
-
     def embed(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised images (n, 3, H, W) -> (z (n, d), h (n, k))."""
         z = self.backbone(images)
-        return z, self.compared_head(z)
+        return z, self.compared(z)
 
 
 def check_model_name(name: str) -> None:

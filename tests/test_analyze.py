@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -66,13 +67,18 @@ def test_analyze_model_on_modules_defined_here(models):
     assert res["geometry"]["settings"]["n_orbits"] == 6
 
 
-def test_cli_on_a_checkpoint_with_module_callables(models, tmp_path, capsys):
+def _analyze_own_checkpoint(models, tmp_path, *flags: str) -> tuple[int, Path]:
+    """``python -m scale.analyze`` on a state_dict of the test's own modules, given as module:callable."""
     model = torch.nn.ModuleDict({"backbone": models.backbone(), "projector": models.head()})
     ckpt = tmp_path / "mine.pt"
     torch.save(model.state_dict(), ckpt)
     out = tmp_path / "report"
-    code = analyze.main([str(ckpt), "--backbone", "my_models:backbone", "--head", "my_models:head", "--data",
-                         "synthetic", "--out", str(out), *QUICK])
+    return analyze.main([str(ckpt), "--backbone", "my_models:backbone", "--head", "my_models:head", "--data",
+                         "synthetic", "--out", str(out), *flags]), out
+
+
+def test_cli_on_a_checkpoint_with_module_callables(models, tmp_path, capsys):
+    code, out = _analyze_own_checkpoint(models, tmp_path, *QUICK)
     assert code == 0, capsys.readouterr().err
     printed = capsys.readouterr().out
     assert "verdict:" in printed and "lambda_min" in printed
@@ -193,13 +199,8 @@ def test_analyze_orbits_on_own_images_an_isometry_and_a_bias_dominated_head():
 
 
 def test_cli_without_curvature_on_e6_trajectories(models, tmp_path, capsys):
-    model = torch.nn.ModuleDict({"backbone": models.backbone(), "projector": models.head()})
-    ckpt = tmp_path / "mine.pt"
-    torch.save(model.state_dict(), ckpt)
-    out = tmp_path / "report"
-    code = analyze.main([str(ckpt), "--backbone", "my_models:backbone", "--head", "my_models:head", "--data",
-                         "synthetic", "--out", str(out), "--no-curvature", "--no-probes", "--family", "blur",
-                         "--steps", "4", "--head-input", "raw", "--orbits", "3x2"])
+    code, out = _analyze_own_checkpoint(models, tmp_path, "--no-curvature", "--no-probes", "--family", "blur",
+                                        "--steps", "4", "--head-input", "raw", "--orbits", "3x2")
     assert code == 0, capsys.readouterr().err
     assert "lambda_min" not in capsys.readouterr().out
     res = json.loads((out / "analysis.json").read_text())

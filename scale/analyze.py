@@ -142,8 +142,9 @@ class AnalysisSettings:
 
 def untrained_copy(head: nn.Module, seed: int = CONTROL_SEED, bias: bool = True) -> nn.Module:
     """The same architecture freshly initialised (``reset_parameters`` of every submodule that has one,
-    from its own generator; the global RNG is untouched); ``bias=False`` zeroes every Linear bias."""
-    control = copy.deepcopy(head)
+    from its own generator; the global RNG is untouched); ``bias=False`` zeroes every Linear bias. Drawn on
+    the CPU (whose generator alone is forked and seeded), so the control is the same on every device."""
+    control = copy.deepcopy(head).cpu()
     with torch.random.fork_rng(devices=[]), torch.no_grad():
         torch.manual_seed(seed)
         for m in control.modules():

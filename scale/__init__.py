@@ -11,6 +11,7 @@ The public surface, imported lazily (``import scale`` does not import torch unti
     build_head, build_backbone             the project's heads (the grammar of ``mini.heads``) and backbones
     load_dataset, folder_dataset           datasets as uint8 tensors (CIFAR, digits, a folder of class folders)
     analyze_model                          the paper's measurements on any model (``python -m scale.analyze``)
+    analyze_orbits                         orbit geometry of z versus h of any model on your own images
 
 Extreme eigenvalues of an operator: ``scale.lanczos.lanczos`` (a function named like its module, so it
 is not re-exported here: ``scale.lanczos`` is the module).
@@ -36,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "load_dataset": "scale.data",
     "folder_dataset": "scale.data",
     "analyze_model": "scale.analyze",
+    "analyze_orbits": "scale.analyze",
 }
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "TrainConfig",
     "Trainer",
     "analyze_model",
+    "analyze_orbits",
     "build_backbone",
     "build_head",
     "export_backbone",
@@ -56,7 +59,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from scale.analyze import analyze_model
+    from scale.analyze import analyze_model, analyze_orbits
     from scale.api import Run, RunError, export_backbone, load_run
     from scale.backbones import build_backbone
     from scale.curvature import EffectiveHessian

@@ -201,12 +201,11 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
         v = getattr(args, key, None)
         if v is not None:
             values[key] = v
-    if values.get("head_style") == "paper":  # bias-free, BatchNorm after every Linear or none (scale.heads)
-        if args.head_bias:
-            raise ArgError("--head-style paper has no biases; drop --head-bias")
-        if args.head_out_bn is not None and args.head_out_bn != values.get("head_bn", False):
-            raise ArgError("--head-style paper puts BatchNorm after every Linear or none: set it with --head-bn alone")
-        values.update(head_bias=False, head_out_bn=bool(values.get("head_bn", False)))
+    if values.get("head_style") == "paper":  # the official heads' defaults; validate.check_config refuses the rest
+        if args.head_bias is None:
+            values["head_bias"] = False
+        if args.head_out_bn is None:
+            values["head_out_bn"] = bool(values.get("head_bn", False))
     values.update(dataset=args.dataset, device=str(device),
                   precision=args.precision or ("bf16" if device.type == "cuda" else "fp32"))
     values["threads"] = _TORCH_THREADS if args.threads is None else args.threads

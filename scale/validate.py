@@ -140,6 +140,12 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         raise ConfigError(f"vit_tiny needs {name('image_size')} a multiple of its patch 4 and "
                           f"{name('backbone_width')} a multiple of its 3 heads (got {cfg.image_size}, "
                           f"{cfg.backbone_width or 192})")
+    if cfg.head_style == "paper":  # the official heads (scale.heads): no biases, BatchNorm after every Linear or none
+        if cfg.head_bias:
+            raise ConfigError(f"{name('head_style')} paper has no biases: {name('head_bias')} must be off")
+        if cfg.head_out_bn != cfg.head_bn:
+            raise ConfigError(f"{name('head_style')} paper puts BatchNorm after every Linear or after none: "
+                              f"{name('head_out_bn')} must equal {name('head_bn')} ({cfg.head_bn})")
     specs = [("head", cfg.head)] + ([("predictor", cfg.predictor)] if cfg.predictor else [])
     for key, spec in specs:
         try:

@@ -252,3 +252,30 @@ def test_e4_study_t_interval_and_bn_reestimation():
     nobias, bias = heads["d_untrained_nobias"], heads["d_untrained_bias"]
     assert kinds(nobias) == kinds(bias) == [nn.Linear, nn.BatchNorm1d, nn.ReLU, nn.Linear, nn.BatchNorm1d]
     assert all(m.bias is None for m in nobias.layers) and all(m.bias is not None for m in bias.layers)
+
+
+def test_paper_style_rules_are_checked_on_every_config_not_only_on_flags():
+    """The official heads' rules live in scale.validate.check_config, so a config.json read on --resume is
+    held to them too; the CLI gets the same refusal for conflicting flags (negative control: the paper
+    defaults pass)."""
+    from dataclasses import replace
+
+    from scale.faults import ConfigError
+    from scale.train import TrainConfig
+    from scale.validate import check_config
+
+    ok = TrainConfig(dataset="digits", head_style="paper", head_bias=False, head_bn=True, head_out_bn=True)
+    check_config(ok, "config.json")
+    with pytest.raises(ConfigError, match=r"head_bias in config\.json must be off"):
+        check_config(replace(ok, head_bias=True), "config.json")
+    with pytest.raises(ConfigError, match=r"head_out_bn in config\.json must equal head_bn"):
+        check_config(replace(ok, head_out_bn=False), "config.json")
+    parser = build_parser()
+    for extra, match in ((["--head-bias"], "--head-bias must be off"),
+                         (["--head-bn", "--no-head-out-bn"], "--head-out-bn must equal --head-bn")):
+        args = parser.parse_args(["digits", "--head", "relu2", "--head-style", "paper", *extra])
+        with pytest.raises(ConfigError, match=match):
+            resolve_config(args, torch.device("cpu"))
+    cfg = resolve_config(parser.parse_args(["digits", "--head", "relu2", "--head-style", "paper", "--head-bn"]),
+                         torch.device("cpu"))
+    assert (cfg.head_bias, cfg.head_bn, cfg.head_out_bn) == (False, True, True)

@@ -43,12 +43,13 @@ never forming the (k, k) loss blocks.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import array_api_compat
 
 from mini import activations
-from mini.heads import Head, derivatives
+from mini.heads import Head
 
 Array = Any
 
@@ -157,42 +158,222 @@ def cosine_hessian_sandwich(K: Array, g: Array, u: Array, r: Array) -> Array:
     return -out / (r[:, :, None] ** 2)
 
 
-def predictor_cosine_gauss_newton(predictor: Head | None, Hb: Array, J: Array, T: Array, coef: float):
-    """``(rho, G, cos)`` for ``L = sum_i coef <t_i/|t_i|, p(h_i)/|p(h_i)|>`` (module docstring).
+# --------------------------------------------------------------------------------------------
+# Per-sample blocks through an MLP chain, streamed in chunks of rows
+# --------------------------------------------------------------------------------------------
 
-    ``Hb`` (n, k) head outputs, ``J`` (n, k, d) head Jacobians, ``T`` (n, k_p) the targets each row is
-    pulled to; ``predictor`` a ``mini.heads.Head`` with weights of ``Hb``'s library (``None``: ``p = h``).
-    Returns ``rho = dL/dHb`` (n, k), ``G_i = J_i^T (grad^2_{h_i} L) J_i`` (n, d, d) and the cosines (n,).
+CHUNK_BYTES = 2**21  # one (rows, d, width) temporary per chunk: large enough for efficient matmuls, small
+#                      enough to stay in cache (and out of freshly mapped pages, which cost more than the arithmetic)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One affine map of a chain, ``a = x W^T + b``, and the activation after it (``None``: the last link)."""
+
+    W: Array  # (out, in)
+    b: Array | None  # (out,)
+    act: Any  # mini.activations.Activation, or None for the chain's output
+
+
+def chain_links(head: Head | None, predictor: Head | None, like: Array) -> list[Link]:
+    """``z -> h -> p`` as links, weights as arrays of ``like``'s library. The head's last map and the
+    predictor's first are both affine with nothing between, so they compose into one link
+    ``Wp_1 (W_L x + b_L) + bp_1``: the predictor's first Jacobian is never formed at the head's width."""
+    xp = _xp(like)
+    dev = array_api_compat.device(like)
+    links: list[Link] = []
+    for part in (head, predictor):
+        if part is None:
+            continue
+        act = activations.get(part.spec.activation)
+        for l, layer in enumerate(part.layers):
+            W = xp.asarray(layer["W"], dtype=like.dtype, device=dev)
+            b = xp.asarray(layer["b"], dtype=like.dtype, device=dev) if "b" in layer else None
+            link = Link(W, b, act if l < len(part.layers) - 1 else None)
+            if part is predictor and l == 0 and links:  # compose with the head's output map
+                last = links.pop()
+                bias = None if last.b is None else last.b @ _T(xp, W)
+                bias = b if bias is None else (bias if b is None else bias + b)
+                link = Link(W @ last.W, bias, link.act)
+            links.append(link)
+    if not links:
+        raise ValueError("chain_links needs a head or a predictor")
+    return links
+
+
+@dataclass(frozen=True)
+class ChainForward:
+    """The forward pass of a chain at ``Z`` (n, d): output (n, k) and ``s'``, ``s''`` of every hidden layer."""
+
+    links: list[Link]
+    Z: Array
+    out: Array
+    s1: list[Array]  # (n, w_l)
+    s2: list[Array]
+
+    def backward(self, g_out: Array) -> tuple[list[Array], list[Array]]:
+        """From ``g_out = dL/d out`` (n, k): ``D_l = (dL/dx_l) * s''(a_l)`` (n, w_l) for every hidden layer (the
+        diagonal middles of the sandwiches, ``mini.hessian``'s ``g_l * s''``) and ``dL/da_l`` (n, w_l)."""
+        D: list[Array] = [None] * len(self.s1)
+        ga: list[Array] = [None] * len(self.s1)
+        g = g_out
+        for l in range(len(self.s1) - 1, -1, -1):
+            gx = g @ self.links[l + 1].W  # dL/dx_l
+            D[l] = gx * self.s2[l]
+            g = ga[l] = gx * self.s1[l]  # dL/da_l
+        return D, ga
+
+
+def chain_forward(links: list[Link], Z: Array) -> ChainForward:
+    xp = _xp(Z)
+    x, S1, S2 = Z, [], []
+    for l, link in enumerate(links):
+        a = x @ _T(xp, link.W)
+        if link.b is not None:
+            a = a + link.b
+        if l == len(links) - 1:
+            return ChainForward(links, Z, a, S1, S2)
+        s1, s2 = link.act.derivatives(xp, a)
+        S1.append(s1)
+        S2.append(s2)
+        x = link.act.value(xp, a)
+    raise AssertionError("unreachable: a chain has at least one link")
+
+
+def _fold(xp, X: Array, W: Array) -> Array:
+    """``X @ W`` for X (m, d, w) and a shared W (w, v) as one (m d, w) x (w, v) matmul."""
+    if X.ndim == 2:
+        return X @ W
+    m, d, w = X.shape
+    return xp.reshape(xp.reshape(X, (m * d, w)) @ W, (m, d, W.shape[1]))
+
+
+def _transposed(xp, W: Array) -> Array:
+    """``W^T`` laid out row-major (products broadcast against it keep the rows' layout, so they reshape freely)."""
+    return xp.reshape(xp.reshape(_T(xp, W), (-1,)), (W.shape[1], W.shape[0]))
+
+
+def chain_block_chunks(fwd: ChainForward, D: list[Array], n_head: int, *, last_mid=None):
+    """Per-sample sandwiches of the chain's hidden layers, by forward mode, chunk by chunk of rows.
+
+    With ``P_l = da_l/dz`` (w_l, d) per row, carried transposed (``P_l^T`` (m, d, w_l); ``P_1 = W_1`` is
+    shared) and advanced by ``P_{l+1}^T = (P_l^T diag(s'_l)) W_{l+1}^T`` as one matmul per chunk:
+
+        M_i = sum_{l < n_head} P_l^T diag(D_l) P_l,     G0_i = sum_{l >= n_head} P_l^T diag(D_l) P_l   (d, d)
+
+    ``last_mid(rows)`` (optional, (m, w, w)) is a dense middle added at the last hidden layer, into ``G0``.
+    Yields ``(rows, M, G0, X)`` per chunk (``M``, ``G0`` symmetrised), ``X = (dx/dz)^T`` (m, d, w) of the
+    last link's input (``None``: the identity, a chain of one link). Chunks hold ``CHUNK_BYTES`` of
+    ``(m, d, width)``: no ``(n, w, d)`` Jacobian of any layer is ever kept.
     """
-    xp = _xp(Hb)
-    Q, S1, S2, W = [], [], [], []
-    if predictor is None:
-        p, K = Hb, J
+    xp = _xp(fwd.Z)
+    n, d = fwd.Z.shape
+    links, S1 = fwd.links, fwd.s1
+    width = max(max(link.W.shape) for link in links)
+    step = max(1, CHUNK_BYTES // (d * width * _itemsize(fwd.Z)))
+    P1T = _transposed(xp, links[0].W)  # (d, w_1), shared by every row
+    for start in range(0, n, step):
+        rows = slice(start, min(n, start + step))
+        sums = {True: None, False: None}  # to M, to G0
+        PT, X = P1T, None
+        for l in range(len(S1)):
+            mids = [(l < n_head, PT * D[l][rows][:, None, :])]  # P^T diag(D_l)
+            if l == len(S1) - 1 and last_mid is not None:
+                dense = last_mid(rows)
+                if l >= n_head:  # both belong to G0: one sandwich
+                    eye = xp.eye(dense.shape[-1], dtype=dense.dtype, device=array_api_compat.device(dense))
+                    dense = dense + eye * D[l][rows][:, None, :]
+                    mids = []
+                mids.append((False, _fold(xp, PT, dense) if PT.ndim == 2 else PT @ dense))
+            for to_M, S in mids:
+                S = S @ _T(xp, PT) if PT.ndim == 3 else _fold(xp, S, links[0].W)  # P^T mid P (m, d, d)
+                sums[to_M] = S if sums[to_M] is None else sums[to_M] + S
+            X = PT * S1[l][rows][:, None, :]  # (dx_l/dz)^T
+            if l + 1 < len(S1):
+                PT = _fold(xp, X, _T(xp, links[l + 1].W))
+        zero = xp.zeros((rows.stop - rows.start, d, d), dtype=fwd.Z.dtype, device=array_api_compat.device(fwd.Z))
+        M, G = (zero if sums[key] is None else 0.5 * (sums[key] + _T(xp, sums[key])) for key in (True, False))
+        yield rows, M, G, X
+
+
+def concat_chunks(chunks) -> tuple[Array, ...]:
+    """The per-row arrays of a chunk stream (all but ``rows``), concatenated along rows."""
+    parts = [c[1:] for c in chunks]
+    xp = _xp(parts[0][0])
+    return tuple(xp.concat(list(col), axis=0) for col in zip(*parts))
+
+
+def _itemsize(x: Array) -> int:
+    return int(getattr(x, "itemsize", None) or x.dtype.itemsize)
+
+
+def head_jacobian_and_interaction(fwd: ChainForward, rho: Array) -> tuple[Array, Array]:
+    """A head's ``J`` (n, k, d) and interaction blocks ``M`` (n, d, d) at ``rho = dL/dh`` (n, k), from its
+    forward pass ``fwd`` (``chain_forward(chain_links(head, None, Z), Z)``): ``mini.hessian``'s
+    ``head_derivatives`` and ``interaction_blocks``, streamed (no (n, w, d) Jacobian of any layer is kept)."""
+    xp = _xp(rho)
+    WT = _transposed(xp, fwd.links[-1].W)  # (w, k)
+
+    def chunks():
+        for rows, M, _, X in chain_block_chunks(fwd, fwd.backward(rho)[0], len(fwd.s1)):
+            JT = xp.broadcast_to(WT[None, :, :], (rows.stop - rows.start, *WT.shape)) if X is None else _fold(xp, X, WT)
+            yield rows, _T(xp, JT), M
+
+    return concat_chunks(chunks())
+
+
+def predictor_cosine_blocks(head: Head | None, predictor: Head | None, Z: Array, T: Array, coef: float):
+    """Per-sample Hessian blocks of ``f_i(z) = coef <t_i/|t_i|, p(h(z_i))/|p(h(z_i))|>`` (module docstring).
+
+    ``Z`` (n, d) the rows (the head's input, or the embeddings themselves when ``head`` is ``None``), ``T``
+    (n, k_p) the targets each row is pulled to, ``predictor`` ``None`` for ``p = h``. Returns
+    ``(rho, cos, chunks)``: ``rho = dL/dh`` (n, k), the cosines (n,), and a stream of ``(rows, M, G)``: the
+    head's interaction blocks ``M`` (zero without a head) and the rest ``G = H - M`` (the Gauss-Newton blocks
+    ``J_i^T (grad^2_{h_i} L) J_i``, or the loss blocks themselves when ``head`` is ``None``), each (m, d, d);
+    ``concat_chunks(chunks)`` gives ``(M, G)`` (n, d, d).
+
+    The cosine's part ``K^T (grad^2_p f) K`` (``K = dp/dz = W_out diag(s') P``) is never formed at the
+    output's width: ``K^T K = X^T (W_out^T W_out) X`` folds into the last hidden layer's sandwich and
+    ``a = K^T g = X^T (W_out^T g)``, ``b = K^T u`` are matrix-vector products (``X = diag(s') P``).
+    """
+    xp = _xp(Z)
+    if head is None and predictor is None:  # p = z: the cosine's own Hessian blocks (one identity link)
+        links = [Link(xp.eye(Z.shape[1], dtype=Z.dtype, device=array_api_compat.device(Z)), None, None)]
     else:
-        act = predictor.spec.activation
-        x, KJ = Hb, J  # KJ = dx_{l-1}/dz, (n, width, d)
-        for l, layer in enumerate(predictor.layers):
-            W.append(layer["W"])
-            a = x @ _T(xp, layer["W"])
-            if "b" in layer:
-                a = a + layer["b"]
-            Ql = layer["W"] @ KJ  # (n, w_l, d)
-            if l == len(predictor.layers) - 1:
-                p, K = a, Ql
-                break
-            s1, s2 = derivatives(act, a)
-            Q.append(Ql)
-            S1.append(s1)
-            S2.append(s2)
-            KJ = s1[:, :, None] * Ql
-            x = activations.get(act).value(xp, a)
-    rho_p, g, u, r = cosine_gradient(p, T, coef)
-    G = cosine_hessian_sandwich(K, g, u, r)
-    rho = rho_p
-    if W:
-        rho = rho_p @ W[-1]  # g_{L-1} = W_L^T rho_p, as rows
-        for l in range(len(Q) - 1, -1, -1):
-            G = G + _T(xp, Q[l]) @ ((rho * S2[l])[:, :, None] * Q[l])
-            rho = (rho * S1[l]) @ W[l]  # g_{l-1}; after the first layer: dL/dHb
+        links = chain_links(head, predictor, Z)
+    n_head = 0 if head is None else len(head.layers) - 1
+    fwd = chain_forward(links, Z)
+    rho_p, g, u, r = cosine_gradient(fwd.out, T, coef)
+    W = links[-1].W  # (k_p, w)
+    C = _T(xp, W) @ W  # (w, w): K^T K = X^T C X
+    gu = _dot(xp, g, u)  # (n, 1)
+    c = -gu / (r * r)  # the coefficient of K^T K in K^T (grad^2 f) K
+    Wg, Wu = g @ W, u @ W  # K^T g = X^T (W^T g): rows (n, w)
+
+    def dense_mid(rows):  # -(<g,u>/r^2) diag(s') C diag(s') at the last hidden layer: K^T K's share
+        s = fwd.s1[-1][rows]
+        return c[rows][:, :, None] * (s[:, :, None] * C * s[:, None, :])
+
+    def chunks(D):
+        for rows, M, G, X in chain_block_chunks(fwd, D, n_head, last_mid=dense_mid if fwd.s1 else None):
+            # -(1/r^2)(a b^T + b a^T - 3 <g,u> b b^T); plus K^T K's share when X = I (no hidden layer)
+            a, b = Wg[rows][:, :, None], Wu[rows][:, :, None]
+            if X is not None:
+                a, b = X @ a, X @ b
+            ab = a @ _T(xp, b)
+            inv_r2 = 1.0 / (r[rows] * r[rows])[:, :, None]
+            G = G - (ab + _T(xp, ab) - 3.0 * gu[rows][:, :, None] * (b @ _T(xp, b))) * inv_r2
+            if X is None:
+                G = G + c[rows][:, :, None] * C
+            yield rows, M, G
+
+    D, ga = fwd.backward(rho_p)
+    rho = rho_p  # dL/dh: through the predictor's first map when there is one (it was composed into a link)
+    if head is not None and predictor is not None:
+        g_first = rho_p if n_head == len(fwd.s1) else ga[n_head]  # dL/d(the predictor's first pre-activation)
+        rho = g_first @ xp.asarray(predictor.layers[0]["W"], dtype=Z.dtype, device=array_api_compat.device(Z))
+    elif head is None and predictor is not None:
+        g_first = rho_p if not fwd.s1 else ga[0]
+        rho = g_first @ links[0].W
     cos = xp.sum(u * T / _rownorm(xp, T), axis=-1)
-    return rho, 0.5 * (G + _T(xp, G)), cos
+    return rho, cos, chunks(D)

@@ -11,16 +11,18 @@ so the whole spectrum of ``H_eff`` (n*d eigenvalues) is the union of ``n`` eigen
 
 Two paths to ``J_i`` and ``M_i``:
 
-- ``"closed_form"``: ``mini.hessian.head_derivatives`` and ``interaction_blocks`` (the array-API
-  recursion) run directly on torch tensors, on the tensors' device, with weights read from the torch
-  head (``mini_head_of``; eval-mode BatchNorm is an affine map and is folded into its Linear layer).
+- ``"closed_form"``: ``mini.hessian``'s recursion, streamed by ``mini.loss_hessians`` (``chain_forward``,
+  ``head_jacobian_and_interaction``: the array-API code, in chunks of rows, never keeping a (n, w, d) Jacobian)
+  on torch tensors, on the tensors' device, with weights read from the torch head (``mini_head_of``;
+  eval-mode BatchNorm is an affine map and is folded into its Linear layer).
 - ``"autodiff"``: per-sample ``torch.func.jacrev`` (``J_i``) and reverse-over-reverse Hessians of
   ``<rho_i, h(z_i)>`` (``M_i``) under ``vmap`` (some activations' backward ops lack forward-mode rules).
 
 The Gauss-Newton blocks ``G_i = J_i^T (grad^2_{h_i} L) J_i`` take the cheapest exact route:
 
-- an objective carrying ``gauss_newton`` (``scale.loss_curvature.PredictorCosine``: SimSiam, BYOL): closed
-  form through the predictor and the cosine (``mini.loss_hessians``), no (k, k) block formed;
+- an objective carrying ``blocks`` (``scale.loss_curvature.PredictorCosine``: SimSiam, BYOL): ``H_i`` in one
+  forward-mode sweep through the head, the predictor and the cosine (``mini.loss_hessians``), no (k, k)
+  block and no head Jacobian ``J`` formed;
 - ``k > d`` and only ``H``'s spectrum wanted: ``d`` batched loss Hessian-vector products along the columns
   of ``J`` (row ``i`` of the product along ``J[:, :, a]`` is ``HL_i J_i[:, a]`` for a per-sample loss);
 - otherwise the loss blocks ``grad^2_{h_i} L`` (n, k, k) from ``k`` Hessian-vector products of the batch
@@ -40,7 +42,7 @@ a few small batched matmuls; Lanczos on it is the tracker's cheap path (``scale/
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,14 +51,15 @@ from torch import Tensor, nn
 from torch.func import jacrev, vmap
 
 from mini.heads import Head
-from mini.hessian import NEG_FLOOR, head_derivatives, interaction_blocks
+from mini.hessian import NEG_FLOOR
+from mini.loss_hessians import chain_forward, chain_links, head_jacobian_and_interaction
 from scale.curvature import Operator, functional_head
 from scale.heads import MLPHead
 
 BLOCK_TOL = 1e-10  # relative mismatch above which the loss is not block-diagonal
 ROUNDOFF_REL = 1e3 * torch.finfo(torch.float64).eps  # a Hessian product this small is round-off
 METHODS = ("closed_form", "autodiff")
-BOUND_MARGIN = 1e-8  # block_norm keeps a block whose upper bound is within this of the lower bound (round-off)
+CHOL_MARGIN = 1e-14  # block_norm's Cholesky test runs at (1 + this) times the largest norm found (round-off)
 
 
 def mini_head_of(module: MLPHead, dtype: torch.dtype = torch.float64) -> Head:
@@ -142,23 +145,25 @@ class Blocks:
     """Per-sample blocks (n, d, d) of ``G``, ``M``, ``H = G + M``, their eigenvalues, and the context.
 
     ``eig_G`` and ``loss_hessian_eig`` are ``None`` when only ``H``'s spectrum was asked for
-    (``spectra="H"``: the tracker's lean measurement)."""
+    (``spectra="H"``); ``G``, ``M``, ``H`` are ``None`` when the blocks were not kept (``keep_blocks=False``:
+    the tracker's lean measurement, reduced chunk by chunk to ``eig_H`` and ``norm_M``)."""
 
-    G: Tensor
-    M: Tensor
-    H: Tensor
+    G: Tensor | None
+    M: Tensor | None
+    H: Tensor | None
     eig_G: Tensor | None  # (n, d) ascending per sample
     eig_H: Tensor
     loss_hessian_eig: Tensor | None  # (n, k): eigenvalues of grad^2_{h_i} L
     premise_residual: float
     info: dict[str, Any]
+    norm_M: float | None = None  # |M|_2 (``block_norm``), when computed along the way
 
     def audit(self, rel_floor: float = NEG_FLOOR) -> dict[str, Any]:
         """The audit table's row: ``|M|/|H_eff|``, negative counts of ``G`` and ``H_eff`` (relative floor),
         extreme eigenvalues, scale, condition (only when positive definite), and the PSD premise."""
         eH = self.eig_H.flatten()
         scale_H = float(eH.abs().max())
-        norm_M = block_norm(self.M)
+        norm_M = block_norm(self.M) if self.norm_M is None else self.norm_M
         lam_min, lam_max = float(eH.min()), float(eH.max())
         floor = rel_floor * scale_H
         out = {
@@ -178,66 +183,76 @@ class Blocks:
         return out
 
 
-def block_norm(blocks: Tensor) -> float:
-    """Spectral norm of a block-diagonal symmetric matrix from its blocks (n, d, d): the largest
-    |eigenvalue| of any block, exact (a symmetric eigensolver, cheaper than the SVD behind ``ord=2``).
+def block_norm(blocks: Tensor | Sequence[Tensor]) -> float:
+    """Spectral norm of a block-diagonal symmetric matrix from its blocks (n, d, d), or from a sequence of
+    chunks of them: the largest |eigenvalue| of any block, solving as few blocks as possible.
 
-    Only the blocks that can hold the maximum are solved. ``|A|_2 <= |A^4|_F^(1/4) =: u(A)`` (two batched
-    products; the blocks scaled by their largest entry first, so that the fourth power cannot overflow),
-    and ``|A|_2 >= u(A) / d^(1/8)``. The block with the largest bound is solved first; its norm ``l`` is a
-    lower bound on the answer, and a block with ``u < l`` cannot reach it. The rest (usually one to three
-    of ``n``: the bound is within ``d^(1/8)`` and tight when a block's top eigenvalue stands out) go to
-    ``eigvalsh``, so the result is the same maximum as ``eigvalsh`` of every block, without the ``n``
-    tridiagonal reductions that dominate that call."""
-    n = blocks.shape[0]
-    peak = float(blocks.abs().max()) if blocks.numel() else 0.0
+    ``|A|_2 <= |A|_F``, so a block whose Frobenius norm is at most a norm already found cannot hold the
+    maximum. The block of largest Frobenius norm is solved first (``eigvalsh``): its norm ``l`` is a lower
+    bound on the answer. Every other block is then tested at ``t = l (1 + CHOL_MARGIN)``: ``t I - A`` and
+    ``t I + A`` both admit a Cholesky factor exactly when every eigenvalue of ``A`` lies in ``(-t, t)`` (up
+    to the factorisation's backward error, a few ``d eps`` of the scale). The blocks that fail are solved
+    by ``eigvalsh``. The result is the same maximum as ``eigvalsh`` of every block to that round-off, at the
+    cost of two Cholesky factorisations per block instead of a tridiagonal reduction each."""
+    chunks = [blocks] if isinstance(blocks, Tensor) else list(blocks)
+    chunks = [c for c in chunks if c.shape[0]]
+    if not chunks:
+        return 0.0
+    fro = [torch.linalg.matrix_norm(c) for c in chunks]  # (m,) per chunk, >= |A_i|_2
+    peak = max(float(f.max()) for f in fro)
     if peak == 0.0:
         return 0.0
-    if n <= 4 or not math.isfinite(peak):
-        return float(torch.linalg.eigvalsh(blocks).abs().max())
-    A = blocks / peak
-    A2 = A @ A
-    upper = torch.linalg.matrix_norm(A2 @ A2).sqrt().sqrt() * peak  # >= |block_i|_2, (n,)
-    first = int(upper.argmax())
-    lower = float(torch.linalg.eigvalsh(blocks[first]).abs().max())
-    rest = torch.nonzero(upper * (1.0 + BOUND_MARGIN) >= lower).flatten()
-    rest = rest[rest != first]
-    if rest.numel() == 0:
-        return lower
-    return max(lower, float(torch.linalg.eigvalsh(blocks[rest]).abs().max()))
+    if not math.isfinite(peak):
+        return max(float(torch.linalg.eigvalsh(c).abs().max()) for c in chunks)
+    first = max(range(len(chunks)), key=lambda j: float(fro[j].max()))
+    i = int(fro[first].argmax())
+    best = float(torch.linalg.eigvalsh(chunks[first][i]).abs().max())
+    for j, (c, f) in enumerate(zip(chunks, fro)):
+        keep = f > best  # a block with |A|_F <= best cannot exceed best
+        if j == first:
+            keep[i] = False
+        if not bool(keep.any()):
+            continue
+        A = c[keep]
+        t = best * (1.0 + CHOL_MARGIN)
+        eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+        fails = (torch.linalg.cholesky_ex(t * eye - A).info != 0) | (torch.linalg.cholesky_ex(t * eye + A).info != 0)
+        if bool(fails.any()):
+            best = max(best, float(torch.linalg.eigvalsh(A[fails]).abs().max()))
+    return best
+
+
+def _head_info(head: nn.Module, method: str, dtype: torch.dtype, z: Tensor, k: int) -> dict[str, Any]:
+    has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in head.modules())
+    return {"batchnorm": has_bn, "bn_mode": "eval" if has_bn else "none", "method": method,
+            "dtype": str(dtype).removeprefix("torch."), "n": z.shape[0], "d": z.shape[1], "k": k}
 
 
 def head_blocks(z: Tensor, head: nn.Module, method: str = "closed_form", dtype: torch.dtype = torch.float64):
-    """``(Hb, J, M_of)`` at ``z`` (n, d): embeddings (n, k), per-sample Jacobians (n, k, d), and
-    ``M_of(rho)`` -> the interaction blocks (n, d, d) for a residual ``rho`` (n, k).
-    BatchNorm in eval mode (the only mode in which the head acts row by row)."""
+    """``(Hb, JM_of, info)`` at ``z`` (n, d): embeddings (n, k), and ``JM_of(rho)`` -> the per-sample Jacobians
+    ``J`` (n, k, d) and interaction blocks ``M`` (n, d, d) for a residual ``rho = dL/dh`` (n, k) (one
+    forward-mode sweep gives both). BatchNorm in eval mode (the only mode in which the head acts row by row)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     z = z.detach().to(dtype)
-    if method == "closed_form":  # weights read straight from the module: no functional copy of the head needed
-        has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in head.modules())
-        head_info = {"batchnorm": has_bn, "bn_mode": "eval" if has_bn else "none"}
-    else:
-        head_fn, head_info = functional_head(head, "eval", dtype)
-        one = lambda x: head_fn(x[None])[0]  # noqa: E731  (d,) -> (k,)
     with torch.no_grad():  # torch.func transforms still differentiate; parameters record no graph
-        if method == "closed_form":
-            der = head_derivatives(mini_head_of(head, dtype), z)
-            Hb, J = der.h, der.J  # (n, k), (n, k, d)
+        if method == "closed_form":  # weights read straight from the module: no functional copy of the head
+            fwd = chain_forward(chain_links(mini_head_of(head, dtype), None, z), z)
+            Hb = fwd.out
         else:
-            Hb, J = head_fn(z), vmap(jacrev(one))(z)
+            head_fn, _ = functional_head(head, "eval", dtype)
+            one = lambda x: head_fn(x[None])[0]  # noqa: E731  (d,) -> (k,)
+            Hb = head_fn(z)
 
-    def M_of(rho: Tensor) -> Tensor:
+    def JM_of(rho: Tensor) -> tuple[Tensor, Tensor]:
         with torch.no_grad():
             if method == "closed_form":
-                M = interaction_blocks(der, rho)
-            else:  # reverse-over-reverse: some activations' backward ops have no forward-mode rule
-                M = vmap(jacrev(jacrev(lambda x, r: (r * one(x)).sum())))(z, rho)
-        return 0.5 * (M + M.transpose(1, 2))
+                return head_jacobian_and_interaction(fwd, rho)
+            # reverse-over-reverse: some activations' backward ops have no forward-mode rule
+            M = vmap(jacrev(jacrev(lambda x, r: (r * one(x)).sum())))(z, rho)
+            return vmap(jacrev(one))(z), 0.5 * (M + M.transpose(1, 2))
 
-    info = {**head_info, "bn_mode": "eval" if head_info["batchnorm"] else "none", "method": method,
-            "dtype": str(dtype).removeprefix("torch."), "n": z.shape[0], "d": z.shape[1], "k": Hb.shape[1]}
-    return Hb.detach(), J, M_of, info
+    return Hb.detach(), JM_of, _head_info(head, method, dtype, z, Hb.shape[1])
 
 
 def effective_hessian_blocks(
@@ -249,6 +264,7 @@ def effective_hessian_blocks(
     dtype: torch.dtype = torch.float64,
     declared_psd: bool | None = None,
     spectra: str = "all",
+    keep_blocks: bool = True,
 ) -> Blocks:
     """Exact per-sample blocks of eq. (1) at ``z`` (n, d), in ``dtype`` (float64 by default).
 
@@ -256,21 +272,27 @@ def effective_hessian_blocks(
     ``declared_psd`` records what the objective claims about ``grad^2_H L`` (``mini``'s
     ``Objective.hessian_psd``) next to what is measured on the blocks. ``spectra``: ``"all"``
     (eigenvalues of ``H``, ``G`` and the loss blocks) or ``"H"`` (``H`` only: the tracker's needs).
+    ``keep_blocks=False`` (with ``spectra="H"``): the blocks are reduced chunk by chunk to ``H``'s
+    eigenvalues and ``|M|_2`` and not kept (``Blocks.G/M/H`` are ``None``).
     """
     if spectra not in ("all", "H"):
         raise ValueError(f"spectra must be 'all' or 'H', got {spectra!r}")
-    Hb, J, M_of, info = head_blocks(z, head, method, dtype)
+    if not keep_blocks and spectra != "H":
+        raise ValueError("keep_blocks=False keeps H's spectrum only: use spectra='H'")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     full = spectra == "all"
-    if getattr(loss, "closed_form", False):  # predictor-cosine objectives: G in closed form
-        return _closed_form_blocks(Hb, J, M_of, info, loss, declared_psd, full)
-    _, k, d = J.shape
+    if method == "closed_form" and getattr(loss, "closed_form", False):  # SimSiam, BYOL: one sweep
+        return _closed_form_blocks(z.detach().to(dtype), head, loss, declared_psd, full, keep_blocks)
+    Hb, JM_of, info = head_blocks(z, head, method, dtype)
+    k, d = Hb.shape[1], z.shape[1]
     if not full and k > d:  # G from d products along J's columns instead of the k loss-block columns
-        return _gauss_newton_blocks(Hb, J, M_of, info, loss, declared_psd)
+        return _gauss_newton_blocks(Hb, JM_of, info, loss, declared_psd)
     with torch.no_grad():
         rho, HL, premise, value = _loss_blocks_and_value(loss, Hb)
     if premise > BLOCK_TOL:
         raise _not_block_diagonal(premise)
-    M = M_of(rho)
+    J, M = JM_of(rho)
     G = J.transpose(1, 2) @ (HL @ J)
     G = 0.5 * (G + G.transpose(1, 2))
     H = G + M
@@ -288,33 +310,46 @@ def _not_block_diagonal(premise: float) -> ValueError:
     )
 
 
-def _closed_form_blocks(Hb, J, M_of, info, loss, declared_psd, full: bool) -> Blocks:
-    """Predictor-cosine objectives (``scale.loss_curvature.PredictorCosine``): ``rho`` and
-    ``G_i = J_i^T (grad^2_{h_i} L) J_i`` from ``mini.loss_hessians`` (per-sample by construction)."""
+def _closed_form_blocks(z: Tensor, head: nn.Module, loss, declared_psd, full: bool, keep: bool) -> Blocks:
+    """Predictor-cosine objectives (``scale.loss_curvature.PredictorCosine``): ``M_i`` and ``G_i`` in one
+    forward-mode sweep through head, predictor and cosine (per-sample by construction), reduced chunk by
+    chunk when the blocks are not kept."""
     with torch.no_grad():
-        rho, G, value = loss.gauss_newton(Hb, J)
-        M = M_of(rho)
-        H = G + M
+        mini_head = mini_head_of(head, z.dtype)
+        rho, value, chunks = loss.blocks(mini_head, z)
+        Gs, Ms, Hs, eig_H, norm_M = [], [], [], [], None
+        for _, M, G in chunks:
+            H = G + M
+            eig_H.append(torch.linalg.eigvalsh(H))
+            Ms.append(M)
+            if keep:
+                Gs.append(G)
+                Hs.append(H)
+        eig_H = torch.cat(eig_H)
+        if keep:
+            G, M, H = torch.cat(Gs), torch.cat(Ms), torch.cat(Hs)
+        else:
+            G = M = H = None
+            norm_M = block_norm(Ms)
         HL_eig = None
-        if full:  # the loss blocks themselves: the same algebra with J = I
-            n, k, _ = J.shape
-            eye = torch.eye(k, dtype=J.dtype, device=J.device).expand(n, k, k)
-            HL_eig = torch.linalg.eigvalsh(loss.gauss_newton(Hb, eye)[1])
-    info = {**info, "loss": value, "loss_hessian_psd_declared": declared_psd,
-            "gauss_newton": "closed form (predictor and cosine, mini.loss_hessians)",
+        if full:  # the loss blocks themselves: the same sweep without the head
+            Hb = chain_forward(chain_links(mini_head, None, z), z).out
+            _, _, loss_chunks = loss.blocks(None, Hb)
+            HL_eig = torch.cat([torch.linalg.eigvalsh(GL) for _, _, GL in loss_chunks])
+    info = {**_head_info(head, "closed_form", z.dtype, z, int(rho.shape[1])), "loss": value,
+            "loss_hessian_psd_declared": declared_psd,
+            "gauss_newton": "closed form (head, predictor and cosine in one sweep, mini.loss_hessians)",
             "block_premise": "per-sample by construction (closed form)"}
-    return Blocks(G, M, H, torch.linalg.eigvalsh(G) if full else None, torch.linalg.eigvalsh(H), HL_eig,
-                  float("nan"), info)
+    return Blocks(G, M, H, torch.linalg.eigvalsh(G) if full else None, eig_H, HL_eig, float("nan"), info, norm_M)
 
 
-def _gauss_newton_blocks(Hb, J, M_of, info, loss, declared_psd) -> Blocks:
+def _gauss_newton_blocks(Hb, JM_of, info, loss, declared_psd) -> Blocks:
     """``G_i = J_i^T (grad^2 L J)_i`` from ``d`` batched loss Hessian-vector products along the columns
     of ``J`` (direction ``J[:, :, a]``, row ``i``'s part of the product is ``HL_i J_i[:, a]`` when the loss
     is per-sample): ``d`` products instead of ``k`` when the head widens (``k > d``).
 
     Premise check: along ``U = J w`` (``w`` random, (n, d)), the product must equal ``(HL J)_i w_i`` row by
     row; a loss coupling samples breaks it (``premise_residual``, as in ``loss_blocks``)."""
-    n, k, d = J.shape
     with torch.enable_grad():
         Hg = Hb.detach().requires_grad_(True)
         value_t = loss(Hg)
@@ -329,6 +364,8 @@ def _gauss_newton_blocks(Hb, J, M_of, info, loss, declared_psd) -> Blocks:
 
     with torch.no_grad():
         rho = g.detach()
+        J, M = JM_of(rho)
+        n, k, d = J.shape
         HJ = hvp(J.permute(2, 0, 1).contiguous(), batched=True).permute(1, 2, 0)  # (n, k, d): HL_i J_i
         G = J.transpose(1, 2) @ HJ
         G = 0.5 * (G + G.transpose(1, 2))
@@ -345,7 +382,6 @@ def _gauss_newton_blocks(Hb, J, M_of, info, loss, declared_psd) -> Blocks:
             premise = float((full - diag).norm() / full.norm())
         if premise > BLOCK_TOL:
             raise _not_block_diagonal(premise)
-        M = M_of(rho)
         H = G + M
     info = {**info, "loss": value, "loss_hessian_psd_declared": declared_psd,
             "gauss_newton": f"{d} loss Hessian-vector products along J's columns (k = {k} > d)",
@@ -371,8 +407,7 @@ def factored_operator(
     so a product costs two batched ``(k, d)`` matmuls, one ``(d, d)`` and one Hessian-vector product
     of the loss alone (no pass through the head). Returns the operator, ``M`` and the context.
     """
-    Hb, J, M_of, info = head_blocks(z, head, method, dtype)
-    n, _, d = J.shape
+    Hb, JM_of, info = head_blocks(z, head, method, dtype)
     if hasattr(loss, "curvature"):  # a closed-form loss Hessian-vector product (NT-Xent): no autograd graph
         curv = loss.curvature(Hb)
         rho, value = curv.gradient(), float(loss(Hb))
@@ -398,11 +433,13 @@ def factored_operator(
             return torch.zeros_like(U) if out is None else out
 
         loss_product = "double backward through a graph built once"
-    M = M_of(rho)
+    J, M = JM_of(rho)
+    n, _, d = J.shape
 
     # every product as row vectors against contiguous matrices (one bmm of (1, b) x (b, a) per sample): on
     # CPU about 3x faster than broadcast-and-sum or a bmm against a column vector at these shapes.
     # M is symmetric (M v = (v^T M)^T); J v = (v^T J^T)^T from a transposed copy made once.
+    J = J.contiguous()
     Jt = J.transpose(1, 2).contiguous()  # (n, d, k)
 
     def rows(x: Tensor, A: Tensor) -> Tensor:  # (n, a) x (n, a, b) -> (n, b)

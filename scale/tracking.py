@@ -151,7 +151,7 @@ def measure(
     rec: dict[str, Any] = {"path": path, "z_std": representation_std(z.double()), "N": n * d}
     res = warm
     if path == "blocks":
-        blocks = effective_hessian_blocks(z, head, loss, dtype=torch.float64, spectra="H")
+        blocks = effective_hessian_blocks(z, head, loss, dtype=torch.float64, spectra="H", keep_blocks=False)
         audit = blocks.audit(rel_floor)
         value = blocks.info["loss"]  # L at the probe, from the Gauss-Newton route's own forward pass
         rec.update(lambda_min=audit["lambda_min"], lambda_max=audit["lambda_max"], scale=audit["scale"],

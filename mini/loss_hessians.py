@@ -223,6 +223,34 @@ class ChainForward:
             g = ga[l] = gx * self.s1[l]  # dL/da_l
         return D, ga
 
+    def tangents(self, V: Array) -> tuple[list[Array], Array]:
+        """Forward mode along ``V`` (..., n, d): the hidden pre-activations' tangents ``P_l v`` (..., n, w_l)
+        and the output's ``J v`` (..., n, k); row by row, so a batch of directions is a taller matmul."""
+        xp = _xp(V)
+        T, x = [], V
+        for l, link in enumerate(self.links):
+            t = x @ _T(xp, link.W)
+            if l == len(self.links) - 1:
+                return T, t
+            T.append(t)
+            x = t * self.s1[l]
+
+    def hvp(self, D: list[Array], V: Array, top=None, upto: int | None = None) -> Array:
+        """``sum_{l < upto} P_l^T diag(D_l) P_l V + J^T top(J V)`` (..., n, d), in closed form: one forward-mode
+        pass (``tangents``) and one pullback through the weights, no Jacobian formed. With ``D`` from
+        ``backward`` the sum is the chain's own curvature (``M``'s part of eq. (1) for a head, ``upto`` its
+        hidden layers); ``top`` (optional) is the curvature at the output (the loss Hessian-vector product)."""
+        xp = _xp(V)
+        upto = len(self.s1) if upto is None else upto
+        T, jv = self.tangents(V)
+        g = None if top is None else top(jv)
+        for l in range(len(self.s1) - 1, -1, -1):
+            gl = None if g is None else (g @ self.links[l + 1].W) * self.s1[l]
+            if l < upto:
+                gl = D[l] * T[l] if gl is None else gl + D[l] * T[l]
+            g = gl
+        return xp.zeros_like(V) if g is None else g @ self.links[0].W
+
 
 def chain_forward(links: list[Link], Z: Array) -> ChainForward:
     xp = _xp(Z)
@@ -322,40 +350,63 @@ def head_jacobian_and_interaction(fwd: ChainForward, rho: Array) -> tuple[Array,
     return concat_chunks(chunks())
 
 
-def predictor_cosine_blocks(head: Head | None, predictor: Head | None, Z: Array, T: Array, coef: float):
-    """Per-sample Hessian blocks of ``f_i(z) = coef <t_i/|t_i|, p(h(z_i))/|p(h(z_i))|>`` (module docstring).
+class PredictorCosineCurvature:
+    """Per-sample curvature of ``L = sum_i f_i``, ``f_i(z) = coef <t_i/|t_i|, p(h(z_i))/|p(h(z_i))|>`` at ``Z``
+    (module docstring): SimSiam and BYOL's objective through an MLP head and an MLP predictor.
 
     ``Z`` (n, d) the rows (the head's input, or the embeddings themselves when ``head`` is ``None``), ``T``
-    (n, k_p) the targets each row is pulled to, ``predictor`` ``None`` for ``p = h``. Returns
-    ``(rho, cos, chunks)``: ``rho = dL/dh`` (n, k), the cosines (n,), and a stream of ``(rows, M, G)``: the
-    head's interaction blocks ``M`` (zero without a head) and the rest ``G = H - M`` (the Gauss-Newton blocks
-    ``J_i^T (grad^2_{h_i} L) J_i``, or the loss blocks themselves when ``head`` is ``None``), each (m, d, d);
-    ``concat_chunks(chunks)`` gives ``(M, G)`` (n, d, d).
+    (n, k_p) the targets each row is pulled to, ``predictor`` ``None`` for ``p = h``. Holds ``rho = dL/dh``
+    (n, k) and the cosines ``cos`` (n,); ``blocks()`` streams the exact per-sample blocks and
+    ``hvp``/``interaction_hvp`` are the matrix-free products of ``H`` and ``M``, all in closed form.
 
     The cosine's part ``K^T (grad^2_p f) K`` (``K = dp/dz = W_out diag(s') P``) is never formed at the
     output's width: ``K^T K = X^T (W_out^T W_out) X`` folds into the last hidden layer's sandwich and
     ``a = K^T g = X^T (W_out^T g)``, ``b = K^T u`` are matrix-vector products (``X = diag(s') P``).
     """
-    xp = _xp(Z)
-    if head is None and predictor is None:  # p = z: the cosine's own Hessian blocks (one identity link)
-        links = [Link(xp.eye(Z.shape[1], dtype=Z.dtype, device=array_api_compat.device(Z)), None, None)]
-    else:
-        links = chain_links(head, predictor, Z)
-    n_head = 0 if head is None else len(head.layers) - 1
-    fwd = chain_forward(links, Z)
-    rho_p, g, u, r = cosine_gradient(fwd.out, T, coef)
-    W = links[-1].W  # (k_p, w)
-    C = _T(xp, W) @ W  # (w, w): K^T K = X^T C X
-    gu = _dot(xp, g, u)  # (n, 1)
-    c = -gu / (r * r)  # the coefficient of K^T K in K^T (grad^2 f) K
-    Wg, Wu = g @ W, u @ W  # K^T g = X^T (W^T g): rows (n, w)
 
-    def dense_mid(rows):  # -(<g,u>/r^2) diag(s') C diag(s') at the last hidden layer: K^T K's share
-        s = fwd.s1[-1][rows]
-        return c[rows][:, :, None] * (s[:, :, None] * C * s[:, None, :])
+    def __init__(self, head: Head | None, predictor: Head | None, Z: Array, T: Array, coef: float):
+        xp = self.xp = _xp(Z)
+        dev = array_api_compat.device(Z)
+        if head is None and predictor is None:  # p = z: the cosine's own Hessian blocks (one identity link)
+            links = [Link(xp.eye(Z.shape[1], dtype=Z.dtype, device=dev), None, None)]
+        else:
+            links = chain_links(head, predictor, Z)
+        self.n_head = 0 if head is None else len(head.layers) - 1  # the head's hidden layers come first
+        fwd = self.fwd = chain_forward(links, Z)
+        rho_p, self.g, self.u, self.r = cosine_gradient(fwd.out, T, coef)
+        self.D, ga = fwd.backward(rho_p)
+        self.rho = rho_p  # dL/dh: through the predictor's first map when there is one (composed into a link)
+        if head is not None and predictor is not None:
+            g_first = rho_p if self.n_head == len(fwd.s1) else ga[self.n_head]
+            self.rho = g_first @ xp.asarray(predictor.layers[0]["W"], dtype=Z.dtype, device=dev)
+        elif head is None and predictor is not None:
+            self.rho = (rho_p if not fwd.s1 else ga[0]) @ links[0].W
+        self.cos = xp.sum(self.u * T / _rownorm(xp, T), axis=-1)
 
-    def chunks(D):
-        for rows, M, G, X in chain_block_chunks(fwd, D, n_head, last_mid=dense_mid if fwd.s1 else None):
+    def hvp(self, V: Array) -> Array:
+        """``H V`` (..., n, d): the whole per-sample Hessian applied row by row (forward mode, then a pullback)."""
+        return self.fwd.hvp(self.D, V, top=lambda pv: normalization_hvp(self.xp, self.g, self.u, self.r, pv))
+
+    def interaction_hvp(self, V: Array) -> Array:
+        """``M V`` (..., n, d): the head's interaction part alone."""
+        return self.fwd.hvp(self.D, V, upto=self.n_head)
+
+    def blocks(self):
+        """Stream of ``(rows, M, G)``: the head's interaction blocks ``M`` (zero without a head) and the rest
+        ``G = H - M`` (the Gauss-Newton blocks ``J_i^T (grad^2_{h_i} L) J_i``, or the loss blocks themselves when
+        ``head`` is ``None``), each (m, d, d); ``concat_chunks`` gives ``(M, G)`` (n, d, d)."""
+        xp, fwd, g, u, r = self.xp, self.fwd, self.g, self.u, self.r
+        W = fwd.links[-1].W  # (k_p, w)
+        C = _T(xp, W) @ W  # (w, w): K^T K = X^T C X
+        gu = _dot(xp, g, u)  # (n, 1)
+        c = -gu / (r * r)  # the coefficient of K^T K in K^T (grad^2 f) K
+        Wg, Wu = g @ W, u @ W  # K^T g = X^T (W^T g): rows (n, w)
+
+        def dense_mid(rows):  # -(<g,u>/r^2) diag(s') C diag(s') at the last hidden layer: K^T K's share
+            s = fwd.s1[-1][rows]
+            return c[rows][:, :, None] * (s[:, :, None] * C * s[:, None, :])
+
+        for rows, M, G, X in chain_block_chunks(fwd, self.D, self.n_head, last_mid=dense_mid if fwd.s1 else None):
             # -(1/r^2)(a b^T + b a^T - 3 <g,u> b b^T); plus K^T K's share when X = I (no hidden layer)
             a, b = Wg[rows][:, :, None], Wu[rows][:, :, None]
             if X is not None:
@@ -366,14 +417,3 @@ def predictor_cosine_blocks(head: Head | None, predictor: Head | None, Z: Array,
             if X is None:
                 G = G + c[rows][:, :, None] * C
             yield rows, M, G
-
-    D, ga = fwd.backward(rho_p)
-    rho = rho_p  # dL/dh: through the predictor's first map when there is one (it was composed into a link)
-    if head is not None and predictor is not None:
-        g_first = rho_p if n_head == len(fwd.s1) else ga[n_head]  # dL/d(the predictor's first pre-activation)
-        rho = g_first @ xp.asarray(predictor.layers[0]["W"], dtype=Z.dtype, device=array_api_compat.device(Z))
-    elif head is None and predictor is not None:
-        g_first = rho_p if not fwd.s1 else ga[0]
-        rho = g_first @ links[0].W
-    cos = xp.sum(u * T / _rownorm(xp, T), axis=-1)
-    return rho, cos, chunks(D)

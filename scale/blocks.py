@@ -20,7 +20,7 @@ Two paths to ``J_i`` and ``M_i``:
 
 The Gauss-Newton blocks ``G_i = J_i^T (grad^2_{h_i} L) J_i`` take the cheapest exact route:
 
-- an objective carrying ``blocks`` (``scale.loss_curvature.PredictorCosine``: SimSiam, BYOL): ``H_i`` in one
+- an objective carrying ``curvature_at`` (``scale.loss_curvature.PredictorCosine``: SimSiam, BYOL): ``H_i`` in one
   forward-mode sweep through the head, the predictor and the cosine (``mini.loss_hessians``), no (k, k)
   block and no head Jacobian ``J`` formed;
 - ``k > d`` and only ``H``'s spectrum wanted: ``d`` batched loss Hessian-vector products along the columns
@@ -109,35 +109,25 @@ def loss_blocks(loss: Callable[[Tensor], Tensor], Hb: Tensor, seed: int = 0) -> 
 def _loss_blocks_and_value(loss: Callable[[Tensor], Tensor], Hb: Tensor, seed: int = 0):
     """``loss_blocks`` and the loss value ``L(Hb)`` from the same forward pass."""
     n, k = Hb.shape
-    with torch.enable_grad():  # the gradient graph, built once; each column is one backward through it
-        Hg = Hb.detach().requires_grad_(True)
-        value_t = loss(Hg)
-        (g,) = torch.autograd.grad(value_t, Hg, create_graph=True)
-    value = float(value_t.detach())
+    rho, value, hvp, _ = _loss_product(loss, Hb)  # the gradient graph, built once: a backward per column
 
-    def hvp(U: Tensor, batched: bool = False) -> Tensor:
-        if not g.requires_grad:  # a loss linear in H: no curvature
-            return torch.zeros_like(U)
-        (out,) = torch.autograd.grad(g, Hg, grad_outputs=U, retain_graph=True, allow_unused=True,
-                                     is_grads_batched=batched)
-        return torch.zeros_like(U) if out is None else out.detach()
-
-    rho = g.detach()
     E = torch.eye(k, dtype=Hb.dtype, device=Hb.device)[:, None, :].expand(k, n, k)  # e_c in every row
     cols = hvp(E.contiguous(), batched=True)  # (c, i, e): row i of HVP(e_c) = HL_ii[:, c]
     HL = cols.permute(1, 2, 0).contiguous()  # (i, e, c)
     HL = 0.5 * (HL + HL.transpose(1, 2))
     gen = torch.Generator(device="cpu").manual_seed(seed)
     U = torch.randn(n, k, generator=gen, dtype=torch.float64).to(Hb)
-    full = hvp(U)
-    diag = torch.einsum("iec,ic->ie", HL, U)
-    eps = torch.finfo(Hb.dtype).eps
+    return rho, HL, _premise_residual(hvp(U), torch.einsum("iec,ic->ie", HL, U), U, rho, value, Hb), value
+
+
+def _premise_residual(full: Tensor, diag: Tensor, U: Tensor, rho: Tensor, value: float, Hb: Tensor) -> float:
+    """``|full - diag| / |full|`` (the loss product along ``U`` against the blocks' action), or ``nan`` when the
+    product is at round-off (see ``loss_blocks``)."""
     h_norm = float(Hb.norm().clamp_min(torch.finfo(Hb.dtype).tiny))
     curvature_scale = float(U.norm()) * max(float(rho.norm()) / h_norm, abs(value) / h_norm**2)
-    if float(full.norm()) <= ROUNDOFF_REL * max(curvature_scale, eps):
-        return rho, HL, float("nan"), value
-    res = float((full - diag).norm() / full.norm())
-    return rho, HL, res, value
+    if float(full.norm()) <= ROUNDOFF_REL * max(curvature_scale, torch.finfo(Hb.dtype).eps):
+        return float("nan")
+    return float((full - diag).norm() / full.norm())
 
 
 @dataclass(frozen=True)
@@ -316,9 +306,10 @@ def _closed_form_blocks(z: Tensor, head: nn.Module, loss, declared_psd, full: bo
     chunk when the blocks are not kept."""
     with torch.no_grad():
         mini_head = mini_head_of(head, z.dtype)
-        rho, value, chunks = loss.blocks(mini_head, z)
+        curv = loss.curvature_at(mini_head, z)
+        rho, value = curv.rho, loss.value_of(curv)
         Gs, Ms, Hs, eig_H, norm_M = [], [], [], [], None
-        for _, M, G in chunks:
+        for _, M, G in curv.blocks():
             H = G + M
             eig_H.append(torch.linalg.eigvalsh(H))
             Ms.append(M)
@@ -334,8 +325,7 @@ def _closed_form_blocks(z: Tensor, head: nn.Module, loss, declared_psd, full: bo
         HL_eig = None
         if full:  # the loss blocks themselves: the same sweep without the head
             Hb = chain_forward(chain_links(mini_head, None, z), z).out
-            _, _, loss_chunks = loss.blocks(None, Hb)
-            HL_eig = torch.cat([torch.linalg.eigvalsh(GL) for _, _, GL in loss_chunks])
+            HL_eig = torch.cat([torch.linalg.eigvalsh(GL) for _, _, GL in loss.curvature_at(None, Hb).blocks()])
     info = {**_head_info(head, "closed_form", z.dtype, z, int(rho.shape[1])), "loss": value,
             "loss_hessian_psd_declared": declared_psd,
             "gauss_newton": "closed form (head, predictor and cosine in one sweep, mini.loss_hessians)",
@@ -350,20 +340,8 @@ def _gauss_newton_blocks(Hb, JM_of, info, loss, declared_psd) -> Blocks:
 
     Premise check: along ``U = J w`` (``w`` random, (n, d)), the product must equal ``(HL J)_i w_i`` row by
     row; a loss coupling samples breaks it (``premise_residual``, as in ``loss_blocks``)."""
-    with torch.enable_grad():
-        Hg = Hb.detach().requires_grad_(True)
-        value_t = loss(Hg)
-        (g,) = torch.autograd.grad(value_t, Hg, create_graph=True)
-
-    def hvp(U: Tensor, batched: bool = False) -> Tensor:
-        if not g.requires_grad:
-            return torch.zeros_like(U)
-        (out,) = torch.autograd.grad(g, Hg, grad_outputs=U, retain_graph=True, allow_unused=True,
-                                     is_grads_batched=batched)
-        return torch.zeros_like(U) if out is None else out.detach()
-
+    rho, value, hvp, _ = _loss_product(loss, Hb)
     with torch.no_grad():
-        rho = g.detach()
         J, M = JM_of(rho)
         n, k, d = J.shape
         HJ = hvp(J.permute(2, 0, 1).contiguous(), batched=True).permute(1, 2, 0)  # (n, k, d): HL_i J_i
@@ -371,15 +349,7 @@ def _gauss_newton_blocks(Hb, JM_of, info, loss, declared_psd) -> Blocks:
         G = 0.5 * (G + G.transpose(1, 2))
         w = torch.randn(n, d, generator=torch.Generator(device="cpu").manual_seed(0), dtype=torch.float64).to(J)
         U = (J @ w[:, :, None])[:, :, 0]
-        full = hvp(U)
-        diag = (HJ @ w[:, :, None])[:, :, 0]
-        value = float(value_t.detach())
-        h_norm = float(Hb.norm().clamp_min(torch.finfo(Hb.dtype).tiny))
-        curvature_scale = float(U.norm()) * max(float(rho.norm()) / h_norm, abs(value) / h_norm**2)
-        if float(full.norm()) <= ROUNDOFF_REL * max(curvature_scale, torch.finfo(Hb.dtype).eps):
-            premise = float("nan")  # a product at round-off: the ratio says nothing (see loss_blocks)
-        else:
-            premise = float((full - diag).norm() / full.norm())
+        premise = _premise_residual(hvp(U), (HJ @ w[:, :, None])[:, :, 0], U, rho, value, Hb)
         if premise > BLOCK_TOL:
             raise _not_block_diagonal(premise)
         H = G + M
@@ -408,31 +378,7 @@ def factored_operator(
     of the loss alone (no pass through the head). Returns the operator, ``M`` and the context.
     """
     Hb, JM_of, info = head_blocks(z, head, method, dtype)
-    if hasattr(loss, "curvature"):  # a closed-form loss Hessian-vector product (NT-Xent): no autograd graph
-        curv = loss.curvature(Hb)
-        rho, value = curv.gradient(), float(loss(Hb))
-
-        def lv(U: Tensor, batched: bool = False) -> Tensor:
-            return curv.hvp(U)
-
-        loss_product = "closed form (mini.loss_hessians)"
-    else:
-        # the loss's gradient graph, built once: every product is then one backward through it
-        # (double backward; retracing torch.func's jvp of grad per product costs more than the product)
-        with torch.enable_grad():
-            Hg = Hb.detach().requires_grad_(True)
-            value_t = loss(Hg)
-            (gH,) = torch.autograd.grad(value_t, Hg, create_graph=True)
-        rho, value = gH.detach(), float(value_t.detach())
-
-        def lv(U: Tensor, batched: bool = False) -> Tensor:  # (n, k) -> (n, k): the loss Hessian applied to U
-            if not gH.requires_grad:  # a loss linear in H: no curvature
-                return torch.zeros_like(U)
-            (out,) = torch.autograd.grad(gH, Hg, grad_outputs=U, retain_graph=True, allow_unused=True,
-                                         is_grads_batched=batched)
-            return torch.zeros_like(U) if out is None else out
-
-        loss_product = "double backward through a graph built once"
+    rho, value, lv, loss_product = _loss_product(loss, Hb)
     J, M = JM_of(rho)
     n, _, d = J.shape
 
@@ -459,6 +405,75 @@ def factored_operator(
     info = {**info, "loss": value, "N": n * d,
             "hvp_mode": f"factored: blockdiag(M) + J^T (loss HVP, {loss_product}) J"}
     return Operator("H_eff (factored)", n * d, J.dtype, J.device, hv, hm, info), M, info
+
+
+def _loss_product(loss: Callable[[Tensor], Tensor], Hb: Tensor):
+    """``(rho, L, lv, how)`` at ``Hb``: the loss gradient and value, and ``lv(U, batched)``, its Hessian applied
+    to ``U`` ((n, k), or (p, n, k) when ``batched``): NT-Xent's product in closed form (no autograd graph);
+    any other loss through its gradient graph, built once, one backward per product (double backward:
+    retracing torch.func's jvp of grad per product costs more than the product)."""
+    if hasattr(loss, "curvature"):
+        curv = loss.curvature(Hb)
+        return curv.gradient(), float(loss(Hb)), lambda U, batched=False: curv.hvp(U), \
+            "closed form (mini.loss_hessians)"
+    with torch.enable_grad():
+        Hg = Hb.detach().requires_grad_(True)
+        value_t = loss(Hg)
+        (gH,) = torch.autograd.grad(value_t, Hg, create_graph=True)
+
+    def lv(U: Tensor, batched: bool = False) -> Tensor:
+        if not gH.requires_grad:  # a loss linear in H: no curvature
+            return torch.zeros_like(U)
+        (out,) = torch.autograd.grad(gH, Hg, grad_outputs=U, retain_graph=True, allow_unused=True,
+                                     is_grads_batched=batched)
+        return torch.zeros_like(U) if out is None else out.detach()
+
+    return gH.detach(), float(value_t.detach()), lv, "double backward through a graph built once"
+
+
+def closed_form_operator(
+    z: Tensor,
+    head: nn.Module,
+    loss: Callable[[Tensor], Tensor],
+    *,
+    dtype: torch.dtype = torch.float64,
+) -> tuple[Operator, Operator, dict[str, Any]]:
+    r"""``H_eff`` and ``M`` of a row-wise ``MLPHead`` as matrix-free products in closed form; nothing formed.
+
+    A product is one forward-mode pass and one pullback through the head's weights
+    (``mini.loss_hessians.ChainForward.hvp``: ``M v = sum_l P_l^T diag(D_l) P_l v`` and ``J^T u`` share the
+    pullback), about ``4 n (sum of the layers' weights)`` multiply-adds, with the loss's curvature in
+    closed form where it has one (NT-Xent's product; SimSiam and BYOL continue the chain through the
+    predictor and the cosine, ``PredictorCosine.curvature_at``) and through its gradient graph, built once,
+    otherwise. Against ``factored_operator``: no ``J``, ``M`` to build (``n w d (w + d)`` multiply-adds), a
+    product of ``n (w d + w^2 + w k)`` instead of ``n d (d + 2 k)`` reads. Returns ``(H, M, info)``.
+    """
+    z = z.detach().to(dtype)
+    mini_head = mini_head_of(head, dtype)
+    n, d = z.shape
+    with torch.no_grad():
+        if getattr(loss, "closed_form", False):  # SimSiam, BYOL: the chain runs on through the predictor
+            curv = loss.curvature_at(mini_head, z)
+            h_of, m_of, value = curv.hvp, curv.interaction_hvp, loss.value_of(curv)
+            loss_product = "closed form (predictor and cosine in the chain, mini.loss_hessians)"
+        else:
+            fwd = chain_forward(chain_links(mini_head, None, z), z)
+            rho, value, lv, loss_product = _loss_product(loss, fwd.out)
+            D = fwd.backward(rho)[0]
+
+            def h_of(V: Tensor) -> Tensor:
+                return fwd.hvp(D, V, top=lambda U: lv(U, batched=U.ndim == 3))
+
+            def m_of(V: Tensor) -> Tensor:
+                return fwd.hvp(D, V)
+
+    def op(name: str, f) -> Operator:
+        return Operator(name, n * d, dtype, z.device, lambda v: f(v.reshape(n, d)).reshape(-1),
+                        lambda C: f(C.reshape(C.shape[0], n, d)).reshape(C.shape[0], n * d), info)
+
+    info = {**_head_info(head, "closed_form", dtype, z, mini_head.k), "loss": value, "N": n * d,
+            "hvp_mode": f"closed form through the head's weights (loss: {loss_product})"}
+    return op("H_eff (closed form)", h_of), op("M (closed form)", m_of), info
 
 
 def block_diag(blocks: Tensor) -> Tensor:

@@ -6,10 +6,11 @@ carries the exact second-order algebra the curvature paths use instead of autogr
     NTXent(tau)                         ``curvature(Hb)``: NT-Xent's gradient and exact Hessian-vector
                                         products (``O(n^2 k)`` each, no autograd graph): the factored
                                         operator's loss product for SimCLR
-    PredictorCosine(T, predictor, form) ``blocks(head, z)``: the per-sample blocks of ``H_eff`` through an
-                                        MLP head, an MLP predictor and the cosine in one forward-mode
-                                        sweep (``mini.loss_hessians.predictor_cosine_blocks``), never
-                                        forming the (k, k) loss blocks: SimSiam and BYOL's exact blocks
+    PredictorCosine(T, predictor, form) ``curvature_at(head, z)``: the per-sample blocks of ``H_eff`` through
+                                        an MLP head, an MLP predictor and the cosine in one forward-mode
+                                        sweep, and matrix-free products in closed form
+                                        (``mini.loss_hessians.PredictorCosineCurvature``), never forming
+                                        the (k, k) loss blocks: SimSiam and BYOL's exact path
 
 ``scale.blocks`` looks for these methods and falls back to autograd for any other callable.
 """
@@ -22,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from mini.heads import Head
-from mini.loss_hessians import NTXentCurvature, predictor_cosine_blocks
+from mini.loss_hessians import NTXentCurvature, PredictorCosineCurvature
 from scale import objectives as so
 from scale.blocks import mini_head_of
 from scale.heads import MLPHead
@@ -44,7 +45,7 @@ class NTXent:
 class PredictorCosine:
     """SimSiam (``form="cosine"``) and BYOL (``"nmse"``) with fixed targets ``T`` and a fixed predictor.
 
-    ``__call__`` is ``scale.objectives.simsiam(Hb, T, predictor, form)``; ``blocks`` needs an ``MLPHead``
+    ``__call__`` is ``scale.objectives.simsiam(Hb, T, predictor, form)``; ``curvature_at`` needs an ``MLPHead``
     predictor (BatchNorm in eval mode, folded) or none, else ``closed_form`` is False.
     """
 
@@ -62,10 +63,10 @@ class PredictorCosine:
             pred = copy.deepcopy(pred).to(Hb.dtype)
         return so.simsiam(Hb, self.T.to(Hb.dtype), pred, self.form)
 
-    def blocks(self, head: Head | None, z: Tensor):
-        """``(rho, L, chunks)`` at ``z`` (n, d) for a ``mini.heads.Head`` with torch weights (``None``: ``z`` is
-        the embeddings themselves and the blocks are the loss blocks): ``rho = dL/dh`` (n, k), the loss value,
-        and a stream of ``(rows, M, G)`` per-sample blocks in ``z``'s dtype (``predictor_cosine_blocks``)."""
+    def curvature_at(self, head: Head | None, z: Tensor) -> PredictorCosineCurvature:
+        """The closed-form curvature at ``z`` (n, d) through a ``mini.heads.Head`` with torch weights (``None``:
+        ``z`` is the embeddings themselves): exact per-sample blocks (``blocks()``), matrix-free products
+        (``hvp``, ``interaction_hvp``), ``rho = dL/dh``, in ``z``'s dtype."""
         if not self.closed_form:
             raise ValueError(f"no closed form through a {type(self.predictor).__name__} predictor; use autograd")
         n = z.shape[0]
@@ -73,6 +74,8 @@ class PredictorCosine:
         T = torch.cat([B, A])  # row i is pulled to the other view's target
         coef = (-1.0 if self.form == "cosine" else -2.0) / n
         pred = None if self.predictor is None else mini_head_of(self.predictor, z.dtype)
-        rho, cos, chunks = predictor_cosine_blocks(head, pred, z, T, coef)
-        value = float(-cos.mean()) if self.form == "cosine" else float((2.0 - 2.0 * cos).mean())
-        return rho, value, chunks
+        return PredictorCosineCurvature(head, pred, z, T, coef)
+
+    def value_of(self, curv: PredictorCosineCurvature) -> float:
+        """The objective's value from the curvature's cosines (``L = -mean cos`` or ``mean(2 - 2 cos)``)."""
+        return float(-curv.cos.mean()) if self.form == "cosine" else float((2.0 - 2.0 * curv.cos).mean())

@@ -290,9 +290,11 @@ def chain_block_chunks(fwd: ChainForward, D: list[Array], n_head: int, *, last_m
         M_i = sum_{l < n_head} P_l^T diag(D_l) P_l,     G0_i = sum_{l >= n_head} P_l^T diag(D_l) P_l   (d, d)
 
     ``last_mid(rows)`` (optional, (m, w, w)) is a dense middle added at the last hidden layer, into ``G0``.
-    Yields ``(rows, M, G0, X)`` per chunk (``M``, ``G0`` symmetrised), ``X = (dx/dz)^T`` (m, d, w) of the
-    last link's input (``None``: the identity, a chain of one link). Chunks hold ``CHUNK_BYTES`` of
-    ``(m, d, width)``: no ``(n, w, d)`` Jacobian of any layer is ever kept.
+    Yields ``(rows, M, G0, X)`` per chunk, ``X = (dx/dz)^T`` (m, d, w) of the last link's input (``None``: the
+    identity, a chain of one link). Chunks hold ``CHUNK_BYTES`` of ``(m, d, width)``: no ``(n, w, d)``
+    Jacobian of any layer is ever kept. The blocks are symmetric up to rounding (each is ``A mid A^T`` from
+    one matmul; not symmetrised: at large ``d`` the extra passes over (m, d, d) cost more than the
+    matmuls, and the symmetric solvers downstream read one triangle).
     """
     xp = _xp(fwd.Z)
     n, d = fwd.Z.shape
@@ -319,8 +321,9 @@ def chain_block_chunks(fwd: ChainForward, D: list[Array], n_head: int, *, last_m
             X = PT * S1[l][rows][:, None, :]  # (dx_l/dz)^T
             if l + 1 < len(S1):
                 PT = _fold(xp, X, _T(xp, links[l + 1].W))
-        zero = xp.zeros((rows.stop - rows.start, d, d), dtype=fwd.Z.dtype, device=array_api_compat.device(fwd.Z))
-        M, G = (zero if sums[key] is None else 0.5 * (sums[key] + _T(xp, sums[key])) for key in (True, False))
+        M, G = (sums[key] if sums[key] is not None else
+                xp.zeros((rows.stop - rows.start, d, d), dtype=fwd.Z.dtype, device=array_api_compat.device(fwd.Z))
+                for key in (True, False))
         yield rows, M, G, X
 
 
@@ -359,9 +362,13 @@ class PredictorCosineCurvature:
     (n, k) and the cosines ``cos`` (n,); ``blocks()`` streams the exact per-sample blocks and
     ``hvp``/``interaction_hvp`` are the matrix-free products of ``H`` and ``M``, all in closed form.
 
-    The cosine's part ``K^T (grad^2_p f) K`` (``K = dp/dz = W_out diag(s') P``) is never formed at the
-    output's width: ``K^T K = X^T (W_out^T W_out) X`` folds into the last hidden layer's sandwich and
-    ``a = K^T g = X^T (W_out^T g)``, ``b = K^T u`` are matrix-vector products (``X = diag(s') P``).
+    The cosine's part ``K^T (grad^2_p f) K`` (``K = dp/dz = W_out X``, ``X = diag(s') P`` the last link's input
+    Jacobian) is never formed at the output's width: with ``a = K^T g = X^T (W_out^T g)``, ``b = K^T u``,
+
+        K^T (grad^2 f) K = X^T [ -(<g,u>/r^2) W_out^T W_out - (1/r^2)(a' b'^T + b' a'^T - 3 <g,u> b' b'^T) ] X
+                           a' = W_out^T g, b' = W_out^T u        (w, w): the last hidden layer's middle
+
+    so it joins that layer's sandwich ``P^T (diag(D) + diag(s') [.] diag(s')) P``: one matmul for the whole term.
     """
 
     def __init__(self, head: Head | None, predictor: Head | None, Z: Array, T: Array, coef: float):
@@ -402,18 +409,17 @@ class PredictorCosineCurvature:
         c = -gu / (r * r)  # the coefficient of K^T K in K^T (grad^2 f) K
         Wg, Wu = g @ W, u @ W  # K^T g = X^T (W^T g): rows (n, w)
 
-        def dense_mid(rows):  # -(<g,u>/r^2) diag(s') C diag(s') at the last hidden layer: K^T K's share
+        def cosine_middle(rows):  # K^T (grad^2 f) K = X^T [this] X, X the last link's input Jacobian (m, w, w)
+            a, b = Wg[rows][:, :, None], Wu[rows][:, :, None]  # W^T g, W^T u as columns
+            ab = a @ _T(xp, b)
+            rank_two = ab + _T(xp, ab) - 3.0 * gu[rows][:, :, None] * (b @ _T(xp, b))
+            return c[rows][:, :, None] * C - rank_two / (r[rows] * r[rows])[:, :, None]
+
+        def dense_mid(rows):  # the same in the last hidden layer's pre-activation coordinates: X = diag(s') P
             s = fwd.s1[-1][rows]
-            return c[rows][:, :, None] * (s[:, :, None] * C * s[:, None, :])
+            return s[:, :, None] * cosine_middle(rows) * s[:, None, :]
 
         for rows, M, G, X in chain_block_chunks(fwd, self.D, self.n_head, last_mid=dense_mid if fwd.s1 else None):
-            # -(1/r^2)(a b^T + b a^T - 3 <g,u> b b^T); plus K^T K's share when X = I (no hidden layer)
-            a, b = Wg[rows][:, :, None], Wu[rows][:, :, None]
-            if X is not None:
-                a, b = X @ a, X @ b
-            ab = a @ _T(xp, b)
-            inv_r2 = 1.0 / (r[rows] * r[rows])[:, :, None]
-            G = G - (ab + _T(xp, ab) - 3.0 * gu[rows][:, :, None] * (b @ _T(xp, b))) * inv_r2
-            if X is None:
-                G = G + c[rows][:, :, None] * C
+            if X is None:  # no hidden layer: X = I, the middle is the cosine's part itself
+                G = G + cosine_middle(rows)
             yield rows, M, G

@@ -51,7 +51,7 @@ from torch import Tensor, nn
 from torch.func import jacrev, vmap
 
 from mini.heads import Head
-from mini.hessian import NEG_FLOOR
+from mini.hessian import NEG_FLOOR, assemble
 from mini.loss_hessians import chain_forward, chain_links, head_jacobian_and_interaction
 from scale.curvature import Operator, functional_head
 from scale.heads import MLPHead
@@ -308,18 +308,19 @@ def _closed_form_blocks(z: Tensor, head: nn.Module, loss, declared_psd, full: bo
         mini_head = mini_head_of(head, z.dtype)
         curv = loss.curvature_at(mini_head, z)
         rho, value = curv.rho, loss.value_of(curv)
-        Gs, Ms, Hs, eig_H, norm_M = [], [], [], [], None
-        for _, M, G in curv.blocks():
-            H = G + M
-            eig_H.append(torch.linalg.eigvalsh(H))
-            Ms.append(M)
+        n, d = z.shape
+        if keep:  # filled chunk by chunk: no concatenation (a second full-size copy) at the end
+            G, M, H = (torch.empty(n, d, d, dtype=z.dtype, device=z.device) for _ in range(3))
+        Ms, eig_H, norm_M = [], [], None
+        for rows, M_c, G_c in curv.blocks():
+            H_c = G_c + M_c
+            eig_H.append(torch.linalg.eigvalsh(H_c))
             if keep:
-                Gs.append(G)
-                Hs.append(H)
+                G[rows], M[rows], H[rows] = G_c, M_c, H_c
+            else:
+                Ms.append(M_c)
         eig_H = torch.cat(eig_H)
-        if keep:
-            G, M, H = torch.cat(Gs), torch.cat(Ms), torch.cat(Hs)
-        else:
+        if not keep:
             G = M = H = None
             norm_M = block_norm(Ms)
         HL_eig = None
@@ -402,9 +403,37 @@ def factored_operator(
         out = torch.einsum("ide,pie->pid", M, V) + torch.einsum("ikd,pik->pid", J, lv(JV, batched=True))
         return out.reshape(p, n * d)
 
+    dense = None
+    if hasattr(loss, "dense_hessian") and dense_route(n, d, J.shape[1]) == "assemble":
+        def dense() -> Tensor:  # G = J^T (grad^2_H L) J from the loss's dense Hessian, plus blockdiag(M)
+            G, Md = assemble(J, loss.dense_hessian(Hb), M)
+            return G + Md
+
     info = {**info, "loss": value, "N": n * d,
-            "hvp_mode": f"factored: blockdiag(M) + J^T (loss HVP, {loss_product}) J"}
-    return Operator("H_eff (factored)", n * d, J.dtype, J.device, hv, hm, info), M, info
+            "hvp_mode": f"factored: blockdiag(M) + J^T (loss HVP, {loss_product}) J",
+            "dense_route": dense_route(n, d, J.shape[1]) if hasattr(loss, "dense_hessian") else "products"}
+    return Operator("H_eff (factored)", n * d, J.dtype, J.device, hv, hm, info, _dense=dense), M, info
+
+
+def dense_route(n: int, d: int, k: int) -> str:
+    """How ``factored_operator(...).dense()`` builds the dense ``H_eff`` of a coupled loss whose Hessian is known
+    in closed form (NT-Xent): ``"assemble"`` (the loss Hessian (n, k, n, k) from ``n k`` products, then
+    ``G = J^T (grad^2_H L) J``, ``mini.hessian.assemble``) or ``"products"`` (``N = n d`` batched products of
+    the factored operator). Multiply-adds of what differs (``J`` and ``M`` are built either way):
+
+        assemble   n k products of O(n^2 k) + the (n k) x (n k) x d contraction:  n^3 k^2 + n^2 k^2 d
+        products   n d products of J, J^T (n k d each), M (n d^2) and the loss (n^2 k):
+                   n d (2 n k d + n d^2 + n^2 k)
+
+    The smaller wins. Measured (``python -m bench.bench_hessian``, 1 thread, float64, (n, d, width, k)):
+    assembling is 36x slower at (32, 16, 64, 128) and 280x at (32, 8, 64, 256), where the rule says
+    products; 1.8x-2.5x faster at (32, 128, 32, 32) and (32, 64, 16, 16), where it says assemble; within
+    3 % at (16, 128, 16, 128), where the two estimates are within a factor 3 (``bench/results/hessian.md``).
+    The crossover is near ``k = d``. Against ``torch.func.hessian`` both routes' better one was ahead at
+    every measured size (1.2x-14x)."""
+    assemble_cost = n**3 * k**2 + n**2 * k**2 * d
+    products_cost = n * d * (2 * n * k * d + n * d**2 + n**2 * k)
+    return "assemble" if assemble_cost < products_cost else "products"
 
 
 def _loss_product(loss: Callable[[Tensor], Tensor], Hb: Tensor):

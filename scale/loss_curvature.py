@@ -5,7 +5,7 @@ carries the exact second-order algebra the curvature paths use instead of autogr
 
     NTXent(tau)                         ``curvature(Hb)``: NT-Xent's gradient and exact Hessian-vector
                                         products (``O(n^2 k)`` each, no autograd graph): the factored
-                                        operator's loss product for SimCLR
+                                        operator's loss product for SimCLR; ``dense_hessian(Hb)``
     PredictorCosine(T, predictor, form) ``curvature_at(head, z)``: the per-sample blocks of ``H_eff`` through
                                         an MLP head, an MLP predictor and the cosine in one forward-mode
                                         sweep, and matrix-free products in closed form
@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from mini.heads import Head
-from mini.loss_hessians import NTXentCurvature, PredictorCosineCurvature
+from mini.loss_hessians import NTXentCurvature, PredictorCosineCurvature, nt_xent_hessian
 from scale import objectives as so
 from scale.blocks import mini_head_of
 from scale.heads import MLPHead
@@ -40,6 +40,10 @@ class NTXent:
 
     def curvature(self, Hb: Tensor) -> NTXentCurvature:
         return NTXentCurvature(Hb.detach(), self.temperature)
+
+    def dense_hessian(self, Hb: Tensor) -> Tensor:
+        """The loss Hessian (n, k, n, k) at ``Hb``: ``n k`` closed-form products (``mini.loss_hessians``)."""
+        return nt_xent_hessian(Hb.detach(), self.temperature)
 
 
 class PredictorCosine:

@@ -367,6 +367,7 @@ def factored_operator(
     *,
     method: str = "closed_form",
     dtype: torch.dtype = torch.float64,
+    dense: str = "auto",
 ) -> tuple[Operator, Tensor, dict[str, Any]]:
     r"""``H_eff`` of any objective (coupled or not) for a row-wise head, as a cheap operator.
 
@@ -377,7 +378,11 @@ def factored_operator(
 
     so a product costs two batched ``(k, d)`` matmuls, one ``(d, d)`` and one Hessian-vector product
     of the loss alone (no pass through the head). Returns the operator, ``M`` and the context.
+    ``dense``: how the operator's ``dense()`` is built when the loss has a dense closed-form Hessian
+    (``"auto"``: ``dense_route``'s cost rule; ``"assemble"`` or ``"products"`` force one).
     """
+    if dense not in ("auto", *DENSE_ROUTES):
+        raise ValueError(f"dense must be one of ('auto', {', '.join(map(repr, DENSE_ROUTES))}), got {dense!r}")
     Hb, JM_of, info = head_blocks(z, head, method, dtype)
     rho, value, lv, loss_product = _loss_product(loss, Hb)
     J, M = JM_of(rho)
@@ -403,16 +408,21 @@ def factored_operator(
         out = torch.einsum("ide,pie->pid", M, V) + torch.einsum("ikd,pik->pid", J, lv(JV, batched=True))
         return out.reshape(p, n * d)
 
-    dense = None
-    if hasattr(loss, "dense_hessian") and dense_route(n, d, J.shape[1]) == "assemble":
-        def dense() -> Tensor:  # G = J^T (grad^2_H L) J from the loss's dense Hessian, plus blockdiag(M)
-            G, Md = assemble(J, loss.dense_hessian(Hb), M)
-            return G + Md
+    route = "products" if not hasattr(loss, "dense_hessian") else (
+        dense_route(n, d, J.shape[1]) if dense == "auto" else dense)
 
-    info = {**info, "loss": value, "N": n * d,
-            "hvp_mode": f"factored: blockdiag(M) + J^T (loss HVP, {loss_product}) J",
-            "dense_route": dense_route(n, d, J.shape[1]) if hasattr(loss, "dense_hessian") else "products"}
-    return Operator("H_eff (factored)", n * d, J.dtype, J.device, hv, hm, info, _dense=dense), M, info
+    def assembled() -> Tensor:  # G = J^T (grad^2_H L) J from the loss's dense Hessian, plus blockdiag(M)
+        G, Md = assemble(J, loss.dense_hessian(Hb), M)
+        return G + Md
+
+    info = {**info, "loss": value, "N": n * d, "dense_route": route,
+            "hvp_mode": f"factored: blockdiag(M) + J^T (loss HVP, {loss_product}) J"}
+    return Operator("H_eff (factored)", n * d, J.dtype, J.device, hv, hm, info,
+                    _dense=assembled if route == "assemble" else None), M, info
+
+
+DENSE_ROUTES = ("assemble", "products")
+ASSEMBLE_FACTOR = 8  # dense_route: the measured crossover lies between P/A = 2.8 and 17 (see there)
 
 
 def dense_route(n: int, d: int, k: int) -> str:
@@ -421,19 +431,23 @@ def dense_route(n: int, d: int, k: int) -> str:
     ``G = J^T (grad^2_H L) J``, ``mini.hessian.assemble``) or ``"products"`` (``N = n d`` batched products of
     the factored operator). Multiply-adds of what differs (``J`` and ``M`` are built either way):
 
-        assemble   n k products of O(n^2 k) + the (n k) x (n k) x d contraction:  n^3 k^2 + n^2 k^2 d
+        assemble   n k products of O(n^2 k) + the (n k) x (n k) x d contraction:  A = n^3 k^2 + n^2 k^2 d
         products   n d products of J, J^T (n k d each), M (n d^2) and the loss (n^2 k):
-                   n d (2 n k d + n d^2 + n^2 k)
+                   P = n d (2 n k d + n d^2 + n^2 k)
 
-    The smaller wins. Measured (``python -m bench.bench_hessian``, 1 thread, float64, (n, d, width, k)):
-    assembling is 36x slower at (32, 16, 64, 128) and 280x at (32, 8, 64, 256), where the rule says
-    products; 1.8x-2.5x faster at (32, 128, 32, 32) and (32, 64, 16, 16), where it says assemble; within
-    3 % at (16, 128, 16, 128), where the two estimates are within a factor 3 (``bench/results/hessian.md``).
-    The crossover is near ``k = d``. Against ``torch.func.hessian`` both routes' better one was ahead at
-    every measured size (1.2x-14x)."""
+    Assemble when ``P > ASSEMBLE_FACTOR * A``: the assembled route's multiply-adds run at about an eighth of
+    the products' rate (its batched loss products move (n k, n, n) and (n k, n, k) temporaries). Measured
+    (``python -m bench.bench_hessian``, 1 thread, float64; (n, d, width, k), P/A):
+
+        products faster:  (32, 16, 64, 32) 0.75: 2.5x;  (32, 32, 128, 32) 2.0: 1.19x;  (32, 64, 32, 64) 2.3: 1.20x;
+                          (16, 128, 16, 128) 2.8: 1.09x;  (32, 16, 64, 128) 0.17 and (32, 8, 64, 256): 36x, 280x
+        assemble faster:  (32, 64, 16, 16) 17: 1.5x;  (32, 128, 32, 32) 20: 1.75x
+
+    so the crossover lies between P/A = 2.8 and 17 (near ``k = d/2``); 8 sits between them. Against
+    ``torch.func.hessian`` the better route was ahead at every measured size (1.75x-12.5x)."""
     assemble_cost = n**3 * k**2 + n**2 * k**2 * d
     products_cost = n * d * (2 * n * k * d + n * d**2 + n**2 * k)
-    return "assemble" if assemble_cost < products_cost else "products"
+    return "assemble" if products_cost > ASSEMBLE_FACTOR * assemble_cost else "products"
 
 
 def _loss_product(loss: Callable[[Tensor], Tensor], Hb: Tensor):

@@ -281,7 +281,7 @@ def _transposed(xp, W: Array) -> Array:
     return xp.reshape(xp.reshape(_T(xp, W), (-1,)), (W.shape[1], W.shape[0]))
 
 
-def chain_block_chunks(fwd: ChainForward, D: list[Array], n_head: int, *, last_mid=None):
+def chain_block_chunks(fwd: ChainForward, D: list[Array], n_head: int, *, last_mid=None, layers: int | None = None):
     """Per-sample sandwiches of the chain's hidden layers, by forward mode, chunk by chunk of rows.
 
     With ``P_l = da_l/dz`` (w_l, d) per row, carried transposed (``P_l^T`` (m, d, w_l); ``P_1 = W_1`` is
@@ -290,11 +290,13 @@ def chain_block_chunks(fwd: ChainForward, D: list[Array], n_head: int, *, last_m
         M_i = sum_{l < n_head} P_l^T diag(D_l) P_l,     G0_i = sum_{l >= n_head} P_l^T diag(D_l) P_l   (d, d)
 
     ``last_mid(rows)`` (optional, (m, w, w)) is a dense middle added at the last hidden layer, into ``G0``.
+    ``layers``: stream only the first ``layers`` hidden layers (``M`` alone: ``layers = n_head``).
     Yields ``(rows, M, G0, X)`` per chunk, ``X = (dx/dz)^T`` (m, d, w) of the last link's input (``None``: the
-    identity, a chain of one link). Chunks hold ``CHUNK_BYTES`` of ``(m, d, width)``: no ``(n, w, d)``
-    Jacobian of any layer is ever kept. The blocks are symmetric up to rounding (each is ``A mid A^T`` from
-    one matmul; not symmetrised: at large ``d`` the extra passes over (m, d, d) cost more than the
-    matmuls, and the symmetric solvers downstream read one triangle).
+    identity, a chain of one link; and whenever ``layers`` stops short of the last hidden layer). Chunks hold
+    ``CHUNK_BYTES`` of ``(m, d, width)``: no ``(n, w, d)`` Jacobian of any layer is ever kept. The blocks are
+    symmetric up to rounding (each is ``A mid A^T`` from one matmul; not symmetrised: at large ``d`` the
+    extra passes over (m, d, d) cost more than the matmuls, and the symmetric solvers downstream read one
+    triangle).
     """
     xp = _xp(fwd.Z)
     n, d = fwd.Z.shape
@@ -302,11 +304,12 @@ def chain_block_chunks(fwd: ChainForward, D: list[Array], n_head: int, *, last_m
     width = max(max(link.W.shape) for link in links)
     step = max(1, CHUNK_BYTES // (d * width * _itemsize(fwd.Z)))
     P1T = _transposed(xp, links[0].W)  # (d, w_1), shared by every row
+    n_layers = len(S1) if layers is None else min(layers, len(S1))
     for start in range(0, n, step):
         rows = slice(start, min(n, start + step))
         sums = {True: None, False: None}  # to M, to G0
         PT, X = P1T, None
-        for l in range(len(S1)):
+        for l in range(n_layers):
             mids = [(l < n_head, PT * D[l][rows][:, None, :])]  # P^T diag(D_l)
             if l == len(S1) - 1 and last_mid is not None:
                 dense = last_mid(rows)
@@ -319,8 +322,10 @@ def chain_block_chunks(fwd: ChainForward, D: list[Array], n_head: int, *, last_m
                 S = S @ _T(xp, PT) if PT.ndim == 3 else _fold(xp, S, links[0].W)  # P^T mid P (m, d, d)
                 sums[to_M] = S if sums[to_M] is None else sums[to_M] + S
             X = PT * S1[l][rows][:, None, :]  # (dx_l/dz)^T
-            if l + 1 < len(S1):
+            if l + 1 < n_layers:
                 PT = _fold(xp, X, _T(xp, links[l + 1].W))
+        if n_layers < len(S1):
+            X = None
         M, G = (sums[key] if sums[key] is not None else
                 xp.zeros((rows.stop - rows.start, d, d), dtype=fwd.Z.dtype, device=array_api_compat.device(fwd.Z))
                 for key in (True, False))
@@ -336,6 +341,13 @@ def concat_chunks(chunks) -> tuple[Array, ...]:
 
 def _itemsize(x: Array) -> int:
     return int(getattr(x, "itemsize", None) or x.dtype.itemsize)
+
+
+def interaction_chunks(fwd: ChainForward, D: list[Array], n_head: int):
+    """Stream of ``(rows, M)``: the interaction blocks of the chain's first ``n_head`` hidden layers (a head's
+    ``M``) alone, without the Jacobian or any later layer."""
+    for rows, M, _, _ in chain_block_chunks(fwd, D, n_head, layers=n_head):
+        yield rows, M
 
 
 def head_jacobian_and_interaction(fwd: ChainForward, rho: Array) -> tuple[Array, Array]:
@@ -397,6 +409,10 @@ class PredictorCosineCurvature:
     def interaction_hvp(self, V: Array) -> Array:
         """``M V`` (..., n, d): the head's interaction part alone."""
         return self.fwd.hvp(self.D, V, upto=self.n_head)
+
+    def interaction_blocks(self):
+        """Stream of ``(rows, M)``: the head's interaction blocks alone (``interaction_chunks``)."""
+        return interaction_chunks(self.fwd, self.D, self.n_head)
 
     def blocks(self):
         """Stream of ``(rows, M, G)``: the head's interaction blocks ``M`` (zero without a head) and the rest

@@ -41,6 +41,7 @@ a few small batched matmuls; Lanczos on it is the tracker's cheap path (``scale/
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ from torch.func import jacrev, vmap
 
 from mini.heads import Head
 from mini.hessian import NEG_FLOOR, assemble
-from mini.loss_hessians import chain_forward, chain_links, head_jacobian_and_interaction
+from mini.loss_hessians import chain_forward, chain_links, head_jacobian_and_interaction, interaction_chunks
 from scale.curvature import Operator, functional_head
 from scale.heads import MLPHead
 
@@ -484,11 +485,12 @@ def closed_form_operator(
 
     A product is one forward-mode pass and one pullback through the head's weights
     (``mini.loss_hessians.ChainForward.hvp``: ``M v = sum_l P_l^T diag(D_l) P_l v`` and ``J^T u`` share the
-    pullback), about ``4 n (sum of the layers' weights)`` multiply-adds, with the loss's curvature in
+    pullback), ``2 n (d w_1 + sum_l w_l w_{l+1} + w_L k)`` multiply-adds, with the loss's curvature in
     closed form where it has one (NT-Xent's product; SimSiam and BYOL continue the chain through the
     predictor and the cosine, ``PredictorCosine.curvature_at``) and through its gradient graph, built once,
-    otherwise. Against ``factored_operator``: no ``J``, ``M`` to build (``n w d (w + d)`` multiply-adds), a
-    product of ``n (w d + w^2 + w k)`` instead of ``n d (d + 2 k)`` reads. Returns ``(H, M, info)``.
+    otherwise. Against ``factored_operator`` (``operator_route``): no ``J`` to build, compute instead of
+    reading ``J`` twice per product. ``interaction_chunks(M)`` streams ``M``'s exact blocks (for ``|M|``).
+    Returns ``(H, M, info)``.
     """
     z = z.detach().to(dtype)
     mini_head = mini_head_of(head, dtype)
@@ -497,6 +499,7 @@ def closed_form_operator(
         if getattr(loss, "closed_form", False):  # SimSiam, BYOL: the chain runs on through the predictor
             curv = loss.curvature_at(mini_head, z)
             h_of, m_of, value = curv.hvp, curv.interaction_hvp, loss.value_of(curv)
+            m_blocks = curv.interaction_blocks
             loss_product = "closed form (predictor and cosine in the chain, mini.loss_hessians)"
         else:
             fwd = chain_forward(chain_links(mini_head, None, z), z)
@@ -509,13 +512,49 @@ def closed_form_operator(
             def m_of(V: Tensor) -> Tensor:
                 return fwd.hvp(D, V)
 
-    def op(name: str, f) -> Operator:
-        return Operator(name, n * d, dtype, z.device, lambda v: f(v.reshape(n, d)).reshape(-1),
-                        lambda C: f(C.reshape(C.shape[0], n, d)).reshape(C.shape[0], n * d), info)
+            def m_blocks():
+                return interaction_chunks(fwd, D, len(fwd.s1))
+
+    def op(name: str, f, blocks=None) -> Operator:
+        out = Operator(name, n * d, dtype, z.device, lambda v: f(v.reshape(n, d)).reshape(-1),
+                       lambda C: f(C.reshape(C.shape[0], n, d)).reshape(C.shape[0], n * d), info)
+        out.block_chunks = blocks
+        return out
 
     info = {**_head_info(head, "closed_form", dtype, z, mini_head.k), "loss": value, "N": n * d,
             "hvp_mode": f"closed form through the head's weights (loss: {loss_product})"}
-    return op("H_eff (closed form)", h_of), op("M (closed form)", m_of), info
+    return op("H_eff (closed form)", h_of), op("M (closed form)", m_of, m_blocks), info
+
+
+def interaction_norm(M: Operator) -> float:
+    """``|M|_2`` exactly from the blocks a ``closed_form_operator``'s ``M`` streams (``block_norm``)."""
+    with torch.no_grad():
+        return block_norm([blocks for _, blocks in M.block_chunks()])
+
+
+READ_COST = 3  # operator_route: multiply-adds per float64 read in a (memory-bound) factored product, measured
+OPERATOR_PRODUCTS = 100  # operator_route: Lanczos products a measurement expects (60-120 at 1e-10 on these heads)
+
+
+def operator_route(n: int, d: int, widths: Sequence[int], k: int, products: int = OPERATOR_PRODUCTS) -> str:
+    """``"factored"`` (``factored_operator``: ``J`` formed, each product reads it twice) or ``"closed-form"``
+    (``closed_form_operator``: each product a forward-mode pass and a pullback through the weights) for
+    ``products`` Lanczos products with a head ``d -> widths -> k`` on ``n`` rows. Both form ``M`` (for its
+    exact norm). In multiply-adds, a factored product's reads of ``J`` (twice) and ``M`` counted at
+    ``READ_COST`` each (memory-bound: at the digits shape 12.5 MB per product in 0.26 ms, against 8.4 M
+    multiply-adds per closed-form product in 0.46 ms):
+
+        factored      n k w_L d  (J: the last layer's fold)  +  products x READ_COST (2 n k d + n d^2)
+        closed-form   products x 2 n (d w_1 + sum_l w_l w_{l+1} + w_L k)
+
+    The smaller wins. Measured (``python -m bench.bench_tracking``, 1 thread): the digits head (n 32,
+    d 128, 256/256, k 128) takes the factored route (products 0.26 ms against 0.46 ms); the CIFAR head
+    (n 32, d 512, 2048/2048, k 2048), the closed form (``bench/results/tracking.md``)."""
+    chain = [d, *(int(x) for x in widths), k]
+    form_J = n * k * chain[-2] * d if len(chain) > 2 else 0  # one linear layer: J = W, nothing to form
+    factored = form_J + products * READ_COST * (2 * n * k * d + n * d * d)
+    closed = products * 2 * n * sum(a * b for a, b in itertools.pairwise(chain))
+    return "factored" if factored <= closed else "closed-form"
 
 
 def block_diag(blocks: Tensor) -> Tensor:

@@ -16,6 +16,9 @@ and then, by the cheapest exact path that applies (``measure``; the record's ``p
                  is a loss Hessian-vector product plus small batched matmuls (no pass through the
                  head); warm start from the previous measurement's Ritz vectors; |M| exact from the
                  blocks, |H| from the converged ends; negative count a lower bound
+    closed-form  the same, when a product through the head's weights in closed form costs less than
+                 forming J and reading it twice per product (wide heads: scale.blocks.operator_route);
+                 M's blocks are still formed, for |M| exact
     matrix-free  anything else (other heads, train-mode BatchNorm): Lanczos on scale.curvature's H,
                  |M|_F / |H|_F by a Hutchinson estimate (``E|Av|^2 = |A|_F^2``, Rademacher v)
 
@@ -48,7 +51,14 @@ from torch import Tensor, nn
 from mini.collapse_metrics import representation_std
 from mini.hessian import NEG_FLOOR
 from scale import methods
-from scale.blocks import block_norm, effective_hessian_blocks, factored_operator
+from scale.blocks import (
+    block_norm,
+    closed_form_operator,
+    effective_hessian_blocks,
+    factored_operator,
+    interaction_norm,
+    operator_route,
+)
 from scale.checkpoint import atomic_write_bytes
 from scale.curvature import EffectiveHessian
 from scale.geometry import eval_mode
@@ -105,10 +115,10 @@ def choose_path(z: Tensor, head: nn.Module, *, block_diagonal: bool, bn_mode: st
     # d columns (k > d), or the predictor's Jacobians of z (closed form, the predictor as wide as the head)
     if block_diagonal and n * k * min(k, d) * 8 <= BLOCK_MEMORY:
         return "blocks"
-    return "factored"
+    return operator_route(n, d, widths[:-1], k)
 
 
-PATHS = ("auto", "blocks", "factored", "matrix-free")
+PATHS = ("auto", "blocks", "factored", "closed-form", "matrix-free")
 
 
 def measure(
@@ -137,6 +147,9 @@ def measure(
     - ``"factored"``: a row-wise head (``MLPHead``, BatchNorm in eval mode) and any objective: Lanczos
       on ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` exact (``scale.blocks.factored_operator``,
       products without a pass through the head); ``|M|`` exact from the blocks, ``|H|`` from Lanczos;
+    - ``"closed-form"``: the same with products through the head's weights in closed form
+      (``scale.blocks.closed_form_operator``; no ``J`` formed): ``auto`` takes it when
+      ``scale.blocks.operator_route`` finds it cheaper (wide heads);
     - ``"matrix-free"``: Lanczos on ``scale.curvature``'s matrix-free ``H`` (any head, train-mode
       BatchNorm), ``|M|_F/|H|_F`` by a Hutchinson estimate.
     """
@@ -145,7 +158,7 @@ def measure(
     t0 = time.perf_counter()
     if path == "auto":
         path = choose_path(z, head, block_diagonal=block_diagonal, bn_mode=bn_mode)
-    elif path in ("blocks", "factored") and not _rowwise(head, bn_mode):
+    elif path in ("blocks", "factored", "closed-form") and not _rowwise(head, bn_mode):
         raise ValueError(f"path {path!r} needs a row-wise MLPHead (BatchNorm in eval mode); use 'matrix-free'")
     n, d = z.shape
     rec: dict[str, Any] = {"path": path, "z_std": representation_std(z.double()), "N": n * d}
@@ -164,6 +177,9 @@ def measure(
         if path == "factored":
             op, M, info = factored_operator(z, head, loss, dtype=dtype)
             value = info["loss"]
+        elif path == "closed-form":
+            op, M, info = closed_form_operator(z, head, loss, dtype=dtype)
+            value = info["loss"]
         else:
             E = EffectiveHessian(z, head, loss, bn_mode=bn_mode, dtype=dtype)
             op, info, value = E.H, E.info, E.value
@@ -174,8 +190,9 @@ def measure(
         rec.update(lambda_is=f"Lanczos ({path} operator, float64 basis)", bn_mode=info["bn_mode"],
                    hvp_mode=info["hvp_mode"], dtype=info["dtype"], loss=value, n_negative=res.n_negative,
                    n_negative_is="exact (Krylov exhausted)" if res.exhausted else "lower bound (converged Ritz values)")
-        if path == "factored":
-            rec.update(M_over_H=block_norm(M) / res.scale if res.scale else float("nan"),
+        if path in ("factored", "closed-form"):
+            norm_M = block_norm(M) if path == "factored" else interaction_norm(M)
+            rec.update(M_over_H=norm_M / res.scale if res.scale else float("nan"),
                        M_over_H_is="spectral norms: |M| exact (blocks), |H| = max(|lambda_min|, |lambda_max|) Lanczos")
         else:
             rec.update(M_over_H=hutchinson_ratio(E.M, E.H, op.N, hutchinson_probes, E.z.dtype, E.z.device),

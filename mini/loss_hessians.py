@@ -112,19 +112,30 @@ class NTXentCurvature:
         self.As = A + _T(xp, A)
         self.GU = self.As @ self.U / self.tau  # dL/dU (n, k)
         self.n = n
+        self._rinv = 1.0 / self.r  # the per-row constants of hvp, computed once
+        self._gu = _dot(xp, self.GU, self.U)  # <G_U, u> (n, 1)
 
     def gradient(self) -> Array:
         """``dL/dHb`` (n, k)."""
         return (self.GU - _dot(self.xp, self.GU, self.U) * self.U) / self.r
 
     def hvp(self, V: Array) -> Array:
-        """``(grad^2_H L) V`` for ``V`` (..., n, k)."""
-        xp, U, r, P = self.xp, self.U, self.r, self.P
-        dU = (V - _dot(xp, U, V) * U) / r  # N V, row by row
-        dS = (dU @ _T(xp, U) + U @ _T(xp, dU)) / self.tau  # (..., n, n)
-        dA = (P * dS - P * xp.sum(P * dS, axis=-1, keepdims=True)) / self.n
+        """``(grad^2_H L) V`` for ``V`` (..., n, k): the module docstring's steps, with ``N^T dG_U`` and the
+        normalisation term (``normalization_hvp`` at ``g = G_U``) gathered into one expression:
+
+            N^T dG_U + grad^2 <G_U, u>[V] = (dG_U - <G_U,u> V/r - G_U <u,V>/r) / r
+                                             + u (3 <G_U,u> <u,V>/r - <dG_U,u> - <G_U,V>/r) / r
+        """
+        xp, U, P, rinv, gu = self.xp, self.U, self.P, self._rinv, self._gu
+        uv = _dot(xp, U, V)  # <u, v> per row
+        dU = (V - uv * U) * rinv  # N V, row by row
+        UdU = dU @ _T(xp, U)
+        dS = (UdU + _T(xp, UdU)) / self.tau  # (..., n, n)
+        PdS = P * dS
+        dA = (PdS - P * xp.sum(PdS, axis=-1, keepdims=True)) / self.n
         dGU = ((dA + _T(xp, dA)) @ U + self.As @ dU) / self.tau
-        return (dGU - _dot(xp, dGU, U) * U) / r + normalization_hvp(xp, self.GU, U, r, V)
+        along_u = 3.0 * gu * uv * rinv - _dot(xp, dGU, U) - _dot(xp, self.GU, V) * rinv
+        return (dGU - (gu * V + self.GU * uv) * rinv + U * along_u) * rinv
 
 
 def nt_xent_hessian(Hb: Array, temperature: float = 0.1) -> Array:

@@ -17,8 +17,8 @@ Anchor: torch.func, float64, the same quantity:
    ``scale.blocks.dense_route`` picks), each closed-form route forced (NT-Xent's dense Hessian assembled
    with ``J``; ``n d`` products of the factored operator), against ``torch.func.hessian`` of ``z -> L(h(z))``.
 3. Growth: the SimSiam contenders over n, d and the head width one at a time; fitted exponents
-   ``t ~ size^p`` (least squares on logs); then d extended until the closed form stops paying or the time
-   budget ends (the largest size measured is reported).
+   ``t ~ size^p`` (least squares on logs); then d extended to 4096 (``--extend-d 8192`` goes further, about
+   4 minutes more): the largest size measured is reported, and where the closed form stops paying, if it does.
 
 Agreement: maximum entrywise difference relative to the largest entry. Interleaved rounds, medians;
 thread count fixed and recorded. Writes ``bench/results/hessian.md``.
@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1, help="torch threads, fixed (default: 1)")
     p.add_argument("--quick", action="store_true", help="small sizes, 1 round: checks that it runs")
+    p.add_argument("--extend-d", type=int, nargs="*", default=[],
+                   help="more d values for the SimSiam extension at n=2 (d=8192: about 4 min)")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -122,12 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         args.repeats = 1
         base = dict(n=16, d=16, width=32, k=16)
         sweeps = {"n": [8, 16], "d": [8, 16], "width": [16, 32]}
-        extend, mse_shapes = [32], [(8, 8, 16, 8)]
+        extend, mse_shapes = [(16, 32)], [(8, 8, 16, 8)]
         simclr_shapes = [(8, 4, 8, 16), (8, 16, 8, 4)]
     else:
         base = dict(n=64, d=128, width=256, k=128)
         sweeps = {"n": [16, 32, 64, 128], "d": [32, 64, 128, 256], "width": [64, 128, 256, 512]}
-        extend = [512, 1024, 2048]  # at n=16, width 256, k 128: where the closed form's lead shrank before
+        extend = [(16, 512), (16, 1024), (2, 2048), (2, 4096)]  # (n, d) at width 256, k 128: where the lead shrinks
         mse_shapes = [(64, 128, 256, 128), (16, 1024, 256, 128), (16, 32, 256, 1024)]
         simclr_shapes = [(32, 16, 64, 32), (32, 16, 64, 128), (32, 8, 64, 256), (64, 16, 64, 64),
                          (32, 32, 128, 32), (32, 64, 32, 64), (32, 128, 32, 32), (16, 128, 16, 128), (32, 64, 16, 16)]
@@ -141,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                 shape["k"] = v // 2  # the head's output grows with its width (k = width / 2, as the base)
             rows.append(blocks_pair("simsiam", **shape, repeats=args.repeats))
         growth[key] = rows
-    extended = [blocks_pair("simsiam", 16, d, base["width"], base["k"], repeats=1) for d in extend]
+    extend += [(2, d) for d in args.extend_d]
+    extended = [blocks_pair("simsiam", n, d, base["width"], base["k"], repeats=1) for n, d in extend]
     mse = [blocks_pair("mse", *s, repeats=args.repeats) for s in mse_shapes]
     simclr = [simclr_dense(*s, repeats=args.repeats) for s in simclr_shapes]
 

@@ -66,7 +66,7 @@ from scale.heads import MLPHead
 from scale.lanczos import LanczosResult, lanczos
 from scale.train import Hook
 
-BLOCK_MEMORY = 2**28  # bytes: per-sample Jacobians (or loss blocks) larger than this take the next path of ``measure``
+BLOCK_MEMORY = 2**28  # bytes of kept float64 arrays (blocks, J) beyond which ``choose_path`` takes the next path
 
 
 def probe_objective(method: str, model: nn.Module, h: Tensor, target_h: Tensor | None, temperature: float = 0.1,
@@ -101,21 +101,28 @@ def _rowwise(head: nn.Module, bn_mode: str) -> bool:
     return isinstance(head, MLPHead) and (bn_mode == "eval" or not has_bn)
 
 
-def choose_path(z: Tensor, head: nn.Module, *, block_diagonal: bool, bn_mode: str, k: int | None = None) -> str:
-    """The cheapest exact way to measure ``H_eff`` here (see ``measure``)."""
+def choose_path(z: Tensor, head: nn.Module, *, block_diagonal: bool, bn_mode: str, k: int | None = None,
+                closed_form: bool = False) -> str:
+    """The cheapest exact way to measure ``H_eff`` here (see ``measure``), within ``BLOCK_MEMORY`` bytes of
+    kept float64 arrays. ``closed_form``: the objective carries SimSiam/BYOL's closed form (its blocks are
+    streamed in chunks of rows, only ``M``'s (n, d, d) kept for ``|M|``)."""
     if not _rowwise(head, bn_mode):
         return "matrix-free"
     n, d = z.shape
     widths = [m.out_features for m in head.modules() if isinstance(m, nn.Linear)]
     k = widths[-1] if k is None else k
-    jac_bytes = n * max(widths) * d * 8  # the largest per-sample Jacobian stack (n, w, d), float64
-    if jac_bytes > BLOCK_MEMORY:
+    m_blocks = n * d * d * 8  # M's blocks, kept by every exact path for |M|
+    if block_diagonal:
+        # autograd's blocks also keep J (n, k, d) and the loss blocks, or the loss Hessian along J's d columns
+        kept = m_blocks if closed_form else m_blocks + n * k * (d + min(k, d)) * 8
+        if kept <= BLOCK_MEMORY:
+            return "blocks"
+    if m_blocks > BLOCK_MEMORY:
         return "matrix-free"
-    # the Gauss-Newton blocks need (n, k, min(k, d)) more: the loss blocks, or the loss Hessian along J's
-    # d columns (k > d), or the predictor's Jacobians of z (closed form, the predictor as wide as the head)
-    if block_diagonal and n * k * min(k, d) * 8 <= BLOCK_MEMORY:
-        return "blocks"
-    return operator_route(n, d, widths[:-1], k)
+    route = operator_route(n, d, widths[:-1], k)
+    if route == "factored" and m_blocks + 2 * n * k * d * 8 > BLOCK_MEMORY:  # J and its transposed copy
+        route = "closed-form"
+    return route
 
 
 PATHS = ("auto", "blocks", "factored", "closed-form", "matrix-free")
@@ -157,7 +164,8 @@ def measure(
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     t0 = time.perf_counter()
     if path == "auto":
-        path = choose_path(z, head, block_diagonal=block_diagonal, bn_mode=bn_mode)
+        path = choose_path(z, head, block_diagonal=block_diagonal, bn_mode=bn_mode,
+                           closed_form=getattr(loss, "closed_form", False))
     elif path in ("blocks", "factored", "closed-form") and not _rowwise(head, bn_mode):
         raise ValueError(f"path {path!r} needs a row-wise MLPHead (BatchNorm in eval mode); use 'matrix-free'")
     n, d = z.shape

@@ -36,7 +36,10 @@ equal the blocks' action (``premise_residual``); a loss that couples samples is 
 Coupled objectives (SimCLR, VICReg, Barlow) still have a block-diagonal head part: ``factored_operator``
 is ``H_eff`` as ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` computed once, exact, so that a
 product costs one Hessian-vector product of the loss alone (through a gradient graph built once) and
-a few small batched matmuls; Lanczos on it is the tracker's cheap path (``scale/tracking.py``).
+a few small batched matmuls; ``closed_form_operator`` forms nothing and runs each product through the
+head's weights in closed form. ``operator_route`` picks the cheaper of the two for Lanczos (the tracker,
+``scale/tracking.py``), ``dense_route`` the cheaper exact way to the dense matrix; each rule carries its
+measured crossover.
 """
 
 from __future__ import annotations

@@ -28,15 +28,17 @@ def machine() -> str:
 
 
 def commit() -> str:
-    """The git commit of the working tree (``+dirty`` when it has changes), or ``unknown``."""
+    """The git commit of the working tree (``+dirty`` when it has changes other than the benchmarks' own
+    result files, which a sequence of benchmarks rewrites as it goes), or ``unknown``."""
     import subprocess
 
     try:
         root = Path(__file__).resolve().parent.parent
         rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)bench/results"], cwd=root, capture_output=True, text=True,
+                               check=True).stdout.strip()
         return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

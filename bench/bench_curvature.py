@@ -10,17 +10,20 @@ differentiated twice in the first view's representations ``z1`` only (``rows`` i
 Contenders, timed side by side (interleaved rounds, medians), each with its error against the exact
 spectrum (relative to ``max |lambda|``):
 
-- paper: the official procedure, re-implemented here from its description: float32, the loss's gradient
-  graph built once (``create_graph``), 20 normalised power steps on ``H``, ``lambda_max`` as a Rayleigh
-  quotient, 20 power steps on ``H - lambda_max I`` from a fresh random vector, ``lambda_min`` as the
-  Rayleigh quotient of ``H`` at the result (42 products);
-- exact blocks: ``scale.blocks.effective_hessian_blocks`` with the closed-form SimSiam Gauss-Newton blocks,
-  float64, the whole spectrum (``eigvalsh`` of per-sample blocks; computed on both views' rows, twice the
-  rows the paper's Hessian needs, and the view-1 blocks read off);
-- Lanczos (project): ``scale.lanczos.lanczos`` on the matrix-free ``H`` of ``scale.curvature`` (graphs built
-  once) in float64 (tolerances 1e-10 and 1e-8) and with float32 products and the float64 basis (1e-6);
-- eigsh: ``scipy.sparse.linalg.eigsh`` (ARPACK) on a ``LinearOperator`` wrapping the same float64 product,
-  ``which="SA"`` and ``"LA"`` at tolerance 1e-10: the products each needs and the time per product.
+- paper (the anchor): the official procedure, re-implemented here from its description: float32, the
+  loss's gradient graph built once (``create_graph``), 20 normalised power steps on ``H``, ``lambda_max`` as
+  a Rayleigh quotient, 20 power steps on ``H - lambda_max I`` from a fresh random vector, ``lambda_min`` as
+  the Rayleigh quotient of ``H`` at the result (42 products);
+- exact blocks: the view-1 rows' per-sample blocks in one closed-form forward-mode sweep through head,
+  predictor and cosine (``mini.loss_hessians.PredictorCosineCurvature``), float64, ``eigvalsh`` of each:
+  the whole spectrum;
+- Lanczos (project, float64 basis), on the closed-form product (one forward-mode pass and one pullback
+  through the weights, ``PredictorCosineCurvature.hvp``) and on autograd's double-backward product through a
+  graph built once (``scale.curvature``, the matrix-free path): stopped by the residual test at 1e-10
+  (the tracker's) and by the eigenvalue error bound at 1e-8 (``stop="eigenvalue"``); and with float32
+  autograd products (tolerance 1e-6);
+- eigsh: ``scipy.sparse.linalg.eigsh`` (ARPACK) on a ``LinearOperator`` wrapping the closed-form float64
+  product, ``which="SA"`` and ``"LA"`` at tolerance 1e-10: the products each needs.
 
 Writes ``bench/results/curvature.md`` and prints it.
 """
@@ -102,58 +105,68 @@ def one_view_loss(head, pred, t2: torch.Tensor, dtype: torch.dtype):
 def compare(z, h, head, pred, rows: int, repeats: int) -> dict:
     from scipy.sparse.linalg import LinearOperator, eigsh
 
-    from scale.blocks import effective_hessian_blocks
-    from scale.curvature import EffectiveHessian
+    from mini.loss_hessians import PredictorCosineCurvature
+    from scale.blocks import mini_head_of
+    from scale.curvature import EffectiveHessian, Operator
     from scale.lanczos import lanczos
-    from scale.loss_curvature import PredictorCosine
 
     m = z.shape[0] // 2
-    z, h = z[np.r_[0:rows, m:m + rows]], h[np.r_[0:rows, m:m + rows]]  # rows pairs, [view1; view2]
-    z1, t2 = z[:rows].double(), h[rows:].double()
-    objective = PredictorCosine(h.double(), pred, "cosine")
+    z1, t2 = z[:rows].double(), h[m:m + rows].double()  # the first view's rows; the other view's targets
+    n, d = z1.shape
+    mh, mp = mini_head_of(head), mini_head_of(pred)
+
+    def curvature() -> PredictorCosineCurvature:  # -1/2 mean_i cos(p(h(z1_i)), t2_i): coefficient -1/(2 rows)
+        return PredictorCosineCurvature(mh, mp, z1, t2, -0.5 / rows)
+
+    def closed_operator() -> Operator:  # built per run, as a user would at a new state
+        c = curvature()
+        return Operator("H (closed form)", n * d, torch.float64, z1.device,
+                        lambda v: c.hvp(v.reshape(n, d)).reshape(-1),
+                        lambda C: c.hvp(C.reshape(C.shape[0], n, d)).reshape(C.shape[0], -1))
 
     def exact():
-        b = effective_hessian_blocks(z.double(), head, objective, spectra="H")
-        return b.eig_H[:rows]  # view-1 blocks: the Hessian in z1
+        return torch.cat([torch.linalg.eigvalsh(M + G) for _, M, G in curvature().blocks()]).flatten()
 
-    eig = exact().flatten()
+    eig = exact()
     lam_min, scale = float(eig.min()), float(eig.abs().max())
     f32 = one_view_loss(head, pred, t2, torch.float32)
     f64 = one_view_loss(head, pred, t2, torch.float64)
     identity = lambda x: x  # noqa: E731  the operator's "head" is the identity: H is the Hessian of f in z1
     E64 = EffectiveHessian(z1, identity, f64)
-    E32 = EffectiveHessian(z1.float(), identity, f32)
     check = None
     if z1.numel() <= 2048:
         check = float(np.abs(np.linalg.eigvalsh(E64.H.dense().numpy()) - np.sort(eig.numpy())).max() / scale)
+    v = torch.randn(n * d, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    product_agreement = float((closed_operator().matvec(v) - E64.H.matvec(v)).abs().max() / E64.H.matvec(v).abs().max())
 
-    out = {"rows": rows, "d": z.shape[1], "N": z1.numel(), "lambda_min": lam_min, "scale": scale,
-           "dense_check": check}
+    out = {"rows": rows, "d": d, "N": n * d, "lambda_min": lam_min, "scale": scale, "dense_check": check,
+           "product_agreement": product_agreement}
     results: dict[str, float] = {}
+
+    def run_lanczos(name, make_op, **kw):
+        def go():
+            r = lanczos(make_op(), max_iter=300, **kw)
+            results[name], out[f"{name}_products"] = r.lambda_min, r.n_products
+        return go
+
+    def graph64():
+        return EffectiveHessian(z1, identity, f64).H
+
+    def graph32():
+        return EffectiveHessian(z1.float(), identity, f32).H
 
     def paper():
         results["paper"] = paper_power_iteration(f32, z1)
 
-    def lz64():
-        r = lanczos(E64.H, tol=1e-10, max_iter=300)
-        results["lanczos64"], out["lanczos64_products"] = r.lambda_min, r.n_products
-
-    def lz64_8():
-        r = lanczos(E64.H, tol=1e-8, max_iter=300)
-        results["lanczos64_8"], out["lanczos64_8_products"] = r.lambda_min, r.n_products
-
-    def lz32():
-        r = lanczos(E32.H, tol=1e-6, max_iter=300)
-        results["lanczos32"], out["lanczos32_products"] = r.lambda_min, r.n_products
-
     def arpack():
         count = [0]
+        op = closed_operator()
 
-        def mv(v):
+        def mv(x):
             count[0] += 1
-            return E64.H.matvec(torch.from_numpy(np.ascontiguousarray(v).reshape(-1))).numpy()
+            return op.matvec(torch.from_numpy(np.ascontiguousarray(x).reshape(-1))).numpy()
 
-        A = LinearOperator((E64.H.N, E64.H.N), matvec=mv, dtype=np.float64)
+        A = LinearOperator((op.N, op.N), matvec=mv, dtype=np.float64)
         lo = eigsh(A, k=1, which="SA", tol=1e-10, return_eigenvectors=False)[0]
         eigsh(A, k=1, which="LA", tol=1e-10, return_eigenvectors=False)
         results["eigsh"], out["eigsh_products"] = float(lo), count[0]
@@ -161,17 +174,36 @@ def compare(z, h, head, pred, rows: int, repeats: int) -> dict:
     def blocks():
         results["blocks"] = float(exact().min())
 
-    times = interleaved_median({"paper": paper, "blocks": blocks, "lanczos64": lz64, "lanczos64_8": lz64_8,
-                                "lanczos32": lz32,
-                                "eigsh": arpack}, repeats)
+    contenders = {
+        "paper": paper, "blocks": blocks,
+        "closed_res": run_lanczos("closed_res", closed_operator, tol=1e-10),
+        "closed_eig": run_lanczos("closed_eig", closed_operator, tol=1e-8, stop="eigenvalue"),
+        "graph_res": run_lanczos("graph_res", graph64, tol=1e-10),
+        "graph_eig": run_lanczos("graph_eig", graph64, tol=1e-8, stop="eigenvalue"),
+        "graph32": run_lanczos("graph32", graph32, tol=1e-6),
+        "eigsh": arpack,
+    }
+    times = interleaved_median(contenders, repeats)
     for name, t in times.items():
         out[f"{name}_s"] = t
         out[f"{name}_err"] = abs(results[name] - lam_min) / scale
-    v = torch.randn(E64.H.N, dtype=torch.float64)
-    t_prod = interleaved_median({"p64": lambda: E64.H.matvec(v), "p32": lambda: E32.H.matvec(v.float())},
-                                max(20, 5 * repeats))
-    out["product64_s"], out["product32_s"] = t_prod["p64"], t_prod["p32"]
+    c64, g64, g32 = closed_operator(), graph64(), graph32()
+    t_prod = interleaved_median({"closed": lambda: c64.matvec(v), "graph64": lambda: g64.matvec(v),
+                                 "graph32": lambda: g32.matvec(v.float())}, max(20, 5 * repeats))
+    out.update({f"product_{k}_s": t for k, t in t_prod.items()})
     return out
+
+
+ROWS = [  # label, key, products key (None: no products)
+    ("paper: float32 20-step shifted power iteration (anchor)", "paper", None),
+    ("exact blocks, float64, closed form (whole spectrum)", "blocks", None),
+    ("Lanczos, float64 closed-form products, residual tol 1e-10", "closed_res", "closed_res_products"),
+    ("Lanczos, float64 closed-form products, eigenvalue bound 1e-8", "closed_eig", "closed_eig_products"),
+    ("Lanczos, float64 autograd products, residual tol 1e-10", "graph_res", "graph_res_products"),
+    ("Lanczos, float64 autograd products, eigenvalue bound 1e-8", "graph_eig", "graph_eig_products"),
+    ("Lanczos, float32 autograd products + float64 basis, tol 1e-6", "graph32", "graph32_products"),
+    ("scipy eigsh (ARPACK) SA + LA on the closed-form product, tol 1e-10", "eigsh", "eigsh_products"),
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,25 +223,23 @@ def main(argv: list[str] | None = None) -> int:
         "# Curvature estimates on the paper's tracker Hessian", "",
         run_header("bench.bench_curvature", argv if argv is not None else sys.argv[1:], args.threads), "",
         "State: digits SimSiam (swish3 head, its predictor) after one epoch; the Hessian of the SimSiam loss in "
-        "the first view's representations z1 (the official tracker's). Errors: |lambda_min estimate - exact| / "
-        f"max|lambda|. Medians of {args.repeats} interleaved rounds.", "",
+        "the first view's representations z1 (the official tracker's). Anchor: the paper's estimator. Errors: "
+        f"|lambda_min estimate - exact| / max|lambda|. Medians of {args.repeats} interleaved rounds.", "",
         "| rows | N | exact lambda_min | contender | seconds | vs paper's time | products | lambda_min error |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in res:
-        rows = [("paper: float32 20-step shifted power iteration", "paper", 42),
-                ("exact blocks, float64 (whole spectrum)", "blocks", 0),
-                ("Lanczos, float64 products, tol 1e-10", "lanczos64", r["lanczos64_products"]),
-                ("Lanczos, float64 products, tol 1e-8", "lanczos64_8", r["lanczos64_8_products"]),
-                ("Lanczos, float32 products + float64 basis, tol 1e-6", "lanczos32", r["lanczos32_products"]),
-                ("scipy eigsh (ARPACK) SA + LA, tol 1e-10", "eigsh", r["eigsh_products"])]
-        for label, key, prods in rows:
+        for label, key, prods in ROWS:
+            p = 42 if key == "paper" else (r[prods] if prods else "-")
             lines.append(f"| {r['rows']} | {r['N']} | {r['lambda_min']:.6g} | {label} | {r[key + '_s']:.3f} | "
-                         f"{r[key + '_s'] / r['paper_s']:.2f}x | {prods or '-'} | {r[key + '_err']:.1e} |")
-    lines += ["", "Per product (the matrix-free H, graphs built once): " + "; ".join(
-        f"{r['rows']} rows: float64 {1e3 * r['product64_s']:.2f} ms, float32 {1e3 * r['product32_s']:.2f} ms"
+                         f"{r[key + '_s'] / r['paper_s']:.2f}x | {p} | {r[key + '_err']:.1e} |")
+    lines += ["", "Per product (median): " + "; ".join(
+        f"{r['rows']} rows: closed form float64 {1e3 * r['product_closed_s']:.2f} ms, autograd float64 "
+        f"{1e3 * r['product_graph64_s']:.2f} ms, autograd float32 {1e3 * r['product_graph32_s']:.2f} ms"
         for r in res) + ".",
-        "Dense check of the exact spectrum (eigvalsh of the dense matrix-free H, small N only): " + "; ".join(
+        "Closed-form product against the autograd one (max relative difference): " + "; ".join(
+        f"{r['rows']} rows: {r['product_agreement']:.1e}" for r in res) + ".",
+        "Dense check of the exact spectrum (eigvalsh of the dense autograd H, small N only): " + "; ".join(
         f"{r['rows']} rows: " + ("-" if r["dense_check"] is None else f"{r['dense_check']:.1e}")
         for r in res) + ".", ""]
     text = "\n".join(lines)

@@ -1,6 +1,7 @@
 """Curvature tracking: its cost during training, and Lanczos against the paper's power iteration.
 
     python -m bench.bench_tracking [--quick] [--threads 1] [--epochs 3] [--methods simsiam simclr] [--repeats 2]
+                                   [--baseline DIR]
 
 Thread count fixed (``--threads``, default 1) for the benchmark process and every ``scale.run`` it starts.
 ``--quick``: 2 epochs, 1 off/on pair, no CIFAR-shape section, 1 toy seed (checks that it runs).
@@ -11,6 +12,10 @@ Thread count fixed (``--threads``, default 1) for the benchmark process and ever
 2. Cost at a CIFAR epoch's shape: training seconds per image of the CIFAR-sized network (synthetic
    32 x 32 images, ResNet-18 of width 64, the method's CIFAR head) times 50,000, against the seconds
    of one measurement at that state.
+``--baseline DIR`` (a checkout of another revision, e.g. ``git worktree add /tmp/base <commit>``): the digits
+runs of section 1 alternate between that checkout and this one, each in its own process
+(``PYTHONPATH`` set to the checkout), and the two trackers' seconds are compared side by side.
+
 3. Accuracy: on toy SimSiam and SimCLR instances of ``scale.crosscheck`` (float64), the error of
    Lanczos and of the 20-step shifted power iteration (float32, as in the paper) against dense
    ``eigvalsh``, relative to the spectral scale.
@@ -58,6 +63,38 @@ def _run(argv: list[str]) -> dict:
     # epoch_seconds times the steps only; a per-epoch measurement runs after them (on_epoch_end)
     return {"exit": code, "wall_s": wall, "train_s": sum(r["epoch_seconds"] for r in hist), "track_s": track_s,
             "epochs": len(hist), "paths": sorted(paths)}
+
+
+def _run_checkout(tree: Path, argv: list[str]) -> dict:
+    """``scale.run`` of the checkout ``tree`` in a fresh process: its tracker's and its training's seconds."""
+    import os
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": THREADS[1]}
+        code = subprocess.run([sys.executable, "-m", "scale.run", *argv, *THREADS, "--no-final-measure", "--quiet",
+                               "--out", tmp, "--run-name", "r"], cwd=tree, env=env, capture_output=True).returncode
+        run_dir = Path(tmp) / "r"
+        hist = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        track_s = json.loads((run_dir / "curvature_summary.json").read_text())["tracking_seconds"]
+    return {"exit": code, "train_s": sum(r["epoch_seconds"] for r in hist), "track_s": track_s}
+
+
+def baseline_cost(baseline: Path, epochs: int, methods: list[str], head: str, repeats: int) -> list[dict]:
+    """The same tracked digits run in the baseline checkout and in this one, alternated, each in its own process."""
+    here = Path(__file__).resolve().parent.parent
+    rows = []
+    for method in methods:
+        argv = ["digits", "--head", head, "--method", method, "--epochs", str(epochs), "--track-hessian-every"]
+        runs: dict[str, list[dict]] = {"baseline": [], "this": []}
+        for _ in range(repeats):
+            for label, tree in (("baseline", baseline), ("this", here)):
+                runs[label].append(_run_checkout(tree, argv))
+        med = {label: {key: float(np.median([r[key] for r in rs])) for key in ("train_s", "track_s")}
+               for label, rs in runs.items()}
+        rows.append({"method": method, "exits": sorted({r["exit"] for rs in runs.values() for r in rs}), **{
+            f"{label}_{key}": v for label, m in med.items() for key, v in m.items()}})
+    return rows
 
 
 def training_cost(epochs: int, methods: list[str], head: str, repeats: int) -> list[dict]:
@@ -126,6 +163,13 @@ def cifar_shape_cost(methods: list[str], head: str, batch: int, steps: int, repe
     return rows
 
 
+def _revision(tree: Path) -> str:
+    import subprocess
+
+    out = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
 def accuracy_table(n_seeds: int) -> list[dict]:
     rows = []
     for objective in ("simsiam", "simclr"):
@@ -157,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=4, help="toy instances per head and objective")
     p.add_argument("--threads", type=int, default=1, help="torch threads, fixed, here and in every run (default: 1)")
     p.add_argument("--quick", action="store_true", help="2 epochs, 1 pair, no CIFAR shape, 1 seed")
+    p.add_argument("--baseline", type=Path, help="a checkout of another revision to compare the digits runs with")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     if args.quick:
@@ -168,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     cifar = [] if args.quick else cifar_shape_cost(args.methods, args.head, args.cifar_batch, args.cifar_steps,
                                                    repeats=3)
     rows = accuracy_table(args.seeds)
+    base = baseline_cost(args.baseline, args.epochs, args.methods, args.head, args.repeats) if args.baseline else []
     lines = [
         "# Curvature tracking: cost and accuracy", "", header,
         "Only ratios measured side by side in this one run mean anything on a shared machine.", "",
@@ -185,6 +231,15 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['method']} | {', '.join(r['paths'])} | {r['exits']} | {r['off_train_s']:.2f} | "
             f"{r['on_train_s']:.2f} | {r['track_s']:.2f} | {r['per_measurement_s']:.3f} | "
             f"**{100 * r['overhead_same_run']:.1f} %** | {100 * r['overhead_vs_off']:+.1f} % | {r['wall_ratio']:.3f} |")
+    if base:
+        lines += ["", f"Against the revision in `{args.baseline}` (`git -C {args.baseline} rev-parse HEAD`: "
+                  f"{_revision(args.baseline)}), the same tracked runs alternated, each in its own process (median of "
+                  f"{args.repeats}):", "",
+                  "| method | exit codes | tracking s, baseline | tracking s, this | baseline / this | "
+                  "training s, baseline | training s, this |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['method']} | {r['exits']} | {r['baseline_track_s']:.3f} | {r['this_track_s']:.3f} | "
+                  f"**{r['baseline_track_s'] / r['this_track_s']:.2f}x** | {r['baseline_train_s']:.2f} | "
+                  f"{r['this_train_s']:.2f} |" for r in base]
     lines += [
         "", "Goal: at most 3 %. " + "; ".join(
             f"{r['method']}: {'met' if r['overhead_same_run'] <= 0.03 else 'NOT met'}" for r in digits)

@@ -11,16 +11,18 @@ so the whole spectrum of ``H_eff`` (n*d eigenvalues) is the union of ``n`` eigen
 
 Two paths to ``J_i`` and ``M_i``:
 
-- ``"closed_form"``: ``mini.hessian.head_derivatives`` and ``interaction_blocks`` (the array-API
-  recursion) run directly on torch tensors, on the tensors' device, with weights read from the torch
-  head (``mini_head_of``; eval-mode BatchNorm is an affine map and is folded into its Linear layer).
+- ``"closed_form"``: ``mini.hessian``'s recursion, streamed by ``mini.loss_hessians`` (``chain_forward``,
+  ``head_jacobian_and_interaction``: the array-API code, in chunks of rows, never keeping a (n, w, d) Jacobian)
+  on torch tensors, on the tensors' device, with weights read from the torch head (``mini_head_of``;
+  eval-mode BatchNorm is an affine map and is folded into its Linear layer).
 - ``"autodiff"``: per-sample ``torch.func.jacrev`` (``J_i``) and reverse-over-reverse Hessians of
   ``<rho_i, h(z_i)>`` (``M_i``) under ``vmap`` (some activations' backward ops lack forward-mode rules).
 
 The Gauss-Newton blocks ``G_i = J_i^T (grad^2_{h_i} L) J_i`` take the cheapest exact route:
 
-- an objective carrying ``gauss_newton`` (``scale.loss_curvature.PredictorCosine``: SimSiam, BYOL): closed
-  form through the predictor and the cosine (``mini.loss_hessians``), no (k, k) block formed;
+- an objective carrying ``curvature_at`` (``scale.loss_curvature.PredictorCosine``: SimSiam, BYOL): ``H_i`` in one
+  forward-mode sweep through the head, the predictor and the cosine (``mini.loss_hessians``), no (k, k)
+  block and no head Jacobian ``J`` formed;
 - ``k > d`` and only ``H``'s spectrum wanted: ``d`` batched loss Hessian-vector products along the columns
   of ``J`` (row ``i`` of the product along ``J[:, :, a]`` is ``HL_i J_i[:, a]`` for a per-sample loss);
 - otherwise the loss blocks ``grad^2_{h_i} L`` (n, k, k) from ``k`` Hessian-vector products of the batch
@@ -34,13 +36,17 @@ equal the blocks' action (``premise_residual``); a loss that couples samples is 
 Coupled objectives (SimCLR, VICReg, Barlow) still have a block-diagonal head part: ``factored_operator``
 is ``H_eff`` as ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` computed once, exact, so that a
 product costs one Hessian-vector product of the loss alone (through a gradient graph built once) and
-a few small batched matmuls; Lanczos on it is the tracker's cheap path (``scale/tracking.py``).
+a few small batched matmuls; ``closed_form_operator`` forms nothing and runs each product through the
+head's weights in closed form. ``operator_route`` picks the cheaper of the two for Lanczos (the tracker,
+``scale/tracking.py``), ``dense_route`` the cheaper exact way to the dense matrix; each rule carries its
+measured crossover.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,14 +55,15 @@ from torch import Tensor, nn
 from torch.func import jacrev, vmap
 
 from mini.heads import Head
-from mini.hessian import NEG_FLOOR, head_derivatives, interaction_blocks
+from mini.hessian import NEG_FLOOR, assemble
+from mini.loss_hessians import chain_forward, chain_links, head_jacobian_and_interaction, interaction_chunks
 from scale.curvature import Operator, functional_head
 from scale.heads import MLPHead
 
 BLOCK_TOL = 1e-10  # relative mismatch above which the loss is not block-diagonal
 ROUNDOFF_REL = 1e3 * torch.finfo(torch.float64).eps  # a Hessian product this small is round-off
 METHODS = ("closed_form", "autodiff")
-BOUND_MARGIN = 1e-8  # block_norm keeps a block whose upper bound is within this of the lower bound (round-off)
+CHOL_MARGIN = 1e-14  # block_norm's Cholesky test runs at (1 + this) times the largest norm found (round-off)
 
 
 def mini_head_of(module: MLPHead, dtype: torch.dtype = torch.float64) -> Head:
@@ -106,35 +113,25 @@ def loss_blocks(loss: Callable[[Tensor], Tensor], Hb: Tensor, seed: int = 0) -> 
 def _loss_blocks_and_value(loss: Callable[[Tensor], Tensor], Hb: Tensor, seed: int = 0):
     """``loss_blocks`` and the loss value ``L(Hb)`` from the same forward pass."""
     n, k = Hb.shape
-    with torch.enable_grad():  # the gradient graph, built once; each column is one backward through it
-        Hg = Hb.detach().requires_grad_(True)
-        value_t = loss(Hg)
-        (g,) = torch.autograd.grad(value_t, Hg, create_graph=True)
-    value = float(value_t.detach())
+    rho, value, hvp, _ = _loss_product(loss, Hb)  # the gradient graph, built once: a backward per column
 
-    def hvp(U: Tensor, batched: bool = False) -> Tensor:
-        if not g.requires_grad:  # a loss linear in H: no curvature
-            return torch.zeros_like(U)
-        (out,) = torch.autograd.grad(g, Hg, grad_outputs=U, retain_graph=True, allow_unused=True,
-                                     is_grads_batched=batched)
-        return torch.zeros_like(U) if out is None else out.detach()
-
-    rho = g.detach()
     E = torch.eye(k, dtype=Hb.dtype, device=Hb.device)[:, None, :].expand(k, n, k)  # e_c in every row
     cols = hvp(E.contiguous(), batched=True)  # (c, i, e): row i of HVP(e_c) = HL_ii[:, c]
     HL = cols.permute(1, 2, 0).contiguous()  # (i, e, c)
     HL = 0.5 * (HL + HL.transpose(1, 2))
     gen = torch.Generator(device="cpu").manual_seed(seed)
     U = torch.randn(n, k, generator=gen, dtype=torch.float64).to(Hb)
-    full = hvp(U)
-    diag = torch.einsum("iec,ic->ie", HL, U)
-    eps = torch.finfo(Hb.dtype).eps
+    return rho, HL, _premise_residual(hvp(U), torch.einsum("iec,ic->ie", HL, U), U, rho, value, Hb), value
+
+
+def _premise_residual(full: Tensor, diag: Tensor, U: Tensor, rho: Tensor, value: float, Hb: Tensor) -> float:
+    """``|full - diag| / |full|`` (the loss product along ``U`` against the blocks' action), or ``nan`` when the
+    product is at round-off (see ``loss_blocks``)."""
     h_norm = float(Hb.norm().clamp_min(torch.finfo(Hb.dtype).tiny))
     curvature_scale = float(U.norm()) * max(float(rho.norm()) / h_norm, abs(value) / h_norm**2)
-    if float(full.norm()) <= ROUNDOFF_REL * max(curvature_scale, eps):
-        return rho, HL, float("nan"), value
-    res = float((full - diag).norm() / full.norm())
-    return rho, HL, res, value
+    if float(full.norm()) <= ROUNDOFF_REL * max(curvature_scale, torch.finfo(Hb.dtype).eps):
+        return float("nan")
+    return float((full - diag).norm() / full.norm())
 
 
 @dataclass(frozen=True)
@@ -142,23 +139,25 @@ class Blocks:
     """Per-sample blocks (n, d, d) of ``G``, ``M``, ``H = G + M``, their eigenvalues, and the context.
 
     ``eig_G`` and ``loss_hessian_eig`` are ``None`` when only ``H``'s spectrum was asked for
-    (``spectra="H"``: the tracker's lean measurement)."""
+    (``spectra="H"``); ``G``, ``M``, ``H`` are ``None`` when the blocks were not kept (``keep_blocks=False``:
+    the tracker's lean measurement, reduced chunk by chunk to ``eig_H`` and ``norm_M``)."""
 
-    G: Tensor
-    M: Tensor
-    H: Tensor
+    G: Tensor | None
+    M: Tensor | None
+    H: Tensor | None
     eig_G: Tensor | None  # (n, d) ascending per sample
     eig_H: Tensor
     loss_hessian_eig: Tensor | None  # (n, k): eigenvalues of grad^2_{h_i} L
     premise_residual: float
     info: dict[str, Any]
+    norm_M: float | None = None  # |M|_2 (``block_norm``), when computed along the way
 
     def audit(self, rel_floor: float = NEG_FLOOR) -> dict[str, Any]:
         """The audit table's row: ``|M|/|H_eff|``, negative counts of ``G`` and ``H_eff`` (relative floor),
         extreme eigenvalues, scale, condition (only when positive definite), and the PSD premise."""
         eH = self.eig_H.flatten()
         scale_H = float(eH.abs().max())
-        norm_M = block_norm(self.M)
+        norm_M = block_norm(self.M) if self.norm_M is None else self.norm_M
         lam_min, lam_max = float(eH.min()), float(eH.max())
         floor = rel_floor * scale_H
         out = {
@@ -178,66 +177,75 @@ class Blocks:
         return out
 
 
-def block_norm(blocks: Tensor) -> float:
-    """Spectral norm of a block-diagonal symmetric matrix from its blocks (n, d, d): the largest
-    |eigenvalue| of any block, exact (a symmetric eigensolver, cheaper than the SVD behind ``ord=2``).
+def block_norm(blocks: Tensor | Sequence[Tensor]) -> float:
+    """Spectral norm of a block-diagonal symmetric matrix from its blocks (n, d, d), or from a sequence of
+    chunks of them: the largest |eigenvalue| of any block, solving as few blocks as possible.
 
-    Only the blocks that can hold the maximum are solved. ``|A|_2 <= |A^4|_F^(1/4) =: u(A)`` (two batched
-    products; the blocks scaled by their largest entry first, so that the fourth power cannot overflow),
-    and ``|A|_2 >= u(A) / d^(1/8)``. The block with the largest bound is solved first; its norm ``l`` is a
-    lower bound on the answer, and a block with ``u < l`` cannot reach it. The rest (usually one to three
-    of ``n``: the bound is within ``d^(1/8)`` and tight when a block's top eigenvalue stands out) go to
-    ``eigvalsh``, so the result is the same maximum as ``eigvalsh`` of every block, without the ``n``
-    tridiagonal reductions that dominate that call."""
-    n = blocks.shape[0]
-    peak = float(blocks.abs().max()) if blocks.numel() else 0.0
+    ``|A|_2 <= |A|_F``, so a block whose Frobenius norm is at most a norm already found cannot hold the
+    maximum. The block of largest Frobenius norm is solved first (``eigvalsh``): its norm ``l`` is a lower
+    bound on the answer. Every other block is then tested at ``t = 1 + CHOL_MARGIN`` after scaling by ``l``:
+    ``t^2 I - (A/l)^2`` admits a Cholesky factor exactly when every eigenvalue of ``A`` lies in ``(-t l, t l)``
+    (up to the factorisation's backward error, a few ``d eps`` of the scale; one batched matmul and one
+    Cholesky factorisation per block, instead of a tridiagonal reduction each). The blocks that fail are
+    solved by ``eigvalsh``: the result is the same maximum as ``eigvalsh`` of every block, to that round-off."""
+    chunks = [blocks] if isinstance(blocks, Tensor) else list(blocks)
+    chunks = [c for c in chunks if c.shape[0]]
+    if not chunks:
+        return 0.0
+    fro = [torch.linalg.matrix_norm(c) for c in chunks]  # (m,) per chunk, >= |A_i|_2
+    peak = max(float(f.max()) for f in fro)
     if peak == 0.0:
         return 0.0
-    if n <= 4 or not math.isfinite(peak):
-        return float(torch.linalg.eigvalsh(blocks).abs().max())
-    A = blocks / peak
-    A2 = A @ A
-    upper = torch.linalg.matrix_norm(A2 @ A2).sqrt().sqrt() * peak  # >= |block_i|_2, (n,)
-    first = int(upper.argmax())
-    lower = float(torch.linalg.eigvalsh(blocks[first]).abs().max())
-    rest = torch.nonzero(upper * (1.0 + BOUND_MARGIN) >= lower).flatten()
-    rest = rest[rest != first]
-    if rest.numel() == 0:
-        return lower
-    return max(lower, float(torch.linalg.eigvalsh(blocks[rest]).abs().max()))
+    if not math.isfinite(peak):
+        return max(float(torch.linalg.eigvalsh(c).abs().max()) for c in chunks)
+    first = max(range(len(chunks)), key=lambda j: float(fro[j].max()))
+    i = int(fro[first].argmax())
+    best = float(torch.linalg.eigvalsh(chunks[first][i]).abs().max())
+    for j, (c, f) in enumerate(zip(chunks, fro)):
+        keep = f > best  # a block with |A|_F <= best cannot exceed best
+        if j == first:
+            keep[i] = False
+        if not bool(keep.any()):
+            continue
+        A = c[keep] / best  # scaled: the test is against 1, and squaring cannot overflow
+        eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+        fails = torch.linalg.cholesky_ex((1.0 + CHOL_MARGIN) ** 2 * eye - A @ A).info != 0
+        if bool(fails.any()):
+            best = max(best, float(torch.linalg.eigvalsh(c[keep][fails]).abs().max()))
+    return best
+
+
+def _head_info(head: nn.Module, method: str, dtype: torch.dtype, z: Tensor, k: int) -> dict[str, Any]:
+    has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in head.modules())
+    return {"batchnorm": has_bn, "bn_mode": "eval" if has_bn else "none", "method": method,
+            "dtype": str(dtype).removeprefix("torch."), "n": z.shape[0], "d": z.shape[1], "k": k}
 
 
 def head_blocks(z: Tensor, head: nn.Module, method: str = "closed_form", dtype: torch.dtype = torch.float64):
-    """``(Hb, J, M_of)`` at ``z`` (n, d): embeddings (n, k), per-sample Jacobians (n, k, d), and
-    ``M_of(rho)`` -> the interaction blocks (n, d, d) for a residual ``rho`` (n, k).
-    BatchNorm in eval mode (the only mode in which the head acts row by row)."""
+    """``(Hb, JM_of, info)`` at ``z`` (n, d): embeddings (n, k), and ``JM_of(rho)`` -> the per-sample Jacobians
+    ``J`` (n, k, d) and interaction blocks ``M`` (n, d, d) for a residual ``rho = dL/dh`` (n, k) (one
+    forward-mode sweep gives both). BatchNorm in eval mode (the only mode in which the head acts row by row)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     z = z.detach().to(dtype)
-    if method == "closed_form":  # weights read straight from the module: no functional copy of the head needed
-        has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in head.modules())
-        head_info = {"batchnorm": has_bn, "bn_mode": "eval" if has_bn else "none"}
-    else:
-        head_fn, head_info = functional_head(head, "eval", dtype)
-        one = lambda x: head_fn(x[None])[0]  # noqa: E731  (d,) -> (k,)
     with torch.no_grad():  # torch.func transforms still differentiate; parameters record no graph
-        if method == "closed_form":
-            der = head_derivatives(mini_head_of(head, dtype), z)
-            Hb, J = der.h, der.J  # (n, k), (n, k, d)
+        if method == "closed_form":  # weights read straight from the module: no functional copy of the head
+            fwd = chain_forward(chain_links(mini_head_of(head, dtype), None, z), z)
+            Hb = fwd.out
         else:
-            Hb, J = head_fn(z), vmap(jacrev(one))(z)
+            head_fn, _ = functional_head(head, "eval", dtype)
+            one = lambda x: head_fn(x[None])[0]  # noqa: E731  (d,) -> (k,)
+            Hb = head_fn(z)
 
-    def M_of(rho: Tensor) -> Tensor:
+    def JM_of(rho: Tensor) -> tuple[Tensor, Tensor]:
         with torch.no_grad():
             if method == "closed_form":
-                M = interaction_blocks(der, rho)
-            else:  # reverse-over-reverse: some activations' backward ops have no forward-mode rule
-                M = vmap(jacrev(jacrev(lambda x, r: (r * one(x)).sum())))(z, rho)
-        return 0.5 * (M + M.transpose(1, 2))
+                return head_jacobian_and_interaction(fwd, rho)
+            # reverse-over-reverse: some activations' backward ops have no forward-mode rule
+            M = vmap(jacrev(jacrev(lambda x, r: (r * one(x)).sum())))(z, rho)
+            return vmap(jacrev(one))(z), 0.5 * (M + M.transpose(1, 2))
 
-    info = {**head_info, "bn_mode": "eval" if head_info["batchnorm"] else "none", "method": method,
-            "dtype": str(dtype).removeprefix("torch."), "n": z.shape[0], "d": z.shape[1], "k": Hb.shape[1]}
-    return Hb.detach(), J, M_of, info
+    return Hb.detach(), JM_of, _head_info(head, method, dtype, z, Hb.shape[1])
 
 
 def effective_hessian_blocks(
@@ -249,6 +257,7 @@ def effective_hessian_blocks(
     dtype: torch.dtype = torch.float64,
     declared_psd: bool | None = None,
     spectra: str = "all",
+    keep_blocks: bool = True,
 ) -> Blocks:
     """Exact per-sample blocks of eq. (1) at ``z`` (n, d), in ``dtype`` (float64 by default).
 
@@ -256,21 +265,27 @@ def effective_hessian_blocks(
     ``declared_psd`` records what the objective claims about ``grad^2_H L`` (``mini``'s
     ``Objective.hessian_psd``) next to what is measured on the blocks. ``spectra``: ``"all"``
     (eigenvalues of ``H``, ``G`` and the loss blocks) or ``"H"`` (``H`` only: the tracker's needs).
+    ``keep_blocks=False`` (with ``spectra="H"``): the blocks are reduced chunk by chunk to ``H``'s
+    eigenvalues and ``|M|_2`` and not kept (``Blocks.G/M/H`` are ``None``).
     """
     if spectra not in ("all", "H"):
         raise ValueError(f"spectra must be 'all' or 'H', got {spectra!r}")
-    Hb, J, M_of, info = head_blocks(z, head, method, dtype)
+    if not keep_blocks and spectra != "H":
+        raise ValueError("keep_blocks=False keeps H's spectrum only: use spectra='H'")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     full = spectra == "all"
-    if getattr(loss, "closed_form", False):  # predictor-cosine objectives: G in closed form
-        return _closed_form_blocks(Hb, J, M_of, info, loss, declared_psd, full)
-    _, k, d = J.shape
+    if method == "closed_form" and getattr(loss, "closed_form", False):  # SimSiam, BYOL: one sweep
+        return _closed_form_blocks(z.detach().to(dtype), head, loss, declared_psd, full, keep_blocks)
+    Hb, JM_of, info = head_blocks(z, head, method, dtype)
+    k, d = Hb.shape[1], z.shape[1]
     if not full and k > d:  # G from d products along J's columns instead of the k loss-block columns
-        return _gauss_newton_blocks(Hb, J, M_of, info, loss, declared_psd)
+        return _gauss_newton_blocks(Hb, JM_of, info, loss, declared_psd)
     with torch.no_grad():
         rho, HL, premise, value = _loss_blocks_and_value(loss, Hb)
     if premise > BLOCK_TOL:
         raise _not_block_diagonal(premise)
-    M = M_of(rho)
+    J, M = JM_of(rho)
     G = J.transpose(1, 2) @ (HL @ J)
     G = 0.5 * (G + G.transpose(1, 2))
     H = G + M
@@ -288,64 +303,59 @@ def _not_block_diagonal(premise: float) -> ValueError:
     )
 
 
-def _closed_form_blocks(Hb, J, M_of, info, loss, declared_psd, full: bool) -> Blocks:
-    """Predictor-cosine objectives (``scale.loss_curvature.PredictorCosine``): ``rho`` and
-    ``G_i = J_i^T (grad^2_{h_i} L) J_i`` from ``mini.loss_hessians`` (per-sample by construction)."""
+def _closed_form_blocks(z: Tensor, head: nn.Module, loss, declared_psd, full: bool, keep: bool) -> Blocks:
+    """Predictor-cosine objectives (``scale.loss_curvature.PredictorCosine``): ``M_i`` and ``G_i`` in one
+    forward-mode sweep through head, predictor and cosine (per-sample by construction), reduced chunk by
+    chunk when the blocks are not kept."""
     with torch.no_grad():
-        rho, G, value = loss.gauss_newton(Hb, J)
-        M = M_of(rho)
-        H = G + M
+        mini_head = mini_head_of(head, z.dtype)
+        curv = loss.curvature_at(mini_head, z)
+        rho, value = curv.rho, loss.value_of(curv)
+        n, d = z.shape
+        if keep:  # filled chunk by chunk: no concatenation (a second full-size copy) at the end
+            G, M, H = (torch.empty(n, d, d, dtype=z.dtype, device=z.device) for _ in range(3))
+        Ms, eig_H, norm_M = [], [], None
+        for rows, M_c, G_c in curv.blocks():
+            H_c = G_c + M_c
+            eig_H.append(torch.linalg.eigvalsh(H_c))
+            if keep:
+                G[rows], M[rows], H[rows] = G_c, M_c, H_c
+            else:
+                Ms.append(M_c)
+        eig_H = torch.cat(eig_H)
+        if not keep:
+            G = M = H = None
+            norm_M = block_norm(Ms)
         HL_eig = None
-        if full:  # the loss blocks themselves: the same algebra with J = I
-            n, k, _ = J.shape
-            eye = torch.eye(k, dtype=J.dtype, device=J.device).expand(n, k, k)
-            HL_eig = torch.linalg.eigvalsh(loss.gauss_newton(Hb, eye)[1])
-    info = {**info, "loss": value, "loss_hessian_psd_declared": declared_psd,
-            "gauss_newton": "closed form (predictor and cosine, mini.loss_hessians)",
+        if full:  # the loss blocks themselves: the same sweep without the head
+            Hb = chain_forward(chain_links(mini_head, None, z), z).out
+            HL_eig = torch.cat([torch.linalg.eigvalsh(GL) for _, _, GL in loss.curvature_at(None, Hb).blocks()])
+    info = {**_head_info(head, "closed_form", z.dtype, z, int(rho.shape[1])), "loss": value,
+            "loss_hessian_psd_declared": declared_psd,
+            "gauss_newton": "closed form (head, predictor and cosine in one sweep, mini.loss_hessians)",
             "block_premise": "per-sample by construction (closed form)"}
-    return Blocks(G, M, H, torch.linalg.eigvalsh(G) if full else None, torch.linalg.eigvalsh(H), HL_eig,
-                  float("nan"), info)
+    return Blocks(G, M, H, torch.linalg.eigvalsh(G) if full else None, eig_H, HL_eig, float("nan"), info, norm_M)
 
 
-def _gauss_newton_blocks(Hb, J, M_of, info, loss, declared_psd) -> Blocks:
+def _gauss_newton_blocks(Hb, JM_of, info, loss, declared_psd) -> Blocks:
     """``G_i = J_i^T (grad^2 L J)_i`` from ``d`` batched loss Hessian-vector products along the columns
     of ``J`` (direction ``J[:, :, a]``, row ``i``'s part of the product is ``HL_i J_i[:, a]`` when the loss
     is per-sample): ``d`` products instead of ``k`` when the head widens (``k > d``).
 
     Premise check: along ``U = J w`` (``w`` random, (n, d)), the product must equal ``(HL J)_i w_i`` row by
     row; a loss coupling samples breaks it (``premise_residual``, as in ``loss_blocks``)."""
-    n, k, d = J.shape
-    with torch.enable_grad():
-        Hg = Hb.detach().requires_grad_(True)
-        value_t = loss(Hg)
-        (g,) = torch.autograd.grad(value_t, Hg, create_graph=True)
-
-    def hvp(U: Tensor, batched: bool = False) -> Tensor:
-        if not g.requires_grad:
-            return torch.zeros_like(U)
-        (out,) = torch.autograd.grad(g, Hg, grad_outputs=U, retain_graph=True, allow_unused=True,
-                                     is_grads_batched=batched)
-        return torch.zeros_like(U) if out is None else out.detach()
-
+    rho, value, hvp, _ = _loss_product(loss, Hb)
     with torch.no_grad():
-        rho = g.detach()
+        J, M = JM_of(rho)
+        n, k, d = J.shape
         HJ = hvp(J.permute(2, 0, 1).contiguous(), batched=True).permute(1, 2, 0)  # (n, k, d): HL_i J_i
         G = J.transpose(1, 2) @ HJ
         G = 0.5 * (G + G.transpose(1, 2))
         w = torch.randn(n, d, generator=torch.Generator(device="cpu").manual_seed(0), dtype=torch.float64).to(J)
         U = (J @ w[:, :, None])[:, :, 0]
-        full = hvp(U)
-        diag = (HJ @ w[:, :, None])[:, :, 0]
-        value = float(value_t.detach())
-        h_norm = float(Hb.norm().clamp_min(torch.finfo(Hb.dtype).tiny))
-        curvature_scale = float(U.norm()) * max(float(rho.norm()) / h_norm, abs(value) / h_norm**2)
-        if float(full.norm()) <= ROUNDOFF_REL * max(curvature_scale, torch.finfo(Hb.dtype).eps):
-            premise = float("nan")  # a product at round-off: the ratio says nothing (see loss_blocks)
-        else:
-            premise = float((full - diag).norm() / full.norm())
+        premise = _premise_residual(hvp(U), (HJ @ w[:, :, None])[:, :, 0], U, rho, value, Hb)
         if premise > BLOCK_TOL:
             raise _not_block_diagonal(premise)
-        M = M_of(rho)
         H = G + M
     info = {**info, "loss": value, "loss_hessian_psd_declared": declared_psd,
             "gauss_newton": f"{d} loss Hessian-vector products along J's columns (k = {k} > d)",
@@ -360,6 +370,7 @@ def factored_operator(
     *,
     method: str = "closed_form",
     dtype: torch.dtype = torch.float64,
+    dense: str = "auto",
 ) -> tuple[Operator, Tensor, dict[str, Any]]:
     r"""``H_eff`` of any objective (coupled or not) for a row-wise head, as a cheap operator.
 
@@ -370,39 +381,20 @@ def factored_operator(
 
     so a product costs two batched ``(k, d)`` matmuls, one ``(d, d)`` and one Hessian-vector product
     of the loss alone (no pass through the head). Returns the operator, ``M`` and the context.
+    ``dense``: how the operator's ``dense()`` is built when the loss has a dense closed-form Hessian
+    (``"auto"``: ``dense_route``'s cost rule; ``"assemble"`` or ``"products"`` force one).
     """
-    Hb, J, M_of, info = head_blocks(z, head, method, dtype)
+    if dense not in ("auto", *DENSE_ROUTES):
+        raise ValueError(f"dense must be one of ('auto', {', '.join(map(repr, DENSE_ROUTES))}), got {dense!r}")
+    Hb, JM_of, info = head_blocks(z, head, method, dtype)
+    rho, value, lv, loss_product = _loss_product(loss, Hb)
+    J, M = JM_of(rho)
     n, _, d = J.shape
-    if hasattr(loss, "curvature"):  # a closed-form loss Hessian-vector product (NT-Xent): no autograd graph
-        curv = loss.curvature(Hb)
-        rho, value = curv.gradient(), float(loss(Hb))
-
-        def lv(U: Tensor, batched: bool = False) -> Tensor:
-            return curv.hvp(U)
-
-        loss_product = "closed form (mini.loss_hessians)"
-    else:
-        # the loss's gradient graph, built once: every product is then one backward through it
-        # (double backward; retracing torch.func's jvp of grad per product costs more than the product)
-        with torch.enable_grad():
-            Hg = Hb.detach().requires_grad_(True)
-            value_t = loss(Hg)
-            (gH,) = torch.autograd.grad(value_t, Hg, create_graph=True)
-        rho, value = gH.detach(), float(value_t.detach())
-
-        def lv(U: Tensor, batched: bool = False) -> Tensor:  # (n, k) -> (n, k): the loss Hessian applied to U
-            if not gH.requires_grad:  # a loss linear in H: no curvature
-                return torch.zeros_like(U)
-            (out,) = torch.autograd.grad(gH, Hg, grad_outputs=U, retain_graph=True, allow_unused=True,
-                                         is_grads_batched=batched)
-            return torch.zeros_like(U) if out is None else out
-
-        loss_product = "double backward through a graph built once"
-    M = M_of(rho)
 
     # every product as row vectors against contiguous matrices (one bmm of (1, b) x (b, a) per sample): on
     # CPU about 3x faster than broadcast-and-sum or a bmm against a column vector at these shapes.
     # M is symmetric (M v = (v^T M)^T); J v = (v^T J^T)^T from a transposed copy made once.
+    J = J.contiguous()
     Jt = J.transpose(1, 2).contiguous()  # (n, d, k)
 
     def rows(x: Tensor, A: Tensor) -> Tensor:  # (n, a) x (n, a, b) -> (n, b)
@@ -419,9 +411,153 @@ def factored_operator(
         out = torch.einsum("ide,pie->pid", M, V) + torch.einsum("ikd,pik->pid", J, lv(JV, batched=True))
         return out.reshape(p, n * d)
 
-    info = {**info, "loss": value, "N": n * d,
+    route = "products" if not hasattr(loss, "dense_hessian") else (
+        dense_route(n, d, J.shape[1]) if dense == "auto" else dense)
+
+    def assembled() -> Tensor:  # G = J^T (grad^2_H L) J from the loss's dense Hessian, plus blockdiag(M)
+        G, Md = assemble(J, loss.dense_hessian(Hb), M)
+        return G + Md
+
+    info = {**info, "loss": value, "N": n * d, "dense_route": route,
             "hvp_mode": f"factored: blockdiag(M) + J^T (loss HVP, {loss_product}) J"}
-    return Operator("H_eff (factored)", n * d, J.dtype, J.device, hv, hm, info), M, info
+    return Operator("H_eff (factored)", n * d, J.dtype, J.device, hv, hm, info,
+                    _dense=assembled if route == "assemble" else None), M, info
+
+
+DENSE_ROUTES = ("assemble", "products")
+ASSEMBLE_FACTOR = 8  # dense_route: the measured crossover lies between P/A = 2.8 and 17 (see there)
+
+
+def dense_route(n: int, d: int, k: int) -> str:
+    """How ``factored_operator(...).dense()`` builds the dense ``H_eff`` of a coupled loss whose Hessian is known
+    in closed form (NT-Xent): ``"assemble"`` (the loss Hessian (n, k, n, k) from ``n k`` products, then
+    ``G = J^T (grad^2_H L) J``, ``mini.hessian.assemble``) or ``"products"`` (``N = n d`` batched products of
+    the factored operator). Multiply-adds of what differs (``J`` and ``M`` are built either way):
+
+        assemble   n k products of O(n^2 k) + the (n k) x (n k) x d contraction:  A = n^3 k^2 + n^2 k^2 d
+        products   n d products of J, J^T (n k d each), M (n d^2) and the loss (n^2 k):
+                   P = n d (2 n k d + n d^2 + n^2 k)
+
+    Assemble when ``P > ASSEMBLE_FACTOR * A``: the assembled route's multiply-adds run at about an eighth of
+    the products' rate (its batched loss products move (n k, n, n) and (n k, n, k) temporaries). Measured
+    (``python -m bench.bench_hessian``, 1 thread, float64; (n, d, width, k), P/A):
+
+        products faster:  (32, 16, 64, 32) 0.75: 2.5x;  (32, 32, 128, 32) 2.0: 1.19x;  (32, 64, 32, 64) 2.3: 1.20x;
+                          (16, 128, 16, 128) 2.8: 1.09x;  (32, 16, 64, 128) 0.17 and (32, 8, 64, 256): 36x, 280x
+        assemble faster:  (32, 64, 16, 16) 17: 1.5x;  (32, 128, 32, 32) 20: 1.75x
+
+    so the crossover lies between P/A = 2.8 and 17 (near ``k = d/2``); 8 sits between them. Against
+    ``torch.func.hessian`` the better route was ahead at every measured size (1.75x-12.5x)."""
+    assemble_cost = n**3 * k**2 + n**2 * k**2 * d
+    products_cost = n * d * (2 * n * k * d + n * d**2 + n**2 * k)
+    return "assemble" if products_cost > ASSEMBLE_FACTOR * assemble_cost else "products"
+
+
+def _loss_product(loss: Callable[[Tensor], Tensor], Hb: Tensor):
+    """``(rho, L, lv, how)`` at ``Hb``: the loss gradient and value, and ``lv(U, batched)``, its Hessian applied
+    to ``U`` ((n, k), or (p, n, k) when ``batched``): NT-Xent's product in closed form (no autograd graph);
+    any other loss through its gradient graph, built once, one backward per product (double backward:
+    retracing torch.func's jvp of grad per product costs more than the product)."""
+    if hasattr(loss, "curvature"):
+        curv = loss.curvature(Hb)
+        return curv.gradient(), float(loss(Hb)), lambda U, batched=False: curv.hvp(U), \
+            "closed form (mini.loss_hessians)"
+    with torch.enable_grad():
+        Hg = Hb.detach().requires_grad_(True)
+        value_t = loss(Hg)
+        (gH,) = torch.autograd.grad(value_t, Hg, create_graph=True)
+
+    def lv(U: Tensor, batched: bool = False) -> Tensor:
+        if not gH.requires_grad:  # a loss linear in H: no curvature
+            return torch.zeros_like(U)
+        (out,) = torch.autograd.grad(gH, Hg, grad_outputs=U, retain_graph=True, allow_unused=True,
+                                     is_grads_batched=batched)
+        return torch.zeros_like(U) if out is None else out.detach()
+
+    return gH.detach(), float(value_t.detach()), lv, "double backward through a graph built once"
+
+
+def closed_form_operator(
+    z: Tensor,
+    head: nn.Module,
+    loss: Callable[[Tensor], Tensor],
+    *,
+    dtype: torch.dtype = torch.float64,
+) -> tuple[Operator, Operator, dict[str, Any]]:
+    r"""``H_eff`` and ``M`` of a row-wise ``MLPHead`` as matrix-free products in closed form; nothing formed.
+
+    A product is one forward-mode pass and one pullback through the head's weights
+    (``mini.loss_hessians.ChainForward.hvp``: ``M v = sum_l P_l^T diag(D_l) P_l v`` and ``J^T u`` share the
+    pullback), ``2 n (d w_1 + sum_l w_l w_{l+1} + w_L k)`` multiply-adds, with the loss's curvature in
+    closed form where it has one (NT-Xent's product; SimSiam and BYOL continue the chain through the
+    predictor and the cosine, ``PredictorCosine.curvature_at``) and through its gradient graph, built once,
+    otherwise. Against ``factored_operator`` (``operator_route``): no ``J`` to build, compute instead of
+    reading ``J`` twice per product. ``interaction_chunks(M)`` streams ``M``'s exact blocks (for ``|M|``).
+    Returns ``(H, M, info)``.
+    """
+    z = z.detach().to(dtype)
+    mini_head = mini_head_of(head, dtype)
+    n, d = z.shape
+    with torch.no_grad():
+        if getattr(loss, "closed_form", False):  # SimSiam, BYOL: the chain runs on through the predictor
+            curv = loss.curvature_at(mini_head, z)
+            h_of, m_of, value = curv.hvp, curv.interaction_hvp, loss.value_of(curv)
+            m_blocks = curv.interaction_blocks
+            loss_product = "closed form (predictor and cosine in the chain, mini.loss_hessians)"
+        else:
+            fwd = chain_forward(chain_links(mini_head, None, z), z)
+            rho, value, lv, loss_product = _loss_product(loss, fwd.out)
+            D = fwd.backward(rho)[0]
+
+            def h_of(V: Tensor) -> Tensor:
+                return fwd.hvp(D, V, top=lambda U: lv(U, batched=U.ndim == 3))
+
+            def m_of(V: Tensor) -> Tensor:
+                return fwd.hvp(D, V)
+
+            def m_blocks():
+                return interaction_chunks(fwd, D, len(fwd.s1))
+
+    def op(name: str, f, blocks=None) -> Operator:
+        out = Operator(name, n * d, dtype, z.device, lambda v: f(v.reshape(n, d)).reshape(-1),
+                       lambda C: f(C.reshape(C.shape[0], n, d)).reshape(C.shape[0], n * d), info)
+        out.block_chunks = blocks
+        return out
+
+    info = {**_head_info(head, "closed_form", dtype, z, mini_head.k), "loss": value, "N": n * d,
+            "hvp_mode": f"closed form through the head's weights (loss: {loss_product})"}
+    return op("H_eff (closed form)", h_of), op("M (closed form)", m_of, m_blocks), info
+
+
+def interaction_norm(M: Operator) -> float:
+    """``|M|_2`` exactly from the blocks a ``closed_form_operator``'s ``M`` streams (``block_norm``)."""
+    with torch.no_grad():
+        return block_norm([blocks for _, blocks in M.block_chunks()])
+
+
+READ_COST = 3  # operator_route: multiply-adds per float64 read in a (memory-bound) factored product, measured
+OPERATOR_PRODUCTS = 100  # operator_route: Lanczos products a measurement expects (60-120 at 1e-10 on these heads)
+
+
+def operator_route(n: int, d: int, widths: Sequence[int], k: int, products: int = OPERATOR_PRODUCTS) -> str:
+    """``"factored"`` (``factored_operator``: ``J`` formed, each product reads it twice) or ``"closed-form"``
+    (``closed_form_operator``: each product a forward-mode pass and a pullback through the weights) for
+    ``products`` Lanczos products with a head ``d -> widths -> k`` on ``n`` rows. Both form ``M`` (for its
+    exact norm). In multiply-adds, a factored product's reads of ``J`` (twice) and ``M`` counted at
+    ``READ_COST`` each (memory-bound: at the digits shape 12.5 MB per product in 0.26 ms, against 8.4 M
+    multiply-adds per closed-form product in 0.46 ms):
+
+        factored      n k w_L d  (J: the last layer's fold)  +  products x READ_COST (2 n k d + n d^2)
+        closed-form   products x 2 n (d w_1 + sum_l w_l w_{l+1} + w_L k)
+
+    The smaller wins. Measured (``python -m bench.bench_tracking``, 1 thread): the digits head (n 32,
+    d 128, 256/256, k 128) takes the factored route (products 0.26 ms against 0.46 ms); the CIFAR head
+    (n 32, d 512, 2048/2048, k 2048), the closed form (``bench/results/tracking.md``)."""
+    chain = [d, *(int(x) for x in widths), k]
+    form_J = n * k * chain[-2] * d if len(chain) > 2 else 0  # one linear layer: J = W, nothing to form
+    factored = form_J + products * READ_COST * (2 * n * k * d + n * d * d)
+    closed = products * 2 * n * sum(a * b for a, b in itertools.pairwise(chain))
+    return "factored" if factored <= closed else "closed-form"
 
 
 def block_diag(blocks: Tensor) -> Tensor:

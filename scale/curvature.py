@@ -106,6 +106,7 @@ class Operator:
     _matmat: Callable[[Tensor], Tensor] | None = field(default=None, repr=False)
     info: dict[str, Any] = field(default_factory=dict)
     n_products: int = 0
+    _dense: Callable[[], Tensor] | None = field(default=None, repr=False)  # a cheaper exact dense route, if any
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -138,7 +139,8 @@ class Operator:
         """The (N, N) matrix, symmetrised (for small N: cross-checks, tests)."""
         if self.N > MAX_DENSE and not force:
             raise ValueError(f"{self.name}: dense() of N={self.N} > {MAX_DENSE}; use Lanczos or force=True")
-        A = self.matmat(torch.eye(self.N, dtype=self.dtype, device=self.device))
+        A = self._dense() if self._dense is not None else self.matmat(torch.eye(self.N, dtype=self.dtype,
+                                                                                device=self.device))
         return 0.5 * (A + A.T)
 
 

@@ -5,11 +5,12 @@ carries the exact second-order algebra the curvature paths use instead of autogr
 
     NTXent(tau)                         ``curvature(Hb)``: NT-Xent's gradient and exact Hessian-vector
                                         products (``O(n^2 k)`` each, no autograd graph): the factored
-                                        operator's loss product for SimCLR
-    PredictorCosine(T, predictor, form) ``gauss_newton(Hb, J)``: ``rho`` and the Gauss-Newton blocks
-                                        ``J_i^T (grad^2_{h_i} L) J_i`` through an MLP predictor and the
-                                        cosine, never forming the (k, k) loss blocks: SimSiam and BYOL's
-                                        exact blocks
+                                        operator's loss product for SimCLR; ``dense_hessian(Hb)``
+    PredictorCosine(T, predictor, form) ``curvature_at(head, z)``: the per-sample blocks of ``H_eff`` through
+                                        an MLP head, an MLP predictor and the cosine in one forward-mode
+                                        sweep, and matrix-free products in closed form
+                                        (``mini.loss_hessians.PredictorCosineCurvature``), never forming
+                                        the (k, k) loss blocks: SimSiam and BYOL's exact path
 
 ``scale.blocks`` looks for these methods and falls back to autograd for any other callable.
 """
@@ -21,7 +22,8 @@ import copy
 import torch
 from torch import Tensor, nn
 
-from mini.loss_hessians import NTXentCurvature, predictor_cosine_gauss_newton
+from mini.heads import Head
+from mini.loss_hessians import NTXentCurvature, PredictorCosineCurvature, nt_xent_hessian
 from scale import objectives as so
 from scale.blocks import mini_head_of
 from scale.heads import MLPHead
@@ -39,12 +41,16 @@ class NTXent:
     def curvature(self, Hb: Tensor) -> NTXentCurvature:
         return NTXentCurvature(Hb.detach(), self.temperature)
 
+    def dense_hessian(self, Hb: Tensor) -> Tensor:
+        """The loss Hessian (n, k, n, k) at ``Hb``: ``n k`` closed-form products (``mini.loss_hessians``)."""
+        return nt_xent_hessian(Hb.detach(), self.temperature)
+
 
 class PredictorCosine:
     """SimSiam (``form="cosine"``) and BYOL (``"nmse"``) with fixed targets ``T`` and a fixed predictor.
 
-    ``__call__`` is ``scale.objectives.simsiam(Hb, T, predictor, form)``; ``gauss_newton`` needs an
-    ``MLPHead`` predictor (BatchNorm in eval mode, folded) or none, else ``closed_form`` is False.
+    ``__call__`` is ``scale.objectives.simsiam(Hb, T, predictor, form)``; ``curvature_at`` needs an ``MLPHead``
+    predictor (BatchNorm in eval mode, folded) or none, else ``closed_form`` is False.
     """
 
     def __init__(self, targets: Tensor, predictor: nn.Module | None = None, form: str = "cosine"):
@@ -61,15 +67,19 @@ class PredictorCosine:
             pred = copy.deepcopy(pred).to(Hb.dtype)
         return so.simsiam(Hb, self.T.to(Hb.dtype), pred, self.form)
 
-    def gauss_newton(self, Hb: Tensor, J: Tensor) -> tuple[Tensor, Tensor, float]:
-        """``(rho (n, k), G (n, d, d), L)`` at ``Hb`` for head Jacobians ``J`` (n, k, d), in ``J``'s dtype."""
+    def curvature_at(self, head: Head | None, z: Tensor) -> PredictorCosineCurvature:
+        """The closed-form curvature at ``z`` (n, d) through a ``mini.heads.Head`` with torch weights (``None``:
+        ``z`` is the embeddings themselves): exact per-sample blocks (``blocks()``), matrix-free products
+        (``hvp``, ``interaction_hvp``), ``rho = dL/dh``, in ``z``'s dtype."""
         if not self.closed_form:
             raise ValueError(f"no closed form through a {type(self.predictor).__name__} predictor; use autograd")
-        n = Hb.shape[0]
-        A, B = so.split_views(self.T.to(J.dtype))
+        n = z.shape[0]
+        A, B = so.split_views(self.T.to(z.dtype))
         T = torch.cat([B, A])  # row i is pulled to the other view's target
         coef = (-1.0 if self.form == "cosine" else -2.0) / n
-        pred = None if self.predictor is None else mini_head_of(self.predictor, J.dtype)
-        rho, G, cos = predictor_cosine_gauss_newton(pred, Hb.to(J.dtype), J, T, coef)
-        value = float(-cos.mean()) if self.form == "cosine" else float((2.0 - 2.0 * cos).mean())
-        return rho, G, value
+        pred = None if self.predictor is None else mini_head_of(self.predictor, z.dtype)
+        return PredictorCosineCurvature(head, pred, z, T, coef)
+
+    def value_of(self, curv: PredictorCosineCurvature) -> float:
+        """The objective's value from the curvature's cosines (``L = -mean cos`` or ``mean(2 - 2 cos)``)."""
+        return float(-curv.cos.mean()) if self.form == "cosine" else float((2.0 - 2.0 * curv.cos).mean())

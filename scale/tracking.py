@@ -16,6 +16,9 @@ and then, by the cheapest exact path that applies (``measure``; the record's ``p
                  is a loss Hessian-vector product plus small batched matmuls (no pass through the
                  head); warm start from the previous measurement's Ritz vectors; |M| exact from the
                  blocks, |H| from the converged ends; negative count a lower bound
+    closed-form  the same, when a product through the head's weights in closed form costs less than
+                 forming J and reading it twice per product (wide heads: scale.blocks.operator_route);
+                 M's blocks are still formed, for |M| exact
     matrix-free  anything else (other heads, train-mode BatchNorm): Lanczos on scale.curvature's H,
                  |M|_F / |H|_F by a Hutchinson estimate (``E|Av|^2 = |A|_F^2``, Rademacher v)
 
@@ -48,7 +51,14 @@ from torch import Tensor, nn
 from mini.collapse_metrics import representation_std
 from mini.hessian import NEG_FLOOR
 from scale import methods
-from scale.blocks import block_norm, effective_hessian_blocks, factored_operator
+from scale.blocks import (
+    block_norm,
+    closed_form_operator,
+    effective_hessian_blocks,
+    factored_operator,
+    interaction_norm,
+    operator_route,
+)
 from scale.checkpoint import atomic_write_bytes
 from scale.curvature import EffectiveHessian
 from scale.geometry import eval_mode
@@ -56,7 +66,7 @@ from scale.heads import MLPHead
 from scale.lanczos import LanczosResult, lanczos
 from scale.train import Hook
 
-BLOCK_MEMORY = 2**28  # bytes: per-sample Jacobians (or loss blocks) larger than this take the next path of ``measure``
+BLOCK_MEMORY = 2**28  # bytes of kept float64 arrays (blocks, J) beyond which ``choose_path`` takes the next path
 
 
 def probe_objective(method: str, model: nn.Module, h: Tensor, target_h: Tensor | None, temperature: float = 0.1,
@@ -91,24 +101,31 @@ def _rowwise(head: nn.Module, bn_mode: str) -> bool:
     return isinstance(head, MLPHead) and (bn_mode == "eval" or not has_bn)
 
 
-def choose_path(z: Tensor, head: nn.Module, *, block_diagonal: bool, bn_mode: str, k: int | None = None) -> str:
-    """The cheapest exact way to measure ``H_eff`` here (see ``measure``)."""
+def choose_path(z: Tensor, head: nn.Module, *, block_diagonal: bool, bn_mode: str, k: int | None = None,
+                closed_form: bool = False) -> str:
+    """The cheapest exact way to measure ``H_eff`` here (see ``measure``), within ``BLOCK_MEMORY`` bytes of
+    kept float64 arrays. ``closed_form``: the objective carries SimSiam/BYOL's closed form (its blocks are
+    streamed in chunks of rows, only ``M``'s (n, d, d) kept for ``|M|``)."""
     if not _rowwise(head, bn_mode):
         return "matrix-free"
     n, d = z.shape
     widths = [m.out_features for m in head.modules() if isinstance(m, nn.Linear)]
     k = widths[-1] if k is None else k
-    jac_bytes = n * max(widths) * d * 8  # the largest per-sample Jacobian stack (n, w, d), float64
-    if jac_bytes > BLOCK_MEMORY:
+    m_blocks = n * d * d * 8  # M's blocks, kept by every exact path for |M|
+    if block_diagonal:
+        # autograd's blocks also keep J (n, k, d) and the loss blocks, or the loss Hessian along J's d columns
+        kept = m_blocks if closed_form else m_blocks + n * k * (d + min(k, d)) * 8
+        if kept <= BLOCK_MEMORY:
+            return "blocks"
+    if m_blocks > BLOCK_MEMORY:
         return "matrix-free"
-    # the Gauss-Newton blocks need (n, k, min(k, d)) more: the loss blocks, or the loss Hessian along J's
-    # d columns (k > d), or the predictor's Jacobians of z (closed form, the predictor as wide as the head)
-    if block_diagonal and n * k * min(k, d) * 8 <= BLOCK_MEMORY:
-        return "blocks"
-    return "factored"
+    route = operator_route(n, d, widths[:-1], k)
+    if route == "factored" and m_blocks + 2 * n * k * d * 8 > BLOCK_MEMORY:  # J and its transposed copy
+        route = "closed-form"
+    return route
 
 
-PATHS = ("auto", "blocks", "factored", "matrix-free")
+PATHS = ("auto", "blocks", "factored", "closed-form", "matrix-free")
 
 
 def measure(
@@ -137,6 +154,9 @@ def measure(
     - ``"factored"``: a row-wise head (``MLPHead``, BatchNorm in eval mode) and any objective: Lanczos
       on ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` exact (``scale.blocks.factored_operator``,
       products without a pass through the head); ``|M|`` exact from the blocks, ``|H|`` from Lanczos;
+    - ``"closed-form"``: the same with products through the head's weights in closed form
+      (``scale.blocks.closed_form_operator``; no ``J`` formed): ``auto`` takes it when
+      ``scale.blocks.operator_route`` finds it cheaper (wide heads);
     - ``"matrix-free"``: Lanczos on ``scale.curvature``'s matrix-free ``H`` (any head, train-mode
       BatchNorm), ``|M|_F/|H|_F`` by a Hutchinson estimate.
     """
@@ -144,14 +164,15 @@ def measure(
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     t0 = time.perf_counter()
     if path == "auto":
-        path = choose_path(z, head, block_diagonal=block_diagonal, bn_mode=bn_mode)
-    elif path in ("blocks", "factored") and not _rowwise(head, bn_mode):
+        path = choose_path(z, head, block_diagonal=block_diagonal, bn_mode=bn_mode,
+                           closed_form=getattr(loss, "closed_form", False))
+    elif path in ("blocks", "factored", "closed-form") and not _rowwise(head, bn_mode):
         raise ValueError(f"path {path!r} needs a row-wise MLPHead (BatchNorm in eval mode); use 'matrix-free'")
     n, d = z.shape
     rec: dict[str, Any] = {"path": path, "z_std": representation_std(z.double()), "N": n * d}
     res = warm
     if path == "blocks":
-        blocks = effective_hessian_blocks(z, head, loss, dtype=torch.float64, spectra="H")
+        blocks = effective_hessian_blocks(z, head, loss, dtype=torch.float64, spectra="H", keep_blocks=False)
         audit = blocks.audit(rel_floor)
         value = blocks.info["loss"]  # L at the probe, from the Gauss-Newton route's own forward pass
         rec.update(lambda_min=audit["lambda_min"], lambda_max=audit["lambda_max"], scale=audit["scale"],
@@ -164,6 +185,9 @@ def measure(
         if path == "factored":
             op, M, info = factored_operator(z, head, loss, dtype=dtype)
             value = info["loss"]
+        elif path == "closed-form":
+            op, M, info = closed_form_operator(z, head, loss, dtype=dtype)
+            value = info["loss"]
         else:
             E = EffectiveHessian(z, head, loss, bn_mode=bn_mode, dtype=dtype)
             op, info, value = E.H, E.info, E.value
@@ -174,8 +198,9 @@ def measure(
         rec.update(lambda_is=f"Lanczos ({path} operator, float64 basis)", bn_mode=info["bn_mode"],
                    hvp_mode=info["hvp_mode"], dtype=info["dtype"], loss=value, n_negative=res.n_negative,
                    n_negative_is="exact (Krylov exhausted)" if res.exhausted else "lower bound (converged Ritz values)")
-        if path == "factored":
-            rec.update(M_over_H=block_norm(M) / res.scale if res.scale else float("nan"),
+        if path in ("factored", "closed-form"):
+            norm_M = block_norm(M) if path == "factored" else interaction_norm(M)
+            rec.update(M_over_H=norm_M / res.scale if res.scale else float("nan"),
                        M_over_H_is="spectral norms: |M| exact (blocks), |H| = max(|lambda_min|, |lambda_max|) Lanczos")
         else:
             rec.update(M_over_H=hutchinson_ratio(E.M, E.H, op.N, hutchinson_probes, E.z.dtype, E.z.device),

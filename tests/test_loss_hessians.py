@@ -97,6 +97,40 @@ def test_predictor_cosine_blocks_match_autograd_loss_blocks(spec, form, batchnor
     # negative control: the views' targets not swapped is another objective
     swapped = torch.cat([T[N_ROWS // 2:], T[: N_ROWS // 2]])
     assert _rel(effective_hessian_blocks(z, head, PredictorCosine(swapped, pred, form)).H, ref.H) > 1e-3
+    # the tracker's lean form: blocks reduced chunk by chunk, not kept
+    lean = effective_hessian_blocks(z, head, PredictorCosine(T, pred, form), spectra="H", keep_blocks=False)
+    assert lean.H is None and lean.M is None and _rel(lean.eig_H, ref.eig_H) <= FAST_TOL
+    assert lean.audit()["M_over_H"] == pytest.approx(ref.audit()["M_over_H"], rel=FAST_TOL, abs=FAST_TOL)
+
+
+@pytest.mark.parametrize(("spec", "objective", "batchnorm"), [
+    ("gelu3", "simsiam", False), ("swish3", "byol", True), ("tanh2", "simclr", True), ("softplus2", "mse", False),
+    ("linear", "simclr", False),
+])
+def test_closed_form_operator_matches_the_matrix_free_hessian(spec, objective, batchnorm):
+    """``closed_form_operator``: products through the head's weights in closed form (the loss's curvature in
+    closed form for SimSiam/BYOL/SimCLR, autograd for MSE) against ``scale.curvature``'s forward-mode
+    operators (an independent route), for ``H`` and ``M``, one vector and a batch."""
+    from scale.blocks import closed_form_operator
+
+    head, pred, z, T = _heads(spec, seed=21, batchnorm=batchnorm)
+    closed, plain = {
+        "simsiam": (PredictorCosine(T, pred, "cosine"), lambda H: O.simsiam(H, T, pred, "cosine")),
+        "byol": (PredictorCosine(T, pred, "nmse"), lambda H: O.simsiam(H, T, pred, "nmse")),
+        "simclr": (NTXent(0.3), lambda H: O.nt_xent(H, 0.3)),
+        "mse": (lambda H: 0.5 * ((H - T) ** 2).sum() / N_ROWS, None),
+    }[objective]
+    H, M, info = closed_form_operator(z, head, closed)
+    E = EffectiveHessian(z, head, plain or closed, mode="forward")
+    V = torch.randn(N_ROWS * D, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    for ours, ref in ((H, E.H), (M, E.M)):
+        want = ref.matmat(V)
+        assert _rel(ours.matmat(V), want) <= FAST_TOL or float(want.abs().max()) == 0.0
+        assert float((ours.matvec(V[:, 1]) - want[:, 1]).abs().max()) <= FAST_TOL * float(want.abs().max())
+    assert "closed form" in info["hvp_mode"] and abs(info["loss"] - float(E.value)) <= FAST_TOL * abs(E.value)
+    # negative control: another temperature / another target pairing is another operator
+    if objective == "simclr":
+        assert _rel(closed_form_operator(z, head, NTXent(0.6))[0].matmat(V), E.H.matmat(V)) > 1e-3
 
 
 def test_gauss_newton_from_d_products_matches_k_columns():
@@ -109,3 +143,25 @@ def test_gauss_newton_from_d_products_matches_k_columns():
     assert fast.premise_residual <= 1e-12
     with pytest.raises(ValueError, match="not block-diagonal"):  # a coupled loss is still refused
         effective_hessian_blocks(z, head, lambda H: O.nt_xent(H, 0.5), spectra="H")
+
+
+@pytest.mark.parametrize(("d", "k", "route"), [(3, 12, "products"), (12, 3, "assemble")])
+def test_dense_route_rule_picks_each_route_in_its_regime(d, k, route):
+    """``scale.blocks.dense_route``: the dense SimCLR ``H_eff`` is assembled from NT-Xent's dense Hessian when the
+    head narrows (``k < d``) and built from ``n d`` products when it widens; either way it is the Hessian of
+    ``z -> L(h(z))`` (``torch.func.hessian``, an independent route), and the rule is what ``dense()`` used."""
+    from scale.blocks import dense_route
+
+    n = 8
+    assert dense_route(n, d, k) == route
+    # the measured regimes (bench/results/hessian.md): products faster at k >= d, assembling at k = d / 4
+    assert {dense_route(32, 16, 128), dense_route(32, 32, 32), dense_route(16, 128, 128)} == {"products"}
+    assert {dense_route(32, 128, 32), dense_route(32, 64, 16)} == {"assemble"}
+    torch.manual_seed(2)
+    head = build_head("gelu3", d, k, 6).double().eval()
+    z = torch.randn(n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    op, _, info = factored_operator(z, head, NTXent(0.4))
+    assert info["dense_route"] == route
+    ref = torch.func.hessian(lambda x: O.nt_xent(head(x.reshape(n, d)), 0.4))(z.reshape(-1)).detach()
+    assert _rel(op.dense(), ref) <= FAST_TOL
+    assert _rel(op.matmat(torch.eye(n * d, dtype=torch.float64)), ref) <= FAST_TOL  # the product route itself

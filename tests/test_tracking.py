@@ -54,8 +54,8 @@ class DenseChecked(HessianTracker):
 
 
 @pytest.mark.parametrize(("method", "path", "expected"), [
-    ("simsiam", "auto", "blocks"), ("byol", "auto", "blocks"), ("simclr", "auto", "factored"),
-    ("vicreg", "matrix-free", "matrix-free"),
+    ("simsiam", "auto", "blocks"), ("byol", "auto", "blocks"), ("simclr", "auto", "closed-form"),
+    ("simclr", "factored", "factored"), ("vicreg", "matrix-free", "matrix-free"),
 ])
 def test_records_match_dense_eigvalsh_and_are_written(tmp_path, method, path, expected):
     run_dir = tmp_path / "run"
@@ -73,7 +73,7 @@ def test_records_match_dense_eigvalsh_and_are_written(tmp_path, method, path, ex
             assert rec["n_negative"] == true_negative and rec["n_negative_is"] == "exact (blocks)"
         else:  # converged Ritz values: a lower bound
             assert rec["n_negative"] <= true_negative and "lower bound" in rec["n_negative_is"]
-        if expected in ("blocks", "factored"):  # spectral norms: |M| exact from the blocks
+        if expected in ("blocks", "factored", "closed-form"):  # spectral norms: |M| exact from the blocks
             assert abs(rec["M_over_H"] - ref["M_over_H"]) <= EIG_TOL * max(ref["M_over_H"], 1.0)
         else:
             assert "Hutchinson" in rec["M_over_H_is"] and rec["M_over_H"] >= 0
@@ -95,7 +95,7 @@ def test_step_cadence_and_report_through_the_command_line(tmp_path):
                  "--track-hessian-every", "2"]) == 0
     records = _jsonl(tmp_path / "r" / "curvature.jsonl")
     assert [r["step"] for r in records] == [2, 4, 6]  # 3 steps per epoch, 2 epochs
-    assert all(r["probe_rows"] == 32 and r["path"] == "factored" for r in records)
+    assert all(r["probe_rows"] == 32 and r["path"] == "closed-form" for r in records)  # a tiny head: no J formed
     assert "Curvature of H_eff" in (tmp_path / "r" / "report.md").read_text()
     assert main([*TINY, "--out", str(tmp_path), "--run-name", "bad", "--track-hessian-every", "0"]) == 2
 
@@ -159,4 +159,16 @@ def test_exact_paths_refuse_heads_that_couple_samples():
         measure(z, head, so.vicreg, block_diagonal=False, bn_mode="train", path="factored")
     assert choose_path(z, head, block_diagonal=True, bn_mode="train") == "matrix-free"
     assert choose_path(z, head, block_diagonal=True, bn_mode="eval") == "blocks"
-    assert choose_path(z, head, block_diagonal=False, bn_mode="eval") == "factored"
+    assert choose_path(z, head, block_diagonal=False, bn_mode="eval") == "closed-form"  # tiny: no J worth forming
+
+
+def test_operator_route_picks_each_operator_in_its_regime():
+    """``scale.blocks.operator_route``: forming ``J`` pays at the digits head (memory-bound products read
+    (n, k, d) twice, cheaper than three matmuls through 256-wide layers), not at the CIFAR head (2048 wide,
+    where a product through the weights costs less than reading ``J``)."""
+    from scale.blocks import operator_route
+
+    assert operator_route(32, 128, [256, 256], 128) == "factored"  # digits: 0.26 ms against 0.46 ms per product
+    assert operator_route(32, 512, [2048, 2048], 2048) == "closed-form"  # CIFAR shape
+    assert operator_route(32, 512, [2048, 2048], 2048, products=1) == "closed-form"  # J never pays back
+    assert operator_route(8, 4, [], 3) == "closed-form"  # one linear layer: nothing to form, nothing to read

@@ -154,11 +154,17 @@ def cifar_shape_cost(methods: list[str], head: str, batch: int, steps: int, repe
             tracker.warm = None
             times.append(tracker.track(keep.state)["seconds"])
         r = tracker.records[-1]
+        other = {"factored": "closed-form", "closed-form": "factored"}.get(r["path"])
+        other_s = None
+        if other:  # the operator route not taken, once, cold: what the rule (scale.blocks.operator_route) saved
+            tracker.path, tracker.warm = other, None
+            other_s = tracker.track(keep.state)["seconds"]
+            tracker.path = "auto"
         rows.append({
             "method": method, "d": r["N"] // r["probe_rows"], "head": f"{head} {cfg.head_width}/{cfg.head_out}",
             "probe_rows": r["probe_rows"], "N": r["N"], "path": r["path"], "n_iter": r["n_iter"],
             "per_image_s": per_image, "epoch_s": per_image * 50_000, "first_s": times[0],
-            "median_s": float(np.median(times[1:] if len(times) > 1 else times)),
+            "median_s": float(np.median(times[1:] if len(times) > 1 else times)), "other": other, "other_s": other_s,
         })
     return rows
 
@@ -254,16 +260,18 @@ def main(argv: list[str] | None = None) -> int:
         "the median is over 2 more at the same state, each started cold (a warm start from the same state "
         "would flatter Lanczos; in training the state moves between measurements).", "",
         "| method | d | head | probe rows | N | path | Lanczos steps | s per image (training) | "
-        "epoch s (estimated) | first measurement s | median measurement s | measurement / epoch |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "epoch s (estimated) | first measurement s | median measurement s | measurement / epoch | "
+        "the other operator path, once |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     if not cifar:
-        lines.append("| (skipped: --quick) | | | | | | | | | | | |")
+        lines.append("| (skipped: --quick) | | | | | | | | | | | | |")
     for r in cifar:
         lines.append(
             f"| {r['method']} | {r['d']} | {r['head']} | {r['probe_rows']} | {r['N']} | {r['path']} | {r['n_iter']} | "
             f"{r['per_image_s']:.4f} | {r['epoch_s']:.0f} | {r['first_s']:.2f} | {r['median_s']:.2f} | "
-            f"**{100 * r['median_s'] / r['epoch_s']:.2f} %** |")
+            f"**{100 * r['median_s'] / r['epoch_s']:.2f} %** | "
+            + (f"{r['other']}: {r['other_s']:.2f} s |" if r["other"] else "- |"))
     lines += [
         "", "## lambda_min: Lanczos against the paper's 20-step shifted power iteration", "",
         "Toy instances of `scale.crosscheck` (n=6, d=4, k=3, float64 operators; the power iteration in float32 "

@@ -440,14 +440,14 @@ def dense_route(n: int, d: int, k: int) -> str:
 
     Assemble when ``P > ASSEMBLE_FACTOR * A``: the assembled route's multiply-adds run at about an eighth of
     the products' rate (its batched loss products move (n k, n, n) and (n k, n, k) temporaries). Measured
-    (``python -m bench.bench_hessian``, 1 thread, float64; (n, d, width, k), P/A):
+    (``python -m bench.bench_hessian --threads 1``, commit 98f575c68264; (n, d, width, k), P/A, speed-up):
 
-        products faster:  (32, 16, 64, 32) 0.75: 2.5x;  (32, 32, 128, 32) 2.0: 1.19x;  (32, 64, 32, 64) 2.3: 1.20x;
-                          (16, 128, 16, 128) 2.8: 1.09x;  (32, 16, 64, 128) 0.17 and (32, 8, 64, 256): 36x, 280x
-        assemble faster:  (32, 64, 16, 16) 17: 1.5x;  (32, 128, 32, 32) 20: 1.75x
+        products faster:  (32, 16, 64, 32) 0.75 2.2x;  (32, 16, 64, 128) 0.17 29x;  (32, 32, 128, 32) 2.0 1.09x;
+                          (32, 64, 32, 64) 2.3 1.18x;  (16, 128, 16, 128) 2.8 2.2x
+        assemble faster:  (32, 64, 16, 16) 17 1.68x;  (32, 128, 32, 32) 20 1.13x
 
     so the crossover lies between P/A = 2.8 and 17 (near ``k = d/2``); 8 sits between them. Against
-    ``torch.func.hessian`` the better route was ahead at every measured size (1.75x-12.5x)."""
+    ``torch.func.hessian`` the better route was ahead at every measured size (2.85x-14.1x)."""
     assemble_cost = n**3 * k**2 + n**2 * k**2 * d
     products_cost = n * d * (2 * n * k * d + n * d**2 + n**2 * k)
     return "assemble" if products_cost > ASSEMBLE_FACTOR * assemble_cost else "products"
@@ -550,9 +550,10 @@ def operator_route(n: int, d: int, widths: Sequence[int], k: int, products: int 
         factored      n k w_L d  (J: the last layer's fold)  +  products x READ_COST (2 n k d + n d^2)
         closed-form   products x 2 n (d w_1 + sum_l w_l w_{l+1} + w_L k)
 
-    The smaller wins. Measured (``python -m bench.bench_tracking``, 1 thread): the digits head (n 32,
-    d 128, 256/256, k 128) takes the factored route (products 0.26 ms against 0.46 ms); the CIFAR head
-    (n 32, d 512, 2048/2048, k 2048), the closed form (``bench/results/tracking.md``)."""
+    The smaller wins. Measured (1 thread): the digits head (n 32, d 128, 256/256, k 128) takes the factored
+    route (products 0.26 ms against 0.46 ms, ``J`` 5 ms to form); the CIFAR head (n 32, d 512, 2048/2048,
+    k 2048) the closed form: 5.1 s against 7.9 s for the same SimCLR record (``python -m
+    bench.bench_tracking``, ``bench/results/tracking.md``)."""
     chain = [d, *(int(x) for x in widths), k]
     form_J = n * k * chain[-2] * d if len(chain) > 2 else 0  # one linear layer: J = W, nothing to form
     factored = form_J + products * READ_COST * (2 * n * k * d + n * d * d)

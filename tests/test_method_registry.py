@@ -96,7 +96,7 @@ def test_the_declared_structure_is_what_the_tracker_reads(tmp_path, toy_method):
     methods.register(methods.Method("align", _align, hessian="coupled"))
     tracker = HessianTracker("epoch", probe_pairs=4)
     assert main([*TINY, "--method", "align", "--out", str(tmp_path), "--run-name", "run"], hooks=[tracker]) == 0
-    assert tracker.records[0]["path"] in ("factored", "closed-form")  # a Lanczos operator (scale.blocks.operator_route)
+    assert tracker.records[0]["path"] in ("factored", "closed-form")  # a Lanczos operator path, by its cost rule
 
 
 def test_unregistered_methods_are_refused(tmp_path, capsys):

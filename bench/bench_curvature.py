@@ -19,7 +19,7 @@ spectrum (relative to ``max |lambda|``):
   the whole spectrum;
 - Lanczos (project, float64 basis), on the closed-form product (one forward-mode pass and one pullback
   through the weights, ``PredictorCosineCurvature.hvp``) and on autograd's double-backward product through a
-  graph built once (``scale.curvature``, the matrix-free path): stopped by the residual test at 1e-10
+  graph built once (``scale.curvature.operators``, the matrix-free path): stopped by the residual test at 1e-10
   (the tracker's) and by the eigenvalue error bound at 1e-8 (``stop="eigenvalue"``); and with float32
   autograd products (tolerance 1e-6);
 - eigsh: ``scipy.sparse.linalg.eigsh`` (ARPACK) on a ``LinearOperator`` wrapping the closed-form float64
@@ -44,10 +44,10 @@ OUT = Path(__file__).resolve().parent / "results" / "curvature.md"
 
 def digits_state(pairs: int, seed: int = 0):
     """A digits SimSiam model after one epoch, and its probe's ``z`` (2 * pairs rows, [view1; view2])."""
-    from scale.data import load_dataset
+    from scale.curvature.tracking import HessianTracker
+    from scale.engine.data import load_dataset
+    from scale.engine.train import Hook, Trainer
     from scale.run import build_parser, resolve_config
-    from scale.tracking import HessianTracker
-    from scale.train import Hook, Trainer
 
     class Keep(Hook):
         def on_epoch_end(self, state):
@@ -91,7 +91,7 @@ def one_view_loss(head, pred, t2: torch.Tensor, dtype: torch.dtype):
     """``z1 -> -1/2 mean cos(p(h(z1)), t2)``: the part of the SimSiam loss that depends on ``z1``."""
     import copy
 
-    from scale import objectives as so
+    from scale.engine import objectives as so
 
     head, pred = copy.deepcopy(head).to(dtype), copy.deepcopy(pred).to(dtype)
     T = so.normalize(t2.to(dtype))
@@ -106,9 +106,9 @@ def compare(z, h, head, pred, rows: int, repeats: int) -> dict:
     from scipy.sparse.linalg import LinearOperator, eigsh
 
     from mini.loss_hessians import PredictorCosineCurvature
-    from scale.blocks import mini_head_of
-    from scale.curvature import EffectiveHessian, Operator
-    from scale.lanczos import lanczos
+    from scale.curvature.blocks import mini_head_of
+    from scale.curvature.lanczos import lanczos
+    from scale.curvature.operators import EffectiveHessian, Operator
 
     m = z.shape[0] // 2
     z1, t2 = z[:rows].double(), h[m:m + rows].double()  # the first view's rows; the other view's targets

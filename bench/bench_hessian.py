@@ -6,7 +6,7 @@ the closed form stops paying.
 Anchor: torch.func, float64, the same quantity:
 
 1. Per-sample objectives, the exact blocks ``H_i`` (n, d, d) and their eigenvalues by
-   ``scale.blocks.effective_hessian_blocks(spectra="H")``:
+   ``scale.curvature.blocks.effective_hessian_blocks(spectra="H")``:
    - SimSiam (swish3 head, swish2 predictor): closed form = one forward-mode sweep through head, predictor and
      cosine (``mini.loss_hessians.PredictorCosineCurvature``); torch.func = ``method="autodiff"`` with the
      plain loss (per-sample ``vmap(jacrev)`` Jacobians, reverse-over-reverse ``M_i``, autograd loss blocks);
@@ -14,7 +14,7 @@ Anchor: torch.func, float64, the same quantity:
      autograd in both).
    The share of ``eigvalsh`` (the same in both) is timed apart on the same blocks.
 2. SimCLR (coupled): the dense ``H_eff`` (n d x n d): ``factored_operator(...).dense()`` (the route
-   ``scale.blocks.dense_route`` picks), each closed-form route forced (NT-Xent's dense Hessian assembled
+   ``scale.curvature.blocks.dense_route`` picks), each closed-form route forced (NT-Xent's dense Hessian assembled
    with ``J``; ``n d`` products of the factored operator), against ``torch.func.hessian`` of ``z -> L(h(z))``.
 3. Growth: the SimSiam contenders over n, d and the head width one at a time; fitted exponents
    ``t ~ size^p`` (least squares on logs); then d extended to 4096 (``--extend-d 8192`` goes further, about
@@ -39,9 +39,9 @@ OUT = Path(__file__).resolve().parent / "results" / "hessian.md"
 
 
 def simsiam_instance(n: int, d: int, width: int, k: int, seed: int = 0):
-    from scale import objectives as so
-    from scale.heads import build_head
-    from scale.loss_curvature import PredictorCosine
+    from scale.engine import objectives as so
+    from scale.engine.heads import build_head
+    from scale.engine.loss_curvature import PredictorCosine
 
     torch.manual_seed(seed)
     head = build_head("swish3", d, k, width).double().eval()
@@ -53,7 +53,7 @@ def simsiam_instance(n: int, d: int, width: int, k: int, seed: int = 0):
 
 
 def mse_instance(n: int, d: int, width: int, k: int, seed: int = 0):
-    from scale.heads import build_head
+    from scale.engine.heads import build_head
 
     torch.manual_seed(seed)
     head = build_head("swish3", d, k, width).double().eval()
@@ -64,7 +64,7 @@ def mse_instance(n: int, d: int, width: int, k: int, seed: int = 0):
 
 
 def blocks_pair(objective: str, n: int, d: int, width: int, k: int, repeats: int) -> dict:
-    from scale.blocks import effective_hessian_blocks
+    from scale.curvature.blocks import effective_hessian_blocks
 
     z, head, closed_loss, plain_loss = (simsiam_instance if objective == "simsiam" else mse_instance)(n, d, width, k)
     a = effective_hessian_blocks(z, head, closed_loss, method="closed_form", spectra="H")
@@ -80,10 +80,10 @@ def blocks_pair(objective: str, n: int, d: int, width: int, k: int, repeats: int
 
 
 def simclr_dense(n: int, d: int, width: int, k: int, repeats: int) -> dict:
-    from scale import objectives as so
-    from scale.blocks import dense_route, factored_operator
-    from scale.heads import build_head
-    from scale.loss_curvature import NTXent
+    from scale.curvature.blocks import dense_route, factored_operator
+    from scale.engine import objectives as so
+    from scale.engine.heads import build_head
+    from scale.engine.loss_curvature import NTXent
 
     torch.manual_seed(1)
     head = build_head("swish3", d, k, width).double().eval()

@@ -26,8 +26,8 @@ OUT = Path(__file__).resolve().parent / "results" / "main_job.md"
 
 
 def one_run(path: str, threads: int, epochs: int, workers: int) -> dict:
-    import scale.augment as aug
-    import scale.train as train
+    import scale.engine.augment as aug
+    import scale.engine.train as train
     from scale.run import main as run_main
 
     original = aug.build_views

@@ -3,10 +3,10 @@
 Same model (SSLModel: ResNet-18 CIFAR stem + head), same batch, same augmentation preset, same SimCLR
 step; only the way the two augmented views reach the model differs:
 
-    batched     uint8 dataset on the device, one batched kornia call per view (scale.augment.GPUAugment),
+    batched     uint8 dataset on the device, one batched kornia call per view (scale.engine.augment.GPUAugment),
                 in the training process (the trainer's path)
     paper's     torch DataLoader over uint8 images, each image augmented on its own with PIL by worker
-                processes (scale.augment.PILAugment: torchvision's transforms and sampling rules, written
+                processes (scale.engine.augment.PILAugment: torchvision's transforms and sampling rules, written
                 with PIL because torchvision does not import beside the CPU torch build), collated, copied
 
 Thread counts are fixed per comparison (``--threads``, each value a separate side-by-side comparison:
@@ -27,8 +27,8 @@ import time
 import torch
 
 from bench._util import run_header, write_atomic
-from scale.augment import PerImageViews, PILAugment
-from scale.train import TrainConfig, Trainer
+from scale.engine.augment import PerImageViews, PILAugment
+from scale.engine.train import TrainConfig, Trainer
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
@@ -71,7 +71,7 @@ def compare(args, threads: int) -> str:
     n = args.batch * (args.steps + 1)
     x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8)
 
-    from scale.data import Dataset
+    from scale.engine.data import Dataset
 
     data = Dataset("cifar-shaped", x, torch.zeros(n, dtype=torch.long), x[:8], torch.zeros(8, dtype=torch.long),
                    10, MEAN, STD)

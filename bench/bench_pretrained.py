@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
-from scale.checkpoint import atomic_write_text
-from scale.orbits import FAMILIES, digits_images, orbit_batch
+from scale.engine.checkpoint import atomic_write_text
+from scale.engine.pretrained_models import MODELS, build_model
+from scale.geometry.orbits import FAMILIES, digits_images, orbit_batch
 from scale.pretrained import Config, measure
-from scale.pretrained_models import MODELS, build_model
-from scale.run_report import device_name, git_commit, versions
+from scale.runs.run_report import device_name, git_commit, versions
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pretrained.md"
 

@@ -37,8 +37,8 @@ import torch
 
 from bench._util import run_header, write_atomic
 from scale.crosscheck import build_instance
-from scale.curvature import EffectiveHessian
-from scale.lanczos import lanczos, shifted_power_iteration
+from scale.curvature.lanczos import lanczos, shifted_power_iteration
+from scale.curvature.operators import EffectiveHessian
 
 OUT = Path(__file__).resolve().parent / "results" / "tracking.md"
 
@@ -125,10 +125,10 @@ def cifar_shape_cost(methods: list[str], head: str, batch: int, steps: int, repe
     """A CIFAR-sized run's shape (32 x 32 images, ResNet-18 of width 64, the method's CIFAR head and
     predictor) on synthetic images: training seconds per image from ``steps`` steps of ``batch``, times
     50,000 images = one epoch; against the seconds of one tracker measurement at that state."""
-    from scale.data import load_dataset
+    from scale.curvature.tracking import HessianTracker
+    from scale.engine.data import load_dataset
+    from scale.engine.train import Hook, Trainer
     from scale.run import build_parser, resolve_config
-    from scale.tracking import HessianTracker
-    from scale.train import Hook, Trainer
 
     class Keep(Hook):
         def on_epoch_end(self, state):
@@ -140,7 +140,7 @@ def cifar_shape_cost(methods: list[str], head: str, batch: int, steps: int, repe
                                           "--backbone-width", "64", "--batch-size", str(batch),
                                           "--train-subset", str(batch * steps), "--epochs", "1"])
         cfg = resolve_config(args, torch.device("cpu"))
-        from scale.methods import get as method_record  # the CIFAR head and predictor widths, not synthetic's
+        from scale.engine.methods import get as method_record  # the CIFAR head and predictor widths, not synthetic's
         for key in ("head_width", "head_out", "pred_width", "head_bn", "head_out_bn", "head_bias"):
             setattr(cfg, key, method_record(method).recipe[key])
         keep, tracker = Keep(), HessianTracker("epoch")
@@ -156,7 +156,7 @@ def cifar_shape_cost(methods: list[str], head: str, batch: int, steps: int, repe
         r = tracker.records[-1]
         other = {"factored": "closed-form", "closed-form": "factored"}.get(r["path"])
         other_s = None
-        if other:  # the operator route not taken, once, cold: what the rule (scale.blocks.operator_route) saved
+        if other:  # the operator route not taken, once, cold: what the rule (scale.curvature.blocks.operator_route) saved
             tracker.path, tracker.warm = other, None
             other_s = tracker.track(keep.state)["seconds"]
             tracker.path = "auto"

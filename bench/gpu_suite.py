@@ -14,7 +14,7 @@ Sections (each independent: one that fails or lacks an import is recorded as suc
    over the device's peak dense bf16 rate ``--peak-tflops``);
 3. the paper's pipeline on the same GPU: torchvision transforms per image in DataLoader workers (E3:
    crop, flip, rotation, colour jitter), ToTensor, Normalize, the same model and step in fp32 as the paper
-   (without torchvision: the same transforms in PIL, ``scale.augment.PILAugment``, and the row says so);
+   (without torchvision: the same transforms in PIL, ``scale.engine.augment.PILAugment``, and the row says so);
 4. tracking overhead at the default cadence (one measurement per epoch) against that epoch;
 5. Lanczos on a 2048-wide head (swish3 512 -> 2048 -> 2048 with the 2048-512-2048 predictor) at batch
    512 (N = 262,144): SimSiam's exact float64 blocks as the dense reference, against Lanczos on the
@@ -68,8 +68,8 @@ def _sync(dev: torch.device) -> None:
 
 
 def _config(args, dev: torch.device, precision: str, compile_: bool):
-    from scale import methods
-    from scale.train import TrainConfig
+    from scale.engine import methods
+    from scale.engine.train import TrainConfig
 
     d = methods.get("simclr").recipe
     return TrainConfig(
@@ -81,7 +81,7 @@ def _config(args, dev: torch.device, precision: str, compile_: bool):
 
 
 def _data(args, dev: torch.device):
-    from scale.data import Dataset
+    from scale.engine.data import Dataset
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (args.images, 3, args.size, args.size), generator=gen, dtype=torch.uint8)
@@ -114,8 +114,8 @@ class _Contiguous(torch.nn.Module):
 
 
 def project_epochs(args, dev: torch.device, out: list[str], figures: dict) -> None:
-    from scale.tracking import HessianTracker
-    from scale.train import Trainer
+    from scale.curvature.tracking import HessianTracker
+    from scale.engine.train import Trainer
 
     data, _ = _data(args, dev)
     configs = [("fp32", "fp32", False, True), ("bf16", "bf16", False, True), ("bf16, channels_last off", "bf16",
@@ -156,8 +156,8 @@ def project_epochs(args, dev: torch.device, out: list[str], figures: dict) -> No
 
 
 def paper_pipeline(args, dev: torch.device, out: list[str], figures: dict, have_tv: bool) -> None:
-    from scale.augment import PerImageViews, PILAugment
-    from scale.train import Trainer
+    from scale.engine.augment import PerImageViews, PILAugment
+    from scale.engine.train import Trainer
 
     data, x = _data(args, dev)
     cfg = _config(args, dev, "fp32", False)
@@ -172,7 +172,7 @@ def paper_pipeline(args, dev: torch.device, out: list[str], figures: dict, have_
         what = "torchvision transforms (PIL) per image"
     else:
         ds = PerImageViews(x, PILAugment("e3", args.size, MEAN, STD))
-        what = "PIL transforms per image (scale.augment.PILAugment; torchvision not importable)"
+        what = "PIL transforms per image (scale.engine.augment.PILAugment; torchvision not importable)"
     loader = torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True, drop_last=True,
                                          num_workers=args.workers, pin_memory=dev.type == "cuda",
                                          persistent_workers=args.workers > 0)
@@ -225,10 +225,10 @@ def tracking(out: list[str], figures: dict) -> None:
 
 
 def wide_lanczos(args, dev: torch.device, out: list[str]) -> None:
-    from scale.blocks import effective_hessian_blocks, factored_operator
-    from scale.heads import build_head
-    from scale.lanczos import lanczos
-    from scale.loss_curvature import PredictorCosine
+    from scale.curvature.blocks import effective_hessian_blocks, factored_operator
+    from scale.curvature.lanczos import lanczos
+    from scale.engine.heads import build_head
+    from scale.engine.loss_curvature import PredictorCosine
 
     n, d, w, pw = args.lanczos_shape
     torch.manual_seed(0)

@@ -11,7 +11,7 @@ autograd's tracing, ``autograd.numpy``: the functions use only elementwise opera
 provide (``tanh``, ``exp``, ``logaddexp``, ``maximum``, ``where``, ``zeros_like``, ``ones_like``)
 plus ``erf`` (not in the array API; ``erf`` below picks the library's own). ``torch_module``
 names a native ``torch.nn`` module computing the same ``s`` (with its keyword arguments), or is
-``None``: ``scale.heads`` then wraps ``value`` itself as a module (one code path, any library).
+``None``: ``scale.engine.heads`` then wraps ``value`` itself as a module (one code path, any library).
 
     identity   s = a                      s' = 1                        s'' = 0
     relu       s = max(a, 0)              s' = 1[a > 0]                 s'' = 0 (a.e.)
@@ -26,7 +26,7 @@ Softplus is ``logaddexp(0, a)`` exactly (torch's ``nn.Softplus`` turns into the 
 a 2e-9 difference the cross-checks would see, so it has no native module here).
 
 Adding an activation is one ``register(Activation(...))``: the grammar (``mini.heads``), the
-closed form (``mini.hessian``) and the torch heads (``scale.heads``) all read this table.
+closed form (``mini.hessian``) and the torch heads (``scale.engine.heads``) all read this table.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ condition number does not depend on that choice except through the clamp. ``lamb
 at ``COND_FLOOR = 1e-7`` as in the paper, so a rank-deficient covariance gives a large finite number.
 
 The functions take NumPy, CuPy or torch arrays alike (``array_api_compat``): ``mini.dynamics``
-calls them on NumPy, ``scale.train`` on the probe batch's torch tensors. Pass float64 for exact
+calls them on NumPy, ``scale.engine.train`` on the probe batch's torch tensors. Pass float64 for exact
 comparisons (``scale`` does).
 """
 

@@ -13,8 +13,8 @@ The public surface, imported lazily (``import scale`` does not import torch unti
     analyze_model                          the paper's measurements on any model (``python -m scale.analyze``)
     analyze_orbits                         orbit geometry of z versus h of any model on your own images
 
-Extreme eigenvalues of an operator: ``scale.lanczos.lanczos`` (a function named like its module, so it
-is not re-exported here: ``scale.lanczos`` is the module).
+Extreme eigenvalues of an operator: ``scale.curvature.lanczos.lanczos`` (a function named like its module, so it
+is not re-exported here: ``scale.curvature.lanczos`` is the module).
 """
 
 from __future__ import annotations
@@ -23,19 +23,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, str] = {
-    "TrainConfig": "scale.train",
-    "SSLModel": "scale.train",
-    "Trainer": "scale.train",
-    "Hook": "scale.train",
-    "load_run": "scale.api",
-    "Run": "scale.api",
-    "RunError": "scale.api",
-    "export_backbone": "scale.api",
-    "EffectiveHessian": "scale.curvature",
-    "build_head": "scale.heads",
-    "build_backbone": "scale.backbones",
-    "load_dataset": "scale.data",
-    "folder_dataset": "scale.data",
+    "TrainConfig": "scale.engine.train",
+    "SSLModel": "scale.engine.train",
+    "Trainer": "scale.engine.train",
+    "Hook": "scale.engine.train",
+    "load_run": "scale.runs.load",
+    "Run": "scale.runs.load",
+    "RunError": "scale.runs.load",
+    "export_backbone": "scale.runs.load",
+    "EffectiveHessian": "scale.curvature.operators",
+    "build_head": "scale.engine.heads",
+    "build_backbone": "scale.engine.backbones",
+    "load_dataset": "scale.engine.data",
+    "folder_dataset": "scale.engine.data",
     "analyze_model": "scale.analyze",
     "analyze_orbits": "scale.analyze",
 }
@@ -60,12 +60,12 @@ __all__ = [
 
 if TYPE_CHECKING:
     from scale.analyze import analyze_model, analyze_orbits
-    from scale.api import Run, RunError, export_backbone, load_run
-    from scale.backbones import build_backbone
-    from scale.curvature import EffectiveHessian
-    from scale.data import folder_dataset, load_dataset
-    from scale.heads import build_head
-    from scale.train import Hook, SSLModel, TrainConfig, Trainer
+    from scale.curvature.operators import EffectiveHessian
+    from scale.engine.backbones import build_backbone
+    from scale.engine.data import folder_dataset, load_dataset
+    from scale.engine.heads import build_head
+    from scale.engine.train import Hook, SSLModel, TrainConfig, Trainer
+    from scale.runs.load import Run, RunError, export_backbone, load_run
 
 
 def __getattr__(name: str) -> Any:

@@ -4,7 +4,7 @@ r"""``python -m scale.analyze``: the paper's measurements on any model, at the s
     python -m scale.analyze model.pt --backbone resnet18 --head gelu3 --data digits
     python -m scale.analyze model.pt --backbone mypkg.nets:backbone --head mypkg.nets:head --data folder:imgs
 
-``--backbone`` / ``--head`` take a name of the project (a backbone of ``scale.backbones``, a head spec of
+``--backbone`` / ``--head`` take a name of the project (a backbone of ``scale.engine.backbones``, a head spec of
 the grammar, with ``--backbone-width``, ``--head-width``, ``--head-out``, ...) or ``module:callable``, an
 importable function (or class) that returns the ``nn.Module`` when called without arguments. The
 checkpoint is a ``scale.run`` checkpoint, or a state_dict with ``backbone.*`` and ``projector.*`` (or
@@ -16,24 +16,24 @@ What is measured (each by the project's one implementation of it):
     curvature   (skipped with ``--no-curvature``, e.g. a head without a loss of the registry)
                 H_eff of z -> L(h(z)) at a probe batch (``--hessian-images`` images, two augmented views
                 each, the method's loss with its stop-gradients bound there, BatchNorm in eval mode):
-                Lanczos (``scale.lanczos``) on the matrix-free H, G and M of ``scale.curvature``; along the
+                Lanczos (``scale.curvature.lanczos``) on the matrix-free H, G and M of ``scale.curvature.operators``; along the
                 lowest Ritz vector v of H, ``v^T H v = v^T G v + v^T M v`` splits lambda_min, and the share
                 of the negative curvature of each part is ``max(-v^T X v, 0) / sum over X in {G, M}``;
-                |M|_F / |H|_F by ``scale.tracking.hutchinson_ratio``
-    orbits      E4 on the test split (``scale.geometry.measure_geometry``): z versus h, the untrained head
+                |M|_F / |H|_F by ``scale.curvature.tracking.hutchinson_ratio``
+    orbits      E4 on the test split (``scale.geometry.measure.measure_geometry``): z versus h, the untrained head
                 of the same architecture and its bias-free twin as controls; ``--family`` hue, saturation
                 or blur takes E6's augmentation families instead of rotations, ``--steps P`` E6's
                 trajectories (P values across the family's range, kappa along them), ``--head-input raw``
                 the head on the raw z it was trained on (E6) instead of the normalised z (E4).
                 ``analyze_orbits`` does the same on images of your own (no labels needed).
     verdict     collapse ratio R = exp(mean over orbits of log(spread_z / spread_h)) with its Student-t
-                interval (``scale.verdict.ratio_estimate``): "compressor" where the interval lies above 1,
+                interval (``scale.geometry.verdict.ratio_estimate``): "compressor" where the interval lies above 1,
                 "expander" where it lies below 1, "neither" where it contains 1; beside it the curvature
                 ratio kappa(h) / kappa(z) (the same estimator) and the alignment gain, the mean over orbits
                 of cos(h, h of the unaugmented image) minus that of z, with its t interval
     probes      on z versus h, at most ``--probe-images`` images per split: the headline class-label probe
-                (``scale.probes.class_probe``) and E3's 4-way rotation probes, linear and MLP, with the
-                paper's protocol (``scale.probes.run_rotation_probes``); accuracies in percent
+                (``scale.geometry.probes.class_probe``) and E3's 4-way rotation probes, linear and MLP, with the
+                paper's protocol (``scale.geometry.probes.run_rotation_probes``); accuracies in percent
 
 Outputs, written only once everything is measured: ``OUT/analysis.json`` (numbers, settings, versions),
 ``OUT/report.md`` and its figures ``spectrum.png``, ``orbits.png``. ``OUT`` defaults to ``RUN_DIR/analysis``
@@ -59,13 +59,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from scale.api import RunError, load_run, load_state_dict_checked
-from scale.augment import PRESETS, GPUAugment
-from scale.backbones import BACKBONES, build_backbone
-from scale.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text, load_checkpoint
-from scale.curvature import EffectiveHessian
-from scale.data import DataError, Dataset, load_dataset
-from scale.geometry import (
+from scale.curvature.lanczos import lanczos
+from scale.curvature.operators import EffectiveHessian
+from scale.curvature.tracking import hutchinson_ratio, probe_objective
+from scale.engine.augment import PRESETS, GPUAugment
+from scale.engine.backbones import BACKBONES, build_backbone
+from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text, load_checkpoint
+from scale.engine.data import DataError, Dataset, load_dataset
+from scale.engine.heads import build_head
+from scale.engine.methods import METHODS
+from scale.engine.methods import get as get_method
+from scale.engine.train import SSLModel, TrainConfig, output_dim
+from scale.geometry.measure import (
     CONTROL_SEED,
     HEAD_INPUTS,
     GeometryResult,
@@ -76,17 +81,12 @@ from scale.geometry import (
     measure_orbits,
     parse_orbits,
 )
-from scale.heads import build_head
-from scale.lanczos import lanczos
-from scale.methods import METHODS
-from scale.methods import get as get_method
-from scale.orbits import FAMILIES, check_family
-from scale.probes import ProbeSettings, class_probe, run_rotation_probes
-from scale.run_report import device_name, geometry_section, git_commit, probe_section, versions, versions_table
-from scale.summary import ProbePair, RotationProbes, RunSummary
-from scale.tracking import hutchinson_ratio, probe_objective
-from scale.train import SSLModel, TrainConfig, output_dim
-from scale.verdict import Estimate, mean_estimate, ratio_estimate, verdict
+from scale.geometry.orbits import FAMILIES, check_family
+from scale.geometry.probes import ProbeSettings, class_probe, run_rotation_probes
+from scale.geometry.verdict import Estimate, mean_estimate, ratio_estimate, verdict
+from scale.runs.load import RunError, load_run, load_state_dict_checked
+from scale.runs.run_report import device_name, geometry_section, git_commit, probe_section, versions, versions_table
+from scale.runs.summary import ProbePair, RotationProbes, RunSummary
 
 
 class AnalyzeError(ValueError):
@@ -196,7 +196,7 @@ def curvature(model: SSLModel, cfg: TrainConfig, data: Dataset, settings: Analys
 
 
 def orbit_verdict(per_orbit: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
-    """From the per-orbit values of ``scale.geometry`` (float64, one per orbit): the collapse ratio
+    """From the per-orbit values of ``scale.geometry.measure`` (float64, one per orbit): the collapse ratio
     spread_z / spread_h (geometric mean, t interval) of the head and of the untrained control with their
     verdicts, the curvature ratio kappa_h / kappa_z and the alignment gain (h minus z)."""
     z, h, h0 = (per_orbit[k] for k in ("z", "h", "h_untrained"))
@@ -368,7 +368,7 @@ def render_report(result: dict[str, Any], source: str) -> str:
                   "biases' share).", ""]
     if "curvature" in result:
         L += _curvature_section(result["curvature"])
-    # The tables of scale.run_report, from the typed summaries of what was measured here.
+    # The tables of scale.runs.run_report, from the typed summaries of what was measured here.
     p = result.get("probes")
     typed = RunSummary.from_dict({"geometry": result.get("geometry"), "class_probe": p and p["headline"]})
     if typed.geometry is not None:

@@ -2,15 +2,15 @@ r"""``python -m scale.crosscheck``: scale's numbers against mini's, on the same 
 
 For every head in ``HEADS`` and objective in ``OBJECTIVES`` one toy instance (``n = 6`` rows as two
 views of 3, ``d = 4``, ``k = 3``, hidden width 5, float64, a seed per instance) is built once in
-``mini`` (NumPy + autograd) and copied into ``scale`` (torch: ``scale.heads.head_from_mini``,
-``scale.objectives``, the same targets and predictor). Compared, as the maximum relative error
+``mini`` (NumPy + autograd) and copied into ``scale`` (torch: ``scale.engine.heads.head_from_mini``,
+``scale.engine.objectives``, the same targets and predictor). Compared, as the maximum relative error
 ``max|scale - mini| / max|mini|`` over the instance:
 
     head output h(Z), loss L, gradient dL/dz          scale forward / torch.func.grad
-    dense H_eff, G, M                                 scale.curvature operators, dense()
+    dense H_eff, G, M                                 scale.curvature.operators operators, dense()
     closed form on torch                              mini.hessian's array-API recursion on torch tensors
     closed form on CuPy                               the same on CuPy arrays (skipped without CuPy + GPU)
-    lambda_min, lambda_max of H_eff                   mini eigvalsh against scale.lanczos, error / scale
+    lambda_min, lambda_max of H_eff                   mini eigvalsh against scale.curvature.lanczos, error / scale
 
 ``M`` of a linear or ReLU head is exactly zero in mini; its error is then taken relative to the
 scale of ``H_eff``. The run fails (exit 1) when any error exceeds ``TOL`` (``TOL_EIG`` for the
@@ -32,10 +32,10 @@ from autograd import grad as ag_grad
 from mini.heads import init_head
 from mini.hessian import assemble, decompose_autograd, head_derivatives, interaction_blocks
 from mini.losses import Objective, make_objective
-from scale import objectives as O
-from scale.curvature import EffectiveHessian
-from scale.heads import head_from_mini
-from scale.lanczos import lanczos
+from scale.curvature.lanczos import lanczos
+from scale.curvature.operators import EffectiveHessian
+from scale.engine import objectives as O
+from scale.engine.heads import head_from_mini
 
 HEADS: tuple[str, ...] = ("linear", "relu2", "gelu3", "swish3", "tanh2", "softplus2")
 OBJECTIVES: tuple[str, ...] = ("mse", "simclr", "simsiam", "byol", "vicreg", "barlow")

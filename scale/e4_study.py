@@ -18,8 +18,8 @@ sizes) and measures the same trained model under several protocols, seed by seed
                     batches), so that the protocol is the one it was trained under
 
 Every protocol gets the E4 numbers (compression = mean spread(z) / mean spread(h), D_intra, D_inter, their
-ratio, kappa along the 0-45 degree sweep; ``mini.invariance`` through the helpers of ``scale.geometry``) and
-the E3 rotation probes on z and on that protocol's h (linear and MLP, ``scale.probes.train_probe``; the
+ratio, kappa along the 0-45 degree sweep; ``mini.invariance`` through the helpers of ``scale.geometry.measure``) and
+the E3 rotation probes on z and on that protocol's h (linear and MLP, ``scale.geometry.probes.train_probe``; the
 official probes use the raw head output, protocol b). Each number is a mean over seeds with a 95 %
 t interval; ``OUT/results.json`` holds every seed's values (written after each seed: a rerun continues).
 ``OUT/report.md`` and ``OUT/e4_study.png`` are written at the end.
@@ -45,7 +45,8 @@ import torch
 from torch import nn
 
 from mini.invariance import compression, l2_normalize, orbit_geometry
-from scale.geometry import (
+from scale.engine.heads import build_head
+from scale.geometry.measure import (
     CONTROL_SEED,
     GeometrySettings,
     control_head,
@@ -56,9 +57,8 @@ from scale.geometry import (
     orbit_images,
     standardize,
 )
-from scale.heads import build_head
-from scale.probes import ProbeSettings, features, rotated, train_probe
-from scale.verdict import t_interval as _t_interval
+from scale.geometry.probes import ProbeSettings, features, rotated, train_probe
+from scale.geometry.verdict import t_interval as _t_interval
 
 PROTOCOLS: dict[str, str] = {
     "a_paper": "paper protocol: normalize(head(normalize(z))), BN statistics from training on raw z",
@@ -85,7 +85,7 @@ class NormalizedInput(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------
-# Training (scale.paper's E3 plan, through scale.run's configuration and scale.train's Trainer)
+# Training (scale.paper's E3 plan, through scale.run's configuration and scale.engine.train's Trainer)
 # --------------------------------------------------------------------------------------------
 
 
@@ -102,7 +102,7 @@ def e3_config(dataset: str, seed: int, epochs: int | None = None, data_dir: str 
 def train(cfg, data, normalized_input: bool) -> nn.Module:
     """Train the E3 model; ``normalized_input``: the projector sees ``normalize(z)`` (protocol e). The
     wrapper holds the same parameters, so the optimiser the trainer built still updates them."""
-    from scale.train import Trainer
+    from scale.engine.train import Trainer
 
     trainer = Trainer(cfg, data, torch.device("cpu"), run_dir=None, progress=False, log=None)
     if normalized_input:
@@ -166,7 +166,7 @@ def measure(fn: Callable[[torch.Tensor], torch.Tensor], normalized: bool, f: dic
             probe: ProbeSettings, z_probes: dict[str, float]) -> dict[str, float]:
     """E4 numbers and rotation probes of one protocol: ``h = normalize(fn(normalize(z)))`` when
     ``normalized``, else ``normalize(fn(z))``; the probes see ``fn``'s output unnormalised (``fn``: a head
-    as ``scale.geometry.head_fn`` wraps it)."""
+    as ``scale.geometry.measure.head_fn`` wraps it)."""
     def h_of(X: torch.Tensor) -> torch.Tensor:  # (..., d) -> normalised (..., k)
         return head_features(fn, X, "normalized" if normalized else "raw")
 
@@ -202,13 +202,13 @@ def z_probes(f: dict[str, Any], probe: ProbeSettings) -> dict[str, float]:
 def one_seed(dataset: str, seed: int, epochs: int | None, data_dir: str | None, probe_images: int | None,
              log: Callable[[str], None]) -> dict[str, Any]:
     """Every protocol's numbers for one seed (two trainings: raw-z head, normalised-z head)."""
-    from scale.data import load_dataset
+    from scale.engine.data import load_dataset
 
     cfg = e3_config(dataset, seed, epochs, data_dir)
     data = load_dataset(cfg.dataset, data_dir, image_size=cfg.image_size if cfg.dataset == "digits" else None)
     settings = GeometrySettings()
     probe = ProbeSettings(train_images=probe_images, test_images=probe_images, seed=seed)
-    from scale.run_report import git_commit
+    from scale.runs.run_report import git_commit
 
     out: dict[str, Any] = {"seed": seed, "config": cfg.to_dict(), "git_commit": git_commit()}
     t0 = time.perf_counter()
@@ -242,7 +242,7 @@ def one_seed(dataset: str, seed: int, epochs: int | None, data_dir: str | None, 
 
 def t_interval(values: list[float], level: float = 0.95) -> dict[str, float]:
     """Mean and the two-sided Student t interval ``mean +- t_{(1+level)/2, n-1} s / sqrt(n)`` (s: sample std;
-    ``scale.verdict.t_interval``), as a JSON-ready dict."""
+    ``scale.geometry.verdict.t_interval``), as a JSON-ready dict."""
     mean, low, high = _t_interval(values, level)
     return {"mean": mean, "low": low, "high": high, "n": len(values)}
 
@@ -305,8 +305,8 @@ def figure(summary: dict[str, Any], path: Path) -> None:
 
 
 def write_report(out: Path, seeds: list[dict[str, Any]], command: str) -> Path:
-    from scale.checkpoint import atomic_write_text
-    from scale.run_report import git_commit, versions
+    from scale.engine.checkpoint import atomic_write_text
+    from scale.runs.run_report import git_commit, versions
 
     summary = summarize(seeds)
     figure(summary, out / "e4_study.png")
@@ -394,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe_images < 2:
         print(f"scale.e4_study: error: --probe-images must be >= 2, got {args.probe_images}", file=sys.stderr)
         return 2
-    from scale.checkpoint import atomic_write_json
-    from scale.data import DataError
+    from scale.engine.checkpoint import atomic_write_json
+    from scale.engine.data import DataError
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)

@@ -5,7 +5,7 @@
 
 Load it into your own module of the same architecture with
 ``module.load_state_dict(torch.load("backbone.pt", weights_only=True))``. Runs trained with the
-project's own backbones and heads only (a run trained with your modules: ``scale.api.export_backbone``
+project's own backbones and heads only (a run trained with your modules: ``scale.runs.load.export_backbone``
 in Python, passing the modules). Exit codes: 0 written, 2 bad arguments or an unreadable run (nothing
 written).
 """
@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from scale.api import PARTS, RunError, export_backbone
+from scale.runs.load import PARTS, RunError, export_backbone
 
 
 class _Parser(argparse.ArgumentParser):

@@ -2,7 +2,7 @@ r"""``python -m scale.paper``: the paper's experiment grid E1-E5 with its defaul
 
 The settings are those of the paper's official code (``experiments.py``, ``hessian_tracker.py``,
 ``head_depth_ablations.py`` of farischaudhry/projection-head-geometry) where the paper (docs/paper.md) leaves them open:
-its bias-free heads (``scale.heads`` style ``paper``), its one-direction SimCLR loss (``simclr_paper``),
+its bias-free heads (``scale.engine.heads`` style ``paper``), its one-direction SimCLR loss (``simclr_paper``),
 a constant learning rate (it has no schedule) and its E3 augmentation (crop scale 0.08-1).
 
     E1    collapse dynamics, SimSiam: projector 2048-2048 and predictor 512-2048 with the same activation
@@ -77,7 +77,7 @@ ASSUMPTIONS: dict[str, str] = {
           "BatchNorm off only. The official grid is a 14-run subset of this one (GELU at lr 0.05 without "
           "BatchNorm only).",
     "E2": "E2's objective is not named in the paper: SimSiam (the official hessian_tracker.py's). Probe batch: "
-          "scale.tracking's fixed view pairs of the first step (rows in the E2 table); lambda_min/lambda_max by "
+          "scale.curvature.tracking's fixed view pairs of the first step (rows in the E2 table); lambda_min/lambda_max by "
           "Lanczos in float64 (the paper: 20 power iterations in float32 on the first 5 batches of each epoch); "
           "1 seed.",
     "E3E4": "Probe images: training split for fitting, test split for scoring; orbits from the test split. Images "
@@ -159,7 +159,7 @@ def plan(dataset: str, backbone: str, quick: bool, experiments: tuple[str, ...] 
                 argv += [f"--{k.replace('_', '-')}", str(v)]
         if quick:
             argv += ["--probe-images", str(QUICK["probe_images"])]
-        if track:  # E2: H_eff once per epoch (scale.tracking through scale.run)
+        if track:  # E2: H_eff once per epoch (scale.curvature.tracking through scale.run)
             argv += ["--track-hessian-every", "epoch"]
         runs.append(PlannedRun(name, exp, seed, argv, ref, track, labels))
 
@@ -233,7 +233,7 @@ def deviations(config: dict[str, Any], paper: dict[str, Any], dataset: str, argv
 
 
 def _atomic_json(path: Path, obj: Any) -> None:
-    from scale.checkpoint import atomic_write_json
+    from scale.engine.checkpoint import atomic_write_json
 
     atomic_write_json(path, obj)
 
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         return execute_in_process(chosen[0], out, args.device, args.threads)
 
     out.mkdir(parents=True, exist_ok=True)
-    from scale.run_report import git_commit, versions
+    from scale.runs.run_report import git_commit, versions
 
     manifest = {
         "command": " ".join(["python", "-m", "scale.paper", *(argv if argv is not None else sys.argv[1:])]),

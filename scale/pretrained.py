@@ -6,11 +6,11 @@ docs/paper.md, E6: DINO ViT-S/16 and ResNet-50, VICReg ResNet-50, Barlow Twins R
 orbits under rotation, hue, saturation and blur; "collapse ratio" = backbone orbit variance / head
 orbit variance. The paper's finding: DINO heads compress orbits, VICReg/Barlow heads expand them.
 
-What is E6's own: the official checkpoints (``resolve_weights``, ``scale.pretrained_models``), the
+What is E6's own: the official checkpoints (``resolve_weights``, ``scale.engine.pretrained_models``), the
 image sources and the table. Every measurement is ``scale.analyze.analyze_orbits`` on the model's
 backbone and compared head (``PretrainedSSL.compared``), one call per augmentation family, with
 ``analysis_settings``: ``T`` trajectories (one image swept through ``P`` values across the family's
-range, ``scale.orbits``), the head on the raw ``z`` it was trained on, ``z`` and ``h`` L2-normalised,
+range, ``scale.geometry.orbits``), the head on the raw ``z`` it was trained on, ``z`` and ``h`` L2-normalised,
 the untrained head of the same layers (and its bias-free twin) as controls, no H_eff (DINO's loss is
 not one of the method registry) and no probes. Per trajectory t:
 
@@ -23,9 +23,9 @@ not one of the method registry) and no probes. Per trajectory t:
     alignment gain   A = mean_t (a_t(h) - a_t(z))
 
 Intervals are Student-t 95% intervals over trajectories of the log ratios (then exponentiated) and
-of the alignment differences (``scale.verdict``). Verdict: "compressor" where R's interval lies above
+of the alignment differences (``scale.geometry.verdict``). Verdict: "compressor" where R's interval lies above
 1, "expander" where it lies below 1, "neither" otherwise. The per-model row pools the families per
-image (mean of the log ratios over families, ``scale.verdict.pooled_ratio_estimate``), so its
+image (mean of the log ratios over families, ``scale.geometry.verdict.pooled_ratio_estimate``), so its
 trajectories stay independent.
 
 Weights: ``--weights PATH`` reads the official full checkpoint (``weights_only=True``). Without it,
@@ -49,12 +49,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from scale import checksums
 from scale.analyze import AnalysisSettings, analyze_orbits
-from scale.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
-from scale.data import DataError
-from scale.orbits import DATASETS, FAMILIES, dataset_images, folder_images
-from scale.pretrained_models import (
+from scale.engine import checksums
+from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
+from scale.engine.data import DataError
+from scale.engine.pretrained_models import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     MODELS,
@@ -64,8 +63,9 @@ from scale.pretrained_models import (
     check_model_name,
     load_checkpoint,
 )
-from scale.run_report import device_name, git_commit, versions
-from scale.verdict import CONFIDENCE, Estimate, mean_estimate, pooled_ratio_estimate, verdict
+from scale.geometry.orbits import DATASETS, FAMILIES, dataset_images, folder_images
+from scale.geometry.verdict import CONFIDENCE, Estimate, mean_estimate, pooled_ratio_estimate, verdict
+from scale.runs.run_report import device_name, git_commit, versions
 
 
 class OfflineError(RuntimeError):
@@ -345,7 +345,7 @@ def run(cfg: Config) -> Path:
         if cfg.device.startswith("cuda"):
             torch.cuda.synchronize()
         record = result_record(name, weights[name], cfg, results, time.perf_counter() - start, len(images))
-        record["weights_sha256"] = checksums.sha256sum(weights[name])  # which file exactly (scale/checksums.py)
+        record["weights_sha256"] = checksums.sha256sum(weights[name])  # which file exactly (scale/engine/checksums.py)
         atomic_write_json(out / f"{name}.json", record)
         row = record["summary"]["all"]
         print(f"{name}: collapse ratio {_estimate(row['collapse_ratio']).fmt()} -> {row['verdict']}")

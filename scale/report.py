@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 
 from mini import paper_numbers as paper
-from scale.checkpoint import atomic_write_bytes, atomic_write_text
-from scale.probes import E3_PROTOCOL, HEADLINE_PROTOCOL
-from scale.run_report import versions_table
-from scale.summary import CurvatureSummary, GeometrySummary, RunSummary
+from scale.engine.checkpoint import atomic_write_bytes, atomic_write_text
+from scale.geometry.probes import E3_PROTOCOL, HEADLINE_PROTOCOL
+from scale.runs.run_report import versions_table
+from scale.runs.summary import CurvatureSummary, GeometrySummary, RunSummary
 
 PAPER_COMPRESSION = f"{paper.E4['spread'].factor:.4g}x"
 PAPER_COMPRESSION_UNTRAINED = f"{paper.COMPRESSION_UNTRAINED:.2f}x"

@@ -1,10 +1,10 @@
 """``python -m scale.run DATASET --head SPEC``: one SSL training run, measured and saved.
 
-Every flag left out takes the default of the chosen method (its record in ``scale.methods``: the paper's
+Every flag left out takes the default of the chosen method (its record in ``scale.engine.methods``: the paper's
 settings where it states them, solo-learn's CIFAR recipes elsewhere), then the dataset's adjustments
 (``digits``/``synthetic`` are small and run on a CPU); ``--help`` lists them all. The run directory
 receives config.json (resolved), metrics.jsonl (one record per epoch), checkpoint.pt (every epoch end
-and on Ctrl-C), summary.json and report.md with curves.png. Exit codes (``scale/faults.py``): 0 done,
+and on Ctrl-C), summary.json and report.md with curves.png. Exit codes (``scale/runs/faults.py``): 0 done,
 1 an input file missing, corrupt or unsafe, 2 arguments or configuration refused, 3 non-finite loss,
 4 an output could not be written, 5 a distributed peer stopped answering,
 130 interrupted by SIGINT or SIGTERM (checkpoint saved; continue with ``--resume RUN_DIR``).
@@ -27,20 +27,21 @@ import torch
 import torch.distributed as dist
 
 from mini.heads import parse_head_spec
-from scale import faults, methods, rundir, signals, validate
-from scale.augment import PRESETS
-from scale.backbones import BACKBONES
-from scale.checkpoint import atomic_write_json
-from scale.config_file import ConfigFileError, read_config_file
-from scale.data import DATASETS, FOLDER_PREFIX, DataError, load_dataset
-from scale.geometry import final_measurement, parse_orbits
-from scale.heads import HEAD_STYLES
-from scale.hooks import TensorBoardLog
-from scale.probes import class_probe
-from scale.run_report import command_line, device_name, git_commit, versions, write_outputs
-from scale.summary import CurvatureSummary, RunSummary
-from scale.tracking import HessianTracker
-from scale.train import OPTIMIZERS, SCHEDULES, Hook, Interrupted, NonFiniteLoss, TrainConfig, Trainer
+from scale.curvature.tracking import HessianTracker
+from scale.engine import methods, signals
+from scale.engine.augment import PRESETS
+from scale.engine.backbones import BACKBONES
+from scale.engine.checkpoint import atomic_write_json
+from scale.engine.data import DATASETS, FOLDER_PREFIX, DataError, load_dataset
+from scale.engine.heads import HEAD_STYLES
+from scale.engine.hooks import TensorBoardLog
+from scale.engine.train import OPTIMIZERS, SCHEDULES, Hook, Interrupted, NonFiniteLoss, TrainConfig, Trainer
+from scale.geometry.measure import final_measurement, parse_orbits
+from scale.geometry.probes import class_probe
+from scale.runs import faults, rundir, validate
+from scale.runs.config_file import ConfigFileError, read_config_file
+from scale.runs.run_report import command_line, device_name, git_commit, versions, write_outputs
+from scale.runs.summary import CurvatureSummary, RunSummary
 
 # Dataset adjustments on top of the method's. digits: 1,347 training images of 16 x 16 on a CPU, so a
 # narrower ResNet-18 (base width 16, z 128-d) and a 256-wide head; the whole run takes about 40 s on an idle 2-core CPU.
@@ -210,7 +211,7 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
                   precision=args.precision or ("bf16" if device.type == "cuda" else "fp32"))
     values["threads"] = _TORCH_THREADS if args.threads is None else args.threads
     cfg = TrainConfig(**{k: v for k, v in values.items() if k in names})
-    validate.check_config(cfg)  # the one validation of the whole config (scale/validate.py)
+    validate.check_config(cfg)  # the one validation of the whole config (scale/runs/validate.py)
     try:
         parse_orbits(args.orbits)
     except ValueError as exc:
@@ -367,7 +368,7 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         data_dev = data.to(device)
         summary.class_probe = class_probe(trainer.state.embed, trainer.augment.normalize, data_dev.train_x,
                                           data_dev.train_y, data_dev.test_x, data_dev.test_y, data.classes)
-        if not args.no_final_measure:  # E4 orbit geometry and E3 rotation probes (scale/geometry.py, scale/probes.py)
+        if not args.no_final_measure:  # E4 orbit geometry and E3 rotation probes (scale/geometry/measure.py, scale/geometry/probes.py)
             summary.geometry, summary.rotation_probes = final_measurement(trainer, data_dev, run_dir, args.orbits,
                                                                           args.probe_images)
     summary.status, summary.wall_seconds, summary.epochs_done = status, time.perf_counter() - t_start, len(history)

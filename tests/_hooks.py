@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scale.train import Hook
+from scale.engine.train import Hook
 
 
 class Crash(Hook):

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from scale import analyze
-from scale.data import load_synthetic
-from scale.train import TrainConfig, Trainer
+from scale.engine.data import load_synthetic
+from scale.engine.train import TrainConfig, Trainer
 
 MODELS = textwrap.dedent('''
     import torch
@@ -91,7 +91,7 @@ def test_cli_on_a_digits_run(tmp_path, capsys):
     run_dir = tmp_path / "run"
     cfg = TrainConfig(dataset="digits", method="simclr", head="gelu2", backbone_width=4, head_width=32, head_out=16,
                       epochs=1, batch_size=64, image_size=16, train_subset=128, probe_size=32, augment="e3")
-    from scale.data import load_digits
+    from scale.engine.data import load_digits
 
     Trainer(cfg, load_digits(16), torch.device("cpu"), run_dir=run_dir, log=None).fit()
     assert analyze.main([str(run_dir), *QUICK]) == 0, capsys.readouterr().err
@@ -143,7 +143,7 @@ def test_cli_on_a_checkpoint_with_project_names(tmp_path, capsys):
     analysis of simclr leaves out."""
     cfg = TrainConfig(method="simsiam", backbone="resnet18", backbone_width=4, image_size=16, head="gelu2",
                       head_width=16, head_out=8, pred_width=8)
-    from scale.train import SSLModel
+    from scale.engine.train import SSLModel
 
     ckpt = tmp_path / "names.pt"
     torch.save({"model": SSLModel(cfg).state_dict()}, ckpt)

@@ -12,9 +12,9 @@ from torch import nn
 
 import scale
 from scale import export
-from scale.api import RunError, load_run
-from scale.data import load_synthetic
-from scale.train import SSLModel, TrainConfig, Trainer
+from scale.engine.data import load_synthetic
+from scale.engine.train import SSLModel, TrainConfig, Trainer
+from scale.runs.load import RunError, load_run
 
 CFG = dict(dataset="synthetic", method="simclr", head="gelu2", head_width=16, head_out=8, epochs=1, batch_size=32,
            image_size=16, probe_size=32)
@@ -81,7 +81,7 @@ def test_export_cli_writes_a_loadable_state_dict(tmp_path, capsys):
             log=None).fit()
     out = tmp_path / "backbone.pt"
     assert export.main([str(run_dir), str(out)]) == 0
-    from scale.backbones import build_backbone
+    from scale.engine.backbones import build_backbone
 
     mine = build_backbone("resnet18", 16, 4)
     mine.load_state_dict(torch.load(out, weights_only=True))  # strict: exactly the backbone's keys

@@ -43,7 +43,7 @@ def test_error_leaves_no_temporary_and_the_old_file(tmp_path, monkeypatch) -> No
 
 def test_scale_and_bench_write_through_it() -> None:
     pytest.importorskip("torch")
-    from scale import checkpoint
+    from scale.engine import checkpoint
 
     assert checkpoint.atomic_write_bytes is atomic.atomic_write_bytes
     assert checkpoint.atomic_write_text is atomic.atomic_write_text

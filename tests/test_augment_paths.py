@@ -1,4 +1,4 @@
-"""The two augmentation paths draw the same transforms (scale.augment).
+"""The two augmentation paths draw the same transforms (scale.engine.augment).
 
 The batched path's parameters come from kornia's own samplers (``forward_parameters``), the per-image
 path's from ``PILAugment.sample``; each statistic is compared with a two-sample Kolmogorov-Smirnov test
@@ -24,7 +24,7 @@ import pytest
 import torch
 from scipy.stats import ks_2samp
 
-from scale.augment import PRESET_PARAMS, GPUAugment, PILAugment, _crop_box
+from scale.engine.augment import PRESET_PARAMS, GPUAugment, PILAugment, _crop_box
 
 N_SAMPLES = 4000
 KS_ALPHA = 1e-3
@@ -135,7 +135,7 @@ def test_outputs_agree_on_one_image(monkeypatch):
 def test_worker_path_is_deterministic_and_prefetch_changes_nothing():
     """WorkerAugment: the views depend on the images and the seed only (not on the worker count, nor on
     whether the batch was prefetched); another seed gives other views (control)."""
-    from scale.augment import WorkerAugment
+    from scale.engine.augment import WorkerAugment
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (20, 3, OUT_SIDE, OUT_SIDE), generator=gen, dtype=torch.uint8)

@@ -1,4 +1,4 @@
-"""The block-diagonal premise of scale.blocks: verified, refused, or honestly unverifiable."""
+"""The block-diagonal premise of scale.curvature.blocks: verified, refused, or honestly unverifiable."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from scale.blocks import effective_hessian_blocks, loss_blocks
-from scale.heads import build_head
+from scale.curvature.blocks import effective_hessian_blocks, loss_blocks
+from scale.engine.heads import build_head
 
 
 def _batch(seed: int = 0) -> torch.Tensor:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from scale import run as scale_run
-from scale.config_file import ConfigFileError, read_config_file
-from scale.train import TrainConfig
+from scale.engine.train import TrainConfig
+from scale.runs.config_file import ConfigFileError, read_config_file
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(epochs=1, batch_size=16, backbone_width=4, head_width=16, head_out=8, pred_width=8, train_subset=64,

@@ -1,4 +1,4 @@
-"""scale.curvature and scale.blocks: the matrix-free H, G, M of eq. (1) and the exact per-sample blocks.
+"""scale.curvature.operators and scale.curvature.blocks: the matrix-free H, G, M of eq. (1) and the exact per-sample blocks.
 
 Checked: ``H v = G v + M v`` product by product (with the negative control that ``G`` alone misses
 ``M`` for smooth heads, and that ``M = 0`` exactly for linear and ReLU heads); dense operators
@@ -15,10 +15,10 @@ import torch
 
 from mini.hessian import decompose_autograd
 from mini.losses import make_objective
-from scale import objectives as O
-from scale.blocks import block_diag, block_norm, effective_hessian_blocks, factored_operator, mini_head_of
-from scale.curvature import EffectiveHessian, functional_head
-from scale.heads import build_head
+from scale.curvature.blocks import block_diag, block_norm, effective_hessian_blocks, factored_operator, mini_head_of
+from scale.curvature.operators import EffectiveHessian, functional_head
+from scale.engine import objectives as O
+from scale.engine.heads import build_head
 
 REL_TOL = 1e-12  # float64 identities, relative to the scale of the quantity
 N_ROWS, D, K, WIDTH = 8, 5, 4, 6
@@ -77,7 +77,7 @@ def test_batchnorm_eval_matches_mini_with_folded_weights(spec, objective):
     assert E.info["bn_mode"] == "eval" and E.info["batchnorm"] is True
     mh = mini_head_of(head)
     mh = mh.with_layers([{k: v.numpy() for k, v in layer.items()} for layer in mh.layers])
-    from scale.heads import head_to_mini
+    from scale.engine.heads import head_to_mini
 
     mini_pred = head_to_mini(pred)
     Hb = mh(z.numpy())

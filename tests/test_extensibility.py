@@ -56,7 +56,7 @@ def test_toy_activation_through_mini(cubic) -> None:
 def test_toy_activation_through_scale_and_crosscheck(cubic) -> None:
     torch = pytest.importorskip("torch")
     from scale import crosscheck
-    from scale.heads import build_head, head_from_mini
+    from scale.engine.heads import build_head, head_from_mini
 
     module = build_head("cubic2", 4, 3, 5).double()
     assert module(torch.zeros(2, 4, dtype=torch.float64)).shape == (2, 3)

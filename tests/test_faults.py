@@ -1,6 +1,6 @@
 """Fault injection on ``scale.run`` and ``scale.pretrained``: hostile or unlucky inputs and signals.
 
-Each case gives the input or signal, checks the documented exit code (``scale/faults.py``) and the
+Each case gives the input or signal, checks the documented exit code (``scale/runs/faults.py``) and the
 one-line message, and checks that nothing was lost: the previous checkpoint still loads and no run
 directory holds files of two configurations. Runs are tiny (synthetic 8 x 8 images, 96 of them, batch
 32: three steps per epoch).
@@ -24,15 +24,16 @@ import pytest
 import torch
 from _hooks import Crash
 
-from scale import checkpoint as ckpt_module
-from scale import checksums, signals, validate
-from scale.checkpoint import load_checkpoint
-from scale.data import ARCHIVES
-from scale.faults import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_NONFINITE, EXIT_PEER, EXIT_USAGE, EXIT_WRITE
+from scale.engine import checkpoint as ckpt_module
+from scale.engine import checksums, signals
+from scale.engine.checkpoint import load_checkpoint
+from scale.engine.data import ARCHIVES
+from scale.engine.safe_pickle import UnsafePickleError, safe_loads
+from scale.engine.train import Hook
 from scale.run import main
-from scale.rundir import RunLock
-from scale.safe_pickle import UnsafePickleError, safe_loads
-from scale.train import Hook
+from scale.runs import validate
+from scale.runs.faults import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_NONFINITE, EXIT_PEER, EXIT_USAGE, EXIT_WRITE
+from scale.runs.rundir import RunLock
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["synthetic", "--quiet", "--train-subset", "96", "--batch-size", "32", "--probe-size", "32",

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from scale import run as scale_run
-from scale.data import DataError, folder_dataset
+from scale.engine.data import DataError, folder_dataset
 
 TINY = ["--epochs", "1", "--batch-size", "8", "--backbone-width", "4", "--head-width", "16", "--head-out", "8",
         "--image-size", "16", "--probe-size", "8", "--orbits", "2x1", "--probe-images", "4", "--quiet",

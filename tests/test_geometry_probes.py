@@ -1,4 +1,4 @@
-"""scale.geometry and scale.probes: E4 orbits on the device and E3 probes on frozen features, checked against
+"""scale.geometry.measure and scale.geometry.probes: E4 orbits on the device and E3 probes on frozen features, checked against
 mini.invariance's metrics, exact cases (an orthogonal head compresses nothing; a constant head loses all
 rotation information) and the end-of-run measurement of ``python -m scale.run`` on a generated CIFAR-10
 folder in the official pickle format."""
@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from mini.invariance import orbit_geometry
-from scale.data import ARCHIVES
-from scale.geometry import GeometrySettings, measure_geometry, orbit_images, parse_orbits
-from scale.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, orbit_batch_at
-from scale.probes import HEADLINE_PROTOCOL, ProbeSettings, class_probe, rotated, run_rotation_probes
+from scale.engine.data import ARCHIVES
+from scale.geometry.measure import GeometrySettings, measure_geometry, orbit_images, parse_orbits
+from scale.geometry.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, orbit_batch_at
+from scale.geometry.probes import HEADLINE_PROTOCOL, ProbeSettings, class_probe, rotated, run_rotation_probes
 
 REL_TOL = 1e-5  # float32 features against float64 metrics
 S = 12  # image side

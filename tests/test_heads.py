@@ -68,7 +68,7 @@ def test_torch_module_of_each_table_entry_computes_its_s(act) -> None:
     """The table's torch module (native or the wrapped array-API ``s``) is the same function as the
     ``s`` mini differentiates, on float64 tensors, far from 0 too (torch's Softplus would cut off at 20)."""
     torch = pytest.importorskip("torch")
-    from scale.heads import activation_module
+    from scale.engine.heads import activation_module
 
     a = np.linspace(-30.0, 30.0, 121)
     out = activation_module(act)(torch.as_tensor(a)).numpy()

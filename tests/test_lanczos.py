@@ -1,4 +1,4 @@
-"""scale.lanczos: extreme eigenvalues by Lanczos (full reorthogonalisation, float64 accumulation)
+"""scale.curvature.lanczos: extreme eigenvalues by Lanczos (full reorthogonalisation, float64 accumulation)
 against dense ``eigvalsh``, and the failure mode of the paper's 20-step shifted power iteration.
 
 Tolerances are relative to the spectral scale ``max |lambda|`` of the matrix at hand.
@@ -12,8 +12,8 @@ import torch
 
 from mini.hessian import NEG_FLOOR
 from scale.crosscheck import build_instance
-from scale.curvature import EffectiveHessian, operator_from_matrix
-from scale.lanczos import lanczos, shifted_power_iteration
+from scale.curvature.lanczos import lanczos, shifted_power_iteration
+from scale.curvature.operators import EffectiveHessian, operator_from_matrix
 
 EIG_TOL = 1e-8  # Lanczos against eigvalsh, float64, relative to the spectral scale
 POWER_FAIL = 0.5  # the power iteration's lambda_min error, relative to scale, that counts as a failure

@@ -1,4 +1,4 @@
-"""Closed-form loss curvature (mini.loss_hessians, scale.loss_curvature) against the autograd paths.
+"""Closed-form loss curvature (mini.loss_hessians, scale.engine.loss_curvature) against the autograd paths.
 
 Each fast path must equal the existing exact path to ``FAST_TOL`` relative (float64): NT-Xent's
 Hessian-vector products and dense Hessian (mini, NumPy and torch), the factored operator with the
@@ -16,11 +16,11 @@ from autograd import hessian
 
 from mini.loss_hessians import NTXentCurvature, nt_xent_hessian
 from mini.losses import nt_xent as mini_nt_xent
-from scale import objectives as O
-from scale.blocks import effective_hessian_blocks, factored_operator
-from scale.curvature import EffectiveHessian
-from scale.heads import build_head
-from scale.loss_curvature import NTXent, PredictorCosine
+from scale.curvature.blocks import effective_hessian_blocks, factored_operator
+from scale.curvature.operators import EffectiveHessian
+from scale.engine import objectives as O
+from scale.engine.heads import build_head
+from scale.engine.loss_curvature import NTXent, PredictorCosine
 
 FAST_TOL = 1e-10  # relative to the largest entry of the reference
 N_ROWS, D, K, WIDTH = 8, 5, 7, 6  # K > D: the d-product path applies
@@ -109,9 +109,9 @@ def test_predictor_cosine_blocks_match_autograd_loss_blocks(spec, form, batchnor
 ])
 def test_closed_form_operator_matches_the_matrix_free_hessian(spec, objective, batchnorm):
     """``closed_form_operator``: products through the head's weights in closed form (the loss's curvature in
-    closed form for SimSiam/BYOL/SimCLR, autograd for MSE) against ``scale.curvature``'s forward-mode
+    closed form for SimSiam/BYOL/SimCLR, autograd for MSE) against ``scale.curvature.operators``'s forward-mode
     operators (an independent route), for ``H`` and ``M``, one vector and a batch."""
-    from scale.blocks import closed_form_operator
+    from scale.curvature.blocks import closed_form_operator
 
     head, pred, z, T = _heads(spec, seed=21, batchnorm=batchnorm)
     closed, plain = {
@@ -147,10 +147,10 @@ def test_gauss_newton_from_d_products_matches_k_columns():
 
 @pytest.mark.parametrize(("d", "k", "route"), [(3, 12, "products"), (12, 3, "assemble")])
 def test_dense_route_rule_picks_each_route_in_its_regime(d, k, route):
-    """``scale.blocks.dense_route``: the dense SimCLR ``H_eff`` is assembled from NT-Xent's dense Hessian when the
+    """``scale.curvature.blocks.dense_route``: the dense SimCLR ``H_eff`` is assembled from NT-Xent's dense Hessian when the
     head narrows (``k < d``) and built from ``n d`` products when it widens; either way it is the Hessian of
     ``z -> L(h(z))`` (``torch.func.hessian``, an independent route), and the rule is what ``dense()`` used."""
-    from scale.blocks import dense_route
+    from scale.curvature.blocks import dense_route
 
     n = 8
     assert dense_route(n, d, k) == route

@@ -1,4 +1,4 @@
-"""Adding an SSL method is one record in ``scale.methods``: a toy method registered at runtime trains
+"""Adding an SSL method is one record in ``scale.engine.methods``: a toy method registered at runtime trains
 through ``scale.run`` (CLI, recipe, Trainer), the curvature tracker measures it by the path its declared
 Hessian structure allows, and the measurement agrees with a dense ``eigvalsh`` of ``H_eff`` on the same
 probe. Unregistering removes it from the CLI again.
@@ -15,11 +15,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from scale import methods
-from scale import objectives as so
-from scale.curvature import EffectiveHessian
+from scale.curvature.operators import EffectiveHessian
+from scale.curvature.tracking import HessianTracker, probe_objective
+from scale.engine import methods
+from scale.engine import objectives as so
 from scale.run import main
-from scale.tracking import HessianTracker, probe_objective
 
 EIG_TOL = 1e-8  # relative to the spectral scale max |lambda| of the dense H_eff
 TINY = ["synthetic", "--quiet", "--train-subset", "64", "--batch-size", "32", "--probe-size", "32",

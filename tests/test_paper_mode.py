@@ -17,12 +17,12 @@ import torch
 from scipy.special import logsumexp
 from torch import nn
 
-from scale import objectives as so
-from scale.backbones import build_backbone
-from scale.heads import build_head
+from scale.engine import objectives as so
+from scale.engine.backbones import build_backbone
+from scale.engine.heads import build_head
+from scale.engine.train import SSLModel
 from scale.paper import PAPER_SETTINGS, paper_choices, plan
 from scale.run import build_parser, resolve_config
-from scale.train import SSLModel
 
 
 def n_params(module: nn.Module) -> int:
@@ -255,14 +255,14 @@ def test_e4_study_t_interval_and_bn_reestimation():
 
 
 def test_paper_style_rules_are_checked_on_every_config_not_only_on_flags():
-    """The official heads' rules live in scale.validate.check_config, so a config.json read on --resume is
+    """The official heads' rules live in scale.runs.validate.check_config, so a config.json read on --resume is
     held to them too; the CLI gets the same refusal for conflicting flags (negative control: the paper
     defaults pass)."""
     from dataclasses import replace
 
-    from scale.faults import ConfigError
-    from scale.train import TrainConfig
-    from scale.validate import check_config
+    from scale.engine.train import TrainConfig
+    from scale.runs.faults import ConfigError
+    from scale.runs.validate import check_config
 
     ok = TrainConfig(dataset="digits", head_style="paper", head_bias=False, head_bn=True, head_out_bn=True)
     check_config(ok, "config.json")

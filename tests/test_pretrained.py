@@ -26,8 +26,7 @@ import torch
 from mini.invariance import l2_normalize, orbit_spread, sweep_curvature
 from scale import pretrained as e6
 from scale.analyze import analyze_orbits
-from scale.orbits import FAMILIES, digits_images, folder_images, orbit_batch
-from scale.pretrained_models import (
+from scale.engine.pretrained_models import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     MODELS,
@@ -39,7 +38,8 @@ from scale.pretrained_models import (
     load_checkpoint,
     with_dims,
 )
-from scale.verdict import ratio_estimate, verdict
+from scale.geometry.orbits import FAMILIES, digits_images, folder_images, orbit_batch
+from scale.geometry.verdict import ratio_estimate, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = {  # widths only; every key of the official layout is present

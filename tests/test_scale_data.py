@@ -1,4 +1,4 @@
-"""scale.data: CIFAR archives in the official python-pickle format (built here, tiny), offline and corrupt-file
+"""scale.engine.data: CIFAR archives in the official python-pickle format (built here, tiny), offline and corrupt-file
 messages, digits in the backbone's format."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from scale import data as sd
+from scale.engine import data as sd
 from scale.run import main
 
 

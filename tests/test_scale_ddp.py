@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from scale.data import load_synthetic
-from scale.train import TrainConfig, Trainer
+from scale.engine.data import load_synthetic
+from scale.engine.train import TrainConfig, Trainer
 
 METHODS = ("simclr", "vicreg", "barlow", "simsiam", "byol")
 GLOBAL_BATCH = 8

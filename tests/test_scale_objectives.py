@@ -9,8 +9,8 @@ import torch
 
 from mini import heads as mh
 from mini import losses as ml
-from scale import heads as sh
-from scale import objectives as so
+from scale.engine import heads as sh
+from scale.engine import objectives as so
 
 REL_TOL = 1e-10  # float64 rounding differences between two implementations of one formula
 N, K, D = 8, 5, 6

@@ -10,11 +10,11 @@ import pytest
 import torch
 from _hooks import Crash
 
-from scale import objectives as so
-from scale.checkpoint import load_checkpoint
+from scale.engine import objectives as so
+from scale.engine.checkpoint import load_checkpoint
+from scale.engine.train import Hook
 from scale.run import main
-from scale.summary import RunSummary
-from scale.train import Hook
+from scale.runs.summary import RunSummary
 
 TINY = ["synthetic", "--quiet", "--train-subset", "96", "--batch-size", "32", "--probe-size", "32",
         "--head-width", "16", "--head-out", "8", "--backbone-width", "4", "--image-size", "8"]

@@ -1,8 +1,8 @@
-"""``--log tensorboard`` (``scale.hooks.TensorBoardLog``): the scalars of metrics.jsonl and the curvature records,
+"""``--log tensorboard`` (``scale.engine.hooks.TensorBoardLog``): the scalars of metrics.jsonl and the curvature records,
 each at its optimiser step, exactly once across a kill and a resume; bad values and a missing package refused
 with one line (exit 2) before anything is written; only rank 0 writes.
 
-The writer is a recorder injected where ``SummaryWriter`` would be (``scale.hooks.summary_writer_class``), so the
+The writer is a recorder injected where ``SummaryWriter`` would be (``scale.engine.hooks.summary_writer_class``), so the
 tests need no tensorboard; the last test reads real event files back where the package is installed."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import ClassVar
 import pytest
 from _hooks import Crash
 
-from scale import hooks
-from scale.config_file import read_config_file
+from scale.engine import hooks
 from scale.run import build_parser, main
+from scale.runs.config_file import read_config_file
 
 TINY = ["synthetic", "--quiet", "--no-final-measure", "--train-subset", "96", "--batch-size", "32", "--probe-size",
         "32", "--head-width", "16", "--head-out", "8", "--backbone-width", "4", "--image-size", "8", "--epochs", "2",

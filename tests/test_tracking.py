@@ -1,4 +1,4 @@
-"""scale.tracking inside tiny training runs: records against a direct dense computation on the same
+"""scale.curvature.tracking inside tiny training runs: records against a direct dense computation on the same
 probe, what is written (curvature.jsonl, hess_* in metrics.jsonl, summary, plot, report), the
 Spearman summary, and exact reproduction of the curvature records after a kill and a resume.
 
@@ -14,10 +14,10 @@ import pytest
 import torch
 from _hooks import Crash
 
-from scale.checkpoint import load_checkpoint, save_checkpoint
-from scale.curvature import EffectiveHessian
+from scale.curvature.operators import EffectiveHessian
+from scale.curvature.tracking import HessianTracker, probe_objective, spearman
+from scale.engine.checkpoint import load_checkpoint, save_checkpoint
 from scale.run import main
-from scale.tracking import HessianTracker, probe_objective, spearman
 
 EIG_TOL = 1e-8  # lambda_min / lambda_max against eigvalsh of the dense H_eff, relative to its scale
 TINY = ["synthetic", "--quiet", "--train-subset", "96", "--batch-size", "32", "--probe-size", "32",
@@ -31,7 +31,7 @@ def _jsonl(path) -> list[dict]:
 
 class DenseChecked(HessianTracker):
     """The tracker, plus an independent reference at every measurement: the matrix-free operator of
-    ``scale.curvature`` made dense (N products) and ``eigvalsh``, on the same probe and state."""
+    ``scale.curvature.operators`` made dense (N products) and ``eigvalsh``, on the same probe and state."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -149,9 +149,9 @@ def test_kill_and_resume_reproduces_curvature_records_exactly(tmp_path):
 def test_exact_paths_refuse_heads_that_couple_samples():
     """Train-mode BatchNorm couples the rows: the block and factored paths do not apply and say so;
     ``auto`` falls back to the matrix-free operator."""
-    from scale import objectives as so
-    from scale.heads import build_head
-    from scale.tracking import choose_path, measure
+    from scale.curvature.tracking import choose_path, measure
+    from scale.engine import objectives as so
+    from scale.engine.heads import build_head
 
     head = build_head("gelu2", 4, 3, 5, batchnorm=True).double()
     z = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
@@ -163,10 +163,10 @@ def test_exact_paths_refuse_heads_that_couple_samples():
 
 
 def test_operator_route_picks_each_operator_in_its_regime():
-    """``scale.blocks.operator_route``: forming ``J`` pays at the digits head (memory-bound products read
+    """``scale.curvature.blocks.operator_route``: forming ``J`` pays at the digits head (memory-bound products read
     (n, k, d) twice, cheaper than three matmuls through 256-wide layers), not at the CIFAR head (2048 wide,
     where a product through the weights costs less than reading ``J``)."""
-    from scale.blocks import operator_route
+    from scale.curvature.blocks import operator_route
 
     assert operator_route(32, 128, [256, 256], 128) == "factored"  # digits: 0.26 ms against 0.46 ms per product
     assert operator_route(32, 512, [2048, 2048], 2048) == "closed-form"  # CIFAR shape

@@ -11,7 +11,7 @@ Checked on every route that computes ``M``, so that a non-zero ReLU ``s''`` in a
 (2) for an arbitrary ``rho``, autograd's Hessian of ``z -> <rho, h(z)>`` is zero relative to
 ``|rho| |J|`` (the size it would have if curved); (3) the closed form
 (``mini.hessian.decompose_closed_form`` and its ``interaction_blocks`` for an arbitrary ``rho``);
-(4) scale's torch path in float64 (``scale.blocks.effective_hessian_blocks`` on a torch
+(4) scale's torch path in float64 (``scale.curvature.blocks.effective_hessian_blocks`` on a torch
 ``MLPHead``, both its closed-form route on torch tensors and its ``torch.func`` autodiff route;
 skipped when torch is absent).
 
@@ -100,8 +100,8 @@ def test_closed_form_interaction_vanishes(spec: str, objective: str, seed: int) 
 def _torch_blocks(spec: str, seed: int, method: str):
     """Route (4): scale's exact float64 blocks on a torch head under MSE to random targets."""
     torch = pytest.importorskip("torch")
-    from scale.blocks import effective_hessian_blocks
-    from scale.heads import MLPHead
+    from scale.curvature.blocks import effective_hessian_blocks
+    from scale.engine.heads import MLPHead
 
     torch.manual_seed(seed)
     head = MLPHead(spec, 4, 3, 6).double()
@@ -134,7 +134,7 @@ def test_scale_torch_head_is_minis_head(spec: str) -> None:
     """Route (4) measures the same function: a torch ``MLPHead`` holding a mini head's weights
     computes that head's ``h(Z)`` to float64 round-off (one activation table for both)."""
     torch = pytest.importorskip("torch")
-    from scale.heads import head_from_mini
+    from scale.engine.heads import head_from_mini
 
     inst = make_instance(spec, "mse", seed=5)
     h_mini = np.asarray(inst.head(inst.Z))

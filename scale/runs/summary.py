@@ -1,10 +1,10 @@
 r"""The typed summary of one run: what ``python -m scale.run`` measured, saved as summary.json and read
-back by the report builders (``scale.run_report`` for the run, ``scale.report`` for the paper's grid).
+back by the report builders (``scale.runs.run_report`` for the run, ``scale.report`` for the paper's grid).
 
     RunSummary
       provenance      command, config, device, world size, versions, git commit
       outcome         status, wall seconds, epochs done, the last epoch's record
-      class_probe     ProbePair: the headline probe (scale.probes.HEADLINE_PROTOCOL) on the class labels
+      class_probe     ProbePair: the headline probe (scale.geometry.probes.HEADLINE_PROTOCOL) on the class labels
       rotation_probes RotationProbes: E3's rotation probes with the paper's protocol (linear, MLP)
       geometry        GeometrySummary: E4's orbit metrics of z, h and the untrained controls
       curvature       CurvatureSummary: the Hessian tracker's summary and last record (E2)
@@ -90,7 +90,7 @@ class GeometrySummary:
 
 @dataclass(frozen=True)
 class CurvatureSummary:
-    """The Hessian tracker's summary (``scale.tracking.HessianTracker.summary``) and its last record."""
+    """The Hessian tracker's summary (``scale.curvature.tracking.HessianTracker.summary``) and its last record."""
 
     n_measurements: int = 0
     cadence: int | str = "epoch"

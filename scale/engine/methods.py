@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from scale import objectives as so
+from scale.engine import objectives as so
 
 Loss = Callable[[torch.Tensor], torch.Tensor]
 HESSIAN_STRUCTURES: tuple[str, ...] = ("per-sample", "coupled")
@@ -74,7 +74,7 @@ class Method:
     recipe_source: str = ""
     dataset_recipe: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per dataset, over the recipe
     failure_hint: str | None = None  # a likely cause of a non-finite loss specific to the method
-    # The same objective with its closed-form loss curvature attached (scale.loss_curvature), which the
+    # The same objective with its closed-form loss curvature attached (scale.engine.loss_curvature), which the
     # tracker's exact paths use; None: the tracker differentiates ``objective`` by autodiff.
     curvature: Callable[[ObjectiveContext], Loss] | None = None
 
@@ -92,7 +92,7 @@ class Method:
 
 
 # --------------------------------------------------------------------------------------------
-# The objectives (scale.objectives' functions, bound)
+# The objectives (scale.engine.objectives' functions, bound)
 # --------------------------------------------------------------------------------------------
 
 
@@ -125,19 +125,21 @@ def _byol(ctx: ObjectiveContext) -> Loss:
 
 
 def _simclr_curvature(ctx: ObjectiveContext) -> Loss:
-    from scale.loss_curvature import NTXent  # imported here: loss_curvature needs scale.heads and scale.blocks
+    from scale.engine.loss_curvature import (
+        NTXent,  # imported here: loss_curvature needs scale.engine.heads and scale.curvature.blocks
+    )
 
     return NTXent(ctx.config.temperature)
 
 
 def _simsiam_curvature(ctx: ObjectiveContext) -> Loss:
-    from scale.loss_curvature import PredictorCosine
+    from scale.engine.loss_curvature import PredictorCosine
 
     return PredictorCosine(ctx.targets("simsiam"), ctx.predictor, "cosine")
 
 
 def _byol_curvature(ctx: ObjectiveContext) -> Loss:
-    from scale.loss_curvature import PredictorCosine
+    from scale.engine.loss_curvature import PredictorCosine
 
     if ctx.target_h is None:
         raise ValueError("byol's curvature needs the target network's embeddings of the probe")

@@ -5,7 +5,7 @@ Protocol (``docs/paper.md``, E4), all on the training device:
     images   ``classes`` x ``per_class`` held-out images (test split; the first ``per_class`` images of
              each of the first ``classes`` labels, so every run of a grid sees the same orbits);
              the paper's 5 x 3 = 15 is the default, any number works
-    orbits   each image rotated by 12 angles, 0 to 330 degrees (``scale.orbits.orbit_batch_at``)
+    orbits   each image rotated by 12 angles, 0 to 330 degrees (``scale.geometry.orbits.orbit_batch_at``)
     sweep    each image rotated by 10 angles, 0 to 45 degrees: the path along which kappa is taken
              (``GeometrySettings.for_family``: the same for hue, saturation or blur across the family's
              range, E6)
@@ -34,7 +34,6 @@ Orbits are made and embedded a chunk of images at a time (``batch`` rows per for
 
 from __future__ import annotations
 
-import contextlib
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -54,11 +53,12 @@ from mini.invariance import (
     orbit_spread,
     sweep_curvature,
 )
-from scale.checkpoint import atomic_write_bytes
-from scale.heads import build_head, collapse_init_
-from scale.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, check_family, family_parameters, orbit_batch_at
-from scale.probes import features
-from scale.summary import GeometrySummary, RotationProbes
+from scale.engine.checkpoint import atomic_write_bytes
+from scale.engine.heads import build_head, collapse_init_
+from scale.engine.modes import eval_mode
+from scale.geometry.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, check_family, family_parameters, orbit_batch_at
+from scale.geometry.probes import features
+from scale.runs.summary import GeometrySummary, RotationProbes
 
 CONTROL_SEED = 12345  # the untrained control head's initialisation seed (fixed: the same control in every run)
 # What the head is applied to: the paper's E4 protocol, or the input it was trained on (E6's pretrained heads).
@@ -69,7 +69,7 @@ HEAD_INPUTS = {"normalized": "L2-normalised z (the paper's E4)", "raw": "raw z, 
 class GeometrySettings:
     classes: int = 5
     per_class: int = 3
-    family: str = "rotation"  # any of scale.orbits.FAMILIES (hue, saturation, blur: for later use)
+    family: str = "rotation"  # any of scale.geometry.orbits.FAMILIES (hue, saturation, blur: for later use)
     values: tuple[float, ...] = E4_ROTATION_ANGLES  # the orbit's parameter values (degrees for rotation)
     sweep_values: tuple[float, ...] = E4_SWEEP_ANGLES  # the kappa sweep's, equally spaced
     split: str = "test"
@@ -105,7 +105,7 @@ class GeometrySettings:
     @classmethod
     def trajectories(cls, family: str, steps: int, **kw: Any) -> GeometrySettings:
         """E6's trajectories: ``steps`` evenly spaced values across the family's range (rotation included:
-        0 to 45 degrees), kappa along the same path (``scale.orbits.family_parameters``)."""
+        0 to 45 degrees), kappa along the same path (``scale.geometry.orbits.family_parameters``)."""
         vals = tuple(family_parameters(family, steps).tolist())
         return cls(family=family, values=vals, sweep_values=vals, **kw)
 
@@ -146,19 +146,6 @@ def orbit_images(x_uint8: torch.Tensor, y: torch.Tensor, classes: int, per_class
     idx_t = torch.cat(idx)
     return x_uint8[idx_t].float() / 255.0, y[idx_t], idx_t
 
-
-@contextlib.contextmanager
-def eval_mode(*modules: nn.Module):
-    """The modules in eval mode (BatchNorm on running statistics) inside the block, each training flag
-    restored after it, whatever happens inside."""
-    was = [m.training for m in modules]
-    for m in modules:
-        m.eval()
-    try:
-        yield
-    finally:
-        for m, w in zip(modules, was):
-            m.train(w)
 
 
 def standardize(mean: Sequence[float], std: Sequence[float], device: torch.device | str
@@ -327,10 +314,10 @@ def save_orbits(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
 
 def final_measurement(trainer: Any, data: Any, run_dir: Path, orbits: str = "5x3",
                       probe_images: int | None = 10_000) -> tuple[GeometrySummary | None, RotationProbes | None]:
-    """E4 geometry and E3 rotation probes of a trained model (``trainer``: a ``scale.train.Trainer``;
+    """E4 geometry and E3 rotation probes of a trained model (``trainer``: a ``scale.engine.train.Trainer``;
     ``data``: the dataset on the training device). A part is ``None`` when the split is too small for it
     (geometry needs 2 classes, probes 2 images per split). Writes the orbit features to ``run_dir/orbits.npz``."""
-    from scale.probes import ProbeSettings, run_rotation_probes
+    from scale.geometry.probes import ProbeSettings, run_rotation_probes
 
     cfg, model = trainer.cfg, trainer.model
     classes, per_class = parse_orbits(orbits)

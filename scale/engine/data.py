@@ -11,7 +11,7 @@
                         (``folder_dataset``).
 
 A ``Dataset`` holds ``train_x``/``test_x`` as uint8 ``(N, 3, H, W)`` and int64 labels; the
-augmentation turns batches into normalised floats on the device (``scale/augment.py``). Missing or
+augmentation turns batches into normalised floats on the device (``scale/engine/augment.py``). Missing or
 corrupt files raise ``DataError`` with a message saying exactly which file to put where.
 """
 
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scale.safe_pickle import UnsafePickleError, safe_loads
+from scale.engine.safe_pickle import UnsafePickleError, safe_loads
 
 DATASETS: tuple[str, ...] = ("cifar10", "cifar100", "digits", "synthetic")
 
@@ -135,7 +135,7 @@ def _download(spec: CifarArchive, target: Path, timeout: float = 30.0) -> None:
 
 def _unpickle(blob: bytes, where: str) -> dict:
     try:
-        obj = safe_loads(blob, encoding="latin1")  # never executes code from the file (scale/safe_pickle.py)
+        obj = safe_loads(blob, encoding="latin1")  # never executes code from the file (scale/engine/safe_pickle.py)
     except UnsafePickleError as exc:
         raise DataError(f"{where} is not a genuine CIFAR batch: {exc}; delete it and get the official "
                         "archive again") from None
@@ -287,7 +287,7 @@ FOLDER_TEST_FRACTION = 0.2
 
 def _class_folders(root: Path) -> list[Path]:
     """The sub-folders of ``root`` that hold at least one image file (searched recursively), by name."""
-    from scale.orbits import IMAGE_SUFFIXES
+    from scale.geometry.orbits import IMAGE_SUFFIXES
 
     return [d for d in sorted(p for p in root.iterdir() if p.is_dir())
             if any(f.suffix.lower() in IMAGE_SUFFIXES for f in d.rglob("*"))]
@@ -295,8 +295,8 @@ def _class_folders(root: Path) -> list[Path]:
 
 def _read_class_folders(root: Path, classes: list[str], image_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Every image under ``root/<class>/`` as uint8 ``(N, 3, S, S)`` (centre-cropped square, resized) and
-    its class index, read with Pillow through ``scale.orbits.folder_images``."""
-    from scale.orbits import IMAGE_SUFFIXES, folder_images
+    its class index, read with Pillow through ``scale.geometry.orbits.folder_images``."""
+    from scale.geometry.orbits import IMAGE_SUFFIXES, folder_images
 
     xs, ys = [], []
     for label, name in enumerate(classes):

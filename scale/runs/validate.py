@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from mini.heads import parse_head_spec
-from scale.faults import ConfigError, CorruptFile, reason
+from scale.runs.faults import ConfigError, CorruptFile, reason
 
 MAX_HEAD_LAYERS = 32  # the paper's heads have 1-4 Linear layers
 MAX_HEAD_PARAMS = 200_000_000  # projector + predictor; BYOL's 4096-wide head is ~5e6, E1's gelu3 ~1e7
@@ -46,11 +46,11 @@ LOG_CHOICES = ("none", "tensorboard")  # --log: metrics.jsonl always; tensorboar
 
 
 def _choices() -> dict[str, tuple[str, ...]]:
-    from scale.augment import PRESETS
-    from scale.backbones import BACKBONES
-    from scale.data import DATASETS
-    from scale.methods import METHODS
-    from scale.train import OPTIMIZERS, SCHEDULES
+    from scale.engine.augment import PRESETS
+    from scale.engine.backbones import BACKBONES
+    from scale.engine.data import DATASETS
+    from scale.engine.methods import METHODS
+    from scale.engine.train import OPTIMIZERS, SCHEDULES
 
     return {"dataset": DATASETS, "method": tuple(METHODS), "backbone": BACKBONES, "optimizer": OPTIMIZERS,
             "schedule": SCHEDULES, "augment": PRESETS, "init": ("normal", "collapsed"),
@@ -99,7 +99,7 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         problem = _type_error(name(f.name), str(f.type), getattr(cfg, f.name))
         if problem:
             raise ConfigError(problem)
-    from scale.data import FOLDER_PREFIX
+    from scale.engine.data import FOLDER_PREFIX
 
     for key, valid in _choices().items():
         v = getattr(cfg, key)
@@ -140,7 +140,7 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         raise ConfigError(f"vit_tiny needs {name('image_size')} a multiple of its patch 4 and "
                           f"{name('backbone_width')} a multiple of its 3 heads (got {cfg.image_size}, "
                           f"{cfg.backbone_width or 192})")
-    if cfg.head_style == "paper":  # the official heads (scale.heads): no biases, BatchNorm after every Linear or none
+    if cfg.head_style == "paper":  # the official heads (scale.engine.heads): no biases, BatchNorm after every Linear or none
         if cfg.head_bias:
             raise ConfigError(f"{name('head_style')} paper has no biases: {name('head_bias')} must be off")
         if cfg.head_out_bn != cfg.head_bn:
@@ -156,10 +156,10 @@ def check_config(cfg: Any, source: str = "flags") -> None:
             raise ConfigError(f"{name(key)} {spec!r} has {n} Linear layers; at most {MAX_HEAD_LAYERS} are supported")
     d = backbone_dim(cfg)
     total = head_parameters(cfg.head, d, cfg.head_out, cfg.head_width, cfg.head_bias)
-    from scale import methods
+    from scale.engine import methods
 
     if methods.get(cfg.method).predictor:  # the registry says which methods carry a predictor head
-        from scale.train import default_predictor
+        from scale.engine.train import default_predictor
 
         spec = cfg.predictor or default_predictor(cfg.head)
         total += head_parameters(spec, cfg.head_out, cfg.head_out, cfg.pred_width, cfg.head_bias)
@@ -174,7 +174,7 @@ def check_log(value: str) -> None:
     if value not in LOG_CHOICES:
         raise ConfigError(f"--log {value!r} is not one of: {', '.join(LOG_CHOICES)}")
     if value == "tensorboard":
-        from scale.hooks import summary_writer_class
+        from scale.engine.hooks import summary_writer_class
 
         try:
             summary_writer_class()
@@ -215,7 +215,7 @@ def read_checkpoint_config(path: Path) -> tuple[dict[str, Any], int]:
 
 def config_from_dict(values: dict[str, Any], source: str) -> Any:
     """A ``TrainConfig`` from a saved dict; unknown or missing keys are refused by name."""
-    from scale.train import TrainConfig
+    from scale.engine.train import TrainConfig
 
     names = {f.name for f in fields(TrainConfig)}
     unknown = sorted(set(values) - names)
@@ -253,7 +253,7 @@ def given_flags(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[
 def resume_config(run_dir: Path, args: argparse.Namespace, given: set[str], device: str, default_threads: int
                   ) -> tuple[Any, list[str]]:
     """The resumed run's ``TrainConfig`` and the notes to print (module docstring); refuses what would mix runs."""
-    from scale.train import TrainConfig
+    from scale.engine.train import TrainConfig
 
     saved = read_config_json(run_dir / "config.json")
     checkpointed, done = read_checkpoint_config(run_dir / "checkpoint.pt")

@@ -22,7 +22,7 @@ Conventions as in ``mini``: embeddings ``Hb`` are ``(n, k)``; two-view objective
                                 with the biased std (eps 1e-5)
 
 Which method uses which objective, and whether its loss couples samples, is the method's record in
-``scale.methods``. Distributed training: losses that couple samples (negatives in NT-Xent, batch
+``scale.engine.methods``. Distributed training: losses that couple samples (negatives in NT-Xent, batch
 statistics in VICReg and Barlow) are computed on the global batch. ``gather_views`` all-gathers each
 rank's ``[view1; view2]`` into the global ``[view1 of all ranks; view2 of all ranks]`` with gradients
 flowing back to every rank; each rank then evaluates the same global loss. The backward of the gather

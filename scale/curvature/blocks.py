@@ -20,7 +20,7 @@ Two paths to ``J_i`` and ``M_i``:
 
 The Gauss-Newton blocks ``G_i = J_i^T (grad^2_{h_i} L) J_i`` take the cheapest exact route:
 
-- an objective carrying ``curvature_at`` (``scale.loss_curvature.PredictorCosine``: SimSiam, BYOL): ``H_i`` in one
+- an objective carrying ``curvature_at`` (``scale.engine.loss_curvature.PredictorCosine``: SimSiam, BYOL): ``H_i`` in one
   forward-mode sweep through the head, the predictor and the cosine (``mini.loss_hessians``), no (k, k)
   block and no head Jacobian ``J`` formed;
 - ``k > d`` and only ``H``'s spectrum wanted: ``d`` batched loss Hessian-vector products along the columns
@@ -38,7 +38,7 @@ is ``H_eff`` as ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` compu
 product costs one Hessian-vector product of the loss alone (through a gradient graph built once) and
 a few small batched matmuls; ``closed_form_operator`` forms nothing and runs each product through the
 head's weights in closed form. ``operator_route`` picks the cheaper of the two for Lanczos (the tracker,
-``scale/tracking.py``), ``dense_route`` the cheaper exact way to the dense matrix; each rule carries its
+``scale/curvature/tracking.py``), ``dense_route`` the cheaper exact way to the dense matrix; each rule carries its
 measured crossover.
 """
 
@@ -57,8 +57,8 @@ from torch.func import jacrev, vmap
 from mini.heads import Head
 from mini.hessian import NEG_FLOOR, assemble
 from mini.loss_hessians import chain_forward, chain_links, head_jacobian_and_interaction, interaction_chunks
-from scale.curvature import Operator, functional_head
-from scale.heads import MLPHead
+from scale.curvature.operators import Operator, functional_head
+from scale.engine.heads import MLPHead
 
 BLOCK_TOL = 1e-10  # relative mismatch above which the loss is not block-diagonal
 ROUNDOFF_REL = 1e3 * torch.finfo(torch.float64).eps  # a Hessian product this small is round-off
@@ -73,7 +73,7 @@ def mini_head_of(module: MLPHead, dtype: torch.dtype = torch.float64) -> Head:
     before it: ``W' = diag(c) W``, ``b' = c (b - mu) + beta`` with ``c = gamma / sqrt(var + eps)``.
     """
     if not isinstance(module, MLPHead):
-        raise ValueError(f"mini_head_of needs a scale.heads.MLPHead, got {type(module).__name__}; "
+        raise ValueError(f"mini_head_of needs a scale.engine.heads.MLPHead, got {type(module).__name__}; "
                          "use method='autodiff' for other heads")
     norms = [*module.norms, module.out_norm]
     layers = []
@@ -299,12 +299,12 @@ def _not_block_diagonal(premise: float) -> ValueError:
     return ValueError(
         f"the objective's Hessian is not block-diagonal over samples (relative mismatch {premise:.2e}); "
         "exact blocks exist only for per-sample objectives (mse to targets, simsiam, byol); "
-        "use scale.curvature.EffectiveHessian with scale.lanczos for coupled objectives"
+        "use scale.curvature.operators.EffectiveHessian with scale.curvature.lanczos for coupled objectives"
     )
 
 
 def _closed_form_blocks(z: Tensor, head: nn.Module, loss, declared_psd, full: bool, keep: bool) -> Blocks:
-    """Predictor-cosine objectives (``scale.loss_curvature.PredictorCosine``): ``M_i`` and ``G_i`` in one
+    """Predictor-cosine objectives (``scale.engine.loss_curvature.PredictorCosine``): ``M_i`` and ``G_i`` in one
     forward-mode sweep through head, predictor and cosine (per-sample by construction), reduced chunk by
     chunk when the blocks are not kept."""
     with torch.no_grad():

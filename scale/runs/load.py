@@ -7,7 +7,7 @@
     # in your own code, without this package's run machinery:
     my_backbone.load_state_dict(torch.load("backbone.pt", weights_only=True))
 
-A run directory (``python -m scale.run`` or ``scale.train.Trainer(run_dir=...)``) holds config.json,
+A run directory (``python -m scale.run`` or ``scale.engine.train.Trainer(run_dir=...)``) holds config.json,
 checkpoint.pt, metrics.jsonl and, once finished, summary.json. Checkpoints load with
 ``torch.load(weights_only=True)``: tensors and plain values, no pickled code. A run trained with your
 own modules is loaded by passing the same kind of modules again (``backbone=``, ``head=``,
@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from scale.checkpoint import load_checkpoint, save_checkpoint
-from scale.train import SSLModel, TrainConfig
+from scale.engine.checkpoint import load_checkpoint, save_checkpoint
+from scale.engine.train import SSLModel, TrainConfig
 
 PARTS: tuple[str, ...] = ("backbone", "projector", "predictor")
 

@@ -1,12 +1,12 @@
 """The training engine: one SSL run (SimCLR, SimSiam, BYOL, VICReg, Barlow Twins) with hooks.
 
 Data path (the speed of the whole thing): the dataset sits on the device as uint8; a step indexes a
-batch from a per-epoch permutation, augments it there in one batched call (``scale/augment.py``) into
+batch from a per-epoch permutation, augments it there in one batched call (``scale/engine/augment.py``) into
 two views stacked ``[view1; view2]``, and runs one forward of ``SSLModel`` on the ``2B`` images.
 
     x (2B, 3, S, S) -> backbone -> z (2B, d) -> projector (the head) -> h (2B, k) [-> predictor -> p]
 
-Losses (each method's record in ``scale/methods.py``, built from ``scale/objectives.py``, mirrors of
+Losses (each method's record in ``scale/engine/methods.py``, built from ``scale/engine/objectives.py``, mirrors of
 ``mini.losses``):
     simclr   nt_xent(h, tau)               on the global batch (all-gathered across ranks)
     simclr_paper  info_nce_cross_view(h, tau)  the official code's one-direction SimCLR loss, global batch
@@ -19,7 +19,7 @@ augmentation's randomness is reseeded at every step from (seed, global step, ran
 from a checkpoint (epoch end, or mid-epoch after Ctrl-C) replays exactly the batches and views of the
 uninterrupted run; on CPU its metrics are bitwise identical.
 
-Hooks (``scale/hooks.py``: where the curvature tracker and the paper's measurements plug in):
+Hooks (``scale/engine/hooks.py``: where the curvature tracker and the paper's measurements plug in):
 subclass ``Hook`` and pass instances to ``Trainer(hooks=[...])``; progress bar, checkpoints,
 metrics.jsonl and the epoch line are built-in hooks appended after them. Each callback receives the
 live ``TrainState``: ``state.model`` is the bare ``SSLModel`` (never the DDP wrapper);
@@ -45,15 +45,15 @@ from torch import nn
 
 from mini.collapse_metrics import collapse_stats
 from mini.heads import parse_head_spec
-from scale import methods
-from scale.augment import build_views
-from scale.backbones import build_backbone
-from scale.checkpoint import load_checkpoint, save_checkpoint
-from scale.data import Dataset
-from scale.geometry import eval_mode
-from scale.heads import build_head, collapse_init_
-from scale.hooks import Checkpointer, EpochLog, Hook, MetricsFile, ProgressBar
-from scale.signals import any_rank, stop_on_signals
+from scale.engine import methods
+from scale.engine.augment import build_views
+from scale.engine.backbones import build_backbone
+from scale.engine.checkpoint import load_checkpoint, save_checkpoint
+from scale.engine.data import Dataset
+from scale.engine.heads import build_head, collapse_init_
+from scale.engine.hooks import Checkpointer, EpochLog, Hook, MetricsFile, ProgressBar
+from scale.engine.modes import eval_mode
+from scale.engine.signals import any_rank, stop_on_signals
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "lars")
 SCHEDULES: tuple[str, ...] = ("cosine", "constant")
@@ -74,12 +74,12 @@ class TrainConfig:
     head_bn: bool = False
     head_out_bn: bool = False
     head_bias: bool = True
-    head_style: str = "grammar"  # scale.heads.HEAD_STYLES; "paper": the official code's heads
+    head_style: str = "grammar"  # scale.engine.heads.HEAD_STYLES; "paper": the official code's heads
     predictor: str | None = None  # simsiam / byol: spec of the predictor (2-layer, same activation)
     pred_width: int = 512
     init: str = "normal"  # or "collapsed": projector Linear weights x 0.1 (E1)
     augment: str = "e3"
-    augment_path: str = "auto"  # batched on CUDA, per image in worker processes on a CPU (scale.augment.build_views)
+    augment_path: str = "auto"  # batched on CUDA, per image in worker processes on a CPU (scale.engine.augment.build_views)
     augment_workers: int = 1  # worker processes of the per-image path
     epochs: int = 2
     batch_size: int = 64
@@ -575,7 +575,7 @@ class Trainer:
             getattr(hook, event)(self.state)
 
     def _should_stop(self, step: int) -> bool:
-        """The stop flag; under DDP agreed by all ranks at the steps they all check (scale/signals.py)."""
+        """The stop flag; under DDP agreed by all ranks at the steps they all check (scale/engine/signals.py)."""
         if self.distributed and (step % max(1, self.cfg.log_every) == 0 or step == self.steps_per_epoch - 1):
             self._stop_requested = any_rank(self._stop_requested, self.device)
         elif self.distributed:

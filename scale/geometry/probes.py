@@ -17,7 +17,7 @@ predict the turn (4 classes) with the paper's protocol:
              mini-batches of 256; features standardised with the probe-training statistics
 
 Probe-training images come from the training split, test images from the test split, so no base image
-is seen on both sides. Accuracies are returned in percent (``scale.summary``).
+is seen on both sides. Accuracies are returned in percent (``scale.runs.summary``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from scale.summary import ClassProbe, ProbePair, RotationProbes
+from scale.runs.summary import ClassProbe, ProbePair, RotationProbes
 
 HEADLINE_PROTOCOL = "class labels, linear: logistic regression (L-BFGS to convergence, L2 1e-4, standardised features)"
 E3_PROTOCOL = "the paper's E3 protocol: Adam 1e-3, 5 epochs, mini-batches of 256, standardised features"
@@ -128,7 +128,7 @@ def features(fn, x: torch.Tensor, normalize, batch: int = 1024, dtype: torch.dty
     """The frozen features of images, a batch of ``batch`` rows at a time: ``fn(normalize(x[i : i + batch]))``
     concatenated over ``x`` and cast to ``dtype``. ``x``: uint8 or in [0, 1], whatever ``normalize`` takes;
     ``fn``: a backbone (one tensor, ``(N, d)``) or ``embed`` (a tuple, ``(Z, H)``). One feature extractor
-    for the probes, the orbit geometry (``scale.geometry``) and the E4 study."""
+    for the probes, the orbit geometry (``scale.geometry.measure``) and the E4 study."""
     parts = [fn(normalize(x[i : i + batch])) for i in range(0, len(x), batch)]
     if isinstance(parts[0], torch.Tensor):
         return torch.cat([p.to(dtype) for p in parts])

@@ -17,9 +17,9 @@ and then, by the cheapest exact path that applies (``measure``; the record's ``p
                  head); warm start from the previous measurement's Ritz vectors; |M| exact from the
                  blocks, |H| from the converged ends; negative count a lower bound
     closed-form  the same, when a product through the head's weights in closed form costs less than
-                 forming J and reading it twice per product (wide heads: scale.blocks.operator_route);
+                 forming J and reading it twice per product (wide heads: scale.curvature.blocks.operator_route);
                  M's blocks are still formed, for |M| exact
-    matrix-free  anything else (other heads, train-mode BatchNorm): Lanczos on scale.curvature's H,
+    matrix-free  anything else (other heads, train-mode BatchNorm): Lanczos on scale.curvature.operators's H,
                  |M|_F / |H|_F by a Hutchinson estimate (``E|Av|^2 = |A|_F^2``, Rademacher v)
 
     condition = lambda_max / lambda_min        only when positive definite
@@ -50,8 +50,7 @@ from torch import Tensor, nn
 
 from mini.collapse_metrics import representation_std
 from mini.hessian import NEG_FLOOR
-from scale import methods
-from scale.blocks import (
+from scale.curvature.blocks import (
     block_norm,
     closed_form_operator,
     effective_hessian_blocks,
@@ -59,12 +58,13 @@ from scale.blocks import (
     interaction_norm,
     operator_route,
 )
-from scale.checkpoint import atomic_write_bytes
-from scale.curvature import EffectiveHessian
-from scale.geometry import eval_mode
-from scale.heads import MLPHead
-from scale.lanczos import LanczosResult, lanczos
-from scale.train import Hook
+from scale.curvature.lanczos import LanczosResult, lanczos
+from scale.curvature.operators import EffectiveHessian
+from scale.engine import methods
+from scale.engine.checkpoint import atomic_write_bytes
+from scale.engine.heads import MLPHead
+from scale.engine.modes import eval_mode
+from scale.engine.train import Hook
 
 BLOCK_MEMORY = 2**28  # bytes of kept float64 arrays (blocks, J) beyond which ``choose_path`` takes the next path
 
@@ -152,12 +152,12 @@ def measure(
       from the per-sample ``d x d`` blocks (float64 ``eigvalsh``), so ``lambda_min``, ``lambda_max``,
       the negative count and ``|M|/|H|`` are exact and no Lanczos runs;
     - ``"factored"``: a row-wise head (``MLPHead``, BatchNorm in eval mode) and any objective: Lanczos
-      on ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` exact (``scale.blocks.factored_operator``,
+      on ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` exact (``scale.curvature.blocks.factored_operator``,
       products without a pass through the head); ``|M|`` exact from the blocks, ``|H|`` from Lanczos;
     - ``"closed-form"``: the same with products through the head's weights in closed form
-      (``scale.blocks.closed_form_operator``; no ``J`` formed): ``auto`` takes it when
-      ``scale.blocks.operator_route`` finds it cheaper (wide heads);
-    - ``"matrix-free"``: Lanczos on ``scale.curvature``'s matrix-free ``H`` (any head, train-mode
+      (``scale.curvature.blocks.closed_form_operator``; no ``J`` formed): ``auto`` takes it when
+      ``scale.curvature.blocks.operator_route`` finds it cheaper (wide heads);
+    - ``"matrix-free"``: Lanczos on ``scale.curvature.operators``'s matrix-free ``H`` (any head, train-mode
       BatchNorm), ``|M|_F/|H|_F`` by a Hutchinson estimate.
     """
     if path not in PATHS:

@@ -1,6 +1,6 @@
 r"""Objectives whose loss Hessian is known in closed form (``mini.loss_hessians``), as torch callables.
 
-Each object is the objective itself (``Hb -> scalar``, the same function as ``scale.objectives``) and
+Each object is the objective itself (``Hb -> scalar``, the same function as ``scale.engine.objectives``) and
 carries the exact second-order algebra the curvature paths use instead of autograd:
 
     NTXent(tau)                         ``curvature(Hb)``: NT-Xent's gradient and exact Hessian-vector
@@ -12,7 +12,7 @@ carries the exact second-order algebra the curvature paths use instead of autogr
                                         (``mini.loss_hessians.PredictorCosineCurvature``), never forming
                                         the (k, k) loss blocks: SimSiam and BYOL's exact path
 
-``scale.blocks`` looks for these methods and falls back to autograd for any other callable.
+``scale.curvature.blocks`` looks for these methods and falls back to autograd for any other callable.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from torch import Tensor, nn
 
 from mini.heads import Head
 from mini.loss_hessians import NTXentCurvature, PredictorCosineCurvature, nt_xent_hessian
-from scale import objectives as so
-from scale.blocks import mini_head_of
-from scale.heads import MLPHead
+from scale.curvature.blocks import mini_head_of
+from scale.engine import objectives as so
+from scale.engine.heads import MLPHead
 
 
 class NTXent:
-    """SimCLR's NT-Xent at temperature ``tau`` (``scale.objectives.nt_xent``) with closed-form curvature."""
+    """SimCLR's NT-Xent at temperature ``tau`` (``scale.engine.objectives.nt_xent``) with closed-form curvature."""
 
     def __init__(self, temperature: float = 0.1):
         self.temperature = float(temperature)
@@ -49,7 +49,7 @@ class NTXent:
 class PredictorCosine:
     """SimSiam (``form="cosine"``) and BYOL (``"nmse"``) with fixed targets ``T`` and a fixed predictor.
 
-    ``__call__`` is ``scale.objectives.simsiam(Hb, T, predictor, form)``; ``curvature_at`` needs an ``MLPHead``
+    ``__call__`` is ``scale.engine.objectives.simsiam(Hb, T, predictor, form)``; ``curvature_at`` needs an ``MLPHead``
     predictor (BatchNorm in eval mode, folded) or none, else ``closed_form`` is False.
     """
 

@@ -1,5 +1,5 @@
 """What a finished run leaves behind besides its metrics: summary.json, curves.png and report.md, the
-report built once, here, from the run's typed summary (``scale.summary.RunSummary``).
+report built once, here, from the run's typed summary (``scale.runs.summary.RunSummary``).
 
 Sections of report.md: the run (config, status, final collapse statistics, the headline probe), the
 end-of-run orbit geometry (E4) and probes (headline and E3), the curvature of ``H_eff`` when it was
@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 from mini.invariance import Stat
-from scale.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
-from scale.summary import ClassProbe, CurvatureSummary, GeometrySummary, RotationProbes, RunSummary
+from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
+from scale.runs.summary import ClassProbe, CurvatureSummary, GeometrySummary, RotationProbes, RunSummary
 
 
 def versions() -> dict[str, str]:

@@ -442,7 +442,7 @@ def read_checkpoint(path: str) -> dict:
         with torch.serialization.safe_globals([argparse.Namespace, _exclude_bias_and_norm]):
             obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        from scale.faults import reason
+        from scale.runs.faults import reason
 
         raise CheckpointError(f"{path}: not readable as a weights-only torch checkpoint ({reason(exc)}); "
                               "is it the official full checkpoint?") from None

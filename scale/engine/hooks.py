@@ -2,7 +2,7 @@
 loss, backward, step.
 
 A hook subclasses ``Hook`` and overrides what it needs; each callback receives the live
-``scale.train.TrainState``. In one epoch the trainer calls, in the order of its hook list (the user's
+``scale.engine.train.TrainState``. In one epoch the trainer calls, in the order of its hook list (the user's
 hooks first, then the built-ins below):
 
     on_fit_start(state)     once, after the model, optimiser and probe batch exist (and after a resume)
@@ -42,10 +42,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scale.checkpoint import atomic_write_text
+from scale.engine.checkpoint import atomic_write_text
 
 if TYPE_CHECKING:
-    from scale.train import Trainer, TrainState
+    from scale.engine.train import Trainer, TrainState
 
 
 class Hook:
@@ -160,7 +160,7 @@ class TensorBoardLog(Hook):
 
     At every epoch end, each numeric entry of the epoch's record (``loss``, ``lr``, ``h_std``, ...,
     ``hess_*``: the keys of metrics.jsonl) under its own name, at the record's ``step`` (optimiser steps
-    done); each record of ``tracker`` (a ``scale.tracking.HessianTracker``) as ``curvature/<key>`` at the
+    done); each record of ``tracker`` (a ``scale.curvature.tracking.HessianTracker``) as ``curvature/<key>`` at the
     step it was measured, as soon as it exists. Put the hook after the hooks that add to the record (the
     tracker): ``scale.run`` does. Events are flushed at every epoch end and on a stop.
 

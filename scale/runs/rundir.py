@@ -24,11 +24,11 @@ import socket
 import time
 from pathlib import Path
 
-from scale.faults import ConfigError
+from scale.runs.faults import ConfigError
 
 LOCK_NAME = ".lock"
 RUN_FILES = ("config.json", "checkpoint.pt", "metrics.jsonl", "summary.json")  # any of these: a run lives here
-# scale.checkpoint's atomic writer: tempfile.mkstemp(prefix=".NAME.", suffix=".tmp")
+# scale.engine.checkpoint's atomic writer: tempfile.mkstemp(prefix=".NAME.", suffix=".tmp")
 TEMPORARY = re.compile(r"^\..+\.[A-Za-z0-9_]{6,}\.tmp$")
 
 

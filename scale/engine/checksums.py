@@ -1,7 +1,7 @@
 """Checksums of downloaded files, verified before use.
 
-CIFAR archives: MD5 published by their authors (``scale.data.ARCHIVES``), checked after every download
-and on every read of the archive. E6 checkpoints (``scale.pretrained_models.OFFICIAL_FILES``): their
+CIFAR archives: MD5 published by their authors (``scale.engine.data.ARCHIVES``), checked after every download
+and on every read of the archive. E6 checkpoints (``scale.engine.pretrained_models.OFFICIAL_FILES``): their
 authors publish no checksum and their file names carry none (unlike torchvision's
 ``NAME-<sha256 prefix>.pth``), so ``PUBLISHED_SHA256`` holds ``None`` for each until one is published;
 a known digest there is passed to torch hub's download (``hash_prefix``) and checked on every use.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-# scale.pretrained_models.OFFICIAL_FILES: none of the four full checkpoints has a published digest.
+# scale.engine.pretrained_models.OFFICIAL_FILES: none of the four full checkpoints has a published digest.
 PUBLISHED_SHA256: dict[str, str | None] = {
     "dino_vits16": None,
     "dino_resnet50": None,
@@ -42,7 +42,7 @@ def record_path(path: Path) -> Path:
 
 def record(path: Path) -> str:
     """Write ``PATH.sha256`` with the file's digest (right after a verified download); returns the digest."""
-    from scale.checkpoint import atomic_write_text
+    from scale.engine.checkpoint import atomic_write_text
 
     digest = sha256sum(path)
     atomic_write_text(record_path(path), f"{digest}  {path.name}\n")

@@ -1,0 +1,12 @@
+"""The training engine: data on the device, augmentation, backbones, heads, objectives, the method
+registry, the trainer and its hooks.
+
+    data, safe_pickle, checksums   datasets as uint8 tensors (CIFAR read without executing its pickles)
+    augment                        the augmentation presets, batched on the device or per image in workers
+    backbones, heads               f: images -> z and h: z -> h (the head grammar of ``mini.heads``)
+    pretrained_models              the published SSL checkpoints of E6, in their authors' layouts
+    objectives, methods            the SSL losses, and one record per method that everything else reads
+    loss_curvature                 objectives whose loss Hessian is known in closed form (a method's record)
+    train, hooks, modes            the Trainer, its built-in hooks, eval mode for measurements
+    checkpoint, signals            atomic files and checkpoints; SIGINT/SIGTERM: finish the step, save, stop
+"""

@@ -16,7 +16,8 @@ What is measured (each by the project's one implementation of it):
     curvature   (skipped with ``--no-curvature``, e.g. a head without a loss of the registry)
                 H_eff of z -> L(h(z)) at a probe batch (``--hessian-images`` images, two augmented views
                 each, the method's loss with its stop-gradients bound there, BatchNorm in eval mode):
-                Lanczos (``scale.curvature.lanczos``) on the matrix-free H, G and M of ``scale.curvature.operators``; along the
+                Lanczos (``scale.curvature.lanczos``) on the matrix-free H, G and M of
+                ``scale.curvature.operators``; along the
                 lowest Ritz vector v of H, ``v^T H v = v^T G v + v^T M v`` splits lambda_min, and the share
                 of the negative curvature of each part is ``max(-v^T X v, 0) / sum over X in {G, M}``;
                 |M|_F / |H|_F by ``scale.curvature.tracking.hutchinson_ratio``

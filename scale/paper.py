@@ -77,7 +77,8 @@ ASSUMPTIONS: dict[str, str] = {
           "BatchNorm off only. The official grid is a 14-run subset of this one (GELU at lr 0.05 without "
           "BatchNorm only).",
     "E2": "E2's objective is not named in the paper: SimSiam (the official hessian_tracker.py's). Probe batch: "
-          "scale.curvature.tracking's fixed view pairs of the first step (rows in the E2 table); lambda_min/lambda_max by "
+          "scale.curvature.tracking's fixed view pairs of the first step (rows in the E2 table); "
+          "lambda_min/lambda_max by "
           "Lanczos in float64 (the paper: 20 power iterations in float32 on the first 5 batches of each epoch); "
           "1 seed.",
     "E3E4": "Probe images: training split for fitting, test split for scoring; orbits from the test split. Images "

@@ -368,7 +368,8 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         data_dev = data.to(device)
         summary.class_probe = class_probe(trainer.state.embed, trainer.augment.normalize, data_dev.train_x,
                                           data_dev.train_y, data_dev.test_x, data_dev.test_y, data.classes)
-        if not args.no_final_measure:  # E4 orbit geometry and E3 rotation probes (scale/geometry/measure.py, scale/geometry/probes.py)
+        # E4 orbit geometry and E3 rotation probes (scale/geometry/measure.py, scale/geometry/probes.py)
+        if not args.no_final_measure:
             summary.geometry, summary.rotation_probes = final_measurement(trainer, data_dev, run_dir, args.orbits,
                                                                           args.probe_images)
     summary.status, summary.wall_seconds, summary.epochs_done = status, time.perf_counter() - t_start, len(history)

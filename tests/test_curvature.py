@@ -1,4 +1,5 @@
-"""scale.curvature.operators and scale.curvature.blocks: the matrix-free H, G, M of eq. (1) and the exact per-sample blocks.
+"""scale.curvature.operators and scale.curvature.blocks: the matrix-free H, G, M of eq. (1) and the exact
+per-sample blocks.
 
 Checked: ``H v = G v + M v`` product by product (with the negative control that ``G`` alone misses
 ``M`` for smooth heads, and that ``M = 0`` exactly for linear and ReLU heads); dense operators

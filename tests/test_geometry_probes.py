@@ -1,4 +1,5 @@
-"""scale.geometry.measure and scale.geometry.probes: E4 orbits on the device and E3 probes on frozen features, checked against
+"""scale.geometry.measure and scale.geometry.probes: E4 orbits on the device and E3 probes on frozen features,
+checked against
 mini.invariance's metrics, exact cases (an orthogonal head compresses nothing; a constant head loses all
 rotation information) and the end-of-run measurement of ``python -m scale.run`` on a generated CIFAR-10
 folder in the official pickle format."""

@@ -147,8 +147,8 @@ def test_gauss_newton_from_d_products_matches_k_columns():
 
 @pytest.mark.parametrize(("d", "k", "route"), [(3, 12, "products"), (12, 3, "assemble")])
 def test_dense_route_rule_picks_each_route_in_its_regime(d, k, route):
-    """``scale.curvature.blocks.dense_route``: the dense SimCLR ``H_eff`` is assembled from NT-Xent's dense Hessian when the
-    head narrows (``k < d``) and built from ``n d`` products when it widens; either way it is the Hessian of
+    """``scale.curvature.blocks.dense_route``: the dense SimCLR ``H_eff`` is assembled from NT-Xent's dense Hessian
+    when the head narrows (``k < d``) and built from ``n d`` products when it widens; either way it is the Hessian of
     ``z -> L(h(z))`` (``torch.func.hessian``, an independent route), and the rule is what ``dense()`` used."""
     from scale.curvature.blocks import dense_route
 

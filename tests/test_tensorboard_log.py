@@ -1,4 +1,5 @@
-"""``--log tensorboard`` (``scale.engine.hooks.TensorBoardLog``): the scalars of metrics.jsonl and the curvature records,
+"""``--log tensorboard`` (``scale.engine.hooks.TensorBoardLog``): the scalars of metrics.jsonl and the curvature
+records,
 each at its optimiser step, exactly once across a kill and a resume; bad values and a missing package refused
 with one line (exit 2) before anything is written; only rank 0 writes.
 

@@ -20,8 +20,8 @@ Two paths to ``J_i`` and ``M_i``:
 
 The Gauss-Newton blocks ``G_i = J_i^T (grad^2_{h_i} L) J_i`` take the cheapest exact route:
 
-- an objective carrying ``curvature_at`` (``scale.engine.loss_curvature.PredictorCosine``: SimSiam, BYOL): ``H_i`` in one
-  forward-mode sweep through the head, the predictor and the cosine (``mini.loss_hessians``), no (k, k)
+- an objective carrying ``curvature_at`` (``scale.engine.loss_curvature.PredictorCosine``: SimSiam, BYOL): ``H_i``
+  in one forward-mode sweep through the head, the predictor and the cosine (``mini.loss_hessians``), no (k, k)
   block and no head Jacobian ``J`` formed;
 - ``k > d`` and only ``H``'s spectrum wanted: ``d`` batched loss Hessian-vector products along the columns
   of ``J`` (row ``i`` of the product along ``J[:, :, a]`` is ``HL_i J_i[:, a]`` for a per-sample loss);

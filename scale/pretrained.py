@@ -52,7 +52,7 @@ import torch
 from scale.analyze import AnalysisSettings, analyze_orbits
 from scale.engine import checksums
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
-from scale.engine.data import DataError
+from scale.engine.data import DataError, folder_images
 from scale.engine.pretrained_models import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -63,7 +63,7 @@ from scale.engine.pretrained_models import (
     check_model_name,
     load_checkpoint,
 )
-from scale.geometry.orbits import DATASETS, FAMILIES, dataset_images, folder_images
+from scale.geometry.orbits import DATASETS, FAMILIES, dataset_images
 from scale.geometry.verdict import CONFIDENCE, Estimate, mean_estimate, pooled_ratio_estimate, verdict
 from scale.runs.run_report import device_name, git_commit, versions
 
@@ -323,7 +323,12 @@ def write_report(out: Path) -> Path:
 
 def load_images(cfg: Config) -> torch.Tensor:
     if cfg.images is not None:
-        return folder_images(cfg.images, cfg.trajectories, cfg.image_size)
+        try:
+            return folder_images(cfg.images, cfg.trajectories, cfg.image_size)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"--images: {exc}") from None
+        except ValueError as exc:  # fewer images than trajectories
+            raise ValueError(f"--images: {exc} (lower --trajectories)") from None
     return dataset_images(cfg.dataset, cfg.trajectories, cfg.image_size, seed=cfg.seed, data_dir=cfg.data_dir)
 
 

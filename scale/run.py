@@ -31,7 +31,7 @@ from scale.curvature.tracking import HessianTracker
 from scale.engine import methods, signals
 from scale.engine.augment import PRESETS
 from scale.engine.backbones import BACKBONES
-from scale.engine.checkpoint import atomic_write_json
+from scale.engine.checkpoint import atomic_write_json, unreadable_reason
 from scale.engine.data import DATASETS, FOLDER_PREFIX, DataError, load_dataset
 from scale.engine.heads import HEAD_STYLES
 from scale.engine.hooks import TensorBoardLog
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         try:
             trainer.load(run_dir / "checkpoint.pt")
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
-            raise faults.CorruptFile(f"{run_dir}/checkpoint.pt does not fit its config ({faults.reason(exc)}); it "
+            raise faults.CorruptFile(f"{run_dir}/checkpoint.pt does not fit its config ({unreadable_reason(exc)}); it "
                                      "was left as it is") from None
         say(f"resuming {run_dir} at epoch {trainer.start_epoch + 1}, step {trainer.start_step + 1}")
     if rank == 0:

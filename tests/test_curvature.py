@@ -16,10 +16,10 @@ import torch
 
 from mini.hessian import decompose_autograd
 from mini.losses import make_objective
-from scale.curvature.blocks import block_diag, block_norm, effective_hessian_blocks, factored_operator, mini_head_of
+from scale.curvature.blocks import block_diag, block_norm, effective_hessian_blocks, factored_operator
 from scale.curvature.operators import EffectiveHessian, functional_head
 from scale.engine import objectives as O
-from scale.engine.heads import build_head
+from scale.engine.heads import build_head, mini_head_of
 
 REL_TOL = 1e-12  # float64 identities, relative to the scale of the quantity
 N_ROWS, D, K, WIDTH = 8, 5, 4, 6

@@ -26,6 +26,7 @@ import torch
 from mini.invariance import l2_normalize, orbit_spread, sweep_curvature
 from scale import pretrained as e6
 from scale.analyze import analyze_orbits
+from scale.engine.data import folder_images
 from scale.engine.pretrained_models import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -38,7 +39,7 @@ from scale.engine.pretrained_models import (
     load_checkpoint,
     with_dims,
 )
-from scale.geometry.orbits import FAMILIES, digits_images, folder_images, orbit_batch
+from scale.geometry.orbits import FAMILIES, digits_images, orbit_batch
 from scale.geometry.verdict import ratio_estimate, verdict
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ Two paths to ``J_i`` and ``M_i``:
 
 - ``"closed_form"``: ``mini.hessian``'s recursion, streamed by ``mini.loss_hessians`` (``chain_forward``,
   ``head_jacobian_and_interaction``: the array-API code, in chunks of rows, never keeping a (n, w, d) Jacobian)
-  on torch tensors, on the tensors' device, with weights read from the torch head (``mini_head_of``;
+  on torch tensors, on the tensors' device, with weights read from the torch head (``scale.engine.heads.mini_head_of``;
   eval-mode BatchNorm is an affine map and is folded into its Linear layer).
 - ``"autodiff"``: per-sample ``torch.func.jacrev`` (``J_i``) and reverse-over-reverse Hessians of
   ``<rho_i, h(z_i)>`` (``M_i``) under ``vmap`` (some activations' backward ops lack forward-mode rules).
@@ -54,46 +54,15 @@ import torch
 from torch import Tensor, nn
 from torch.func import jacrev, vmap
 
-from mini.heads import Head
 from mini.hessian import NEG_FLOOR, assemble
 from mini.loss_hessians import chain_forward, chain_links, head_jacobian_and_interaction, interaction_chunks
 from scale.curvature.operators import Operator, functional_head
-from scale.engine.heads import MLPHead
+from scale.engine.heads import mini_head_of
 
 BLOCK_TOL = 1e-10  # relative mismatch above which the loss is not block-diagonal
 ROUNDOFF_REL = 1e3 * torch.finfo(torch.float64).eps  # a Hessian product this small is round-off
 METHODS = ("closed_form", "autodiff")
 CHOL_MARGIN = 1e-14  # block_norm's Cholesky test runs at (1 + this) times the largest norm found (round-off)
-
-
-def mini_head_of(module: MLPHead, dtype: torch.dtype = torch.float64) -> Head:
-    """A ``mini.heads.Head`` whose weights are torch tensors (``dtype``, on the module's device).
-
-    Eval-mode BatchNorm ``y = gamma (a - mu) / sqrt(var + eps) + beta`` is folded into the Linear
-    before it: ``W' = diag(c) W``, ``b' = c (b - mu) + beta`` with ``c = gamma / sqrt(var + eps)``.
-    """
-    if not isinstance(module, MLPHead):
-        raise ValueError(f"mini_head_of needs a scale.engine.heads.MLPHead, got {type(module).__name__}; "
-                         "use method='autodiff' for other heads")
-    norms = [*module.norms, module.out_norm]
-    layers = []
-    for linear, norm in zip(module.layers, norms):
-        W = linear.weight.detach().to(dtype)
-        b = linear.bias.detach().to(dtype) if linear.bias is not None else None
-        if isinstance(norm, nn.BatchNorm1d):
-            if norm.running_mean is None:
-                raise ValueError("mini_head_of: a BatchNorm without running statistics cannot be folded")
-            c = norm.running_var.to(dtype).add(norm.eps).rsqrt()
-            if norm.weight is not None:
-                c = c * norm.weight.detach().to(dtype)
-            shift = -norm.running_mean.to(dtype) if b is None else b - norm.running_mean.to(dtype)
-            b = c * shift + (norm.bias.detach().to(dtype) if norm.bias is not None else 0.0)
-            W = c[:, None] * W
-        layer = {"W": W}
-        if b is not None:
-            layer["b"] = b
-        layers.append(layer)
-    return Head(module.spec, layers)
 
 
 def loss_blocks(loss: Callable[[Tensor], Tensor], Hb: Tensor, seed: int = 0) -> tuple[Tensor, Tensor, float]:

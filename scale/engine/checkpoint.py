@@ -35,3 +35,12 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load with ``weights_only=True`` (tensors and plain values only)."""
     return torch.load(path, map_location=map_location, weights_only=True)
+
+
+def unreadable_reason(exc: BaseException, limit: int = 160) -> str:
+    """``Type: first line`` of an exception, without torch.load's multi-line advice (which suggests
+    ``weights_only=False``, i.e. running the file's code: never the right fix for an unreadable file)."""
+    text = str(exc).strip().splitlines()[0][:limit] if str(exc).strip() else ""
+    if "weights_only" in text or "Weights only" in text:
+        text = "not a torch checkpoint, or one holding more than tensors and plain values"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

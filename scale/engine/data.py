@@ -281,23 +281,48 @@ def load_synthetic(
 # A folder of class folders (your own images)
 # --------------------------------------------------------------------------------------------
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 FOLDER_PREFIX = "folder:"
 FOLDER_TEST_FRACTION = 0.2
 
 
+def resize_square(x: torch.Tensor, size: int) -> torch.Tensor:
+    """(n, 3, H, W) -> centre crop to a square -> (n, 3, size, size), antialiased bilinear."""
+    h, w = x.shape[-2:]
+    s = min(h, w)
+    x = x[..., (h - s) // 2 : (h - s) // 2 + s, (w - s) // 2 : (w - s) // 2 + s]
+    return F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=s > size).clamp(0, 1)
+
+
+def folder_images(directory: str | Path, n: int, size: int) -> torch.Tensor:
+    """The first ``n`` images (sorted by name) of a folder, RGB in [0, 1]."""
+    from PIL import Image
+
+    root = Path(directory)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} is not a directory")
+    files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise FileNotFoundError(f"no image files ({', '.join(IMAGE_SUFFIXES)}) under {root}")
+    out = []
+    for path in files[:n]:
+        with Image.open(path) as im:
+            arr = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0  # (H, W, 3)
+        out.append(resize_square(torch.from_numpy(arr).permute(2, 0, 1)[None], size))
+    if len(out) < n:
+        raise ValueError(f"{root} holds {len(out)} images, {n} asked for")
+    return torch.cat(out)
+
+
 def _class_folders(root: Path) -> list[Path]:
     """The sub-folders of ``root`` that hold at least one image file (searched recursively), by name."""
-    from scale.geometry.orbits import IMAGE_SUFFIXES
-
     return [d for d in sorted(p for p in root.iterdir() if p.is_dir())
             if any(f.suffix.lower() in IMAGE_SUFFIXES for f in d.rglob("*"))]
 
 
 def _read_class_folders(root: Path, classes: list[str], image_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Every image under ``root/<class>/`` as uint8 ``(N, 3, S, S)`` (centre-cropped square, resized) and
-    its class index, read with Pillow through ``scale.geometry.orbits.folder_images``."""
-    from scale.geometry.orbits import IMAGE_SUFFIXES, folder_images
-
+    its class index, read with Pillow by ``folder_images``."""
     xs, ys = [], []
     for label, name in enumerate(classes):
         folder = root / name

@@ -225,3 +225,33 @@ def head_to_mini(module: MLPHead) -> Head:
             layer["b"] = linear.bias.detach().cpu().double().numpy()
         layers.append(layer)
     return Head(module.spec, layers)
+
+
+def mini_head_of(module: MLPHead, dtype: torch.dtype = torch.float64) -> Head:
+    """A ``mini.heads.Head`` whose weights are torch tensors (``dtype``, on the module's device).
+
+    Eval-mode BatchNorm ``y = gamma (a - mu) / sqrt(var + eps) + beta`` is folded into the Linear
+    before it: ``W' = diag(c) W``, ``b' = c (b - mu) + beta`` with ``c = gamma / sqrt(var + eps)``.
+    """
+    if not isinstance(module, MLPHead):
+        raise ValueError(f"mini_head_of needs a scale.engine.heads.MLPHead, got {type(module).__name__}; "
+                         "use method='autodiff' for other heads")
+    norms = [*module.norms, module.out_norm]
+    layers = []
+    for linear, norm in zip(module.layers, norms):
+        W = linear.weight.detach().to(dtype)
+        b = linear.bias.detach().to(dtype) if linear.bias is not None else None
+        if isinstance(norm, nn.BatchNorm1d):
+            if norm.running_mean is None:
+                raise ValueError("mini_head_of: a BatchNorm without running statistics cannot be folded")
+            c = norm.running_var.to(dtype).add(norm.eps).rsqrt()
+            if norm.weight is not None:
+                c = c * norm.weight.detach().to(dtype)
+            shift = -norm.running_mean.to(dtype) if b is None else b - norm.running_mean.to(dtype)
+            b = c * shift + (norm.bias.detach().to(dtype) if norm.bias is not None else 0.0)
+            W = c[:, None] * W
+        layer = {"W": W}
+        if b is not None:
+            layer["b"] = b
+        layers.append(layer)
+    return Head(module.spec, layers)

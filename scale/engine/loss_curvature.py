@@ -24,9 +24,8 @@ from torch import Tensor, nn
 
 from mini.heads import Head
 from mini.loss_hessians import NTXentCurvature, PredictorCosineCurvature, nt_xent_hessian
-from scale.curvature.blocks import mini_head_of
 from scale.engine import objectives as so
-from scale.engine.heads import MLPHead
+from scale.engine.heads import MLPHead, mini_head_of
 
 
 class NTXent:

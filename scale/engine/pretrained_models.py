@@ -442,9 +442,9 @@ def read_checkpoint(path: str) -> dict:
         with torch.serialization.safe_globals([argparse.Namespace, _exclude_bias_and_norm]):
             obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        from scale.runs.faults import reason
+        from scale.engine.checkpoint import unreadable_reason
 
-        raise CheckpointError(f"{path}: not readable as a weights-only torch checkpoint ({reason(exc)}); "
+        raise CheckpointError(f"{path}: not readable as a weights-only torch checkpoint ({unreadable_reason(exc)}); "
                               "is it the official full checkpoint?") from None
     if not isinstance(obj, dict):
         raise CheckpointError(f"{path}: expected a dict of tensors or a checkpoint dict, found {type(obj).__name__}")

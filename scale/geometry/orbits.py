@@ -9,8 +9,8 @@ Shapes: images ``(n, 3, S, S)`` in [0, 1]; ``orbit_batch(images, family, steps)`
 ``(n * steps, 3, S, S)``, image-major (rows ``i * steps ... (i + 1) * steps - 1`` are image i's
 trajectory), still in [0, 1]; the backbone's normalisation (ImageNet statistics for E6) is applied afterwards.
 
-Image sources (all return ``(n, 3, size, size)`` float32 in [0, 1]): ``folder_images`` (any folder of
-PNG/JPEG files, read with Pillow, centre-cropped to a square), ``digits_images`` (scikit-learn's
+Image sources (all return ``(n, 3, size, size)`` float32 in [0, 1]): ``scale.engine.data.folder_images``
+(any folder of PNG/JPEG files, read with Pillow, centre-cropped to a square), ``digits_images`` (scikit-learn's
 bundled 8 x 8 digits, offline: upsampled, each digit given two random colours, strokes and
 background, because hue and saturation do nothing to a grey image) and ``dataset_images``.
 """
@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from scale.engine.data import resize_square
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,6 @@ FAMILIES: dict[str, Family] = {
     "saturation": Family("saturation", 0.0, 2.0, "saturation factor (1 = unchanged)"),
     "blur": Family("blur", 0.1, 3.0, "Gaussian sigma in pixels"),
 }
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
-
 
 def check_family(name: str) -> Family:
     if name not in FAMILIES:
@@ -67,34 +65,6 @@ def orbit_batch(images: torch.Tensor, family: str, steps: int) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 # Image sources
 # --------------------------------------------------------------------------------------------
-
-
-def _resize_square(x: torch.Tensor, size: int) -> torch.Tensor:
-    """(n, 3, H, W) -> centre crop to a square -> (n, 3, size, size), antialiased bilinear."""
-    h, w = x.shape[-2:]
-    s = min(h, w)
-    x = x[..., (h - s) // 2 : (h - s) // 2 + s, (w - s) // 2 : (w - s) // 2 + s]
-    return F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=s > size).clamp(0, 1)
-
-
-def folder_images(directory: str | Path, n: int, size: int) -> torch.Tensor:
-    """The first ``n`` images (sorted by name) of a folder, RGB in [0, 1]."""
-    from PIL import Image
-
-    root = Path(directory)
-    if not root.is_dir():
-        raise FileNotFoundError(f"--images: {root} is not a directory")
-    files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
-    if not files:
-        raise FileNotFoundError(f"--images: no image files ({', '.join(IMAGE_SUFFIXES)}) under {root}")
-    out = []
-    for path in files[:n]:
-        with Image.open(path) as im:
-            arr = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0  # (H, W, 3)
-        out.append(_resize_square(torch.from_numpy(arr).permute(2, 0, 1)[None], size))
-    if len(out) < n:
-        raise ValueError(f"--images: {root} holds {len(out)} images, {n} trajectories asked for (lower --trajectories)")
-    return torch.cat(out)
 
 
 def colourise(grey: torch.Tensor, seed: int = 0) -> torch.Tensor:
@@ -129,7 +99,7 @@ def dataset_images(name: str, n: int, size: int, seed: int = 0, data_dir: str | 
 
         test = load_cifar("cifar10", data_dir).test_x  # uint8 (10000, 3, 32, 32)
         idx = torch.from_numpy(np.random.default_rng(seed).choice(len(test), size=n, replace=False))
-        return _resize_square(test[idx].float() / 255.0, size)
+        return resize_square(test[idx].float() / 255.0, size)
     raise ValueError(f"unknown dataset {name!r}; valid choices: {', '.join(DATASETS)}")
 
 

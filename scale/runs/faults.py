@@ -83,15 +83,6 @@ def set_run_dir(run_dir: Path) -> None:
         guard.run_dir = Path(run_dir)
 
 
-def reason(exc: BaseException, limit: int = 160) -> str:
-    """``Type: first line`` of an exception, without torch.load's multi-line advice (which suggests
-    ``weights_only=False``, i.e. running the file's code: never the right fix for an unreadable file)."""
-    text = str(exc).strip().splitlines()[0][:limit] if str(exc).strip() else ""
-    if "weights_only" in text or "Weights only" in text:
-        text = "not a torch checkpoint, or one holding more than tensors and plain values"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def _rank() -> int:
     try:
         import torch.distributed as dist

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from mini.heads import parse_head_spec
-from scale.runs.faults import ConfigError, CorruptFile, reason
+from scale.engine.checkpoint import unreadable_reason
+from scale.runs.faults import ConfigError, CorruptFile
 
 MAX_HEAD_LAYERS = 32  # the paper's heads have 1-4 Linear layers
 MAX_HEAD_PARAMS = 200_000_000  # projector + predictor; BYOL's 4096-wide head is ~5e6, E1's gelu3 ~1e7
@@ -208,7 +209,7 @@ def read_checkpoint_config(path: Path) -> tuple[dict[str, Any], int]:
         if not isinstance(config, dict):
             raise TypeError("its config entry is not a dict")
     except Exception as exc:
-        raise CorruptFile(f"{path} is not a readable checkpoint ({reason(exc)}); it was left as it is. "
+        raise CorruptFile(f"{path} is not a readable checkpoint ({unreadable_reason(exc)}); it was left as it is. "
                           "Restore it from a copy, or start the run again with --overwrite") from None
     return config, epoch
 

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from mini.heads import parse_head_spec
 from scale.curvature.tracking import HessianTracker
 from scale.engine import methods, signals
-from scale.engine.augment import PRESETS
+from scale.engine.augment import AUGMENT_PATHS, PRESETS
 from scale.engine.backbones import BACKBONES
 from scale.engine.checkpoint import atomic_write_json, unreadable_reason
 from scale.engine.data import DATASETS, FOLDER_PREFIX, DataError, load_dataset
@@ -144,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="collapsed = pseudo-collapse: projector Linear weights x 0.1 (E1) (default: normal)")
     p.add_argument("--augment", choices=PRESETS, help="augmentation preset (default: e1 simsiam, e3 simclr, "
                    "simclr otherwise)")
+    p.add_argument("--augment-path", choices=AUGMENT_PATHS, help="where views are drawn: batched (kornia, in the "
+                   "training process), workers (per image, PIL, in worker processes); auto: batched on CUDA, workers "
+                   "on a CPU (default: auto; BENCHMARKS.md has when each is faster on a CPU)")
+    p.add_argument("--augment-workers", type=int, help="worker processes of the per-image path (default: 1)")
     p.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (default: 0.1)")
     p.add_argument("--ema", type=float, default=0.99, help="BYOL base target momentum (default: 0.99)")
     p.add_argument("--seed", type=int, default=0, help="default: 0")

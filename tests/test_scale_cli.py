@@ -18,6 +18,7 @@ from scale.run import main
         (["synthetic", "--lr", "-1"], "--lr must be a positive"),
         (["synthetic", "--epochs", "0"], "--epochs must be a positive"),
         (["synthetic", "--predictor", "foo"], "valid forms"),
+        (["synthetic", "--augment-workers", "0"], "--augment-workers must be a positive"),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(argv, needle, capsys, tmp_path):
@@ -33,7 +34,8 @@ def test_no_cuda_exits_2(capsys, tmp_path):
     assert "CUDA is not available" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["imagenet"], ["synthetic", "--method", "moco"], ["synthetic", "--epochs", "two"]])
+@pytest.mark.parametrize("argv", [["imagenet"], ["synthetic", "--method", "moco"], ["synthetic", "--epochs", "two"],
+                                  ["synthetic", "--augment-path", "sideways"]])
 def test_argparse_errors_are_one_line_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -49,3 +51,13 @@ def test_help_lists_method_defaults(capsys):
     out = capsys.readouterr().out
     for text in ("the paper, E1", "the paper, E3", "solo-learn", "digits:", "--head-bn", "--resume", "sgd lr 0.05"):
         assert text in out, text
+
+
+@pytest.mark.parametrize("path", ["batched", "workers"])
+def test_augment_path_flag_reaches_the_config(path):
+    """``--augment-path`` is a flag like the others: it lands in the resolved (and saved) config."""
+    from scale.run import build_parser, resolve_config
+
+    args = build_parser().parse_args(["synthetic", "--augment-path", path, "--augment-workers", "2"])
+    cfg = resolve_config(args, torch.device("cpu"))
+    assert (cfg.augment_path, cfg.augment_workers) == (path, 2)

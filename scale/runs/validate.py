@@ -47,7 +47,7 @@ LOG_CHOICES = ("none", "tensorboard")  # --log: metrics.jsonl always; tensorboar
 
 
 def _choices() -> dict[str, tuple[str, ...]]:
-    from scale.engine.augment import PRESETS
+    from scale.engine.augment import AUGMENT_PATHS, PRESETS
     from scale.engine.backbones import BACKBONES
     from scale.engine.data import DATASETS
     from scale.engine.methods import METHODS
@@ -55,7 +55,7 @@ def _choices() -> dict[str, tuple[str, ...]]:
 
     return {"dataset": DATASETS, "method": tuple(METHODS), "backbone": BACKBONES, "optimizer": OPTIMIZERS,
             "schedule": SCHEDULES, "augment": PRESETS, "init": ("normal", "collapsed"),
-            "precision": ("fp32", "bf16")}
+            "precision": ("fp32", "bf16"), "augment_path": AUGMENT_PATHS}
 
 
 def flag(key: str) -> str:
@@ -111,7 +111,7 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         if v not in valid:
             raise ConfigError(f"{name(key)} {v!r} is not one of: {', '.join(valid)}")
     for key in ("epochs", "batch_size", "head_width", "head_out", "pred_width", "probe_size", "image_size",
-                "log_every", "backbone_width", "train_subset", "threads"):
+                "log_every", "backbone_width", "train_subset", "threads", "augment_workers"):
         v = getattr(cfg, key)
         if v is not None and v < 1:
             raise ConfigError(f"{name(key)} must be a positive integer, got {v}")

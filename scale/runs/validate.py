@@ -141,7 +141,8 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         raise ConfigError(f"vit_tiny needs {name('image_size')} a multiple of its patch 4 and "
                           f"{name('backbone_width')} a multiple of its 3 heads (got {cfg.image_size}, "
                           f"{cfg.backbone_width or 192})")
-    if cfg.head_style == "paper":  # the official heads (scale.engine.heads): no biases, BatchNorm after every Linear or none
+    # the official heads (scale.engine.heads): no biases, BatchNorm after every Linear or none
+    if cfg.head_style == "paper":
         if cfg.head_bias:
             raise ConfigError(f"{name('head_style')} paper has no biases: {name('head_bias')} must be off")
         if cfg.head_out_bn != cfg.head_bn:

@@ -145,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--augment", choices=PRESETS, help="augmentation preset (default: e1 simsiam, e3 simclr, "
                    "simclr otherwise)")
     p.add_argument("--augment-path", choices=AUGMENT_PATHS, help="where views are drawn: batched (kornia, in the "
-                   "training process), workers (per image, PIL, in worker processes); auto: batched on CUDA, workers "
-                   "on a CPU (default: auto; BENCHMARKS.md has when each is faster on a CPU)")
+                   "training process), workers (per image, PIL, in worker processes); auto: batched on CUDA and under "
+                   "torchrun, workers on a CPU (default: auto; BENCHMARKS.md has when each is faster on a CPU)")
     p.add_argument("--augment-workers", type=int, help="worker processes of the per-image path (default: 1)")
     p.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (default: 0.1)")
     p.add_argument("--ema", type=float, default=0.99, help="BYOL base target momentum (default: 0.99)")

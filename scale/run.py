@@ -15,6 +15,7 @@ Multi-GPU: ``torchrun --nproc_per_node N -m scale.run ...`` (DDP; ``--batch-size
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -29,7 +30,7 @@ import torch.distributed as dist
 from mini.heads import parse_head_spec
 from scale.curvature.tracking import HessianTracker
 from scale.engine import methods, signals
-from scale.engine.augment import AUGMENT_PATHS, PRESETS
+from scale.engine.augment import AUGMENT_PATHS, PRESETS, resolve_augment_path
 from scale.engine.backbones import BACKBONES
 from scale.engine.checkpoint import atomic_write_json, unreadable_reason
 from scale.engine.data import DATASETS, FOLDER_PREFIX, DataError, load_dataset
@@ -146,7 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "simclr otherwise)")
     p.add_argument("--augment-path", choices=AUGMENT_PATHS, help="where views are drawn: batched (kornia, in the "
                    "training process), workers (per image, PIL, in worker processes); auto: batched on CUDA and under "
-                   "torchrun, workers on a CPU (default: auto; BENCHMARKS.md has when each is faster on a CPU)")
+                   "torchrun, on a CPU workers when --threads leaves a core free for them and batched otherwise "
+                   "(the faster path measured on a CPU, BENCHMARKS.md); the resolved path is saved in config.json "
+                   "(default: auto)")
     p.add_argument("--augment-workers", type=int, help="worker processes of the per-image path (default: 1)")
     p.add_argument("--temperature", type=float, default=0.1, help="NT-Xent temperature (default: 0.1)")
     p.add_argument("--ema", type=float, default=0.99, help="BYOL base target momentum (default: 0.99)")
@@ -298,6 +301,7 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         if rank == 0:
             print(msg, file=sys.stderr if err else sys.stdout, flush=True)
 
+    augment_why = ""  # why the augmentation path (a new run's "auto" resolved here; a resumed run keeps its own)
     try:
         if args.resume:
             run_dir = Path(args.resume)
@@ -313,6 +317,10 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         else:
             device = select_device(args.device, local_rank)
             cfg = resolve_config(args, device)
+            # the path "auto" stands for on this machine, recorded in config.json: a resume keeps it
+            path, augment_why = resolve_augment_path(cfg.augment_path, device, threads=cfg.threads,
+                                                     workers=cfg.augment_workers, distributed=dist.is_initialized())
+            cfg = dataclasses.replace(cfg, augment_path=path)
             run_dir = _run_dir(args, cfg)
             data = _load_data(cfg, args)  # before the run directory exists: bad data leaves nothing written
             lock = rundir.RunLock(run_dir) if rank == 0 else None
@@ -353,6 +361,8 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         atomic_write_json(run_dir / "config.json", cfg.to_dict())
         if not args.quiet:
             print(f"run directory: {run_dir}", flush=True)
+            if not args.resume:
+                print(f"augmentation: {cfg.augment} preset, {cfg.augment_path} path ({augment_why})", flush=True)
 
     summary = RunSummary(command=command_line(), config=cfg.to_dict(), device=device_name(device),
                          world_size=trainer.world, versions=versions(), git_commit=git_commit())
@@ -369,6 +379,12 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
 
     history = trainer.state.history
     if code == 0 and rank == 0:
+        t_end = time.perf_counter()
+        if not args.quiet:  # announced and timed: on a small dataset it is a tenth of the job or more
+            print(f"end-of-run measurement: linear probe of z and h on {len(data.train_x)} training and "
+                  f"{len(data.test_x)} test images"
+                  + ("" if args.no_final_measure else f", E4 orbit geometry ({args.orbits}), E3 rotation probes (at "
+                     f"most {args.probe_images} images per split, 4 rotations)") + " ...", flush=True)
         data_dev = data.to(device)
         summary.class_probe = class_probe(trainer.state.embed, trainer.augment.normalize, data_dev.train_x,
                                           data_dev.train_y, data_dev.test_x, data_dev.test_y, data.classes)
@@ -376,6 +392,9 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         if not args.no_final_measure:
             summary.geometry, summary.rotation_probes = final_measurement(trainer, data_dev, run_dir, args.orbits,
                                                                           args.probe_images)
+        summary.end_of_run_seconds = time.perf_counter() - t_end
+        if not args.quiet:
+            print(f"end-of-run measurement done in {summary.end_of_run_seconds:.1f} s", flush=True)
     summary.status, summary.wall_seconds, summary.epochs_done = status, time.perf_counter() - t_start, len(history)
     summary.final = history[-1] if history else None
     if tracker is not None:

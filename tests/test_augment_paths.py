@@ -151,3 +151,21 @@ def test_worker_path_is_deterministic_and_prefetch_changes_nothing():
     finally:
         one.close()
         two.close()
+
+
+@pytest.mark.parametrize(("threads", "cores", "expected"), [(1, 2, "workers"), (2, 2, "batched"), (1, 1, "batched"),
+                                                            (3, 8, "workers"), (8, 8, "batched")])
+def test_auto_takes_workers_only_when_they_get_a_core(monkeypatch, threads, cores, expected):
+    """On a CPU, ``auto`` is the per-image path when torch's threads leave a core for each worker process
+    (measured faster there), batched otherwise (measured faster when every core runs a torch thread)."""
+    from scale.engine import augment
+
+    monkeypatch.setattr(augment, "usable_cores", lambda: cores)
+    path, why = augment.resolve_augment_path("auto", torch.device("cpu"), threads=threads, workers=1)
+    assert path == expected and why.startswith("auto:") and f"{cores} core" in why
+    # an explicit path is never second-guessed; CUDA and torch.distributed are batched whatever the cores
+    assert augment.resolve_augment_path("workers", torch.device("cpu"), threads=8)[0] == "workers"
+    assert augment.resolve_augment_path("auto", torch.device("cuda"), threads=1)[0] == "batched"
+    assert augment.resolve_augment_path("auto", torch.device("cpu"), threads=1, distributed=True)[0] == "batched"
+    with pytest.raises(ValueError, match="one of auto, batched, workers"):
+        augment.resolve_augment_path("sideways", torch.device("cpu"), threads=1)

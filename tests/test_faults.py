@@ -269,6 +269,37 @@ def test_threads_are_saved_reused_and_a_change_is_warned(interrupted, tmp_path, 
     assert cfg.threads == scale_run._TORCH_THREADS == int(os.environ.get("OMP_NUM_THREADS", cfg.threads))
 
 
+def test_a_new_run_records_the_augmentation_path_auto_resolved_to(finished):
+    from scale.engine.augment import resolve_augment_path
+
+    recorded = _consistent(finished)["config"]["augment_path"]
+    assert recorded == resolve_augment_path("auto", torch.device("cpu"), threads=1, workers=1)[0]
+
+
+@pytest.mark.parametrize(("written", "trained_on"), [("auto", "workers"), (None, "batched")])
+def test_resume_keeps_the_path_of_a_config_written_before_paths_were_recorded(interrupted, capsys, written,
+                                                                              trained_on):
+    """A config saved with ``auto`` (which then meant workers on a CPU) or with no path at all (batched was
+    the only path) resumes on that path, whatever ``auto`` resolves to on this machine today, and says so;
+    config.json then records it, and a checkpoint still holding the old value is not taken for another run."""
+    ck_path = interrupted / "checkpoint.pt"
+    ck = load_checkpoint(ck_path)
+    for config in (ck["config"], cfg := json.loads((interrupted / "config.json").read_text())):
+        config.pop("augment_path")
+        if written is not None:
+            config["augment_path"] = written
+    torch.save(ck, ck_path)
+    (interrupted / "config.json").write_text(json.dumps(cfg))
+    code, err = _run(capsys, ["--resume", str(interrupted), "--quiet", "--epochs", "3", "--threads", "2"])
+    assert code == 0 and any(f"augmentation path {written or '(not recorded)'} -> {trained_on}" in line
+                             for line in err), err
+    assert json.loads((interrupted / "config.json").read_text())["augment_path"] == trained_on
+    # config.json (resolved) against a checkpoint from before the resume (still the old value): one run
+    torch.save(ck, ck_path)
+    code, err = _run(capsys, ["--resume", str(interrupted), "--quiet"])
+    assert code == 0 and not any("disagrees" in line for line in err), err
+
+
 # --------------------------------------------------------------------------------------------
 # 6. Flags given with --resume
 # --------------------------------------------------------------------------------------------

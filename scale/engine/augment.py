@@ -25,8 +25,8 @@ Two paths draw from the same distributions (``PRESET_PARAMS`` is the one table b
     GPUAugment   batched on the device: the path on CUDA, where one call per view augments the batch
     PILAugment   one image at a time with PIL, as torchvision's transforms do (crop box, flip, rotation,
                  jitter factors and order drawn per image; torchvision's sampling rules), meant for
-                 DataLoader worker processes that augment the next batch while the step runs: on a CPU
-                 the batched path competes with the step for the same cores
+                 worker processes that augment the next batch while the step runs (``WorkerAugment``):
+                 the CPU path when a core is free for them (``resolve_augment_path``)
 
 (kornia draws one order of the jitter operations per batch; PIL per image. The factors' distributions
 are the same.)
@@ -35,6 +35,7 @@ are the same.)
 from __future__ import annotations
 
 import math
+import os
 import random
 from collections.abc import Sequence
 
@@ -301,17 +302,46 @@ class WorkerAugment:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def build_views(preset: str, image_size: int, mean: Sequence[float], std: Sequence[float], device: torch.device,
-                path: str = "auto", workers: int = 1, distributed: bool = False):
-    """The augmentation of a training run: ``GPUAugment`` (batched) or ``WorkerAugment`` (per image).
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask where the OS keeps one, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
 
-    ``"auto"``: batched on CUDA (one call augments the batch on the device), per image in ``workers``
-    processes on a CPU, where batched kornia competes with the step for the same cores and measured
-    slower (BENCHMARKS.md, ``bench.bench_pipeline``); batched again under torch.distributed, because the
-    worker processes are forked from a process whose process-group threads are already running, and a
-    child forked mid-collective can hang the parent's exit (a frozen peer then never lets a rank stop)."""
+
+def resolve_augment_path(path: str, device: torch.device, *, threads: int, workers: int = 1,
+                         distributed: bool = False) -> tuple[str, str]:
+    """``(path, why)``: the path ``"auto"`` stands for here, and the reason in words.
+
+    ``"auto"`` is batched on CUDA (one call augments the batch on the device) and under torch.distributed
+    (worker processes forked from a process whose process-group threads already run can hang its exit:
+    a frozen peer then never lets a rank stop). On a CPU it is the per-image worker path when the worker
+    processes get cores of their own (``threads + workers <= usable_cores()``), where they prepare the
+    next batch while the step runs, and batched otherwise: with every core busy with torch's threads,
+    the workers take cycles from the step (the main job on 2 cores: workers 1.04-1.20x faster at 1 torch
+    thread, batched 1.3x faster at 2; BENCHMARKS.md, ``bench.bench_main_job``). The choice depends on the
+    machine, so ``scale.run`` records the resolved path in config.json and a resume keeps it."""
     if path not in AUGMENT_PATHS:
         raise ValueError(f"augment path must be one of {', '.join(AUGMENT_PATHS)}, got {path!r}")
-    if path == "batched" or (path == "auto" and (device.type != "cpu" or distributed)):
+    if path != "auto":
+        return path, "as asked"
+    if device.type != "cpu":
+        return "batched", f"auto: on {device.type} the batch is augmented on the device"
+    if distributed:
+        return "batched", "auto: worker processes are not forked under torch.distributed"
+    cores = usable_cores()
+    if threads + workers <= cores:
+        return "workers", f"auto: {threads} torch thread(s) and {workers} worker process(es) fit in {cores} cores"
+    return "batched", f"auto: {threads} torch thread(s) on {cores} core(s) leave no core for a worker process"
+
+
+def build_views(preset: str, image_size: int, mean: Sequence[float], std: Sequence[float], device: torch.device,
+                path: str = "auto", workers: int = 1, distributed: bool = False):
+    """The augmentation of a training run: ``GPUAugment`` (batched) or ``WorkerAugment`` (per image);
+    ``"auto"`` as ``resolve_augment_path`` decides at torch's current thread count."""
+    path, _ = resolve_augment_path(path, device, threads=torch.get_num_threads(), workers=workers,
+                                   distributed=distributed)
+    if path == "batched":
         return GPUAugment(preset, image_size, mean, std).to(device)
     return WorkerAugment(preset, image_size, mean, std, workers)

@@ -79,7 +79,8 @@ class TrainConfig:
     pred_width: int = 512
     init: str = "normal"  # or "collapsed": projector Linear weights x 0.1 (E1)
     augment: str = "e3"
-    # batched on CUDA, per image in worker processes on a CPU (scale.engine.augment.build_views)
+    # auto: batched on CUDA, per image in worker processes on a CPU with a core free for them
+    # (scale.engine.augment.resolve_augment_path); scale.run records the resolved path
     augment_path: str = "auto"
     augment_workers: int = 1  # worker processes of the per-image path
     epochs: int = 2

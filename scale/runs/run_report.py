@@ -100,7 +100,10 @@ def _run_section(run_dir: Path, s: RunSummary) -> list[str]:
         a = s.class_probe.accuracy
         lines += [f"| headline probe on z (backbone), test accuracy | {_pct(a.z)} |",
                   f"| headline probe on h (head), test accuracy | {_pct(a.h)} |"]
-    lines += [f"| wall time | {s.wall_seconds:.1f} s |", ""]
+    lines += [f"| wall time | {s.wall_seconds:.1f} s |"]
+    if s.end_of_run_seconds is not None:
+        lines += [f"| of which the end-of-run measurement | {s.end_of_run_seconds:.1f} s |"]
+    lines += [""]
     if s.class_probe is not None:
         lines += [f"Headline probe: {s.class_probe.protocol}, {s.class_probe.train_images} training and "
                   f"{s.class_probe.test_images} test images.", ""]

@@ -120,6 +120,7 @@ class RunSummary:
     git_commit: str = "unknown"
     status: str = "not run"
     wall_seconds: float = 0.0
+    end_of_run_seconds: float | None = None  # the linear probe and, unless skipped, geometry and rotation probes
     epochs_done: int = 0
     final: dict[str, float] | None = None
     class_probe: ClassProbe | None = None

@@ -252,13 +252,30 @@ def given_flags(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[
             a.default = d
 
 
+def settled_augment_path(values: dict[str, Any], device: str) -> dict[str, Any]:
+    """A saved config with the augmentation path its run used, for configs written before ``scale.run``
+    recorded the resolved path: no ``augment_path`` (written before the per-image path existed: every run
+    was batched), or ``"auto"`` (which then meant batched on CUDA and under torch.distributed, per image in
+    workers on a CPU). A resumed run keeps its random stream of views only on its own path."""
+    import torch.distributed as dist
+
+    if values.get("augment_path") not in (None, "auto"):
+        return values
+    if "augment_path" not in values:
+        path = "batched"
+    else:
+        path = "batched" if not device.startswith("cpu") or dist.is_initialized() else "workers"
+    return {**values, "augment_path": path}
+
+
 def resume_config(run_dir: Path, args: argparse.Namespace, given: set[str], device: str, default_threads: int
                   ) -> tuple[Any, list[str]]:
     """The resumed run's ``TrainConfig`` and the notes to print (module docstring); refuses what would mix runs."""
     from scale.engine.train import TrainConfig
 
-    saved = read_config_json(run_dir / "config.json")
+    written = read_config_json(run_dir / "config.json")
     checkpointed, done = read_checkpoint_config(run_dir / "checkpoint.pt")
+    saved, checkpointed = (settled_augment_path(c, device) for c in (written, checkpointed))
     diff = disagreements(saved, checkpointed)
     if diff:
         raise ConfigError(f"{run_dir}/config.json disagrees with its checkpoint.pt on {', '.join(diff)}: the directory "
@@ -278,6 +295,9 @@ def resume_config(run_dir: Path, args: argparse.Namespace, given: set[str], devi
                           "be given with --resume; start a new run for other settings")
     notes = []
     values = dict(saved)
+    if written.get("augment_path") != values["augment_path"]:
+        notes.append(f"augmentation path {written.get('augment_path', '(not recorded)')} -> {values['augment_path']}, "
+                     "the path this run was trained on (now recorded in config.json)")
     if values["device"] != device:
         notes.append(f"device {values['device']} -> {device} (numbers differ in the last bits)")
     values["device"] = device

@@ -133,7 +133,7 @@ def project_epochs(args, dev: torch.device, out: list[str], figures: dict) -> No
             cfg = _config(args, dev, precision, compile_)
             tracker = HessianTracker("epoch") if label == "bf16" else None
             trainer = Trainer(cfg, data, dev, hooks=[tracker] if tracker else [], log=None)
-            if not channels_last and dev.type == "cuda":  # weights and batches back in the default layout
+            if not channels_last:  # weights and batches back in the default layout
                 trainer.model.to(memory_format=torch.contiguous_format)
                 trainer.forward_model = _Contiguous(trainer.forward_model)
             flops = step_flops(trainer, args, dev) if not compile_ else figures.get("step_flops", float("nan"))

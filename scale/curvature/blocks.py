@@ -153,11 +153,10 @@ def block_norm(blocks: Tensor | Sequence[Tensor]) -> float:
     ``|A|_2 <= |A|_F``, so a block whose Frobenius norm is at most a norm already found cannot hold the
     maximum. The block of largest Frobenius norm is solved first (``eigvalsh``): its norm ``l`` is a lower
     bound on the answer. Every other block is then tested at ``t = 1 + CHOL_MARGIN`` after scaling by ``l``:
-    ``t I - A/l`` and ``t I + A/l`` both admit a Cholesky factor exactly when every eigenvalue of ``A`` lies in
-    ``(-t l, t l)`` (up to the factorisation's backward error, a few ``d eps`` of the scale; two Cholesky
-    factorisations per block, ``2 d^3 / 3`` flops, instead of a tridiagonal reduction each). The blocks that
-    fail are solved by ``eigvalsh``: the result is the same maximum as ``eigvalsh`` of every block, to that
-    round-off."""
+    ``t^2 I - (A/l)^2`` admits a Cholesky factor exactly when every eigenvalue of ``A`` lies in ``(-t l, t l)``
+    (up to the factorisation's backward error, a few ``d eps`` of the scale; one batched matmul and one
+    Cholesky factorisation per block, instead of a tridiagonal reduction each). The blocks that fail are
+    solved by ``eigvalsh``: the result is the same maximum as ``eigvalsh`` of every block, to that round-off."""
     chunks = [blocks] if isinstance(blocks, Tensor) else list(blocks)
     chunks = [c for c in chunks if c.shape[0]]
     if not chunks:
@@ -177,9 +176,9 @@ def block_norm(blocks: Tensor | Sequence[Tensor]) -> float:
             keep[i] = False
         if not bool(keep.any()):
             continue
-        A = c[keep] / best  # scaled: the test is against 1
-        t_eye = (1.0 + CHOL_MARGIN) * torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
-        fails = (torch.linalg.cholesky_ex(torch.cat([t_eye - A, t_eye + A])).info != 0).view(2, -1).any(0)
+        A = c[keep] / best  # scaled: the test is against 1, and squaring cannot overflow
+        eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+        fails = torch.linalg.cholesky_ex((1.0 + CHOL_MARGIN) ** 2 * eye - A @ A).info != 0
         if bool(fails.any()):
             best = max(best, float(torch.linalg.eigvalsh(c[keep][fails]).abs().max()))
     return best

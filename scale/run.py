@@ -15,7 +15,6 @@ Multi-GPU: ``torchrun --nproc_per_node N -m scale.run ...`` (DDP; ``--batch-size
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
@@ -30,7 +29,7 @@ import torch.distributed as dist
 from mini.heads import parse_head_spec
 from scale.curvature.tracking import HessianTracker
 from scale.engine import methods, signals
-from scale.engine.augment import AUGMENT_PATHS, PRESETS, resolve_augment_path
+from scale.engine.augment import AUGMENT_PATHS, PRESETS
 from scale.engine.backbones import BACKBONES
 from scale.engine.checkpoint import atomic_write_json, unreadable_reason
 from scale.engine.data import DATASETS, FOLDER_PREFIX, DataError, load_dataset
@@ -301,7 +300,6 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         if rank == 0:
             print(msg, file=sys.stderr if err else sys.stdout, flush=True)
 
-    augment_why = ""  # why the augmentation path (a new run's "auto" resolved here; a resumed run keeps its own)
     try:
         if args.resume:
             run_dir = Path(args.resume)
@@ -317,10 +315,6 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         else:
             device = select_device(args.device, local_rank)
             cfg = resolve_config(args, device)
-            # the path "auto" stands for on this machine, recorded in config.json: a resume keeps it
-            path, augment_why = resolve_augment_path(cfg.augment_path, device, threads=cfg.threads,
-                                                     workers=cfg.augment_workers, distributed=dist.is_initialized())
-            cfg = dataclasses.replace(cfg, augment_path=path)
             run_dir = _run_dir(args, cfg)
             data = _load_data(cfg, args)  # before the run directory exists: bad data leaves nothing written
             lock = rundir.RunLock(run_dir) if rank == 0 else None
@@ -340,6 +334,7 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         try:
             trainer = Trainer(cfg, data, device, run_dir=run_dir, hooks=hooks, progress=not args.quiet,
                               log=None if args.quiet or rank else print)
+            cfg = trainer.cfg  # with the augmentation path "auto" stood for here (config.json records it)
         except ValueError as exc:
             raise ArgError(str(exc)) from None
     except ArgError as exc:
@@ -362,7 +357,8 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         if not args.quiet:
             print(f"run directory: {run_dir}", flush=True)
             if not args.resume:
-                print(f"augmentation: {cfg.augment} preset, {cfg.augment_path} path ({augment_why})", flush=True)
+                print(f"augmentation: {cfg.augment} preset, {cfg.augment_path} path ({trainer.augment_why})",
+                      flush=True)
 
     summary = RunSummary(command=command_line(), config=cfg.to_dict(), device=device_name(device),
                          world_size=trainer.world, versions=versions(), git_commit=git_commit())

@@ -52,6 +52,17 @@ def test_predictor_module_or_spec_is_required_with_a_module_head():
     assert built(torch.zeros(2, 6)).shape == (2, 6)  # built for the module head's k = 6
 
 
+def test_the_trainer_records_the_augmentation_path_auto_stood_for(own_run):
+    """A run of the API with ``augment_path="auto"`` keeps the resolved path in its checkpoint: a resume
+    (also through ``scale.run --resume``) continues on it whatever machine it runs on."""
+    from scale.engine.augment import resolve_augment_path
+    from scale.engine.checkpoint import load_checkpoint
+
+    saved = load_checkpoint(own_run / "checkpoint.pt")["config"]["augment_path"]
+    assert saved in ("batched", "workers")
+    assert saved == resolve_augment_path("auto", torch.device("cpu"), threads=torch.get_num_threads())[0]
+
+
 def test_a_head_spec_given_to_the_trainer_is_the_run_s_spec(tmp_path):
     t = Trainer(TrainConfig(**CFG), load_synthetic(), torch.device("cpu"), backbone=tiny_backbone(), head="swish3",
                 log=None)

@@ -319,8 +319,8 @@ def resolve_augment_path(path: str, device: torch.device, *, threads: int, worke
     a frozen peer then never lets a rank stop). On a CPU it is the per-image worker path when the worker
     processes get cores of their own (``threads + workers <= usable_cores()``), where they prepare the
     next batch while the step runs, and batched otherwise: with every core busy with torch's threads,
-    the workers take cycles from the step (the main job on 2 cores: workers 1.04-1.20x faster at 1 torch
-    thread, batched 1.3x faster at 2; BENCHMARKS.md, ``bench.bench_main_job``). The choice depends on the
+    the workers take cycles from the step (the main job on 2 cores, wall time: workers 1.02x faster at 1
+    torch thread, batched 1.17x faster at 2; BENCHMARKS.md, ``bench.bench_main_job``). The choice depends on the
     machine, so ``scale.run`` records the resolved path in config.json and a resume keeps it."""
     if path not in AUGMENT_PATHS:
         raise ValueError(f"augment path must be one of {', '.join(AUGMENT_PATHS)}, got {path!r}")

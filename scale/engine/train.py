@@ -46,7 +46,7 @@ from torch import nn
 from mini.collapse_metrics import collapse_stats
 from mini.heads import parse_head_spec
 from scale.engine import methods
-from scale.engine.augment import build_views
+from scale.engine.augment import build_views, resolve_augment_path
 from scale.engine.backbones import build_backbone
 from scale.engine.checkpoint import load_checkpoint, save_checkpoint
 from scale.engine.data import Dataset
@@ -368,6 +368,11 @@ class Trainer:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.progress, self.log = progress, log or (lambda s: None)
         self.distributed = dist.is_available() and dist.is_initialized()
+        # the augmentation path "auto" stands for here, kept in the config (checkpoint, config.json): a resume
+        # continues the run's random stream of views on whatever machine it runs
+        path, self.augment_why = resolve_augment_path(cfg.augment_path, device, threads=torch.get_num_threads(),
+                                                      workers=cfg.augment_workers, distributed=self.distributed)
+        cfg = self.cfg = replace(cfg, augment_path=path)
         self.rank = dist.get_rank() if self.distributed else 0
         self.world = dist.get_world_size() if self.distributed else 1
         if cfg.batch_size % self.world:

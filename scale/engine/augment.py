@@ -291,7 +291,7 @@ class WorkerAugment:
             futures = self._submit(x_uint8, seed, n_views)
         self._pending = None
         out = np.concatenate([f.result() for f in futures], axis=1)  # (n_views, B, 3, S, S)
-        return torch.from_numpy(out.reshape(-1, *out.shape[2:]))
+        return torch.from_numpy(out.reshape(-1, *out.shape[2:])).to(x_uint8.device)  # (a CPU run resumed on CUDA)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -19,7 +19,9 @@ On resume (``resume_config``), the run's identity is what its checkpoint says:
         --device    continue on another device (numbers then differ in the last bits)
         --threads   another CPU thread count (sums change in the last bits: warned)
     and flags that only steer this invocation (``INVOCATION_FLAGS``: output, logging, measurements,
-    data location, DDP timeout) are taken as given.
+    data location, DDP timeout) are taken as given. The augmentation path is the one the run was trained
+    on: a config saved before the resolved path was recorded gets the path it then stood for
+    (``settled_augment_path``), never what ``auto`` would pick on this machine today.
 """
 
 from __future__ import annotations

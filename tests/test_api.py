@@ -59,8 +59,11 @@ def test_the_trainer_records_the_augmentation_path_auto_stood_for(own_run):
     from scale.engine.checkpoint import load_checkpoint
 
     saved = load_checkpoint(own_run / "checkpoint.pt")["config"]["augment_path"]
-    assert saved in ("batched", "workers")
-    assert saved == resolve_augment_path("auto", torch.device("cpu"), threads=torch.get_num_threads())[0]
+    assert saved in ("batched", "workers")  # never "auto"
+    t = Trainer(TrainConfig(**CFG), load_synthetic(), torch.device("cpu"), backbone=tiny_backbone(), log=None)
+    expected = resolve_augment_path("auto", torch.device("cpu"), threads=torch.get_num_threads())[0]
+    assert t.cfg.augment_path == expected
+    assert type(t.augment).__name__ == {"batched": "GPUAugment", "workers": "WorkerAugment"}[expected]
 
 
 def test_a_head_spec_given_to_the_trainer_is_the_run_s_spec(tmp_path):

@@ -41,15 +41,17 @@ class PaperFigure:
 
 
 @dataclass(frozen=True)
-class PaperProbe:
-    """A rotation probe of the paper (E3): test accuracy in percent on ``z`` and ``h``, gap ``h - z`` in points."""
+class ProbePair:
+    """One probe's test accuracy in percent on the backbone's ``z`` and the head's ``h`` (``84.67`` is
+    84.67 %): the paper's E3 probes here, and every probe ``scale`` measures (``scale.runs.summary``)."""
 
     z: float
     h: float
 
     @property
     def gap(self) -> float:
-        return round(self.h - self.z, 2)
+        """``h - z`` in percentage points (negative: the head lost what the probe reads)."""
+        return self.h - self.z
 
     def cells(self) -> tuple[str, str, str]:
         return f"{self.z:.2f} %", f"{self.h:.2f} %", f"{self.gap:+.2f} points"
@@ -67,7 +69,7 @@ E4: dict[str, PaperFigure] = {
 COMPRESSION_UNTRAINED = 0.97  # E4's negative control: an untrained head of the same architecture
 
 # E3 rotation probes (4-way quarter turns), percent.
-E3_PROBES: dict[str, PaperProbe] = {"linear": PaperProbe(52.27, 37.55), "mlp": PaperProbe(55.46, 43.56)}
+E3_PROBES: dict[str, ProbePair] = {"linear": ProbePair(52.27, 37.55), "mlp": ProbePair(55.46, 43.56)}
 
 # E2 Hessian tracking (released arrays): Spearman between representation variance and condition number.
 E2_SPEARMAN: dict[str, float] = {"normal-swish2": 0.339, "collapsed-swish2": 0.609, "collapsed-relu2": 0.669}

@@ -170,20 +170,9 @@ class MLPHead(nn.Module):
         return f"spec={self.spec.name}, style={self.style}"
 
 
-def build_head(
-    spec: str | HeadSpec,
-    d: int,
-    k: int,
-    width: int | Sequence[int] = 2048,
-    *,
-    bias: bool | None = None,
-    batchnorm: bool = False,
-    out_batchnorm: bool | None = None,
-    style: str = "grammar",
-) -> MLPHead:
-    """``MLPHead`` for ``spec`` (``'linear'``, ``'gelu3'``, ...) in ``style`` (``grammar``: bias on unless
-    ``bias=False``; ``paper``: the official heads); torch's default Linear initialisation."""
-    return MLPHead(spec, d, k, width, bias=bias, batchnorm=batchnorm, out_batchnorm=out_batchnorm, style=style)
+# ``build_head(spec, d, k, width, ...)``: the ``MLPHead`` for ``spec`` (``'linear'``, ``'gelu3'``, ...) in ``style``
+# (``grammar``: bias on unless ``bias=False``; ``paper``: the official heads); torch's default Linear initialisation
+build_head = MLPHead
 
 
 @torch.no_grad()

@@ -20,19 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from mini.invariance import OrbitGeometry, Stat
-
-
-@dataclass(frozen=True)
-class ProbePair:
-    """One probe's test accuracy (percent) on the backbone's ``z`` and the head's ``h``."""
-
-    z: float
-    h: float
-
-    @property
-    def gap(self) -> float:
-        """``h - z`` in percentage points (negative: the head lost what the probe reads)."""
-        return self.h - self.z
+from mini.paper_numbers import ProbePair  # one probe's z and h accuracies, the paper's and ours
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ def main() -> int:
     run_dir = Path(argv[argv.index("--out") + 1]) / argv[argv.index("--run-name") + 1]
     history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     summary = json.loads((run_dir / "summary.json").read_text())
+    config = json.loads((run_dir / "config.json").read_text())
     probe = summary.get("class_probe") or {}
     acc = probe.get("accuracy") or {}
     if not acc and "linear_probe" in summary:  # the former summary layout: fractions
@@ -82,8 +83,7 @@ def main() -> int:
         "training": TIMES["fit"] - TIMES["augmentation"],
         "other": main_s - TIMES["data"] - TIMES["fit"] - TIMES["end"],
         "loss": history[-1]["loss"] if history else None, "probe_z": acc.get("z"), "probe_h": acc.get("h"),
-        "threads": json.loads((run_dir / "config.json").read_text()).get("threads"),
-        "augment_path": json.loads((run_dir / "config.json").read_text()).get("augment_path", "batched (only path)"),
+        "threads": config.get("threads"), "augment_path": config.get("augment_path", "batched (only path)"),
     }
     out.write_text(json.dumps(result))
     return 0

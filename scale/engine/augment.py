@@ -321,7 +321,8 @@ def resolve_augment_path(path: str, device: torch.device, *, threads: int, worke
     next batch while the step runs, and batched otherwise: with every core busy with torch's threads,
     the workers take cycles from the step (the main job on 2 cores, wall time: workers 1.02x faster at 1
     torch thread, batched 1.17x faster at 2; BENCHMARKS.md, ``bench.bench_main_job``). The choice depends on the
-    machine, so ``scale.run`` records the resolved path in config.json and a resume keeps it."""
+    machine, so the ``Trainer`` keeps the resolved path in its config (checkpoint, config.json) and a
+    resume keeps it."""
     if path not in AUGMENT_PATHS:
         raise ValueError(f"augment path must be one of {', '.join(AUGMENT_PATHS)}, got {path!r}")
     if path != "auto":
@@ -337,11 +338,11 @@ def resolve_augment_path(path: str, device: torch.device, *, threads: int, worke
 
 
 def build_views(preset: str, image_size: int, mean: Sequence[float], std: Sequence[float], device: torch.device,
-                path: str = "auto", workers: int = 1, distributed: bool = False):
-    """The augmentation of a training run: ``GPUAugment`` (batched) or ``WorkerAugment`` (per image);
-    ``"auto"`` as ``resolve_augment_path`` decides at torch's current thread count."""
-    path, _ = resolve_augment_path(path, device, threads=torch.get_num_threads(), workers=workers,
-                                   distributed=distributed)
+                path: str, workers: int = 1):
+    """The augmentation of a training run on a resolved ``path`` (``resolve_augment_path``): ``GPUAugment``
+    (``"batched"``) or ``WorkerAugment`` (``"workers"``)."""
     if path == "batched":
         return GPUAugment(preset, image_size, mean, std).to(device)
-    return WorkerAugment(preset, image_size, mean, std, workers)
+    if path == "workers":
+        return WorkerAugment(preset, image_size, mean, std, workers)
+    raise ValueError(f"build_views takes a resolved path, batched or workers (resolve_augment_path), got {path!r}")

@@ -80,7 +80,7 @@ class TrainConfig:
     init: str = "normal"  # or "collapsed": projector Linear weights x 0.1 (E1)
     augment: str = "e3"
     # auto: batched on CUDA, per image in worker processes on a CPU with a core free for them
-    # (scale.engine.augment.resolve_augment_path); scale.run records the resolved path
+    # (scale.engine.augment.resolve_augment_path); the Trainer keeps the resolved path in its config
     augment_path: str = "auto"
     augment_workers: int = 1  # worker processes of the per-image path
     epochs: int = 2
@@ -410,7 +410,7 @@ class Trainer:
             self.forward_model = torch.compile(self.forward_model)
         self.optimizer = build_optimizer(cfg, [p for p in self.model.parameters() if p.requires_grad], device)
         self.augment = build_views(cfg.augment, data.image_size, data.mean, data.std, device, cfg.augment_path,
-                                   cfg.augment_workers, distributed=self.distributed)
+                                   cfg.augment_workers)
 
         g = torch.Generator().manual_seed(_seed_for(cfg.seed, 7))
         probe_idx = torch.randperm(len(self.train_x), generator=g)[: min(cfg.probe_size, len(self.train_x))]

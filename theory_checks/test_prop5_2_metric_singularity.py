@@ -85,14 +85,20 @@ def test_invariant_head_metric_vanishes_on_toy_orbits(name, spec, k, seed):
     assert relative_gain(J_control, v) > CONTROL_FLOOR
 
 
+def torus_instance(d: int, data, seed: int) -> tuple[int, np.random.Generator, Torus, np.ndarray]:
+    """A random ``T^g`` on ``R^d`` (``g`` drawn in ``[1, d // 2]``; 1 in the explicit examples), the generator
+    that made it (the head's weights come from it next) and a point ``z``."""
+    g = data.draw(st.integers(1, d // 2)) if data is not None else 1
+    rng = np.random.default_rng(seed)
+    torus = Torus(d, g, rng)
+    return g, rng, torus, rng.standard_normal(d)
+
+
 @given(d=st.integers(3, 9), data=st.data(), spec=smooth_specs, seed=seeds)
 @example(d=4, data=None, spec="swish2", seed=1)
 def test_invariant_head_metric_vanishes_on_torus_orbits(d, data, spec, seed):
     """Random ``T^g`` on ``R^d``: every direction of the ``g``-dimensional ``V_aug(z)`` is null for ``G``."""
-    g = data.draw(st.integers(1, d // 2)) if data is not None else 1
-    rng = np.random.default_rng(seed)
-    torus = Torus(d, g, rng)
-    z = rng.standard_normal(d)
+    g, rng, torus, z = torus_instance(d, data, seed)
     V = torus.tangents(z)
     mlp = init_head(spec, d - g, 3, 6, rng)
     head = invariant_head(torus.invariants, mlp)
@@ -135,10 +141,7 @@ def test_invariant_head_maps_whole_toy_orbit_to_one_point(name, spec, k, seed):
 @example(d=4, data=None, spec="swish2", seed=1)
 def test_invariant_head_maps_whole_torus_orbit_to_one_point(d, data, spec, seed):
     """Quotient statement on random ``T^g``: random finite angles ``t`` in ``[-pi, pi]^g``; control moves."""
-    g = data.draw(st.integers(1, d // 2)) if data is not None else 1
-    rng = np.random.default_rng(seed)
-    torus = Torus(d, g, rng)
-    z = rng.standard_normal(d)
+    g, rng, torus, z = torus_instance(d, data, seed)
     orbit = np.stack([z] + [torus.act(z, t) for t in rng.uniform(-np.pi, np.pi, (ORBIT_POINTS - 1, g))])
     head = invariant_head(torus.invariants, init_head(spec, d - g, 3, 6, rng))
     assert np.all(orbit_displacement(head, orbit) <= ORBIT_RTOL * output_scale(head, z))

@@ -1,7 +1,10 @@
 """Hypothesis profiles and strategies shared by the theory checks.
 
-Profiles: ``ci`` (selected when the ``CI`` variable is set) is deterministic, with every field set
-explicitly; ``dev`` explores more. ``HYPOTHESIS_PROFILE`` overrides either.
+Profiles: ``ci`` is the default, everywhere: deterministic, with every field set explicitly, so the
+README's test command gives the same examples on every machine and is exactly what CI runs.
+``explore`` is opt-in: fresh random instances, ``THEORY_CHECKS_EXAMPLES`` of them per property
+(default 100), shrinking on; ``python -m theory_checks.explore`` runs it over several seeds and counts
+the examples, the discards and the failures. ``HYPOTHESIS_PROFILE`` selects a profile.
 
 Strategies draw *instances*, never raw arrays of arbitrary floats: bounded finite floats, matrices
 built from chosen spectra (so conditioning is controlled, not hoped for), head parameters from a
@@ -20,7 +23,7 @@ from mini.heads import ACTIVATIONS, Head, init_head
 
 settings.register_profile(
     "ci",
-    max_examples=12,
+    max_examples=20,
     derandomize=True,
     deadline=None,
     database=None,
@@ -31,17 +34,36 @@ settings.register_profile(
     suppress_health_check=(HealthCheck.too_slow,),
     stateful_step_count=10,
 )
-settings.register_profile("dev", max_examples=40, deadline=None, print_blob=True)
+settings.register_profile(
+    "explore",
+    parent=settings.get_profile("ci"),
+    max_examples=int(os.environ.get("THEORY_CHECKS_EXAMPLES", "100")),
+    derandomize=False,
+)
 # The mutation suite (theory_checks/mutants.py): the CI profile without shrinking, so that a check
 # failing under a mutant reports at once instead of minimising the example.
 settings.register_profile(
     "mutants", parent=settings.get_profile("ci"), phases=(Phase.explicit, Phase.reuse, Phase.generate)
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def examples(fraction: float) -> int:
+    """A check's own example budget as a fraction of the profile's, for checks whose every example costs
+    several of the others' (it then scales with the profile instead of being pinned)."""
+    return max(1, round(fraction * settings.default.max_examples))
 
 SMOOTH_ACTIVATIONS: tuple[str, ...] = tuple(a for a in ACTIVATIONS if a != "relu")
 ALL_SPECS: tuple[str, ...] = ("linear", *(f"{a}{n}" for a in ACTIVATIONS for n in (2, 3)))
 SMOOTH_SPECS: tuple[str, ...] = tuple(s for s in ALL_SPECS if s[:-1] in SMOOTH_ACTIVATIONS)
+
+
+def head_specs(smooth: bool = False, piecewise_linear: bool = False, max_depth: int = 4) -> st.SearchStrategy[str]:
+    """Specs of the grammar up to ``max_depth`` Linear layers (``linear`` is depth 1): every activation,
+    only the smooth ones, or only the piecewise-linear ones (``linear`` and ReLU heads)."""
+    acts = [a for a in ACTIVATIONS if (a != "relu" if smooth else a == "relu" if piecewise_linear else True)]
+    specs = [f"{a}{n}" for a in acts for n in range(2, max_depth + 1)]
+    return st.sampled_from(specs if smooth else ["linear", *specs])
 
 
 def bounded_floats(lo: float = -3.0, hi: float = 3.0) -> st.SearchStrategy[float]:

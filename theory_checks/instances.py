@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from hypothesis import strategies as st
 
 from mini.heads import Head, init_head
 from mini.losses import Objective, make_objective
@@ -53,3 +54,15 @@ def make_instance(
 def rho_is_material(rho: np.ndarray, Hb: np.ndarray) -> bool:
     """``rho != 0`` in a sense no rounding can fake: its largest entry above ``RHO_MATERIAL x max |h|``."""
     return bool(np.abs(rho).max() > RHO_MATERIAL * max(float(np.abs(Hb).max()), np.finfo(float).tiny))
+
+
+@st.composite
+def instance_shapes(draw, objective: str) -> dict:
+    """``m`` pairs of views (3-4 for Barlow Twins, whose standardisation makes ``m = 2`` locally
+    constant; 2-4 for VICReg's variances and for NT-Xent, which with one pair has no negative and is
+    identically 0; 1-4 for the others), ``d``, ``k`` in [1, 5] (``k >= 2`` for the normalising objectives,
+    whose ``k = 1`` embedding is a sign), hidden width in [1, 6]."""
+    normalising = objective in ("simclr", "simsiam", "byol")
+    m_min = {"barlow": 3, "vicreg": 2, "simclr": 2}.get(objective, 1)
+    return {"m": draw(st.integers(m_min, 4)), "d": draw(st.integers(1, 5)),
+            "k": draw(st.integers(2 if normalising else 1, 5)), "width": draw(st.integers(1, 6))}

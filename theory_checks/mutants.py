@@ -468,12 +468,83 @@ def torch_gelu_tanh(mp):
     mp.setitem(activations.TABLE, "gelu", dataclasses.replace(entry, torch_kwargs=(("approximate", "tanh"),)))
 
 
+
+def nt_xent_fixed_temperature(mp):
+    """NT-Xent that ignores the temperature it is given (always 0.1, the default)."""
+    import mini.losses as L
+
+    original = L.nt_xent
+    _patch_objective(mp, "nt_xent", lambda temperature=0.1: original(0.1).fn)
+
+
+def vicreg_coefficients_swapped(mp):
+    """VICReg with the invariance and variance coefficients swapped (equal at the defaults, 25 / 25)."""
+    import mini.losses as L
+
+    original = L.vicreg
+    _patch_objective(mp, "vicreg", lambda sim_coeff=25.0, std_coeff=25.0, cov_coeff=1.0, eps=1e-4:
+                     original(std_coeff, sim_coeff, cov_coeff, eps).fn)
+
+
+def barlow_lambda_ignored(mp):
+    """Barlow Twins with its off-diagonal weight fixed at the default 5e-3 whatever it is given."""
+    import mini.losses as L
+
+    original = L.barlow
+    _patch_objective(mp, "barlow", lambda lambd=5e-3, eps=1e-5: original(5e-3, eps).fn)
+
+
+def wilson_wald(mp):
+    """The Wald interval ``p -+ z sqrt(p (1 - p) / N)`` where the Wilson score interval is meant."""
+    import mini.collapse as C
+
+    def wilson_interval(hits, total, z=C.WILSON_Z95):
+        p = hits / total
+        half = z * np.sqrt(p * (1 - p) / total)
+        return float(max(0.0, p - half)), float(min(1.0, p + half))
+
+    _replace(mp, C, "wilson_interval", wilson_interval)
+
+
+def orbit_gain_unnormalised(mp):
+    """The orbit gain as ``v^T G v / |v|^2``, without dividing by the mean ``tr G / d``."""
+    import mini.invariance as Inv
+
+    def orbit_gain(G, V):
+        V = np.atleast_2d(np.asarray(V, dtype=float))
+        return np.einsum("md,de,me->m", V, np.asarray(G, dtype=float), V) / np.sum(V * V, axis=1)
+
+    _replace(mp, Inv, "orbit_gain", orbit_gain)
+
+
+def orbit_displacement_from_centroid(mp):
+    """Orbit displacement measured from the orbit's centroid instead of from ``h(z)``."""
+    import mini.invariance as Inv
+
+    def orbit_displacement(fn, orbit):
+        H = np.asarray(fn(np.asarray(orbit, dtype=float)), dtype=float)
+        return np.linalg.norm(H - H.mean(axis=0), axis=1)
+
+    _replace(mp, Inv, "orbit_displacement", orbit_displacement)
+
+
+def leak_quadratic(mp):
+    """The approximately invariant head leaking ``delta^2 P z`` instead of ``delta P z``."""
+    import mini.invariance as Inv
+
+    def approximately_invariant_head(invariants, head, P, delta):
+        P = np.asarray(P, dtype=float)
+        return lambda Z: head(invariants(Z) + delta**2 * Z @ P.T)
+
+    _replace(mp, Inv, "approximately_invariant_head", approximately_invariant_head)
+
 T = CHECKS
 EQ1 = f"{T}/test_eq1_decomposition.py::test_decomposition_every_head_and_objective"
 EQ1_SQUARE = f"{T}/test_eq1_decomposition.py::test_decomposition_square_head"
 RELU_CLOSED = f"{T}/test_relu_gap.py::test_closed_form_interaction_vanishes"
 RELU_TORCH = f"{T}/test_relu_gap.py::test_scale_torch_head_is_minis_head"
 TORCH = f"{T}/test_independent_torch.py::test_mini_routes_match_the_published_formulas"
+SIMCLR, VICREG, BARLOW = f"{TORCH}[simclr]", f"{TORCH}[vicreg]", f"{TORCH}[barlow]"
 FLOOR = f"{T}/test_negative_floor.py::test_floor_counts_minus_1e6_and_not_minus_1e12"
 FLOOR_SIGN = f"{T}/test_negative_floor.py::test_scale_is_the_largest_magnitude_of_either_sign"
 LEMMA = f"{T}/test_thm4_1_collapse.py::test_part2_lemma_on_null_space_of_G"
@@ -487,6 +558,11 @@ FISHER_VALUES = f"{T}/test_thm5_3_fisher_rank.py::test_fisher_information_is_the
 FISHER_RANK = f"{T}/test_thm5_3_fisher_rank.py::test_fisher_rank_drops_by_one_on_toy_manifolds"
 PULLBACK = f"{T}/test_prop5_2_metric_singularity.py::test_invariant_head_metric_vanishes_on_toy_orbits"
 FLOW = f"{T}/test_collapse_dynamics.py::test_strict_saddle_grows_at_rate_minus_lambda_min"
+WILSON = f"{T}/test_thm4_1_collapse.py::test_wilson_interval_matches_scipy_at_every_count"
+PROP52 = f"{T}/test_prop5_2_metric_singularity.py"
+GAIN = f"{PROP52}::test_orbit_gain_is_one_for_an_isotropic_metric_and_lambda_over_mean_on_a_diagonal"
+LINEAR_ORBIT = f"{PROP52}::test_measuring_functions_on_a_linear_head_along_a_rotation_orbit"
+LEAK = f"{PROP52}::test_approximately_invariant_head_metric_scales_with_delta_squared"
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("closed_form_without_M", "closed-form H_eff = G only (M dropped)", (EQ1,), closed_form_without_M),
     Mutant("M_wrong_sign", "M added with the wrong sign", (EQ1,), M_wrong_sign),
@@ -504,10 +580,11 @@ MUTANTS: tuple[Mutant, ...] = (
            loss_hessian_blocks_times_two),
     Mutant("coupled_loss_hessian_x2", "coupled loss Hessian off by a factor 2", (EQ1,),
            coupled_loss_hessian_times_two),
-    Mutant("nt_xent_no_positive", "NT-Xent denominator without the positive pair", (TORCH,), nt_xent_no_positive),
-    Mutant("vicreg_variance_wrong_axis", "VICReg variance hinge over features, not over the batch", (TORCH,),
+    Mutant("nt_xent_no_positive", "NT-Xent denominator without the positive pair", (SIMCLR,),
+           nt_xent_no_positive),
+    Mutant("vicreg_variance_wrong_axis", "VICReg variance hinge over features, not over the batch", (VICREG,),
            vicreg_variance_wrong_axis),
-    Mutant("barlow_lambda_on_diagonal", "Barlow Twins' lambda applied to the invariance term too", (TORCH,),
+    Mutant("barlow_lambda_on_diagonal", "Barlow Twins' lambda applied to the invariance term too", (BARLOW,),
            barlow_lambda_on_diagonal),
     Mutant("floor_1e-3", "negative-curvature floor 1e-3 instead of 1e-9", (FLOOR,), floor_1e3),
     Mutant("floor_absolute", "negative-curvature floor absolute instead of relative", (FLOOR,), floor_absolute),
@@ -531,6 +608,19 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("fisher_rank_absolute", "Fisher rank with an absolute tolerance", (FISHER_RANK,), fisher_rank_absolute),
     Mutant("pullback_JJt", "pullback metric J J^T instead of J^T J", (PULLBACK,), pullback_JJt),
     Mutant("flow_ascends", "gradient flow integrated with the wrong sign", (FLOW,), flow_ascends),
+    Mutant("nt_xent_fixed_temperature", "NT-Xent ignores its temperature (always 0.1)", (SIMCLR,),
+           nt_xent_fixed_temperature),
+    Mutant("vicreg_coefficients_swapped", "VICReg's invariance and variance coefficients swapped", (VICREG,),
+           vicreg_coefficients_swapped),
+    Mutant("barlow_lambda_ignored", "Barlow Twins' lambda fixed at 5e-3 whatever is given", (BARLOW,),
+           barlow_lambda_ignored),
+    Mutant("wilson_wald", "the Wald interval where the Wilson score interval is meant", (WILSON,), wilson_wald),
+    Mutant("orbit_gain_unnormalised", "orbit gain v^T G v / |v|^2 without dividing by tr G / d", (GAIN,),
+           orbit_gain_unnormalised),
+    Mutant("orbit_displacement_from_centroid", "orbit displacement from the orbit's centroid, not from h(z)",
+           (LINEAR_ORBIT,), orbit_displacement_from_centroid),
+    Mutant("leak_quadratic", "the approximately invariant head leaks delta^2 P z, not delta P z", (LEAK,),
+           leak_quadratic),
 )
 
 

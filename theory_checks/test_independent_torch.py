@@ -14,14 +14,22 @@ forward pass and the losses below are written afresh from the papers; this file 
 
 Conventions matched to ``mini.losses`` (each is a choice the papers leave open or fix as stated):
 two views stacked as rows ``[view1; view2]`` (``n = 2m``, row ``i`` pairs with row ``i + m``); NT-Xent
-with temperature ``TAU = 0.1``, averaged over all ``2m`` anchors (Chen et al. 2020); SimSiam's
+with temperature ``tau``, averaged over all ``2m`` anchors (Chen et al. 2020); SimSiam's
 ``D(p, z) = -cos(p, stopgrad z)``, symmetrised as ``D(p1, z2)/2 + D(p2, z1)/2`` (Chen and He 2021);
 BYOL's ``|q/|q| - z'/|z'||^2 = 2 - 2 cos`` per direction, the two directions averaged (Grill et al.
 2020, who sum them: a factor 2); stop-gradient targets and the predictor are held fixed; VICReg with
-coefficients 25 / 25 / 1, ``sqrt(var + 1e-4)`` with the unbiased variance, covariance divided by
-``m - 1``, off-diagonal squares divided by ``k`` (Bardes et al. 2022); Barlow Twins with
-``lambda = 5e-3`` and batch standardisation (biased variance, ``eps = 1e-5``, no affine), ``C`` divided
-by ``m`` (Zbontar et al. 2021).
+coefficients ``(lambda, mu, nu)``, ``sqrt(var + 1e-4)`` with the unbiased variance, covariance divided
+by ``m - 1``, off-diagonal squares divided by ``k`` (Bardes et al. 2022); Barlow Twins with weight
+``lambda`` and batch standardisation (biased variance, ``eps = 1e-5``, no affine), ``C`` divided by
+``m`` (Zbontar et al. 2021).
+
+The hyperparameters are drawn, not left at their defaults (a route that ignored one would agree with
+the formula at the default): ``tau`` in [0.05, 2], VICReg's three coefficients each in [0.1, 50]
+(``nu`` in [0.1, 10]), Barlow's ``lambda`` in [1e-4, 1], the predictor's depth (1-3) and hidden width
+(2-8); and the instance's shapes: every head of the grammar up to depth 3, hidden width 2-6, ``d``
+2-5, ``k`` 2-4, ``m`` 2-4 pairs (3-4 for Barlow Twins, whose standardisation makes ``m = 2`` locally
+constant). Premise (counted ``assume``): the head is not dead on the whole batch (a ReLU head whose
+units are all off has ``H_eff = 0``: nothing to compare).
 
 Negative controls: three plausible slips in the torch formulas (NT-Xent without the positive pair in
 its denominator, VICReg's variance taken over the wrong axis, the MSE loss doubled) differ from mini
@@ -37,20 +45,24 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from conftest import examples, seeds  # noqa: E402
+from hypothesis import assume, example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from torch.func import grad, hessian, jacrev  # noqa: E402
 
+from mini import losses  # noqa: E402
 from mini.heads import init_head  # noqa: E402  (weights only; the forward pass is rewritten here)
 from mini.hessian import decompose_autograd, decompose_closed_form  # noqa: E402
 from mini.losses import make_objective  # noqa: E402
 
 REL_TOL = 1e-9
 MATERIAL_REL = 1e-3
-SPECS = ("linear", "relu2", "gelu2", "swish3", "tanh2", "softplus3")
+SPECS = ("linear", *(f"{a}{n}" for a in ("relu", "gelu", "swish", "tanh", "softplus") for n in (2, 3)))
 OBJECTIVES = ("mse", "mse_views", "simclr", "simsiam", "byol", "vicreg", "barlow")
-D, K, M_PAIRS, WIDTH = 4, 3, 3, 5
-TAU = 0.1
-VICREG_COEFFS, VICREG_EPS = (25.0, 25.0, 1.0), 1e-4
-BARLOW_LAMBDA, BN_EPS = 5e-3, 1e-5
+VICREG_EPS, BN_EPS = 1e-4, 1e-5
+DEFAULTS = {"tau": 0.1, "vicreg": (25.0, 25.0, 1.0), "barlow_lambda": 5e-3, "predictor_depth": 2,
+            "predictor_width": 5}
+SHAPE_DEFAULTS = {"d": 4, "k": 3, "m": 3, "width": 5}
 
 # ----------------------------------------------------------------------------------------------
 # The head, from its definition: a_l = x_{l-1} W_l^T + b_l, x_l = s(a_l), h = a_L
@@ -98,11 +110,11 @@ def mse_between_views(Hb):
     return 0.5 * ((A - B) ** 2).sum() / A.shape[0]
 
 
-def nt_xent(Hb, with_positive_in_denominator: bool = True):
+def nt_xent(Hb, tau: float, with_positive_in_denominator: bool = True):
     n = Hb.shape[0]
     m = n // 2
     U = Hb / Hb.norm(dim=1, keepdim=True)
-    S = U @ U.T / TAU
+    S = U @ U.T / tau
     partner = torch.cat([torch.arange(m, n), torch.arange(0, m)])
     keep = ~torch.eye(n, dtype=torch.bool)
     if not with_positive_in_denominator:  # the slip of the negative control
@@ -132,8 +144,8 @@ def _off_diagonal(C):
     return C - torch.diag(torch.diag(C))
 
 
-def vicreg(Hb, variance_dim: int = 0):
-    lam, mu, nu = VICREG_COEFFS
+def vicreg(Hb, coeffs: tuple[float, float, float], variance_dim: int = 0):
+    lam, mu, nu = coeffs
     x, y = _views(Hb)
     m, k = x.shape
     invariance = ((x - y) ** 2).mean()
@@ -146,7 +158,7 @@ def vicreg(Hb, variance_dim: int = 0):
     return lam * invariance + mu * variance + nu * covariance
 
 
-def barlow(Hb):
+def barlow(Hb, lambd: float):
     a, b = _views(Hb)
     m = a.shape[0]
 
@@ -155,7 +167,7 @@ def barlow(Hb):
         return x / torch.sqrt((x * x).mean(dim=0) + BN_EPS)
 
     C = bn(a).T @ bn(b) / m
-    return ((torch.diag(C) - 1) ** 2).sum() + BARLOW_LAMBDA * (_off_diagonal(C) ** 2).sum()
+    return ((torch.diag(C) - 1) ** 2).sum() + lambd * (_off_diagonal(C) ** 2).sum()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -163,18 +175,27 @@ def barlow(Hb):
 # ----------------------------------------------------------------------------------------------
 
 
-def instance(spec: str, objective: str, seed: int, *, slip: str | None = None):
+def instance(spec: str, objective: str, seed: int, hyper: dict = DEFAULTS, shape: dict = SHAPE_DEFAULTS, *,
+             slip: str | None = None):
     """Mini's objects and torch twins of the same numbers: (head, objective, Z, torch loss, torch head)."""
     rng = np.random.default_rng(seed)
-    head = init_head(spec, D, K, WIDTH, rng)
-    Z = rng.standard_normal((2 * M_PAIRS, D))
+    d, k, m = shape["d"], shape["k"], shape["m"]
+    head = init_head(spec, d, k, shape["width"], rng)
+    Z = rng.standard_normal((2 * m, d))
     Hb = head(Z)
     act = head.spec.activation
     predictor = None
     if objective in ("simsiam", "byol"):
-        predictor = init_head("linear" if act is None else f"{act}2", K, K, WIDTH, rng)
+        depth = hyper["predictor_depth"]
+        p_spec = "linear" if act is None or depth == 1 else f"{act}{depth}"
+        predictor = init_head(p_spec, k, k, hyper["predictor_width"], rng)
     targets = Hb + 0.5 * rng.standard_normal(Hb.shape) if objective in ("mse", "simsiam", "byol") else None
-    mini_obj = make_objective(objective, Hb, predictor=predictor, targets=targets, temperature=TAU)
+    if objective == "vicreg":
+        mini_obj = losses.vicreg(*hyper["vicreg"], eps=VICREG_EPS)
+    elif objective == "barlow":
+        mini_obj = losses.barlow(hyper["barlow_lambda"], eps=BN_EPS)
+    else:
+        mini_obj = make_objective(objective, Hb, predictor=predictor, targets=targets, temperature=hyper["tau"])
 
     def weights(h):
         return [(torch.tensor(layer["W"]), torch.tensor(layer["b"])) for layer in h.layers]
@@ -186,15 +207,15 @@ def instance(spec: str, objective: str, seed: int, *, slip: str | None = None):
     elif objective == "mse_views":
         loss = mse_between_views
     elif objective == "simclr":
-        loss = lambda Hb: nt_xent(Hb, with_positive_in_denominator=slip != "ntxent_no_positive")  # noqa: E731
+        loss = lambda Hb: nt_xent(Hb, hyper["tau"], with_positive_in_denominator=slip != "ntxent_no_positive")  # noqa: E731
     elif objective in ("simsiam", "byol"):
         pw = weights(predictor)
         t_pred = lambda x: mlp(pw, predictor.spec.activation, x)  # noqa: E731
         loss = (simsiam if objective == "simsiam" else byol)(t_pred, T)
     elif objective == "vicreg":
-        loss = lambda Hb: vicreg(Hb, variance_dim=1 if slip == "vicreg_wrong_axis" else 0)  # noqa: E731
+        loss = lambda Hb: vicreg(Hb, hyper["vicreg"], variance_dim=1 if slip == "vicreg_wrong_axis" else 0)  # noqa: E731
     else:
-        loss = barlow
+        loss = lambda Hb: barlow(Hb, hyper["barlow_lambda"])  # noqa: E731
     return head, mini_obj, Z, loss, t_head
 
 
@@ -217,19 +238,42 @@ def _seed(spec: str, objective: str) -> int:
     return zlib.crc32(f"independent/{spec}/{objective}".encode())
 
 
-@pytest.mark.parametrize("objective", OBJECTIVES)
-@pytest.mark.parametrize("spec", SPECS)
-def test_mini_routes_match_the_published_formulas(spec: str, objective: str) -> None:
-    head, obj, Z, loss, t_head = instance(spec, objective, _seed(spec, objective))
+hyperparameters = st.fixed_dictionaries({
+    "tau": st.floats(0.05, 2.0),
+    "vicreg": st.tuples(st.floats(0.1, 50.0), st.floats(0.1, 50.0), st.floats(0.1, 10.0)),
+    "barlow_lambda": st.floats(1e-4, 1.0),
+    "predictor_depth": st.integers(1, 3),
+    "predictor_width": st.integers(2, 8),
+})
+
+
+@st.composite
+def shapes(draw, objective: str) -> dict:
+    return {"d": draw(st.integers(2, 5)), "k": draw(st.integers(2, 4)), "width": draw(st.integers(2, 6)),
+            "m": draw(st.integers(3 if objective == "barlow" else 2, 4))}
+
+
+def check_routes(spec: str, objective: str, seed: int, hyper: dict, shape: dict) -> None:
+    head, obj, Z, loss, t_head = instance(spec, objective, seed, hyper, shape)
     ref = torch_route(loss, t_head, Z)
     scale = float(np.abs(np.linalg.eigvalsh(ref["H"])).max())
-    assert scale > 0 and np.abs(ref["rho"]).max() > 0, f"degenerate instance {spec}/{objective}"
+    assume(scale > 0)  # a head dead on the whole batch (every ReLU unit off) has H_eff = 0
+    assert np.abs(ref["rho"]).max() > 0, f"rho = 0 makes the comparison of M empty ({spec}, {objective})"
     for route in (decompose_autograd, decompose_closed_form):
         dec = route(head, obj, Z)
         for name in ("H", "G", "M"):
             err = float(np.abs(getattr(dec, name) - ref[name]).max()) / scale
             assert err <= REL_TOL, f"{route.__name__}: {name} off by {err:.2e} x scale ({spec}, {objective})"
         assert np.abs(np.asarray(dec.rho) - ref["rho"]).max() <= REL_TOL * np.abs(ref["rho"]).max()
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+@settings(max_examples=examples(0.3))  # each example is four dense torch.func Hessians
+@given(spec=st.sampled_from(SPECS), seed=seeds, hyper=hyperparameters, data=st.data())
+@example(spec="gelu2", seed=0, hyper=DEFAULTS, data=None)  # the published defaults
+def test_mini_routes_match_the_published_formulas(objective: str, spec: str, seed: int, hyper: dict, data) -> None:
+    shape = SHAPE_DEFAULTS if data is None else data.draw(shapes(objective), label="shape")
+    check_routes(spec, objective, seed, hyper, shape)
 
 
 @pytest.mark.parametrize(("objective", "slip"), [("simclr", "ntxent_no_positive"), ("vicreg", "vicreg_wrong_axis"),

@@ -12,8 +12,10 @@ head held fixed (the theorem's timescale separation). A state is *critical in Z*
 head has adapted). "Strict saddle" is a statement about critical points; the two kinds of state
 below are kept apart and named:
 
-A. Non-critical collapsed states (``mini.collapse.toy_state``: MSE to random targets, ``k = 3 < d =
-   6``). Their gradient in ``Z`` is material (``test_toy_states_are_not_critical``), so at them only
+A. Non-critical collapsed states (``mini.collapse.toy_state``: MSE to random targets, ``k < d``; the
+   property checks draw ``n`` in [2, 5], ``d`` in [2, 6], ``k`` in [1, d - 1], hidden widths at least
+   ``k``, depths 2-4; part 1 any ``d``, ``k`` in [1, 6], widths from 1, linear and ReLU heads of depth
+   1-4). Their gradient in ``Z`` is material (``test_toy_states_are_not_critical``), so at them only
    the *curvature* statement of part 2 is checked, not "strict saddle":
    - the lemma, against an independent Hessian: ``B^T H_eff B = B^T M B`` with ``H_eff`` autograd's
      exact Hessian of ``Z -> L(h(Z))`` (not the sum ``G + M``), ``B`` an orthonormal basis of
@@ -41,6 +43,10 @@ B. Collapsed critical points with ``rho != 0`` (``mini.collapse.collapsed_critic
    - bottleneck head (``rank J = w < min(d, k)``): ``null(G)`` is non-trivial but ``v^T H_eff v =
      v^T M v = 0`` on it: part 2's mechanism is absent at every such critical point.
 
+The Wilson interval behind "generically" (``mini.collapse.wilson_interval``) is checked against an
+independent implementation, ``scipy.stats.binomtest(hits, total).proportion_ci(method="wilson")``, at
+every count from 0/N to N/N (the edges included), within ``WILSON_RTOL``.
+
 Negative controls: (1) linear heads under the SimSiam negative cosine (indefinite loss Hessian,
 outside the premise) have negative curvature; (2) a direction off ``null(G)`` breaks the lemma;
 (3) the toy states' gradient is material (the criticality check can fail); (4) at a bottleneck
@@ -52,9 +58,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from autograd import grad
-from conftest import SMOOTH_SPECS, seeds
+from conftest import SMOOTH_SPECS, head_specs, seeds
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
+from scipy.stats import binomtest
 
 from mini.collapse import (
     collapsed_critical_state,
@@ -93,11 +100,13 @@ GENERIC_OFF_MECHANISM = (("softplus2", 10_007), ("softplus2", 10_012), ("softplu
 EXPANDING = {"d": 2, "k": 4, "width": 4, "n": 3}  # rank J = d < k
 BOTTLENECK = {"d": 4, "k": 3, "n": 3}  # hidden width 2 (two layers) or [5, 2] (three layers): rank J = 2
 CRITICAL_PD_INSTANCE = ("gelu2", 20_002)  # expanding, jointly critical, rho != 0, H_eff positive definite
+WILSON_RTOL = 1e-12  # two closed forms of one interval: round-off only
 
 
-def _collapsed(spec: str, seed: int, objective: str = "mse", out_scale: float = 1.0):
-    """A toy collapsed state; ``out_scale`` multiplies the head's last layer (units of ``h``)."""
-    head, obj, Z = toy_state(spec, "collapsed", objective, seed)
+def _collapsed(spec: str, seed: int, objective: str = "mse", out_scale: float = 1.0, shape: dict | None = None):
+    """A toy collapsed state (``toy_state``'s shape unless ``shape`` gives ``n``, ``d``, ``k``, ``width``);
+    ``out_scale`` multiplies the head's last layer (units of ``h``)."""
+    head, obj, Z = toy_state(spec, "collapsed", objective, seed, **(shape or {}))
     if out_scale != 1.0:
         last = {name: out_scale * value for name, value in head.layers[-1].items()}
         head = head.with_layers([*head.layers[:-1], last])
@@ -128,9 +137,19 @@ def _gradient_scale(head, Z, rho) -> float:
 # ----------------------------------------------------------------------------------------------
 
 
-@given(spec=st.sampled_from(("linear", "relu2", "relu3")), seed=seeds)
-def test_part1_linear_and_relu_heads_have_no_negative_curvature(spec: str, seed: int) -> None:
-    head, obj, Z, dec = _collapsed(spec, seed)
+@st.composite
+def collapsed_shapes(draw, bottleneck_k: bool) -> dict:
+    """``n`` in [2, 5] samples, ``d`` in [1, 6]; ``k`` in [1, 6] (part 1) or in [1, d - 1] with every hidden
+    width at least ``k`` (part 2: ``k < d`` and ``rank J = k``, so ``dim null(G) = n (d - k)``)."""
+    d = draw(st.integers(2 if bottleneck_k else 1, 6))
+    k = draw(st.integers(1, d - 1) if bottleneck_k else st.integers(1, 6))
+    return {"n": draw(st.integers(2, 5)), "d": d, "k": k, "width": draw(st.integers(k if bottleneck_k else 1, 8))}
+
+
+@given(spec=head_specs(piecewise_linear=True, max_depth=4), seed=seeds, shape=collapsed_shapes(bottleneck_k=False))
+@example(spec="relu2", seed=0, shape={"n": 4, "d": 6, "k": 3, "width": 8})
+def test_part1_linear_and_relu_heads_have_no_negative_curvature(spec: str, seed: int, shape: dict) -> None:
+    head, obj, Z, dec = _collapsed(spec, seed, shape=shape)
     assume(all(np.abs(a).min() > KINK_MARGIN for a in preactivations(head, Z)))
     assert obj.hessian_psd is True
     _assert_rho_material(dec, head(Z))
@@ -157,9 +176,9 @@ def test_part1_negative_control_premise_matters_simsiam_cosine() -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-def check_lemma(spec: str, seed: int, out_scale: float = 1.0) -> tuple[bool, bool]:
+def check_lemma(spec: str, seed: int, out_scale: float = 1.0, shape: dict | None = None) -> tuple[bool, bool]:
     """The lemma on one toy state; returns (negative curvature through M|null(G), H_eff negative)."""
-    head, obj, Z, dec = _collapsed(spec, seed, out_scale=out_scale)
+    head, obj, Z, dec = _collapsed(spec, seed, out_scale=out_scale, shape=shape)
     _assert_rho_material(dec, head(Z))
     H = effective_hessian(head, obj, Z)  # autograd: shares no arithmetic with the closed form
     sH = spectrum(H)
@@ -178,10 +197,10 @@ def check_lemma(spec: str, seed: int, out_scale: float = 1.0) -> tuple[bool, boo
     return through_M, sH.n_negative > 0
 
 
-@given(spec=st.sampled_from(SMOOTH_SPECS), seed=seeds)
-@example(spec="softplus2", seed=10_007)  # H_eff < 0 while M|null(G) is positive definite
-def test_part2_lemma_on_null_space_of_G(spec: str, seed: int) -> None:
-    check_lemma(spec, seed)
+@given(spec=head_specs(smooth=True, max_depth=4), seed=seeds, shape=collapsed_shapes(bottleneck_k=True))
+@example(spec="softplus2", seed=10_007, shape=None)  # H_eff < 0 while M|null(G) is positive definite
+def test_part2_lemma_on_null_space_of_G(spec: str, seed: int, shape: dict | None) -> None:
+    check_lemma(spec, seed, shape=shape)
 
 
 @pytest.mark.parametrize("out_scale", (1e-7, 1e7))
@@ -233,6 +252,22 @@ def test_part2_generic_fraction_with_confidence_interval() -> None:
     assert lo >= GENERIC_MIN_FRACTION, report
     assert tuple(pd) == GENERIC_PD_EXCEPTIONS, report
     assert tuple(off) == GENERIC_OFF_MECHANISM, report
+
+
+@given(total=st.integers(1, 10_000), fraction=st.floats(0.0, 1.0))
+@example(total=200, fraction=0.99)  # the generic set's 198 / 200
+@example(total=1, fraction=0.0)
+@example(total=1, fraction=1.0)
+@example(total=10_000, fraction=0.0)
+@example(total=10_000, fraction=1.0)
+def test_wilson_interval_matches_scipy_at_every_count(total: int, fraction: float) -> None:
+    """``wilson_interval(hits, total)`` equals scipy's Wilson score interval (no continuity correction),
+    edges ``0/N`` and ``N/N`` included, where one end is exactly 0 or 1."""
+    hits = round(fraction * total)
+    lo, hi = wilson_interval(hits, total)
+    ref = binomtest(hits, total).proportion_ci(confidence_level=0.95, method="wilson")
+    assert abs(lo - ref.low) <= WILSON_RTOL and abs(hi - ref.high) <= WILSON_RTOL, (hits, total, lo, hi, ref)
+    assert 0.0 <= lo <= hits / total <= hi <= 1.0
 
 
 @pytest.mark.parametrize(("spec", "seed"), GENERIC_PD_EXCEPTIONS)

@@ -607,41 +607,40 @@ def class_centroid_sum(mp):
     _wrap(mp, Inv, "class_centroids", wrapper)
 
 
-def d_inter_with_diagonal(mp):
-    """``D_inter`` as the mean over all ``n_c^2`` class pairs, ``a = b`` included."""
+def _orbit_geometry_field(mp: pytest.MonkeyPatch, field: str, value) -> None:
+    """``mini.invariance.orbit_geometry`` reporting ``value(F, labels)`` (a ``Stat``) as its ``field``."""
     import dataclasses
 
     import mini.invariance as Inv
 
     def wrapper(f):
         def orbit_geometry(F, labels, sweep=None):
-            geo = f(F, labels, sweep)
-            D, _ = Inv.inter_distances(F, labels)
-            return dataclasses.replace(geo, d_inter=Inv.stat(D))
+            return dataclasses.replace(f(F, labels, sweep), **{field: value(F, labels)})
 
         return orbit_geometry
 
     _wrap(mp, Inv, "orbit_geometry", wrapper)
+
+
+def d_inter_with_diagonal(mp):
+    """``D_inter`` as the mean over all ``n_c^2`` class pairs, ``a = b`` included."""
+    import mini.invariance as Inv
+
+    _orbit_geometry_field(mp, "d_inter", lambda F, labels: Inv.stat(Inv.inter_distances(F, labels)[0]))
 
 
 def ratio_inverted(mp):
     """The orbit ratio ``D_intra_o / D_inter(class(o))`` instead of ``D_inter / D_intra``."""
-    import dataclasses
-
     import mini.invariance as Inv
 
-    def wrapper(f):
-        def orbit_geometry(F, labels, sweep=None):
-            geo = f(F, labels, sweep)
-            classes, _ = Inv.class_centroids(F, labels)
-            per_class = np.asarray(Inv.inter_distances(F, labels)[1])
-            where = {c: j for j, c in enumerate(np.asarray(classes).tolist())}
-            inter = np.array([per_class[where[c]] for c in np.asarray(labels).tolist()])
-            return dataclasses.replace(geo, ratio=Inv.stat(np.asarray(Inv.intra_distance(F)) / inter))
+    def inverted(F, labels):
+        classes, _ = Inv.class_centroids(F, labels)
+        per_class = np.asarray(Inv.inter_distances(F, labels)[1])
+        where = {c: j for j, c in enumerate(np.asarray(classes).tolist())}
+        inter = np.array([per_class[where[c]] for c in np.asarray(labels).tolist()])
+        return Inv.stat(np.asarray(Inv.intra_distance(F)) / inter)
 
-        return orbit_geometry
-
-    _wrap(mp, Inv, "orbit_geometry", wrapper)
+    _orbit_geometry_field(mp, "ratio", inverted)
 
 
 def kappa_first_difference(mp):
@@ -812,7 +811,7 @@ MUTANTS: tuple[Mutant, ...] = (
            d_inter_with_diagonal),
     Mutant("ratio_inverted", "E4 ratio D_intra / D_inter instead of D_inter / D_intra", (E4_CLOSED, E4_DEF),
            ratio_inverted),
-    Mutant("kappa_first_difference", "E4 kappa from first differences |r_{i+1} - r_i|", (E4_CLOSED, E4_DEF),
+    Mutant("kappa_first_difference", "E4 kappa from first differences r_{i+1} - r_i", (E4_CLOSED, E4_DEF),
            kappa_first_difference),
     Mutant("compression_inverted", "E4 compression spread(h) / spread(z)", (E4_COMPRESSION,), compression_inverted),
     Mutant("std_population", "E1 std with ddof 0 instead of 1", (E1_CLOSED, E1_DEF), std_population),
@@ -822,7 +821,7 @@ MUTANTS: tuple[Mutant, ...] = (
            cond_without_floor),
     Mutant("cond_of_raw_rows", "E1 condition number of the raw rows' covariance", (E1_CLOSED, E1_DEF),
            cond_of_raw_rows),
-    Mutant("head_on_raw_z", "E4 head applied to the raw z instead of z / |z|", (E4_FEATURES,), head_on_raw_z),
+    Mutant("head_on_raw_z", "E4 head applied to the raw z instead of z / norm(z)", (E4_FEATURES,), head_on_raw_z),
 )
 
 

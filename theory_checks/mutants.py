@@ -1,5 +1,6 @@
-"""The checks that check the checks: plausible implementation mistakes in ``mini/``, each with the
-theory check that must fail when the mistake is made.
+"""The checks that check the checks: plausible implementation mistakes in ``mini/`` (and in the ``scale``
+code that computes the paper-scale curvature), each with the theory check that must fail when the
+mistake is made.
 
 A mutant is applied in-process by monkeypatching (no file is edited), the named checks are run with
 pytest under it, and the mutant is *killed* when at least one of them fails. A check that no mutant
@@ -51,12 +52,22 @@ class Mutant:
 # --------------------------------------------------------------------------------------------
 
 
+PATCHED_PACKAGES = ("mini", "scale")  # where a mistake is installed; check modules are re-imported instead
+
+
+def _in_patched_package(mod) -> bool:
+    name = getattr(mod, "__name__", "") or ""
+    return any(name == pkg or name.startswith(pkg + ".") for pkg in PATCHED_PACKAGES)
+
+
 def _replace(mp: pytest.MonkeyPatch, module, name: str, new) -> None:
-    """``module.name = new``, and the same in every ``mini`` module that imported the original by name
-    (``from mini.hessian import spectrum`` binds the object, not the attribute)."""
+    """``module.name = new``, and the same in every ``mini`` or ``scale`` module that imported the original
+    by name (``from mini.hessian import spectrum`` binds the object, not the attribute). Modules that bind
+    it must be imported before the patch (the mutants below import them), else they would bind the
+    mistake at import and keep it after ``undo``."""
     original = getattr(module, name)
     for mod in list(sys.modules.values()):
-        if getattr(mod, "__name__", "").startswith("mini") and getattr(mod, name, None) is original:
+        if _in_patched_package(mod) and getattr(mod, name, None) is original:
             mp.setattr(mod, name, new)
     mp.setattr(module, name, new)
 
@@ -87,7 +98,7 @@ def _patch_activation(mp: pytest.MonkeyPatch, activation: str, mutate) -> None:
 
 
 def _wrap(mp: pytest.MonkeyPatch, module, name: str, wrapper) -> None:
-    """``module.name = wrapper(original)``, wherever ``mini`` bound it."""
+    """``module.name = wrapper(original)``, wherever ``mini`` or ``scale`` bound it."""
     _replace(mp, module, name, wrapper(getattr(module, name)))
 
 
@@ -537,6 +548,238 @@ def leak_quadratic(mp):
         return lambda Z: head(invariants(Z) + delta**2 * Z @ P.T)
 
     _replace(mp, Inv, "approximately_invariant_head", approximately_invariant_head)
+# --------------------------------------------------------------------------------------------
+# The curvature routes behind the paper-scale numbers (mini.loss_hessians, scale.curvature)
+# --------------------------------------------------------------------------------------------
+
+
+def nt_xent_hessian_no_positive(mp):
+    """NT-Xent's closed-form curvature without the positive pair (``A = P / n`` instead of ``(P - Pi) / n``)."""
+    import mini.loss_hessians as LH
+
+    _wrap(mp, LH, "_partner_matrix", lambda f: lambda xp, n, like: 0.0 * f(xp, n, like))
+
+
+def normalization_hessian_factor(mp):
+    """The Hessian of ``<g, h/|h|>`` with ``<g,u> u <u,v>`` counted once instead of three times."""
+    import mini.loss_hessians as LH
+
+    def normalization_hvp(xp, g, u, r, V):
+        gu = xp.sum(g * u, axis=-1, keepdims=True)
+        uv = xp.sum(u * V, axis=-1, keepdims=True)
+        return -(g * uv + u * xp.sum(g * V, axis=-1, keepdims=True) + gu * V - gu * u * uv) / (r * r)
+
+    _replace(mp, LH, "normalization_hvp", normalization_hvp)
+
+
+def predictor_targets_not_swapped(mp):
+    """scale's SimSiam/BYOL curvature pulling each row to its own view's target, not the other view's."""
+    import torch
+
+    import scale.engine.loss_curvature as LC
+
+    original = LC.PredictorCosineCurvature
+
+    def build(head, predictor, Z, T, coef):
+        m = T.shape[0] // 2
+        return original(head, predictor, Z, torch.cat([T[m:], T[:m]]), coef)  # undoes the swap
+
+    mp.setattr(LC, "PredictorCosineCurvature", build)
+
+
+def gauss_newton_cross_blocks_transposed(mp):
+    """``G = J^T (grad^2_H L) J`` assembled with each cross-sample block of the loss Hessian transposed."""
+    import array_api_compat
+
+    import mini.hessian as H
+    import scale.curvature.blocks  # noqa: F401  (binds assemble by name)
+
+    def wrapper(f):
+        def assemble(J, loss_hessian, M_blocks):
+            xp = array_api_compat.array_namespace(loss_hessian)
+            return f(J, xp.permute_dims(loss_hessian, (0, 3, 2, 1)), M_blocks)
+
+        return assemble
+
+    _wrap(mp, H, "assemble", wrapper)
+
+
+def operator_M_wrong_sign(mp):
+    """scale's matrix-free ``M v`` with the wrong sign."""
+    import scale.curvature.operators as O
+    import scale.curvature.tracking  # noqa: F401  (binds EffectiveHessian by name)
+
+    class EffectiveHessian(O.EffectiveHessian):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            M = self.M
+            self.M = O.Operator(M.name, M.N, M.dtype, M.device, lambda v: -M.matvec(v), lambda C: -M.matmat(C.T).T,
+                                M.info)
+
+    _replace(mp, O, "EffectiveHessian", EffectiveHessian)
+
+
+def scale_interaction_sign(mp):
+    """scale's streamed closed-form interaction blocks ``M_i`` with the wrong sign."""
+    import mini.loss_hessians as LH
+    import scale.curvature.blocks  # noqa: F401  (binds head_jacobian_and_interaction by name)
+
+    def wrapper(f):
+        def head_jacobian_and_interaction(fwd, rho):
+            J, M = f(fwd, rho)
+            return J, -M
+
+        return head_jacobian_and_interaction
+
+    _wrap(mp, LH, "head_jacobian_and_interaction", wrapper)
+
+
+def lanczos_no_reorthogonalisation(mp):
+    """Lanczos' three-term recurrence alone: no reorthogonalisation against the basis."""
+    import scale.curvature.lanczos as Lz
+
+    mp.setattr(Lz, "_reorthogonalise", lambda w, basis, eta=0.0: w)
+
+
+# --------------------------------------------------------------------------------------------
+# E1's collapse statistics and E4's orbit metrics (mini.collapse_metrics, mini.invariance)
+# --------------------------------------------------------------------------------------------
+
+
+def spread_about_origin(mp):
+    """Orbit spread as the mean squared norm (about the origin, not the orbit's centroid)."""
+    import mini.invariance as Inv
+
+    _replace(mp, Inv, "orbit_spread", lambda F: Inv._xp(F).mean(Inv._xp(F).sum(F * F, axis=-1), axis=1))
+
+
+def d_intra_with_diagonal(mp):
+    """``D_intra`` averaged over all ``P^2`` pairs, the zero distances ``p = q`` included."""
+    import mini.invariance as Inv
+
+    _wrap(mp, Inv, "intra_distance", lambda f: lambda F: f(F) * (F.shape[1] - 1) / F.shape[1])
+
+
+def class_centroid_sum(mp):
+    """A class centroid as the sum of its orbits' centroids, not their mean."""
+    import mini.invariance as Inv
+
+    def wrapper(f):
+        def class_centroids(F, labels):
+            classes, C = f(F, labels)
+            lab = np.asarray(labels).reshape(-1)
+            counts = np.array([np.sum(lab == c) for c in np.asarray(classes)], dtype=float)[:, None]
+            return classes, C * Inv._xp(C).asarray(counts, dtype=C.dtype)
+
+        return class_centroids
+
+    _wrap(mp, Inv, "class_centroids", wrapper)
+
+
+def _orbit_geometry_field(mp: pytest.MonkeyPatch, field: str, value) -> None:
+    """``mini.invariance.orbit_geometry`` reporting ``value(F, labels)`` (a ``Stat``) as its ``field``."""
+    import dataclasses
+
+    import mini.invariance as Inv
+
+    def wrapper(f):
+        def orbit_geometry(F, labels, sweep=None):
+            return dataclasses.replace(f(F, labels, sweep), **{field: value(F, labels)})
+
+        return orbit_geometry
+
+    _wrap(mp, Inv, "orbit_geometry", wrapper)
+
+
+def d_inter_with_diagonal(mp):
+    """``D_inter`` as the mean over all ``n_c^2`` class pairs, ``a = b`` included."""
+    import mini.invariance as Inv
+
+    _orbit_geometry_field(mp, "d_inter", lambda F, labels: Inv.stat(Inv.inter_distances(F, labels)[0]))
+
+
+def ratio_inverted(mp):
+    """The orbit ratio ``D_intra_o / D_inter(class(o))`` instead of ``D_inter / D_intra``."""
+    import mini.invariance as Inv
+
+    def inverted(F, labels):
+        classes, _ = Inv.class_centroids(F, labels)
+        per_class = np.asarray(Inv.inter_distances(F, labels)[1])
+        where = {c: j for j, c in enumerate(np.asarray(classes).tolist())}
+        inter = np.array([per_class[where[c]] for c in np.asarray(labels).tolist()])
+        return Inv.stat(np.asarray(Inv.intra_distance(F)) / inter)
+
+    _orbit_geometry_field(mp, "ratio", inverted)
+
+
+def kappa_first_difference(mp):
+    """The sweep curvature from first differences ``|r_{i+1} - r_i|`` instead of second differences."""
+    import mini.invariance as Inv
+
+    def sweep_curvature(S):
+        xp = Inv._xp(S)
+        d1 = S[:, 1:, :] - S[:, :-1, :]
+        return xp.mean(xp.sqrt(xp.sum(d1 * d1, axis=-1)), axis=1)
+
+    _replace(mp, Inv, "sweep_curvature", sweep_curvature)
+
+
+def compression_inverted(mp):
+    """The compression factor as ``spread(h) / spread(z)``."""
+    import mini.invariance as Inv
+
+    _wrap(mp, Inv, "compression", lambda f: lambda z, h: f(h, z))
+
+
+def std_population(mp):
+    """E1's std with the population normalisation (``n``) instead of the sample one (``n - 1``)."""
+    import mini.collapse_metrics as CM
+
+    def representation_std(H):
+        xp = CM._xp(H)
+        return float(xp.mean(xp.std(CM.l2_normalize(H), axis=0, correction=0)))
+
+    _replace(mp, CM, "representation_std", representation_std)
+
+
+def std_unnormalised(mp):
+    """E1's std of the raw rows, not of the L2-normalised ones."""
+    import mini.collapse_metrics as CM
+
+    def representation_std(H):
+        xp = CM._xp(H)
+        return float(xp.mean(xp.std(H, axis=0, correction=1)))
+
+    _replace(mp, CM, "representation_std", representation_std)
+
+
+def cond_without_floor(mp):
+    """E1's condition number ``lambda_max / lambda_min`` without the paper's clamp at 1e-7."""
+    import mini.collapse_metrics as CM
+
+    _wrap(mp, CM, "covariance_condition", lambda f: lambda H, floor=CM.COND_FLOOR: f(H, floor=1e-300))
+
+
+def cond_of_raw_rows(mp):
+    """E1's condition number of the raw rows' covariance, not the normalised rows'."""
+    import mini.collapse_metrics as CM
+
+    _replace(mp, CM, "covariance_condition",
+             lambda H, floor=CM.COND_FLOOR: (lambda e: float(e[-1]) / max(float(e[0]), floor))(
+                 np.linalg.eigvalsh(np.cov(np.asarray(H), rowvar=False).reshape(H.shape[1], H.shape[1]))))
+
+
+def head_on_raw_z(mp):
+    """E4's features: the head applied to the raw ``z`` instead of the normalised ``z / |z|``."""
+    import mini.invariance as Inv
+
+    def normalized_features(Z, head_fn):
+        xp = Inv._xp(Z)
+        H = head_fn(xp.reshape(Z, (-1, Z.shape[-1])))
+        return Inv.l2_normalize(Z), Inv.l2_normalize(xp.reshape(H, (*Z.shape[:-1], H.shape[-1])))
+
+    _replace(mp, Inv, "normalized_features", normalized_features)
+
 
 T = CHECKS
 EQ1 = f"{T}/test_eq1_decomposition.py::test_decomposition_every_head_and_objective"
@@ -563,6 +806,18 @@ PROP52 = f"{T}/test_prop5_2_metric_singularity.py"
 GAIN = f"{PROP52}::test_orbit_gain_is_one_for_an_isotropic_metric_and_lambda_over_mean_on_a_diagonal"
 LINEAR_ORBIT = f"{PROP52}::test_measuring_functions_on_a_linear_head_along_a_rotation_orbit"
 LEAK = f"{PROP52}::test_approximately_invariant_head_metric_scales_with_delta_squared"
+SC = f"{T}/test_scale_curvature.py"
+NTXENT_CLOSED = f"{SC}::test_nt_xent_loss_curvature_in_closed_form"
+PREDICTOR_CLOSED = f"{SC}::test_predictor_cosine_curvature_in_closed_form"
+SCALE_ROUTES = f"{SC}::test_scale_routes_are_equation_1"
+LANCZOS = f"{SC}::test_lanczos_ends_are_the_spectrum_ends"
+EM = f"{T}/test_e1_e4_metrics.py"
+E1_DEF = f"{EM}::test_collapse_statistics_are_their_definition"
+E1_CLOSED = f"{EM}::test_collapse_statistics_of_isotropic_and_planar_batches"
+E4_DEF = f"{EM}::test_orbit_metrics_are_their_definition"
+E4_CLOSED = f"{EM}::test_orbit_metrics_of_regular_polygons_circles_and_parabolas"
+E4_COMPRESSION = f"{EM}::test_compression_is_the_ratio_of_mean_spreads"
+E4_FEATURES = f"{EM}::test_e4_features_are_normalised_before_and_after_the_head"
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("closed_form_without_M", "closed-form H_eff = G only (M dropped)", (EQ1,), closed_form_without_M),
     Mutant("M_wrong_sign", "M added with the wrong sign", (EQ1,), M_wrong_sign),
@@ -621,6 +876,41 @@ MUTANTS: tuple[Mutant, ...] = (
            (LINEAR_ORBIT,), orbit_displacement_from_centroid),
     Mutant("leak_quadratic", "the approximately invariant head leaks delta^2 P z, not delta P z", (LEAK,),
            leak_quadratic),
+    Mutant("nt_xent_hessian_no_positive", "closed-form NT-Xent curvature without the positive pair", (NTXENT_CLOSED,),
+           nt_xent_hessian_no_positive),
+    Mutant("normalization_hessian_factor", "Hessian of <g, h / norm(h)> with its 3 <g,u> u <u,v> term counted once",
+           (PREDICTOR_CLOSED,), normalization_hessian_factor),
+    Mutant("predictor_targets_not_swapped", "scale's SimSiam/BYOL curvature pulls each row to its own view's target",
+           (SCALE_ROUTES,), predictor_targets_not_swapped),
+    Mutant("gauss_newton_cross_blocks_transposed", "G assembled with each cross-sample loss-Hessian block transposed",
+           (SCALE_ROUTES,), gauss_newton_cross_blocks_transposed),
+    Mutant("operator_M_wrong_sign", "scale's matrix-free M v with the wrong sign", (SCALE_ROUTES,),
+           operator_M_wrong_sign),
+    Mutant("scale_interaction_sign", "scale's closed-form interaction blocks M_i with the wrong sign", (SCALE_ROUTES,),
+           scale_interaction_sign),
+    Mutant("lanczos_no_reorthogonalisation", "Lanczos without reorthogonalisation (three-term recurrence only)",
+           (LANCZOS,), lanczos_no_reorthogonalisation),
+    Mutant("spread_about_origin", "E4 orbit spread about the origin, not the orbit's centroid", (E4_CLOSED, E4_DEF),
+           spread_about_origin),
+    Mutant("d_intra_with_diagonal", "E4 D_intra averaged over P^2 pairs, p = q included", (E4_CLOSED, E4_DEF),
+           d_intra_with_diagonal),
+    Mutant("class_centroid_sum", "E4 class centroid as the sum of its orbits' centroids", (E4_CLOSED, E4_DEF),
+           class_centroid_sum),
+    Mutant("d_inter_with_diagonal", "E4 D_inter over all n_c^2 class pairs, a = b included", (E4_CLOSED, E4_DEF),
+           d_inter_with_diagonal),
+    Mutant("ratio_inverted", "E4 ratio D_intra / D_inter instead of D_inter / D_intra", (E4_CLOSED, E4_DEF),
+           ratio_inverted),
+    Mutant("kappa_first_difference", "E4 kappa from first differences r_{i+1} - r_i", (E4_CLOSED, E4_DEF),
+           kappa_first_difference),
+    Mutant("compression_inverted", "E4 compression spread(h) / spread(z)", (E4_COMPRESSION,), compression_inverted),
+    Mutant("std_population", "E1 std with ddof 0 instead of 1", (E1_CLOSED, E1_DEF), std_population),
+    Mutant("std_unnormalised", "E1 std of the raw rows, not the L2-normalised ones", (E1_CLOSED, E1_DEF),
+           std_unnormalised),
+    Mutant("cond_without_floor", "E1 condition number without the 1e-7 clamp of lambda_min", (E1_CLOSED, E1_DEF),
+           cond_without_floor),
+    Mutant("cond_of_raw_rows", "E1 condition number of the raw rows' covariance", (E1_CLOSED, E1_DEF),
+           cond_of_raw_rows),
+    Mutant("head_on_raw_z", "E4 head applied to the raw z instead of z / norm(z)", (E4_FEATURES,), head_on_raw_z),
 )
 
 

@@ -172,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR (its config is used; "
                    "only --epochs, --device, --threads and output/measurement flags may be given with it)")
     p.add_argument("--overwrite", action="store_true", help="start a new run in a run directory that already "
-                   "holds one, deleting the old run's files (default: refused)")
+                   "holds one, deleting the old run's files, and only those: a folder that holds anything a run does "
+                   "not write is refused, --overwrite or not (default: refused)")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's own default, "
                    f"{_TORCH_THREADS} here); saved in the config and reused on resume")
     p.add_argument("--ddp-timeout", type=float, default=600.0, help="seconds a rank waits for the others under "

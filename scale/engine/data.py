@@ -385,7 +385,6 @@ def resize_square(x: torch.Tensor, size: int) -> torch.Tensor:
 
 def folder_images(directory: str | Path, n: int, size: int) -> torch.Tensor:
     """The first ``n`` images (sorted by name) of a folder, RGB in [0, 1]."""
-
     root = Path(directory)
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory")
@@ -438,8 +437,10 @@ def folder_dataset(path: str | Path, image_size: int = 32, *, test_fraction: flo
     ``test_fraction`` of each class (at least one image where the class has two or more) is held out by a
     seeded permutation. Images are centre-cropped to a square and resized to ``image_size``; the whole set
     is held as uint8 (``N x 3 x S x S`` bytes), on the training device during training. Normalisation
-    statistics are the training split's per-channel mean and std. An absent or empty folder raises
-    ``ValueError`` (a bad argument); an unreadable image raises ``DataError``.
+    statistics are the training split's per-channel mean and std. An absent or empty folder, a test split
+    that would be empty, or a ``test/`` with classes ``train/`` lacks raises ``ValueError`` (a bad argument,
+    before any training); an image or folder that cannot be read, or an image declaring more than
+    ``MAX_IMAGE_PIXELS``, raises ``DataError``. Only regular files count as images (``image_files``).
     """
     root = Path(path).expanduser()
     if not root.is_dir():

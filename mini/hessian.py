@@ -115,10 +115,16 @@ def effective_hessian(head: Head, objective: Objective, Z: Array) -> np.ndarray:
     return _check_finite("H_eff", 0.5 * (H + H.T))
 
 
+def _real_embeddings(objective: Objective, Hb: Array) -> np.ndarray:
+    """``Hb`` as float64, checked first: a complex batch is refused, not cut to its real part by the conversion."""
+    check_array(f"{objective.name}: embeddings", Hb, ndim=2)
+    return np.asarray(Hb, dtype=float)
+
+
 def loss_derivatives(objective: Objective, Hb: Array) -> tuple[np.ndarray, np.ndarray]:
     """``rho = grad_H L`` (n, k) and ``grad^2_H L`` (n, k, n, k): closed form if the objective
     has one, else autograd (exact)."""
-    Hb = np.asarray(Hb, dtype=float)
+    Hb = _real_embeddings(objective, Hb)
     rho = loss_gradient(objective, Hb)
     HL = objective.hessian_fn(Hb) if objective.hessian_fn else hessian(objective.fn)(Hb)
     return rho, _check_finite("grad^2_H L", HL)
@@ -126,7 +132,7 @@ def loss_derivatives(objective: Objective, Hb: Array) -> tuple[np.ndarray, np.nd
 
 def loss_gradient(objective: Objective, Hb: Array) -> np.ndarray:
     """``rho = grad_H L`` (n, k): closed form if the objective has one, else autograd."""
-    Hb = np.asarray(Hb, dtype=float)
+    Hb = _real_embeddings(objective, Hb)
     objective.check(Hb)
     rho = objective.grad_fn(Hb) if objective.grad_fn else grad(objective.fn)(Hb)
     return _check_finite("grad_H L", rho)

@@ -6,10 +6,13 @@ r"""``python -m scale.analyze``: the paper's measurements on any model, at the s
 
 ``--backbone`` / ``--head`` take a name of the project (a backbone of ``scale.engine.backbones``, a head spec of
 the grammar, with ``--backbone-width``, ``--head-width``, ``--head-out``, ...) or ``module:callable``, an
-importable function (or class) that returns the ``nn.Module`` when called without arguments. The
-checkpoint is a ``scale.run`` checkpoint, or a state_dict with ``backbone.*`` and ``projector.*`` (or
-``head.*``) keys, loaded with ``torch.load(weights_only=True)``. With a run directory, ``--backbone`` /
-``--head`` are only needed for a run trained with your own modules.
+importable function (or class) that returns the ``nn.Module`` when called without arguments. A
+``module:callable`` imports that module and runs its code, as ``python -c "import module"`` would: give only
+code you trust. It is taken from the command line only; a run directory's config.json names project
+backbones and heads only (anything else is refused by its validation, ``scale.runs.validate``), so reading a
+run never imports a module. The checkpoint is a ``scale.run`` checkpoint, or a state_dict with ``backbone.*``
+and ``projector.*`` (or ``head.*``) keys, loaded with ``torch.load(weights_only=True)``. With a run directory,
+``--backbone`` / ``--head`` are only needed for a run trained with your own modules.
 
 What is measured (each by the project's one implementation of it):
 
@@ -65,7 +68,13 @@ from scale.curvature.operators import EffectiveHessian
 from scale.curvature.tracking import hutchinson_ratio, probe_objective
 from scale.engine.augment import PRESETS, GPUAugment
 from scale.engine.backbones import BACKBONES, build_backbone
-from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text, load_checkpoint
+from scale.engine.checkpoint import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    load_checkpoint,
+    unreadable_reason,
+)
 from scale.engine.data import DataError, Dataset, load_dataset
 from scale.engine.heads import build_head
 from scale.engine.methods import METHODS
@@ -447,8 +456,7 @@ def _state_from_checkpoint(path: Path) -> dict[str, torch.Tensor]:
     try:
         ck = load_checkpoint(path)
     except Exception as exc:
-        raise AnalyzeError(f"{path} cannot be loaded with weights_only=True ({type(exc).__name__}: "
-                           f"{str(exc).splitlines()[0][:200]})") from None
+        raise AnalyzeError(f"{path} is not a readable checkpoint ({unreadable_reason(exc)})") from None
     state = ck.get("model", ck) if isinstance(ck, dict) else None
     if not isinstance(state, dict):
         raise AnalyzeError(f"{path} holds no state_dict")

@@ -21,7 +21,9 @@ Every protocol gets the E4 numbers (compression = mean spread(z) / mean spread(h
 ratio, kappa along the 0-45 degree sweep; ``mini.invariance`` through the helpers of ``scale.geometry.measure``) and
 the E3 rotation probes on z and on that protocol's h (linear and MLP, ``scale.geometry.probes.train_probe``; the
 official probes use the raw head output, protocol b). Each number is a mean over seeds with a 95 %
-t interval; ``OUT/results.json`` holds every seed's values (written after each seed: a rerun continues).
+t interval; ``OUT/results.json`` holds every seed's values (written after each seed: a rerun continues, with
+the seeds whose training config and ``--probe-images`` are this run's; a file holding seeds of another plan
+is refused, exit 2, and one that is not a results file of this study, exit 1, each left as it is).
 ``OUT/report.md`` and ``OUT/e4_study.png`` are written at the end.
 
 Shapes: orbit features ``(n_orbits, 12, dim)``, sweep features ``(n_orbits, 10, dim)``, probe features
@@ -210,7 +212,8 @@ def one_seed(dataset: str, seed: int, epochs: int | None, data_dir: str | None, 
     probe = ProbeSettings(train_images=probe_images, test_images=probe_images, seed=seed)
     from scale.runs.run_report import git_commit
 
-    out: dict[str, Any] = {"seed": seed, "config": cfg.to_dict(), "git_commit": git_commit()}
+    out: dict[str, Any] = {"seed": seed, "config": cfg.to_dict(), "probe_images": probe_images,
+                           "git_commit": git_commit()}
     t0 = time.perf_counter()
     model = train(cfg, data, normalized_input=False)
     log(f"  seed {seed}: trained on raw z in {time.perf_counter() - t0:.0f} s")
@@ -370,6 +373,52 @@ def write_report(out: Path, seeds: list[dict[str, Any]], command: str) -> Path:
 # --------------------------------------------------------------------------------------------
 
 
+class ResultsFileError(ValueError):
+    """results.json is not one this study wrote (exit 1)."""
+
+
+def _probe_images_of(command: Any) -> int | None:
+    """``--probe-images`` of a recorded ``python -m scale.e4_study ...`` command line (its default if absent)."""
+    if not isinstance(command, str) or not command.startswith("python -m scale.e4_study"):
+        return None
+    args, _ = build_parser().parse_known_args(command.split()[3:])
+    return args.probe_images
+
+
+def reused_seeds(path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The seeds ``path`` (results.json) holds, each checked against this invocation's plan: its training config
+    against ``e3_config`` (``scale.runs.validate.plan_disagreements``) and its ``--probe-images``.
+    ``ResultsFileError`` when the file is not a results file of this study; ``ValueError`` naming the seeds of
+    another plan otherwise: they are never mixed into this one's intervals, and the file is left as it is."""
+    if not path.is_file():
+        return []
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        seeds = saved["seeds"]
+        if not (isinstance(seeds, list) and all(isinstance(s, dict) and type(s.get("seed")) is int
+                                                and isinstance(s.get("config"), dict)
+                                                and isinstance(s.get("protocols"), dict) for s in seeds)):
+            raise TypeError("its seeds are not records of this study")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ResultsFileError(f"{path} is not a results file of scale.e4_study ({type(exc).__name__}: "
+                               f"{str(exc)[:120]}); move it away, or choose another --out") from None
+    from scale.runs.validate import plan_disagreements
+
+    other = []
+    for s in seeds:
+        planned = e3_config(args.dataset, s["seed"], args.epochs, args.data_dir).to_dict()
+        differ = plan_disagreements(s["config"], planned)
+        measured = s.get("probe_images", _probe_images_of(saved.get("command")))  # older files: their command line
+        if measured != args.probe_images:
+            differ.append(f"probe_images ({measured!r} vs {args.probe_images!r})")
+        if differ:
+            other.append(f"seed {s['seed']}: {', '.join(differ[:4])}")
+    if other:
+        raise ValueError(f"{path} holds seeds of another plan (saved vs asked: {'; '.join(other[:3])}); nothing was "
+                         "run. Use another --out, or move results.json away to start again")
+    return seeds
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m scale.e4_study", description="E4's orbit compression under "
                                 "the paper's protocol and its controls (a-e), several seeds, 95 %% t intervals.")
@@ -401,9 +450,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     command = " ".join(["python -m scale.e4_study", *(argv if argv is not None else sys.argv[1:])])
     path = out / "results.json"
-    saved = json.loads(path.read_text()) if path.is_file() else {}
-    same = saved.get("dataset") == args.dataset and saved.get("epochs") == args.epochs
-    seeds = [s for s in saved.get("seeds", []) if s["seed"] < args.seeds] if same else []
+    try:
+        seeds = [s for s in reused_seeds(path, args) if s["seed"] < args.seeds]
+    except ValueError as exc:
+        print(f"scale.e4_study: error: {exc}", file=sys.stderr)
+        return 1 if isinstance(exc, ResultsFileError) else 2
     for seed in range(args.seeds):
         if any(s["seed"] == seed for s in seeds):
             continue

@@ -19,7 +19,11 @@ a constant learning rate (it has no schedule) and its E3 augmentation (crop scal
 
 Each run is one ``python -m scale.run`` (in this process, or one subprocess per device with ``--gpus``)
 in ``OUT/runs/NAME``. A run whose summary.json says it finished (or stopped on a non-finite loss, a
-result in itself) is skipped; one with a checkpoint but no summary is resumed (``--resume``). The plan
+result in itself) is skipped; one with a checkpoint but no summary is resumed (``--resume``). Either only
+if it is the planned run: a saved config.json that differs from what the plan resolves to (another
+dataset, epochs, head, ...; not the device or thread count), or a finished run measured with other
+``--probe-images``, stops the grid before anything runs (exit 2, naming the runs and the differences;
+nothing is deleted). The plan
 is ``OUT/manifest.json``: every run's command line, the paper's value of every setting it checks, the
 assumptions where neither the paper nor its official code decides, and ``paper_choices``: every setting
 where the grid's default differs from ``scale.run``'s user-facing default (also in ``--help`` and the
@@ -204,6 +208,57 @@ def run_state(run_dir: Path) -> str:
     return "new"
 
 
+def planned_config(run: PlannedRun) -> dict[str, Any]:
+    """The resolved config ``scale.run`` gives the run's arguments (on a CPU; where it runs is not compared)."""
+    import torch
+
+    from scale.run import build_parser, resolve_config
+
+    return resolve_config(build_parser().parse_args(run.argv), torch.device("cpu")).to_dict()
+
+
+def _flag(tokens: list[str], flag: str) -> str | None:
+    return tokens[tokens.index(flag) + 1] if flag in tokens[:-1] else None
+
+
+def plan_differences(run_dir: Path, run: PlannedRun) -> list[str]:
+    """Where the run saved in ``run_dir`` is not the planned one: its config.json against ``planned_config``
+    (``scale.runs.validate.plan_disagreements``), and for a finished run the measurement flag its summary's
+    command line holds (``--probe-images``). Empty when it is the plan (or when nothing was saved yet)."""
+    from scale.runs.faults import RunError
+    from scale.runs.validate import plan_disagreements, read_config_json
+
+    if not (run_dir / "config.json").is_file():
+        return []
+    try:
+        saved = read_config_json(run_dir / "config.json")
+    except RunError:
+        return ["config.json (unreadable)"]
+    differ = plan_disagreements(saved, planned_config(run))
+    summary = run_dir / "summary.json"
+    if summary.is_file():
+        try:
+            command = str(json.loads(summary.read_text()).get("command", "")).split()
+        except (OSError, ValueError, AttributeError):
+            command = []
+        ran, plan_value = _flag(command, "--probe-images"), _flag(run.argv, "--probe-images")
+        if ran != plan_value:
+            differ.append(f"--probe-images ({ran or 'default'} vs {plan_value or 'default'})")
+    return differ
+
+
+def refuse_other_plans(out: Path, runs: list[PlannedRun]) -> str | None:
+    """One line naming the saved runs in ``out`` that another plan made (``plan_differences``), or None: such a
+    run is never counted as done nor resumed, and nothing of it is deleted (the caller stops)."""
+    found = [(r.name, d) for r in runs if (d := plan_differences(out / "runs" / r.name, r))]
+    if not found:
+        return None
+    shown = "; ".join(f"{name}: {', '.join(d[:4])}" for name, d in found[:3]) + (
+        f"; and {len(found) - 3} more" if len(found) > 3 else "")
+    return (f"{out} holds {len(found)} run(s) of another plan (saved vs planned: {shown}); nothing was run or "
+            "deleted. Use another --out, or remove those run directories to run them again")
+
+
 def deviations(config: dict[str, Any], paper: dict[str, Any], dataset: str, argv: list[str] = ()
                ) -> dict[str, list[Any]]:
     """``{setting: [paper, ours]}`` for every checked setting whose resolved value differs from the paper's;
@@ -334,11 +389,16 @@ def main(argv: list[str] | None = None) -> int:
         for r in runs:
             r.argv += ["--data-dir", args.data_dir]
     if args.only:
-        chosen = [r for r in runs if r.name == args.only]
-        if not chosen:
+        runs = [r for r in runs if r.name == args.only]
+        if not runs:
             print(f"scale.paper: error: no run named {args.only!r} in this plan", file=sys.stderr)
             return 2
-        return execute_in_process(chosen[0], out, args.device, args.threads)
+    other_plan = refuse_other_plans(out, runs)
+    if other_plan:
+        print(f"scale.paper: error: {other_plan}", file=sys.stderr)
+        return 2
+    if args.only:
+        return execute_in_process(runs[0], out, args.device, args.threads)
 
     out.mkdir(parents=True, exist_ok=True)
     from scale.runs.run_report import git_commit, versions

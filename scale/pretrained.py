@@ -122,8 +122,9 @@ def resolve_weights(name: str, weights: str | None) -> Path:
         raise OfflineError(
             f"cannot download the {name} full checkpoint (backbone + head): {exc}\n"
             f"Fetch this file on a machine with network access:\n  {url}\n"
-            f"then either put it at\n  {cached}\n(torch hub's cache; set TORCH_HOME to move it) "
-            f"or pass it with --weights PATH."
+            f"then either put it at\n  {cached}\n(torch hub's cache; set TORCH_HOME to move it) with its SHA256 "
+            f"recorded beside it (sha256sum {cached.name} > {cached.name}.sha256, in that folder: a cached file "
+            f"without a record is refused), or pass it with --weights PATH."
         ) from None
     return cached
 

@@ -38,7 +38,7 @@ from scale.engine.hooks import TensorBoardLog
 from scale.engine.train import OPTIMIZERS, SCHEDULES, Hook, Interrupted, NonFiniteLoss, TrainConfig, Trainer
 from scale.geometry.measure import final_measurement, parse_orbits
 from scale.geometry.probes import class_probe
-from scale.runs import faults, rundir, validate
+from scale.runs import budget, faults, rundir, validate
 from scale.runs.config_file import ConfigFileError, read_config_file
 from scale.runs.run_report import command_line, device_name, git_commit, versions, write_outputs
 from scale.runs.summary import CurvatureSummary, RunSummary
@@ -172,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN_DIR", help="continue the run saved in RUN_DIR (its config is used; "
                    "only --epochs, --device, --threads and output/measurement flags may be given with it)")
     p.add_argument("--overwrite", action="store_true", help="start a new run in a run directory that already "
-                   "holds one, deleting the old run's files (default: refused)")
+                   "holds one, deleting the old run's files, and only those: a folder that holds anything a run does "
+                   "not write is refused, --overwrite or not (default: refused)")
     p.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's own default, "
                    f"{_TORCH_THREADS} here); saved in the config and reused on resume")
     p.add_argument("--ddp-timeout", type=float, default=600.0, help="seconds a rank waits for the others under "
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
     if not 0 < args.ddp_timeout < float("inf"):
         raise faults.ConfigError(f"--ddp-timeout must be a positive number of seconds, got {args.ddp_timeout}")
     local_rank = _setup_distributed(args.device, args.ddp_timeout)
-    rank = dist.get_rank() if dist.is_initialized() else 0
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
 
     def say(msg: str, err: bool = False) -> None:
         if rank == 0:
@@ -303,18 +304,19 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
     try:
         if args.resume:
             run_dir = Path(args.resume)
-            if not (run_dir / "config.json").is_file() or not (run_dir / "checkpoint.pt").is_file():
-                raise ArgError(f"--resume {run_dir}: no config.json and checkpoint.pt there (not a run directory)")
+            rundir.check_resumable(run_dir)
             device = select_device(args.device if args.device != "auto" else "auto", local_rank)
             lock = rundir.RunLock(run_dir) if rank == 0 else None  # before reading: no writer can change it
             if lock is not None:
                 faults.on_exit(lock.release)
             given = validate.given_flags(parser, argv)
             cfg, notes = validate.resume_config(run_dir, args, given, str(device), _TORCH_THREADS)
+            budget.check_memory(cfg, device, world)
             data = _load_data(cfg, args)
         else:
             device = select_device(args.device, local_rank)
             cfg = resolve_config(args, device)
+            budget.check_memory(cfg, device, world)  # before the data or the run directory take any memory
             run_dir = _run_dir(args, cfg)
             data = _load_data(cfg, args)  # before the run directory exists: bad data leaves nothing written
             lock = rundir.RunLock(run_dir) if rank == 0 else None

@@ -147,3 +147,22 @@ def test_power_losses_refuse_what_would_overflow(name, limit) -> None:
     assert np.isfinite(obj(Hb / np.abs(Hb).max() * limit))  # at the limit: finite
     with pytest.raises(ValueError, match="overflow"):
         obj(Hb / np.abs(Hb).max() * limit * 10)
+
+
+def test_loss_derivatives_refuse_complex_embeddings_instead_of_dropping_their_imaginary_part() -> None:
+    """``np.asarray(Hb, dtype=float)`` would keep the real part of a complex batch (a ComplexWarning at best): the
+    batch is checked before the conversion."""
+    import warnings
+
+    from mini import make_objective
+    from mini.hessian import loss_derivatives, loss_gradient
+
+    Hb = np.random.default_rng(0).normal(size=(4, 3))
+    objective = make_objective("vicreg")
+    with warnings.catch_warnings():  # negative control: the conversion alone silently loses the imaginary part
+        warnings.simplefilter("ignore")
+        assert np.array_equal(np.asarray(Hb + 1j, dtype=float), Hb)
+    for f in (loss_gradient, loss_derivatives):
+        with pytest.raises(ValueError, match="vicreg: embeddings is complex"):
+            f(objective, Hb + 1j)
+    assert loss_gradient(objective, Hb).shape == Hb.shape  # real input as before

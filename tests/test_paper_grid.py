@@ -74,7 +74,7 @@ def _grid(tmp_path, *extra: str) -> int:
                        "--out", str(tmp_path / "grid"), "--device", "cpu", "--threads", "1", *extra])
 
 
-def test_grid_skips_completed_runs_resumes_interrupted_ones_and_the_report_regenerates(tmp_path):
+def test_grid_skips_completed_runs_resumes_interrupted_ones_and_the_report_regenerates(tmp_path, capsys):
     out = tmp_path / "grid"
     assert _grid(tmp_path) == 0
     run = out / "runs" / "E3E4-relu2-s0"
@@ -84,6 +84,22 @@ def test_grid_skips_completed_runs_resumes_interrupted_ones_and_the_report_regen
     assert json.loads((run / "deviations.json").read_text())["dataset"] == ["cifar10", "synthetic"]
     assert run_state(run) == "done"
     first_wall = summary["wall_seconds"]
+
+    # a grid of another plan into the same --out: no finished run of it counts as done and none is resumed;
+    # refused before anything runs or is written, naming the runs and the differences
+    manifest, files = (out / "manifest.json").read_bytes(), sorted(p.name for p in run.iterdir())
+    for argv, needles in (
+        (["--dataset", "digits", "--quick", "--epochs", "1"], ["dataset ('synthetic' vs 'digits')"]),
+        (["--dataset", "synthetic", "--quick", "--epochs", "2"], ["epochs (1 vs 2)"]),
+        (["--dataset", "synthetic", "--seeds", "1", "--epochs", "1"],
+         ["train_subset (384 vs None)", "--probe-images (256 vs default)"]),
+    ):
+        assert paper.main([*argv, "--experiments", "E3E4", "--out", str(out), "--device", "cpu"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "holds 1 run(s) of another plan" in err[0] and "E3E4-relu2-s0" in err[0], err
+        assert all(n in err[0] for n in needles), (needles, err[0])
+    assert (out / "manifest.json").read_bytes() == manifest and sorted(p.name for p in run.iterdir()) == files
+    assert json.loads((run / "summary.json").read_text())["wall_seconds"] == first_wall
 
     # a second invocation attempts nothing
     assert _grid(tmp_path, "--no-report") == 0

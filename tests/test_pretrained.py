@@ -26,6 +26,7 @@ import torch
 from mini.invariance import l2_normalize, orbit_spread, sweep_curvature
 from scale import pretrained as e6
 from scale.analyze import analyze_orbits
+from scale.engine import checksums
 from scale.engine.data import folder_images
 from scale.engine.pretrained_models import (
     IMAGENET_MEAN,
@@ -255,6 +256,7 @@ def test_measurement_end_to_end(tmp_path, monkeypatch):
         _, _, path = small_checkpoint(name, tmp_path, monkeypatch)
         e6.hub_cache_path(name).parent.mkdir(parents=True, exist_ok=True)
         path.rename(e6.hub_cache_path(name))
+        checksums.record(e6.hub_cache_path(name))  # what a verified download leaves beside the file
     assert e6.main([*resnets, "--out", str(out), *FAST, "--dataset", "digits"]) == 0
     report = (out / "report.md").read_text()
     for name in MODELS:

@@ -3,6 +3,7 @@ registry, the trainer and its hooks.
 
     data, safe_pickle, checksums   datasets as uint8 tensors (CIFAR read without executing its pickles)
     augment                        the augmentation presets, batched on the device or per image in workers
+    workers                        worker processes that live and die with the run that forked them
     backbones, heads               f: images -> z and h: z -> h (the head grammar of ``mini.heads``)
     pretrained_models              the published SSL checkpoints of E6, in their authors' layouts
     objectives, methods            the SSL losses, and one record per method that everything else reads

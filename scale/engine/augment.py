@@ -109,6 +109,9 @@ class GPUAugment(nn.Module):
     def prefetch(self, x_uint8: torch.Tensor, seed: int) -> None:
         """Nothing to do ahead of time for the batched path (see ``WorkerAugment.prefetch``)."""
 
+    def close(self) -> None:
+        """Nothing to end: the batched path has no worker processes (see ``WorkerAugment.close``)."""
+
 
 class PILAugment:
     """Per-image augmentation with PIL (torchvision's rules), for DataLoader workers on a CPU.
@@ -255,22 +258,23 @@ class WorkerAugment:
 
     def __init__(self, preset: str, image_size: int, mean: Sequence[float], std: Sequence[float],
                  workers: int = 1) -> None:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
         _params(preset)
         if workers < 1:
             raise ValueError(f"WorkerAugment needs at least 1 worker process, got {workers}")
         self.preset, self.size, self.workers = preset, image_size, workers
         self.mean_t, self.std_t = tuple(float(m) for m in mean), tuple(float(s) for s in std)
         self._norm = GPUAugment("none", image_size, mean, std)
-        self._pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"))
+        self._pool = None  # forked on first use, ended by close() (scale.engine.workers: their lifecycle)
         self._pending: tuple[int, int, list] | None = None  # (key of the batch, seed, futures)
 
     def normalize(self, x_uint8: torch.Tensor) -> torch.Tensor:
         return self._norm.normalize(x_uint8)
 
     def _submit(self, x_uint8: torch.Tensor, seed: int, n_views: int) -> list:
+        from scale.engine.workers import process_pool
+
+        if self._pool is None:
+            self._pool = process_pool(self.workers)
         x = x_uint8.cpu().numpy()
         return [self._pool.submit(_augment_chunk, self.preset, self.size, self.mean_t, self.std_t,
                                   x[s:s + CHUNK], seed + c, n_views)
@@ -294,7 +298,10 @@ class WorkerAugment:
         return torch.from_numpy(out.reshape(-1, *out.shape[2:])).to(x_uint8.device)  # (a CPU run resumed on CUDA)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        """End the worker processes (waiting for them); the next ``views`` forks new ones."""
+        pool, self._pool, self._pending = self._pool, None, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def __del__(self) -> None:  # a trainer dropped without close() (runs in one process, tests) frees its workers
         pool = getattr(self, "_pool", None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,18 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 
 def unreadable_reason(exc: BaseException, limit: int = 160) -> str:
-    """``Type: first line`` of an exception, without torch.load's multi-line advice (which suggests
-    ``weights_only=False``, i.e. running the file's code: never the right fix for an unreadable file)."""
-    text = str(exc).strip().splitlines()[0][:limit] if str(exc).strip() else ""
-    if "weights_only" in text or "Weights only" in text:
-        text = "not a torch checkpoint, or one holding more than tensors and plain values"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    """Why a checkpoint could not be read, in one plain line. ``torch.load``'s own texts are replaced: they span
+    many lines, advise ``weights_only=False`` (running the file's code: never the fix for an unreadable file)
+    or speak of mmap and miniz; other failures (a state_dict that does not fit) keep ``Type: first line``."""
+    text = str(exc).strip()
+    first = text.splitlines()[0][:limit] if text else ""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    named = re.search(r"GLOBAL ([\w.]+)", text)
+    if named:
+        return f"it names {named.group(1)}, which loading would call; refused without running it"
+    if isinstance(exc, EOFError) or (isinstance(exc, KeyError) and text.isdigit()) \
+            or any(s in text for s in ("Weights only load failed", "weights_only", "mmap can only be used",
+                                       "PytorchStreamReader", "invalid load key")):
+        return "not a checkpoint of tensors and plain values: empty, truncated, corrupt or another format"
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -7,7 +7,9 @@ authors publish no checksum and their file names carry none (unlike torchvision'
 a known digest there is passed to torch hub's download (``hash_prefix``) and checked on every use.
 Whatever is published, the SHA256 of a downloaded file is recorded beside it (``FILE.sha256``) and the
 cached file is checked against that record before every later use, so a truncated, corrupted or
-replaced cache file is refused instead of loaded; the digest also goes into the result record.
+replaced cache file is refused instead of loaded, and so is a cached file without a record when no digest
+is published (nothing to check it against: put there by hand, or its record lost); the digest also goes
+into the result record.
 """
 
 from __future__ import annotations
@@ -56,9 +58,15 @@ def verify(path: Path, published: str | None, url: str) -> str:
         raise ChecksumError(f"{path} does not match the published SHA256 ({published}...; this file has {digest}): "
                             f"it is truncated, corrupt or not the official file; delete it and fetch {url} again")
     rec = record_path(path)
-    if rec.is_file():
-        expected = rec.read_text(encoding="utf-8", errors="replace").split()[:1]
-        if expected and expected[0] != digest:
-            raise ChecksumError(f"{path} has SHA256 {digest} but was downloaded with {expected[0]} (recorded in "
-                                f"{rec}): it changed since; delete both files and fetch {url} again")
+    if not rec.is_file():
+        if published is None:  # nothing to check it against: refused, never used unverified
+            raise ChecksumError(f"{path} has no recorded SHA256 ({rec.name} beside it): it was not downloaded by this "
+                                f"project or its record was lost, so it cannot be checked; delete it to fetch {url} "
+                                f"again, or record the digest of a copy you trust (sha256sum {path.name} > "
+                                f"{rec.name}, in its folder), or pass it with --weights PATH")
+        return digest
+    expected = rec.read_text(encoding="utf-8", errors="replace").split()[:1]
+    if expected[:1] != [digest]:
+        raise ChecksumError(f"{path} has SHA256 {digest} but was downloaded with {expected[0] if expected else '?'} "
+                            f"(recorded in {rec}): it changed since; delete both files and fetch {url} again")
     return digest

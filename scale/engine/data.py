@@ -17,10 +17,12 @@ corrupt files raise ``DataError`` with a message saying exactly which file to pu
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import tarfile
 import urllib.request
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,6 +97,12 @@ class Dataset:
         )
 
 
+def unreadable(exc: OSError, where: str | Path) -> str:
+    """One line for a data file or folder that cannot be read."""
+    hint = "; check its permissions" if exc.errno in (errno.EACCES, errno.EPERM) else ""
+    return f"cannot read {exc.filename or where} ({exc.strerror or exc}){hint}"
+
+
 def default_data_dir() -> Path:
     return Path(os.environ.get("SCALE_DATA_DIR", Path.home() / ".cache" / "headgeometry" / "data"))
 
@@ -133,6 +141,26 @@ def _download(spec: CifarArchive, target: Path, timeout: float = 30.0) -> None:
     os.replace(tmp, target)
 
 
+CIFAR_ROW = 3 * 32 * 32  # one image: R (1024) G (1024) B (1024), each 32 x 32 row-major
+
+
+def official_rows(fname: str) -> int:
+    """Images in an official batch file: CIFAR-100's ``train`` 50,000, every other file 10,000."""
+    return 50_000 if fname == "train" else 10_000
+
+
+def max_batch_bytes(fname: str) -> int:
+    """The largest file accepted as ``fname``: its images, 256 bytes per image for labels and file names,
+    and 1 MiB (the official files are 31.0 MB and CIFAR-100's ``train`` 155 MB)."""
+    return official_rows(fname) * (CIFAR_ROW + 256) + 2**20
+
+
+def _too_large(size: int, fname: str, where: str) -> None:
+    if size > max_batch_bytes(fname):
+        raise DataError(f"{where} is {size:,} bytes, more than an official {fname} can be "
+                        f"({max_batch_bytes(fname):,}); it is not a CIFAR batch: delete it and get the archive again")
+
+
 def _unpickle(blob: bytes, where: str) -> dict:
     try:
         obj = safe_loads(blob, encoding="latin1")  # never executes code from the file (scale/engine/safe_pickle.py)
@@ -147,16 +175,33 @@ def _unpickle(blob: bytes, where: str) -> dict:
     return obj
 
 
-def _batches_to_arrays(batches: list[dict], label_key: str, where: str) -> tuple[np.ndarray, np.ndarray]:
-    try:
-        x = np.concatenate([np.asarray(b["data"], dtype=np.uint8) for b in batches])
-        y = np.concatenate([np.asarray(b[label_key], dtype=np.int64) for b in batches])
-        x = x.reshape(-1, 3, 32, 32)  # rows are R (1024) G (1024) B (1024), each 32 x 32 row-major
-    except (KeyError, ValueError) as exc:
-        raise DataError(f"{where}: unexpected CIFAR batch layout ({exc}); the file is corrupt or not CIFAR") from None
-    if len(x) != len(y):
-        raise DataError(f"{where}: {len(x)} images but {len(y)} labels; the file is corrupt")
-    return x, y
+def _checked_batch(b: dict, spec: CifarArchive, fname: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's ``(images (n, 3, 32, 32) uint8, labels (n,) int64)``, checked against the official layout
+    before any conversion: ``data`` a uint8 ndarray ``(n, 3072)`` with ``1 <= n <=`` the official count, the
+    labels a list (or integer ndarray) of ``n`` integers in ``[0, classes)``. Anything else (a nested list
+    that ``np.asarray`` would expand, another dtype, a label that is not a class) is refused."""
+    data, labels = b.get("data"), b.get(spec.label_key)
+    bad = f"{where} does not have the official CIFAR layout"
+    if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2 and data.shape[1] == CIFAR_ROW
+            and 1 <= data.shape[0] <= official_rows(fname)):
+        got = f"{type(data).__name__} {getattr(data, 'dtype', '')} {getattr(data, 'shape', '')}".strip()
+        raise DataError(f"{bad}: 'data' must be a uint8 array of shape (n <= {official_rows(fname)}, {CIFAR_ROW}), "
+                        f"got {got}; the file is corrupt or not CIFAR")
+    n = data.shape[0]
+    if isinstance(labels, np.ndarray) and labels.dtype.kind in "iu" and labels.shape == (n,):
+        y = labels.astype(np.int64)
+    elif isinstance(labels, list) and len(labels) == n and all(type(v) is int for v in labels):
+        y = np.array(labels, dtype=np.int64)
+    else:
+        raise DataError(f"{bad}: {spec.label_key!r} must be {n} integers, one per image; the file is corrupt or "
+                        "not CIFAR")
+    if n and (y.min() < 0 or y.max() >= spec.classes):
+        raise DataError(f"{bad}: a label outside 0..{spec.classes - 1}; the file is corrupt or not {spec.name}")
+    return data.reshape(n, 3, 32, 32), y
+
+
+def _batches_to_arrays(batches: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    return np.concatenate([x for x, _ in batches]), np.concatenate([y for _, y in batches])
 
 
 def _read_archive(spec: CifarArchive, path: Path, verify_md5: bool) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -173,13 +218,17 @@ def _read_archive(spec: CifarArchive, path: Path, verify_md5: bool) -> dict[str,
             for split, files in (("train", spec.train_files), ("test", spec.test_files)):
                 batches = []
                 for fname in files:
-                    member = f"{spec.folder}/{fname}"
+                    member, where = f"{spec.folder}/{fname}", f"{path}:{spec.folder}/{fname}"
                     try:
-                        fh = tar.extractfile(member)
+                        info = tar.getmember(member)
                     except KeyError:
                         raise DataError(f"{path} has no {member}; it is not the official {spec.filename}") from None
-                    batches.append(_unpickle(fh.read(), f"{path}:{member}"))
-                out[split] = _batches_to_arrays(batches, spec.label_key, str(path))
+                    _too_large(info.size, fname, where)
+                    fh = tar.extractfile(info)
+                    if fh is None:
+                        raise DataError(f"{where} is not a regular file; {path} is not the official {spec.filename}")
+                    batches.append(_checked_batch(_unpickle(fh.read(), where), spec, fname, where))
+                out[split] = _batches_to_arrays(batches)
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise DataError(f"{path} is corrupt or truncated ({type(exc).__name__}: {exc}); "
                         "delete it and download or copy it again") from None
@@ -195,12 +244,9 @@ def _read_folder(spec: CifarArchive, folder: Path) -> dict[str, tuple[np.ndarray
             if not f.is_file():
                 raise DataError(f"{folder} lacks {fname}: the extracted {spec.folder}/ folder is incomplete; "
                                 f"put the whole folder (or {spec.filename}) there")
-            try:
-                blob = f.read_bytes()
-            except OSError as exc:
-                raise DataError(f"cannot read {f} ({exc.strerror or exc}); check its permissions") from None
-            batches.append(_unpickle(blob, str(f)))
-        out[split] = _batches_to_arrays(batches, spec.label_key, str(folder))
+            _too_large(f.stat().st_size, fname, str(f))
+            batches.append(_checked_batch(_unpickle(f.read_bytes(), str(f)), spec, fname, str(f)))
+        out[split] = _batches_to_arrays(batches)
     return out
 
 
@@ -284,6 +330,49 @@ def load_synthetic(
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 FOLDER_PREFIX = "folder:"
 FOLDER_TEST_FRACTION = 0.2
+# Decoded pixels one image may have: it is decoded whole, 16 bytes a pixel (RGB float32 and its uint8
+# source), so 50 megapixels (a 48 MP camera frame) take 0.8 GB; a small compressed file can declare far more.
+MAX_IMAGE_PIXELS = 50_000_000
+
+
+def image_files(root: Path) -> list[Path]:
+    """The regular files with an image suffix under ``root`` (recursively, sorted): no directory named
+    ``x.png``, no FIFO (whose open would wait for a writer forever), no device. A folder that cannot be
+    listed raises ``DataError`` naming it (a silently skipped class would change the labels)."""
+    def fail(exc: OSError) -> None:
+        raise exc
+
+    found = []
+    try:
+        for folder, subfolders, names in os.walk(root, onerror=fail):
+            subfolders.sort()
+            found += [p for p in (Path(folder) / n for n in names) if p.suffix.lower() in IMAGE_SUFFIXES
+                      and p.is_file()]
+    except OSError as exc:
+        raise DataError(unreadable(exc, root)) from None
+    return sorted(found)
+
+
+def _open_image(path: Path):
+    """``Image.open(path)`` (the header only; nothing decoded yet) if it declares at most ``MAX_IMAGE_PIXELS``;
+    ``DataError`` with one line otherwise (Pillow's own bomb warning, at a larger size, is ours to give here)."""
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            im = Image.open(path)
+        except Image.DecompressionBombError:
+            w = h = None
+        else:
+            w, h = im.size
+    if w is None or w * h > MAX_IMAGE_PIXELS:
+        size = f"{w} x {h} pixels ({w * h / 1e6:.0f} megapixels)" if w is not None else "larger than Pillow opens"
+        if w is not None:
+            im.close()
+        raise DataError(f"{path} is {size}; images of more than {MAX_IMAGE_PIXELS / 1e6:.0f} megapixels are "
+                        "refused (decoding takes 16 bytes a pixel): shrink it first")
+    return im
 
 
 def resize_square(x: torch.Tensor, size: int) -> torch.Tensor:
@@ -296,17 +385,15 @@ def resize_square(x: torch.Tensor, size: int) -> torch.Tensor:
 
 def folder_images(directory: str | Path, n: int, size: int) -> torch.Tensor:
     """The first ``n`` images (sorted by name) of a folder, RGB in [0, 1]."""
-    from PIL import Image
-
     root = Path(directory)
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory")
-    files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+    files = image_files(root)
     if not files:
         raise FileNotFoundError(f"no image files ({', '.join(IMAGE_SUFFIXES)}) under {root}")
     out = []
     for path in files[:n]:
-        with Image.open(path) as im:
+        with _open_image(path) as im:
             arr = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0  # (H, W, 3)
         out.append(resize_square(torch.from_numpy(arr).permute(2, 0, 1)[None], size))
     if len(out) < n:
@@ -316,8 +403,7 @@ def folder_images(directory: str | Path, n: int, size: int) -> torch.Tensor:
 
 def _class_folders(root: Path) -> list[Path]:
     """The sub-folders of ``root`` that hold at least one image file (searched recursively), by name."""
-    return [d for d in sorted(p for p in root.iterdir() if p.is_dir())
-            if any(f.suffix.lower() in IMAGE_SUFFIXES for f in d.rglob("*"))]
+    return [d for d in sorted(p for p in root.iterdir() if p.is_dir()) if image_files(d)]
 
 
 def _read_class_folders(root: Path, classes: list[str], image_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -326,11 +412,13 @@ def _read_class_folders(root: Path, classes: list[str], image_size: int) -> tupl
     xs, ys = [], []
     for label, name in enumerate(classes):
         folder = root / name
-        count = sum(1 for f in folder.rglob("*") if f.suffix.lower() in IMAGE_SUFFIXES) if folder.is_dir() else 0
+        count = len(image_files(folder)) if folder.is_dir() else 0
         if count == 0:
             continue
         try:
             x01 = folder_images(folder, count, image_size)  # (count, 3, S, S) float in [0, 1]
+        except DataError:
+            raise
         except Exception as exc:  # Pillow raises several kinds on a truncated or foreign file
             raise DataError(f"{folder}: an image cannot be read ({type(exc).__name__}: "
                             f"{str(exc).splitlines()[0][:200]}); remove or replace the file") from None
@@ -349,8 +437,10 @@ def folder_dataset(path: str | Path, image_size: int = 32, *, test_fraction: flo
     ``test_fraction`` of each class (at least one image where the class has two or more) is held out by a
     seeded permutation. Images are centre-cropped to a square and resized to ``image_size``; the whole set
     is held as uint8 (``N x 3 x S x S`` bytes), on the training device during training. Normalisation
-    statistics are the training split's per-channel mean and std. An absent or empty folder raises
-    ``ValueError`` (a bad argument); an unreadable image raises ``DataError``.
+    statistics are the training split's per-channel mean and std. An absent or empty folder, a test split
+    that would be empty, or a ``test/`` with classes ``train/`` lacks raises ``ValueError`` (a bad argument,
+    before any training); an image or folder that cannot be read, or an image declaring more than
+    ``MAX_IMAGE_PIXELS``, raises ``DataError``. Only regular files count as images (``image_files``).
     """
     root = Path(path).expanduser()
     if not root.is_dir():
@@ -382,16 +472,41 @@ def folder_dataset(path: str | Path, image_size: int = 32, *, test_fraction: flo
         tx, ty, vx, vy = x[~is_test], y[~is_test], x[is_test], y[is_test]
     if len(tx) == 0:
         raise ValueError(f"folder:{path}: no training images found")
+    _check_test_split(path, root, classes, len(vx), split)
     f = tx.double() / 255.0
     mean = tuple(float(v) for v in f.mean(dim=(0, 2, 3)))
     std = tuple(max(float(v), 1e-3) for v in f.std(dim=(0, 2, 3)))
     return Dataset(f"folder-{root.name}", tx, ty, vx, vy, len(classes), mean, std)
 
 
+def _check_test_split(path: str | Path, root: Path, classes: list[str], n_test: int, split: bool) -> None:
+    """Refuse, before any training, a folder whose test split would be empty or hold classes the training
+    split lacks (the end-of-run probes need test images of the training classes)."""
+    if split:
+        extra = sorted({d.name for d in _class_folders(root / "test")} - set(classes))
+        if extra:
+            raise ValueError(f"folder:{path}: test/ has classes that train/ lacks ({', '.join(extra[:6])}); "
+                             f"train/'s classes are {', '.join(classes[:6])}; give both splits the same class folders")
+        if n_test == 0:
+            raise ValueError(f"folder:{path}: test/ holds no images of train/'s classes ({', '.join(classes[:6])}); "
+                             "put test images in test/<class>/")
+    elif n_test == 0:
+        raise ValueError(f"folder:{path}: no image could be held out for testing: every class has a single image; "
+                         "give classes at least 2 images, or train/ and test/ folders")
+
+
 def load_dataset(name: str, data_dir: str | Path | None = None, *, download: bool = True,
                  image_size: int | None = None) -> Dataset:
     """Any dataset of ``DATASETS``, or ``folder:PATH`` (``folder_dataset``); ``image_size`` applies to
-    digits, synthetic and folders (CIFAR is 32 x 32)."""
+    digits, synthetic and folders (CIFAR is 32 x 32). A file or folder that cannot be read (permissions, an
+    I/O error) raises ``DataError`` naming it."""
+    try:
+        return _load_dataset(name, data_dir, download, image_size)
+    except OSError as exc:
+        raise DataError(unreadable(exc, data_dir or name)) from None
+
+
+def _load_dataset(name: str, data_dir: str | Path | None, download: bool, image_size: int | None) -> Dataset:
     if name.startswith(FOLDER_PREFIX):
         return folder_dataset(name[len(FOLDER_PREFIX):], image_size or 32)
     if name in ARCHIVES:

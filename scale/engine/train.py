@@ -590,11 +590,14 @@ class Trainer:
         return self._stop_requested
 
     def fit(self) -> TrainState:
-        with stop_on_signals(self.request_stop):  # SIGINT/SIGTERM: finish the step, save, stop
-            self.state.epoch, self.state.first_step = self.start_epoch, self.start_step  # where training (re)starts
-            self._emit("on_fit_start")
-            self._fit_loop()
-            self._emit("on_fit_end")
+        try:
+            with stop_on_signals(self.request_stop):  # SIGINT/SIGTERM: finish the step, save, stop
+                self.state.epoch, self.state.first_step = self.start_epoch, self.start_step  # where (re)started
+                self._emit("on_fit_start")
+                self._fit_loop()
+                self._emit("on_fit_end")
+        finally:  # however fit ends (finished, interrupted, non-finite, an error): no worker process outlives it
+            self.augment.close()
         return self.state
 
     def _step(self, epoch: int, step: int, perm: torch.Tensor) -> None:

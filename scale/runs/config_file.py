@@ -7,8 +7,10 @@ defaults. The resolved config is saved with the run as always (config.json); the
 summary.json's command line. Read with the standard library's ``tomllib`` (``tomli`` on Python 3.10);
 nothing is executed.
 
-A key that is not a flag, a value of the wrong type, or a value outside a flag's choices raises
-``ConfigFileError`` with one line naming the key and the valid choices (``scale.run`` exits 2).
+A key that is not a flag, a setting written twice (``head_width`` and ``head-width``), a value of the wrong
+type, or a value outside a flag's choices raises ``ConfigFileError`` with one line naming the key and the
+valid choices (``scale.run`` exits 2); so does a path that is not a regular file (a FIFO would block the
+read), a file over ``MAX_BYTES`` or one that is not UTF-8 text.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ else:  # Python 3.10: the same parser from PyPI (a dependency there, see pyproje
     import tomli as tomllib
 
 NOT_IN_FILES = frozenset({"help", "config", "resume"})  # a recipe describes a new run
+MAX_BYTES = 1 << 20  # the recipes in configs/ are under 1 kB
 
 
 class ConfigFileError(ValueError):
@@ -68,16 +71,25 @@ def read_config_file(path: str | Path, parser: argparse.ArgumentParser) -> dict[
     """The recipe at ``path`` as parser defaults (``dest -> value``), checked against ``parser``'s flags."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
-            raw = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigFileError(f"--config {path}: no such file") from None
+        if not path.is_file():  # a FIFO would block the read, a device never end it
+            raise ConfigFileError(f"--config {path}: " + ("not a regular file" if path.exists() else "no such file"))
+        if path.stat().st_size > MAX_BYTES:
+            raise ConfigFileError(f"--config {path}: {path.stat().st_size:,} bytes; a recipe is a few lines "
+                                  f"(at most {MAX_BYTES:,} bytes)")
+        raw = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigFileError(f"--config {path}: not a text file (TOML is UTF-8 text)") from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigFileError(f"--config {path}: not readable TOML ({exc})") from None
     actions = _actions(parser)
     out: dict[str, Any] = {}
+    written: dict[str, str] = {}  # dest -> the key that set it
     for key, value in raw.items():
         dest = key.replace("-", "_")
+        if dest in written:
+            raise ConfigFileError(f"--config {path}: {written[dest]!r} and {key!r} are the same setting; "
+                                  "write it once")
+        written[dest] = key
         if isinstance(value, dict):
             raise ConfigFileError(f"--config {path}: [{key}] is a table; a recipe is one flat table, so write its "
                                   "keys at the top of the file")

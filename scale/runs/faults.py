@@ -1,25 +1,39 @@
 """Exit codes of the training CLI and the one place that turns a failure into one line and a code.
 
     0    finished
-    1    an input file is missing, corrupt or unsafe: dataset files (bad checksum, a pickle that would
-         run code, unreadable folder), a run directory's checkpoint.pt or config.json that cannot be read
-    2    arguments or configuration refused: a bad flag or config value, an unsafe --run-name, a run
-         directory that already holds a run (without --overwrite) or is locked by a live run, flags
-         given with --resume that would change the run, config.json disagreeing with checkpoint.pt
+    1    an input file is missing, corrupt, unsafe or unreadable: dataset files (bad checksum, a pickle
+         that would run code or corrupt NumPy's memory, a batch outside the official layout, a file or
+         folder without read permission, an image of more than 50 megapixels), a run directory's
+         checkpoint.pt or config.json that cannot be read
+    2    arguments or configuration refused: a bad flag or config value (from flags, a recipe or a saved
+         config.json), a run needing more memory than its device has, an unusable recipe file, a folder
+         dataset whose test split would be empty, an unsafe --run-name, a run directory that already holds
+         a run (without --overwrite), holds anything a run does not write, or is locked by a live run, a
+         --resume with nothing to resume, flags given with --resume that would change the run,
+         config.json disagreeing with checkpoint.pt
     3    non-finite loss or model outputs (the last good checkpoint is kept)
-    4    an output could not be written (disk full, read-only folder, permissions) or another I/O
-         error; the last good checkpoint is intact (every write is atomic: temporary file + rename)
+    4    an output could not be written (disk full, read-only file system, permissions) or another I/O
+         error; the last good checkpoint is intact (every write is atomic: temporary file + rename), and a
+         run that could not start leaves no directory or lock behind
     5    a distributed peer stopped answering within --ddp-timeout, or died
     130  interrupted by SIGINT (Ctrl-C) or SIGTERM (schedulers): the step finishes, a checkpoint is saved,
          continue with --resume; a second signal stops at once, keeping the last checkpoint written
 
+After ``kill -9`` (or the OOM killer) there is no code: ``--resume`` continues from the last checkpoint,
+taking over the dead run's lock (``scale.runs.rundir.RunLock``), whose augmentation workers ended with it
+(``scale.engine.workers``).
+
 ``guarded(prog)`` wraps a ``main`` so that every ``RunError`` and the known failures above print one
 line on stderr (rank 0 only under torch.distributed) and return their code, never a traceback. Clean-ups
-registered with ``on_exit`` (the run-directory lock) run however ``main`` ends.
+registered with ``on_exit`` (the run-directory lock) run however ``main`` ends. A reader of stdout or
+stderr that goes away (``python -m scale.run ... | head``) does not stop the run: that stream is sent to
+/dev/null from then on (``ClosedPipeSafe``) and the run finishes with its own exit code, its results in
+its files.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import errno
 import functools
@@ -137,7 +151,10 @@ def describe(exc: BaseException, guard: _Guard) -> tuple[int, str]:
         reason = exc.strerror or os.strerror(exc.errno) if exc.errno else str(exc)
         hint = {errno.ENOSPC: "free some space", errno.EROFS: "choose a writable --out",
                 errno.EACCES: "check the folder's permissions", errno.EDQUOT: "free some quota"}.get(exc.errno, "")
-        verb = "cannot write" if exc.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT) else "I/O error on"
+        # inputs that cannot be read are CorruptFile or DataError (exit 1) before they get here: what is left are
+        # the outputs (the run directory, its lock, its files)
+        writes = (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EPERM)
+        verb = "cannot write" if exc.errno in writes else "I/O error on"
         return EXIT_WRITE, (f"{verb}{where}: {reason}; {kept}" + (f"; {hint} and continue with --resume "
                             f"{guard.run_dir}" if hint and guard.run_dir is not None else ""))
     if is_peer_failure(exc):
@@ -145,6 +162,46 @@ def describe(exc: BaseException, guard: _Guard) -> tuple[int, str]:
         return EXIT_PEER, (f"a distributed peer stopped answering or died ({first}); this process stops; {kept}; "
                            "continue with --resume once every rank is healthy")
     return -1, ""
+
+
+class ClosedPipeSafe:
+    """A text stream that survives its reader: on a closed pipe (EPIPE) its descriptor is pointed at
+    /dev/null and the text is dropped, instead of a ``BrokenPipeError`` ending the run."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _silence(self) -> None:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self._stream.fileno())
+        os.close(null)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._silence()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._silence()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def closed_pipes_tolerated() -> Any:
+    """``sys.stdout`` and ``sys.stderr`` wrapped in ``ClosedPipeSafe`` within the block."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = ClosedPipeSafe(sys.stdout), ClosedPipeSafe(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def _raise_terminated(signum: int, frame: Any) -> None:
@@ -165,14 +222,15 @@ def guarded(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
             except ValueError:  # not the main thread
                 pass
             try:
-                with guard.stack:
+                with closed_pipes_tolerated(), guard.stack:
                     return main(*args, **kwargs)
             except (RunError, KeyboardInterrupt, OSError, RuntimeError) as exc:
                 code, line = describe(exc, guard)
                 if code < 0:
                     raise
                 if _rank() == 0:
-                    print(f"{prog}: {line}", file=sys.stderr, flush=True)
+                    with closed_pipes_tolerated():
+                        print(f"{prog}: {line}", file=sys.stderr, flush=True)
                 return code
             finally:
                 if previous is not None:

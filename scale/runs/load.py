@@ -12,20 +12,22 @@ checkpoint.pt, metrics.jsonl and, once finished, summary.json. Checkpoints load 
 ``torch.load(weights_only=True)``: tensors and plain values, no pickled code. A run trained with your
 own modules is loaded by passing the same kind of modules again (``backbone=``, ``head=``,
 ``predictor=``): the checkpoint holds weights, not code. A checkpoint whose keys or shapes do not fit
-the model raises ``RunError`` naming the first mismatching keys.
+the model raises ``RunError`` naming the first mismatching keys. The saved config is taken as ``scale.run
+--resume`` takes it (``scale.runs.validate``): config.json must agree with the checkpoint's own copy and pass
+the validation of flags, so an edited or tampered directory is refused with one line, before anything is built.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from scale.engine.checkpoint import load_checkpoint, save_checkpoint
+from scale.engine.checkpoint import load_checkpoint, save_checkpoint, unreadable_reason
 from scale.engine.train import SSLModel, TrainConfig
 
 PARTS: tuple[str, ...] = ("backbone", "projector", "predictor")
@@ -53,15 +55,6 @@ class Run:
     @property
     def head(self) -> nn.Module:
         return self.model.projector
-
-
-def config_from_dict(values: dict[str, Any]) -> TrainConfig:
-    """A ``TrainConfig`` from a saved config (keys this version does not know are refused by name)."""
-    known = {f.name for f in fields(TrainConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise RunError(f"the saved config has keys this version does not know: {', '.join(unknown)}")
-    return TrainConfig(**values)
 
 
 def load_state_dict_checked(module: nn.Module, state: dict[str, torch.Tensor], what: str) -> None:
@@ -102,20 +95,40 @@ def load_run(run_dir: str | Path, *, backbone: nn.Module | None = None, head: nn
         raise RunError(f"{path} is not a run directory: no checkpoint.pt there")
     try:
         ck = load_checkpoint(ck_path, map_location=device)
+    except OSError as exc:
+        raise RunError(f"{ck_path} cannot be read ({exc.strerror or exc}); check its permissions") from None
     except Exception as exc:  # torch raises several kinds on a truncated or foreign file
-        raise RunError(f"{ck_path} cannot be loaded ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
-    if not isinstance(ck, dict) or "model" not in ck or "config" not in ck:
+        raise RunError(f"{ck_path} is not a readable checkpoint ({unreadable_reason(exc)})") from None
+    if not isinstance(ck, dict) or "model" not in ck or not isinstance(ck.get("config"), dict):
         raise RunError(f"{ck_path} is not a scale.run checkpoint (no 'model' and 'config' entries)")
-    saved = _read_json(path / "config.json") if (path / "config.json").is_file() else ck["config"]
-    cfg = config_from_dict({**saved, "device": str(torch.device(device))})
+    cfg = checked_config(path, ck["config"], str(torch.device(device)))
     model = SSLModel(cfg, backbone=backbone, head=head, predictor=predictor)
     load_state_dict_checked(model, ck["model"], str(ck_path))
     model = model.to(device).eval()
     metrics: list[dict[str, Any]] = []
     if (path / "metrics.jsonl").is_file():
-        metrics = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        try:
+            metrics = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        except (OSError, ValueError) as exc:
+            raise RunError(f"{path / 'metrics.jsonl'} cannot be read as JSON lines ({exc})") from None
     summary = _read_json(path / "summary.json") if (path / "summary.json").is_file() else None
     return Run(path, cfg, model, metrics, summary)
+
+
+def checked_config(path: Path, checkpointed: dict[str, Any], device: str) -> TrainConfig:
+    """The run's config as ``scale.run --resume`` takes it (``scale.runs.validate``): config.json (the checkpoint's
+    copy where there is none) agreeing with the checkpoint's copy, then validated like flags; ``device`` replaces
+    the saved one."""
+    from scale.runs import faults, validate
+
+    has_json = (path / "config.json").is_file()
+    try:
+        written = validate.read_config_json(path / "config.json") if has_json else checkpointed
+        saved = validate.agreeing_config(path, written, checkpointed, device)
+        source = str(path / "config.json") if has_json else f"{path / 'checkpoint.pt'}'s config"
+        return validate.config_from_dict({**saved, "device": device}, source)
+    except faults.RunError as exc:
+        raise RunError(str(exc)) from None
 
 
 def part_state_dict(model: SSLModel, part: str = "backbone") -> dict[str, torch.Tensor]:

@@ -5,11 +5,18 @@
                                 names the holder (pid, host, start time). The kernel drops the flock
                                 when its process dies, so a lock left by a killed run is taken over
                                 (with a note naming the dead holder); a live holder makes the second
-                                run fail at once, naming it
-    prepare_new(run_dir, ...)   a new run refuses a directory that already holds a run unless
-                                ``overwrite`` (then the old run's files are removed first, so the
-                                directory never holds files of two runs); a non-empty folder that is
-                                not a run directory is always refused
+                                run fail at once, naming it. No forked child keeps the lock
+                                (``scale.engine.workers.private_descriptor``), and a lock that cannot be
+                                written (a full disk) leaves no directory behind
+    run_files(run_dir)          what the directory holds of a run: ``RUN_OUTPUTS`` (every file the project
+                                writes there), the folders of ``RUN_FOLDERS`` with their files, and the
+                                entries a run never writes (``foreign``)
+    is_run(run_dir)             a folder is a run only if its config.json parses as a run's config or its
+                                checkpoint.pt loads as a run's checkpoint; names alone do not make one
+    prepare_new(run_dir, ...)   a new run takes an empty directory; it refuses one that holds a run
+                                unless ``overwrite`` (then exactly the run's files are removed, so the
+                                directory never holds files of two runs), and always refuses one that
+                                holds anything a run does not write, naming it: nothing of yours is deleted
     clean_temporaries(run_dir)  removes ``.NAME.XXXX.tmp`` files that a killed atomic write left behind
                                 (safe only while holding the lock: no live writer can own them)
 """
@@ -22,12 +29,27 @@ import re
 import shutil
 import socket
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from scale.engine.workers import private_descriptor, release_descriptor
 from scale.runs.faults import ConfigError
 
 LOCK_NAME = ".lock"
-RUN_FILES = ("config.json", "checkpoint.pt", "metrics.jsonl", "summary.json")  # any of these: a run lives here
+# Every file the project writes in a run directory, by writer; --overwrite removes these and nothing else.
+RUN_OUTPUTS = frozenset({
+    "config.json",                                            # scale.run
+    "checkpoint.pt", "metrics.jsonl",                         # scale.engine.train (Checkpointer, MetricsFile)
+    "summary.json", "report.md", "curves.png",                # scale.runs.run_report.write_outputs
+    "orbits.npz",                                             # scale.geometry.measure.final_measurement
+    "curvature.jsonl", "curvature_summary.json", "curvature.png",  # scale.curvature.tracking.HessianTracker
+    "deviations.json",                                        # scale.paper
+})
+# Folders the project writes in a run directory, and the names of the files it puts there.
+RUN_FOLDERS: dict[str, re.Pattern[str]] = {
+    "tensorboard": re.compile(r"^events\.out\.tfevents\..+$"),                   # scale.engine.hooks.TensorBoardLog
+    "analysis": re.compile(r"^(analysis\.json|report\.md|spectrum\.png|orbits\.png)$"),  # scale.analyze
+}
 # scale.engine.checkpoint's atomic writer: tempfile.mkstemp(prefix=".NAME.", suffix=".tmp")
 TEMPORARY = re.compile(r"^\..+\.[A-Za-z0-9_]{6,}\.tmp$")
 
@@ -42,8 +64,64 @@ def check_run_name(name: str) -> str:
     return name
 
 
-def is_run_directory(path: Path) -> bool:
-    return any((path / f).exists() for f in RUN_FILES)
+@dataclass
+class RunFiles:
+    """A directory's entries sorted by whether a run writes them (``run_files``)."""
+
+    run: list[Path] = field(default_factory=list)  # RUN_OUTPUTS and RUN_FOLDERS holding only their own files
+    foreign: list[str] = field(default_factory=list)  # anything else, as paths relative to the directory
+
+
+def _is_temporary(p: Path) -> bool:
+    return p.is_file() and not p.is_symlink() and bool(TEMPORARY.match(p.name))
+
+
+def run_files(run_dir: Path) -> RunFiles:
+    """Sort ``run_dir``'s entries (the lock and temporaries of atomic writes belong to no one: left out)."""
+    out = RunFiles()
+    for p in sorted(run_dir.iterdir()):
+        if p.name == LOCK_NAME or _is_temporary(p):
+            continue
+        if p.name in RUN_OUTPUTS and (p.is_symlink() or p.is_file()):
+            out.run.append(p)
+        elif p.name in RUN_FOLDERS and p.is_dir() and not p.is_symlink():
+            inside = [q for q in sorted(p.iterdir()) if not _is_temporary(q)]
+            strangers = [q for q in inside if not (q.is_file() and RUN_FOLDERS[p.name].match(q.name))]
+            if strangers:
+                out.foreign += [f"{p.name}/{q.name}{'/' if q.is_dir() and not q.is_symlink() else ''}"
+                                for q in strangers]
+            else:
+                out.run.append(p)
+        else:
+            out.foreign.append(p.name + ("/" if p.is_dir() and not p.is_symlink() else ""))
+    return out
+
+
+def is_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run: its config.json parses as a run's config (``scale.runs.validate``), or
+    its checkpoint.pt loads as a run's checkpoint (weights only, memory-mapped)."""
+    from scale.runs import validate
+    from scale.runs.faults import RunError
+
+    config, checkpoint = run_dir / "config.json", run_dir / "checkpoint.pt"
+    if config.is_file() and not config.is_symlink():
+        try:
+            validate.config_from_dict(validate.read_config_json(config), str(config))
+            return True
+        except RunError:
+            pass
+    if checkpoint.is_file() and not checkpoint.is_symlink():
+        try:
+            validate.read_checkpoint_config(checkpoint)
+            return True
+        except RunError:
+            pass
+    return False
+
+
+def _names(entries: list[str], limit: int = 6) -> str:
+    more = f" and {len(entries) - limit} more" if len(entries) > limit else ""
+    return ", ".join(entries[:limit]) + more
 
 
 class RunLock:
@@ -53,15 +131,22 @@ class RunLock:
         import fcntl
 
         self.run_dir = Path(run_dir)
-        self.created_dir = not self.run_dir.exists()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.run_dir / LOCK_NAME
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # the folders this lock creates (run_dir and any missing parents), removed again if left empty
+        self.created = [d for d in (self.run_dir, *self.run_dir.parents) if not d.exists()]
+        self.path, self.fd = self.run_dir / LOCK_NAME, -1
+        self.created_lock = not self.path.exists()
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:  # a full disk, a read-only or forbidden folder: nothing created stays behind
+            self._remove_created()
+            raise
+        private_descriptor(self.fd)  # no forked worker keeps the lock after this process dies
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = self._holder()
-            os.close(self.fd)
+            self._close()
             raise ConfigError(
                 f"{self.run_dir} is in use by another run ({holder or 'holder unknown'}); wait for it to finish or "
                 f"stop it, or choose another --run-name"
@@ -71,8 +156,12 @@ class RunLock:
                      if previous else None)
         record = {"pid": os.getpid(), "host": socket.gethostname(),
                   "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, (json.dumps(record) + "\n").encode(), 0)
+        try:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, (json.dumps(record) + "\n").encode(), 0)
+        except OSError as exc:  # a full disk or quota: leave nothing behind, then fail naming the file
+            self.release()
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
 
     def _holder(self) -> str:
         try:
@@ -87,46 +176,85 @@ class RunLock:
         except (ValueError, KeyError, TypeError):
             return f"lock file says {text[:80]!r}"
 
+    def _close(self) -> None:
+        release_descriptor(self.fd)
+        os.close(self.fd)
+        self.fd = -1
+
     def release(self) -> None:
-        """Empty the lock file and drop the flock (the file stays: unlinking it would race a waiting run);
-        a directory this run created and left empty but for the lock is removed."""
+        """Drop the flock. The lock file stays, emptied, where a run lives (unlinking it after the unlock would
+        race a run taking it); a lock file this lock created in a folder that holds no run is unlinked while
+        still held (a run opening the path then gets a new file, and no two runs hold live locks), and the
+        folders this lock created are removed once empty."""
         import fcntl
 
         if self.fd < 0:
             return
         try:
-            os.ftruncate(self.fd, 0)
+            if self.created_lock and not is_run(self.run_dir):
+                self.path.unlink()
+            else:
+                os.ftruncate(self.fd, 0)
         except OSError:
             pass
         fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
-        self.fd = -1
-        if self.created_dir:
+        self._close()
+        self._remove_created()
+
+    def _remove_created(self) -> None:
+        """Remove the folders this lock created, innermost first, while they are empty."""
+        for d in self.created:
             try:
-                if [p.name for p in self.run_dir.iterdir()] == [LOCK_NAME]:
-                    self.path.unlink()
-                    self.run_dir.rmdir()
-            except OSError:
-                pass
+                if d.is_dir():
+                    d.rmdir()
+            except OSError:  # not empty: it and the folders above it stay
+                return
 
 
 def prepare_new(run_dir: Path, overwrite: bool) -> str | None:
     """Check a (locked) directory before a new run writes there; returns a note when old files were removed."""
-    entries = [p for p in run_dir.iterdir() if p.name != LOCK_NAME and not TEMPORARY.match(p.name)]
-    if not entries:
+    found = run_files(run_dir)
+    if not found.run and not found.foreign:
         return None
-    if not is_run_directory(run_dir):
-        raise ConfigError(f"{run_dir} exists, is not empty and holds no run (no config.json or checkpoint.pt); "
-                          "choose another --run-name or --out")
+    if found.foreign:  # never deleted, --overwrite or not: the project did not write them
+        what = "holds a run and also" if found.run and is_run(run_dir) else "holds"
+        raise ConfigError(f"{run_dir} {what} files that no run writes ({_names(found.foreign)}); nothing was deleted. "
+                          "Move them out, or choose another --run-name or --out")
+    if not is_run(run_dir):
+        raise ConfigError(f"{run_dir} holds {_names([p.name for p in found.run])} but no run: its config.json does "
+                          "not parse as a run's config and it has no readable checkpoint.pt; nothing was deleted. "
+                          "Choose another --run-name or --out")
     if not overwrite:
-        raise ConfigError(f"{run_dir} already holds a run; continue it with --resume {run_dir}, choose another "
-                          "--run-name, or pass --overwrite to delete it and start again")
-    for p in entries:
+        if (run_dir / "checkpoint.pt").is_file():
+            raise ConfigError(f"{run_dir} already holds a run; continue it with --resume {run_dir}, choose another "
+                              "--run-name, or pass --overwrite to delete it and start again")
+        raise ConfigError(f"{run_dir} holds a run that stopped before its first checkpoint (nothing to resume); pass "
+                          "--overwrite to delete it and start again, or choose another --run-name")
+    for p in found.run:
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
         else:
             p.unlink()
-    return f"--overwrite: removed the previous run's {len(entries)} files and folders from {run_dir}"
+    return f"--overwrite: removed the previous run's {_names([p.name for p in found.run], limit=20)} from {run_dir}"
+
+
+def check_resumable(run_dir: Path) -> None:
+    """``--resume run_dir`` needs a run's config.json and checkpoint.pt; ``ConfigError`` says what is missing
+    and what to do instead (each advice leads somewhere: a run without a checkpoint is started again)."""
+    config, checkpoint = (run_dir / "config.json").is_file(), (run_dir / "checkpoint.pt").is_file()
+    if config and checkpoint:
+        return
+    if not run_dir.is_dir():
+        raise ConfigError(f"--resume {run_dir}: no such directory (give the folder of a run, OUT/RUN_NAME)")
+    if config:
+        raise ConfigError(f"--resume {run_dir}: the run there stopped before its first checkpoint, so there is "
+                          f"nothing to resume; start it again with --out {run_dir.parent} --run-name {run_dir.name} "
+                          "--overwrite")
+    if checkpoint:
+        raise ConfigError(f"--resume {run_dir}: checkpoint.pt is there but config.json is missing; restore it, or "
+                          f"start again with --out {run_dir.parent} --run-name {run_dir.name} --overwrite")
+    raise ConfigError(f"--resume {run_dir}: not a run directory (no config.json, no checkpoint.pt); give the folder of "
+                      "a run, OUT/RUN_NAME")
 
 
 def clean_temporaries(run_dir: Path) -> str | None:

@@ -3,8 +3,10 @@
 ``check_config(cfg, source)`` refuses, with one line naming the value and the valid range, every
 ``TrainConfig`` that would train something other than what it says: wrong types, unknown choices,
 non-positive sizes, an ``ema`` outside [0, 1), CIFAR at an image size other than 32 (the data is
-32 x 32), a head deeper than ``MAX_HEAD_LAYERS`` or with more than ``MAX_HEAD_PARAMS`` parameters
-(counted from the spec, before anything is allocated), a thread count below 1. ``check_log`` does the
+32 x 32), images larger than ``MAX_IMAGE_SIZE``, a head deeper than ``MAX_HEAD_LAYERS`` or with more than
+``MAX_HEAD_PARAMS`` parameters (counted from the spec), a whole model of more than
+``scale.runs.budget.MAX_MODEL_PARAMS`` (counted on the meta device), a thread count below 1: all before
+anything is allocated (the memory a run needs on its device: ``scale.runs.budget``). ``check_log`` does the
 same for ``--log`` (a flag or ``log = ...`` in a --config file), which steers the outputs, not the run:
 a value outside ``LOG_CHOICES``, or ``tensorboard`` without the package installed.
 
@@ -41,6 +43,7 @@ from scale.runs.faults import ConfigError, CorruptFile
 MAX_HEAD_LAYERS = 32  # the paper's heads have 1-4 Linear layers
 MAX_HEAD_PARAMS = 200_000_000  # projector + predictor; BYOL's 4096-wide head is ~5e6, E1's gelu3 ~1e7
 MAX_WIDTH = 65_536
+MAX_IMAGE_SIZE = 1024  # ImageNet's models take 224; digits at 1024 px already hold 5.6 GB of uint8 images
 MAX_THREADS = 4096
 RESUME_CHANGEABLE = ("epochs", "device", "threads")
 INVOCATION_FLAGS = ("resume", "quiet", "track_hessian_every", "probe_images", "orbits", "no_final_measure",
@@ -121,6 +124,9 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         v = getattr(cfg, key)
         if v is not None and v > MAX_WIDTH:
             raise ConfigError(f"{name(key)} {v} is above the supported maximum {MAX_WIDTH}")
+    if cfg.image_size > MAX_IMAGE_SIZE:
+        raise ConfigError(f"{name('image_size')} {cfg.image_size} is above the supported maximum {MAX_IMAGE_SIZE} "
+                          "(every image is held and augmented at this size)")
     if cfg.threads is not None and cfg.threads > MAX_THREADS:
         raise ConfigError(f"{name('threads')} {cfg.threads} is above {MAX_THREADS}")
     for key in ("lr", "temperature"):
@@ -171,6 +177,13 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         raise ConfigError(f"the head ({cfg.head}, width {cfg.head_width}, out {cfg.head_out}) would have "
                           f"{total:,} parameters; at most {MAX_HEAD_PARAMS:,} are supported (reduce --head-width, "
                           "--head-out, --pred-width or the depth)")
+    from scale.runs.budget import MAX_MODEL_PARAMS, model_parameters
+
+    whole = model_parameters(cfg)  # counted on the meta device: nothing is allocated
+    if whole > MAX_MODEL_PARAMS:
+        raise ConfigError(f"the model ({cfg.backbone} of width {cfg.backbone_width or 'default'} with its heads) would "
+                          f"have {whole:,} parameters; at most {MAX_MODEL_PARAMS:,} are supported (reduce "
+                          f"{name('backbone_width')}, {name('head_width')} or {name('head_out')})")
 
 
 def check_log(value: str) -> None:
@@ -203,14 +216,23 @@ def read_config_json(path: Path) -> dict[str, Any]:
 
 
 def read_checkpoint_config(path: Path) -> tuple[dict[str, Any], int]:
-    """The config stored inside checkpoint.pt and its epoch (memory-mapped: the tensors are not read)."""
+    """The config stored inside checkpoint.pt and its epoch (memory-mapped: the tensors are not read; a file
+    that is not in torch's zip format is read whole, so that the reason it is refused is the same as for the
+    other readers)."""
     import torch
 
     try:
-        ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        try:
+            ck = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap can only be used" not in str(exc):
+                raise
+            ck = torch.load(path, map_location="cpu", weights_only=True)
         config, epoch = ck["config"], int(ck["epoch"])
         if not isinstance(config, dict):
             raise TypeError("its config entry is not a dict")
+    except OSError as exc:  # permissions, an I/O error: the file may be fine
+        raise CorruptFile(f"{path} cannot be read ({exc.strerror or exc}); check its permissions") from None
     except Exception as exc:
         raise CorruptFile(f"{path} is not a readable checkpoint ({unreadable_reason(exc)}); it was left as it is. "
                           "Restore it from a copy, or start the run again with --overwrite") from None
@@ -237,6 +259,14 @@ def config_from_dict(values: dict[str, Any], source: str) -> Any:
 def disagreements(a: dict[str, Any], b: dict[str, Any], ignore: tuple[str, ...] = RESUME_CHANGEABLE) -> list[str]:
     return [f"{k} ({a.get(k)!r} vs {b.get(k)!r})" for k in sorted(set(a) | set(b))
             if k not in ignore and a.get(k) != b.get(k)]
+
+
+def plan_disagreements(saved: dict[str, Any], planned: dict[str, Any]) -> list[str]:
+    """Where a saved run's config is not the planned one (``scale.paper``, ``scale.e4_study`` reusing results):
+    every field but where it ran (``device``, ``threads``, the path ``augment_path`` "auto" resolved to) and
+    the fields a config saved before they existed lacks."""
+    ignore = ("device", "threads", "augment_path", *(k for k in planned if k not in saved))
+    return disagreements(saved, planned, ignore)
 
 
 def given_flags(parser: argparse.ArgumentParser, argv: list[str] | None) -> set[str]:
@@ -270,6 +300,19 @@ def settled_augment_path(values: dict[str, Any], device: str) -> dict[str, Any]:
     return {**values, "augment_path": path}
 
 
+def agreeing_config(run_dir: Path, written: dict[str, Any], checkpointed: dict[str, Any], device: str
+                    ) -> dict[str, Any]:
+    """config.json's values (``written``, the augmentation path settled) once they agree with the checkpoint's
+    own copy on every field but ``RESUME_CHANGEABLE``; ``ConfigError`` listing the differences otherwise."""
+    saved, checkpointed = (settled_augment_path(c, device) for c in (written, checkpointed))
+    diff = disagreements(saved, checkpointed)
+    if diff:
+        raise ConfigError(f"{run_dir}/config.json disagrees with its checkpoint.pt on {', '.join(diff)}: the directory "
+                          "mixes two runs, or config.json was edited; nothing was changed. Start a new run (another "
+                          "--run-name, or --overwrite)")
+    return saved
+
+
 def resume_config(run_dir: Path, args: argparse.Namespace, given: set[str], device: str, default_threads: int
                   ) -> tuple[Any, list[str]]:
     """The resumed run's ``TrainConfig`` and the notes to print (module docstring); refuses what would mix runs."""
@@ -277,11 +320,7 @@ def resume_config(run_dir: Path, args: argparse.Namespace, given: set[str], devi
 
     written = read_config_json(run_dir / "config.json")
     checkpointed, done = read_checkpoint_config(run_dir / "checkpoint.pt")
-    saved, checkpointed = (settled_augment_path(c, device) for c in (written, checkpointed))
-    diff = disagreements(saved, checkpointed)
-    if diff:
-        raise ConfigError(f"{run_dir}/config.json disagrees with its checkpoint.pt on {', '.join(diff)}: the directory "
-                          "mixes two runs; nothing was changed. Start a new run (another --run-name, or --overwrite)")
+    saved = agreeing_config(run_dir, written, checkpointed, device)
     config_names = {f.name for f in fields(TrainConfig)}
     refused = []
     for dest in sorted(given - set(INVOCATION_FLAGS) - set(RESUME_CHANGEABLE)):

@@ -1,9 +1,9 @@
 """The tour (``docs/tour/``): every chapter executes and its committed page is what it renders now; the
 renderer (``python -m docs.tour``) on chapters of its own: cells, figures, failures, bad arguments.
 
-``test_committed_pages_are_current`` executes all six chapters, each in a process of its own (about
-25 s of CPU in all on a 2-core machine), and compares every page byte for byte; the chapters print
-only digits that do not depend on the BLAS build or the CPU's instruction set (see ``render.py``).
+``test_committed_pages_are_current`` executes all six chapters, each in a process of its own (about 20 s
+of CPU in all), and compares every page byte for byte; the chapters print only digits that do not
+depend on the BLAS build or the CPU's instruction set (see ``render.py``).
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ for spec in ("linear", "relu2", "gelu2", "swish2", "tanh2"):
           f"   {a.neg_H:>20}")
 
 # %% [markdown]
-# `dim null(G) = 12 = n (d - k)`: each sample's `3 x 6` Jacobian leaves 3 directions unseen. For the
+# `dim null(G) = 12 = n (d - k)`: each sample's `3 x 6` Jacobian leaves 3 directions unseen (16 for the
+# ReLU head, whose Jacobian at `z*` has rank 2: a hidden unit that is off passes nothing on). For the
 # linear and ReLU heads `M` vanishes and no eigenvalue of `H_eff` is negative; for the smooth heads
 # `M` is negative on `null(G)`, and `H_eff` has negative eigenvalues. The lemma behind part 2 is an
 # identity on `null(G)`: with an orthonormal basis `B` of it, `B^T H_eff B = B^T M B`.

@@ -94,16 +94,30 @@ def train_probe(Xtr: torch.Tensor, ytr: torch.Tensor, Xte: torch.Tensor, yte: to
     return {"train": acc[0], "test": acc[1]}
 
 
+def rotated_features(embed, x_uint8, limit: int, normalize, chunk: int = 1024
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(z, h, quarter-turn labels)`` of ``rotated(x_uint8, limit)``, in its rotation-major order, computed
+    ``chunk`` base images at a time: only ``4 x chunk`` rotated images exist at once (a split decoded from
+    disk, ``scale.engine.data.ImageFiles``, is read a chunk at a time too)."""
+    parts = []
+    for i in range(0, limit, chunk):
+        rx, _ = rotated(x_uint8[i : min(i + chunk, limit)])
+        z, h = features(embed, rx, normalize)
+        parts.append((z.reshape(len(QUARTER_TURNS), -1, z.shape[-1]), h.reshape(len(QUARTER_TURNS), -1, h.shape[-1])))
+    z = torch.cat([p[0] for p in parts], dim=1).flatten(0, 1)  # (4 limit, d), rotation-major
+    h = torch.cat([p[1] for p in parts], dim=1).flatten(0, 1)
+    y = torch.arange(len(QUARTER_TURNS), device=z.device).repeat_interleave(limit)
+    return z, h, y
+
+
 def run_rotation_probes(embed, normalize, train_x: torch.Tensor, test_x: torch.Tensor,
                         settings: ProbeSettings = ProbeSettings()) -> RotationProbes:
     """E3's rotation probes of one frozen model. ``embed(normalised images) -> (z, h)`` (eval mode, no
     gradient), ``normalize(uint8) -> float``; images uint8 ``(N, 3, S, S)`` on the model's device."""
     n_tr = min(len(train_x), settings.train_images or len(train_x))
     n_te = min(len(test_x), settings.test_images or len(test_x))
-    rx_tr, ry_tr = rotated(train_x, n_tr)
-    rx_te, ry_te = rotated(test_x, n_te)
-    ztr, htr = features(embed, rx_tr, normalize)
-    zte, hte = features(embed, rx_te, normalize)
+    ztr, htr, ry_tr = rotated_features(embed, train_x, n_tr, normalize)
+    zte, hte, ry_te = rotated_features(embed, test_x, n_te, normalize)
     acc = {}
     for kind in ("linear", "mlp"):
         pair = []
@@ -113,7 +127,7 @@ def run_rotation_probes(embed, normalize, train_x: torch.Tensor, test_x: torch.T
         acc[kind] = ProbePair(*pair)
     return RotationProbes(
         settings={**asdict(settings), "protocol": E3_PROTOCOL, "train_base_images": n_tr, "test_base_images": n_te,
-                  "rotation_samples": {"train": len(rx_tr), "test": len(rx_te)}},
+                  "rotation_samples": {"train": len(ry_tr), "test": len(ry_te)}},
         linear=acc["linear"], mlp=acc["mlp"],
     )
 
@@ -141,21 +155,39 @@ def logistic_probe_accuracy(
     """Test accuracy (fraction) of the headline probe fitted on ``(train_f, train_y)``."""
     mean, std = train_f.mean(0), train_f.std(0).clamp_min(1e-6)
     xtr, xte = (train_f - mean) / std, (test_f - mean) / std
-    W = torch.zeros(xtr.shape[1], classes, device=xtr.device, requires_grad=True)
+    # W as (classes, d), nn.Linear's layout: the gradient is then (P - Y)^T X, a (C, n) @ (n, d) product,
+    # where the (d, C) layout's X^T (P - Y) is a transposed skinny product 3-4x slower per evaluation on a
+    # CPU (the same minimisation: L-BFGS does not depend on the order of the coordinates)
+    W = torch.zeros(classes, xtr.shape[1], device=xtr.device, requires_grad=True)
     b = torch.zeros(classes, device=xtr.device, requires_grad=True)
     opt = torch.optim.LBFGS([W, b], lr=1.0, max_iter=MAX_ITER, line_search_fn="strong_wolfe",
                             tolerance_grad=1e-6, tolerance_change=1e-9)
 
     def closure():
         opt.zero_grad()
-        loss = F.cross_entropy(xtr @ W + b, train_y) + L2 * (W * W).sum()
+        loss = F.cross_entropy(xtr @ W.T + b, train_y) + L2 * (W * W).sum()
         loss.backward()
         return loss
 
     with torch.enable_grad():
         opt.step(closure)
     with torch.no_grad():
-        return float(((xte @ W + b).argmax(1) == test_y).float().mean())
+        return float(((xte @ W.T + b).argmax(1) == test_y).float().mean())
+
+
+def class_probe_skip_reason(data) -> str | None:
+    """Why the headline class probe cannot be fitted on ``data`` (a ``scale.engine.data.Dataset``), or
+    ``None``: no labels, a single class (every accuracy would be 100 %: nothing to tell apart), or an
+    empty split."""
+    if not getattr(data, "labelled", True):
+        return "the images have no labels (a folder without class sub-folders)"
+    if len(data.train_x) == 0 or len(data.test_x) == 0:
+        return "a split is empty"
+    present = len(torch.unique(data.train_y))
+    if present < 2:
+        return (f"the training split holds {present} class; a classifier has nothing to tell apart (any accuracy "
+                "would be 100 %)")
+    return None
 
 
 def class_probe(embed, normalize, train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,

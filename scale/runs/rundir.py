@@ -2,10 +2,10 @@
 
     check_run_name(name)        a single path component: no separators, no '.'/'..', nothing hidden
     RunLock(run_dir)            ``.lock`` held with ``fcntl.flock`` while a run writes there; the file
-                                names the holder (pid, host, start time). The kernel drops the flock
-                                when its process dies, so a lock left by a killed run is taken over
-                                (with a note naming the dead holder); a live holder makes the second
-                                run fail at once, naming it
+                                names the holder (pid, host, start time) and is removed when the run
+                                ends. The kernel drops the flock when its process dies, so a lock left
+                                by a killed run is taken over (with a note naming the dead holder); a
+                                live holder makes the second run fail at once, naming it
     prepare_new(run_dir, ...)   a new run refuses a directory that already holds a run unless
                                 ``overwrite`` (then the old run's files are removed first, so the
                                 directory never holds files of two runs); a non-empty folder that is
@@ -56,16 +56,20 @@ class RunLock:
         self.created_dir = not self.run_dir.exists()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / LOCK_NAME
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = self._holder()
+        while True:  # a lock file unlinked by its holder's release between our open and our flock: open it again
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = self._holder()
+                os.close(self.fd)
+                raise ConfigError(
+                    f"{self.run_dir} is in use by another run ({holder or 'holder unknown'}); wait for it to finish "
+                    f"or stop it, or choose another --run-name"
+                ) from None
+            if self._is_current():
+                break
             os.close(self.fd)
-            raise ConfigError(
-                f"{self.run_dir} is in use by another run ({holder or 'holder unknown'}); wait for it to finish or "
-                f"stop it, or choose another --run-name"
-            ) from None
         previous = self._holder()
         self.note = (f"took over the lock of a run that ended without releasing it ({previous})"
                      if previous else None)
@@ -87,15 +91,25 @@ class RunLock:
         except (ValueError, KeyError, TypeError):
             return f"lock file says {text[:80]!r}"
 
+    def _is_current(self) -> bool:
+        """Whether the locked file is still the one at ``path`` (not unlinked by a release meanwhile)."""
+        try:
+            return os.fstat(self.fd).st_ino == os.stat(self.path).st_ino
+        except FileNotFoundError:
+            return False
+
     def release(self) -> None:
-        """Empty the lock file and drop the flock (the file stays: unlinking it would race a waiting run);
-        a directory this run created and left empty but for the lock is removed."""
+        """Remove the lock file while still holding it, then drop the flock: a finished run leaves no
+        ``.lock``. A run that opened the old file meanwhile finds it unlinked after its flock and opens the
+        path again (``_is_current``), so two runs never hold locks on two files. A directory this run
+        created and left empty is removed."""
         import fcntl
 
         if self.fd < 0:
             return
         try:
-            os.ftruncate(self.fd, 0)
+            if self._is_current():
+                self.path.unlink()
         except OSError:
             pass
         fcntl.flock(self.fd, fcntl.LOCK_UN)
@@ -103,8 +117,7 @@ class RunLock:
         self.fd = -1
         if self.created_dir:
             try:
-                if [p.name for p in self.run_dir.iterdir()] == [LOCK_NAME]:
-                    self.path.unlink()
+                if not any(self.run_dir.iterdir()):
                     self.run_dir.rmdir()
             except OSError:
                 pass

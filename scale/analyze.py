@@ -495,8 +495,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with a head spec and a checkpoint: BatchNorm on the head's output (default: off)")
     p.add_argument("--hessian-images", type=int, default=AnalysisSettings.hessian_images,
                    help="images of the curvature probe batch, two augmented views each (default "
-                   f"{AnalysisSettings.hessian_images}: N = 2 x {AnalysisSettings.hessian_images} x d unknowns, a few "
-                   "seconds per Lanczos run on a CPU at d = 128)")
+                   f"{AnalysisSettings.hessian_images}: H_eff acts on N = 2 x {AnalysisSettings.hessian_images} x d "
+                   "unknowns; a Lanczos step is one Hessian-vector product through the head over that batch)")
     p.add_argument("--lanczos-iter", type=int, default=AnalysisSettings.lanczos_iter,
                    help=f"Lanczos steps (Hessian-vector products) for each of H_eff, G and M (default "
                    f"{AnalysisSettings.lanczos_iter}: the extreme eigenvalues converge to their residuals, reported)")
@@ -510,8 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "L2-normalised z (E4, default) or on the raw z it was trained on (E6)")
     p.add_argument("--probe-images", type=int, default=AnalysisSettings.probe_images,
                    help="probes: at most this many images per split, x 4 rotations for E3's (default "
-                   f"{AnalysisSettings.probe_images}: the probes then cost about 5 x {AnalysisSettings.probe_images} "
-                   "backbone forwards and four small fits; the paper's 10000 costs five times that)")
+                   f"{AnalysisSettings.probe_images}: at most 5 x 2 x {AnalysisSettings.probe_images} backbone "
+                   "forwards, the class probe's one per image and the rotation probes' four, and six probe fits; "
+                   "the paper's 10000 costs five times that)")
     p.add_argument("--no-probes", action="store_true", help="skip the class and rotation probes")
     p.add_argument("--no-curvature", action="store_true", help="skip H_eff (a head without a loss of the registry)")
     p.add_argument("--seed", type=int, default=0, help="seed of the probe batch, its views and the probes "

@@ -89,7 +89,7 @@ def test_load_run_names_the_own_modules_to_pass_or_the_mismatching_keys(own_run)
         load_run(own_run)  # the run was trained with a module backbone, recorded in its config
     message = str(info.value)
     assert "\n" not in message and "your own modules" in message and "torch.nn.modules.container.Sequential" in message
-    assert "pass backbone=" in message and "--backbone module:callable" in message
+    assert "backbone= in Python" in message and "--backbone module:callable" in message
     wide = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
     with pytest.raises(RunError, match="shape mismatches"):
         load_run(own_run, backbone=wide)
@@ -196,6 +196,12 @@ def test_the_clis_read_an_api_run_or_name_the_fix_in_one_line(api_run, tmp_path,
     assert export.main([str(run_dir), str(tmp_path / "b.pt")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--backbone my_nets:backbone" in err[0] and not (tmp_path / "b.pt").exists()
+
+    before = (run_dir / "checkpoint.pt").read_bytes()
+    assert scale_run.main(["--resume", str(run_dir), "--quiet"]) == 2  # the CLI cannot rebuild your modules
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "scale.train(..., resume=True)" in err[0]
+    assert (run_dir / "checkpoint.pt").read_bytes() == before and not (run_dir / ".lock").exists()
 
     specs = ["--backbone", "my_nets:backbone", "--head", "my_nets:head"]
     assert analyze.main([str(run_dir), "--out", str(out), *specs, *QUICK]) == 0, capsys.readouterr().err

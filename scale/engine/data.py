@@ -1,4 +1,4 @@
-"""Datasets as uint8 tensors that live on the training device.
+"""Datasets as uint8 tensors that live on the training device (or, for large folders, read from disk).
 
     cifar10, cifar100   the official python-pickle archives (Krizhevsky 2009): downloaded with an MD5
                         check when online, or read from ``--data-dir`` (the ``.tar.gz`` or its extracted
@@ -7,12 +7,15 @@
                         no network), brought to the backbone's format: scaled to 0-255, resized
                         (bilinear) to ``image_size`` and repeated to 3 channels; fixed 1,347/450 split.
     synthetic           random class-patterned images, for unit tests only.
-    folder:PATH         your own images: one sub-folder of PNG/JPEG files per class, read with Pillow
-                        (``folder_dataset``).
+    folder:PATH         your own images: one sub-folder of image files per class, or images without
+                        labels; any size and mode Pillow reads, 16-bit and [0, 1] float at their own
+                        scale (``folder_dataset``, ``image_to_unit``).
 
-A ``Dataset`` holds ``train_x``/``test_x`` as uint8 ``(N, 3, H, W)`` and int64 labels; the
-augmentation turns batches into normalised floats on the device (``scale/engine/augment.py``). Missing or
-corrupt files raise ``DataError`` with a message saying exactly which file to put where.
+A ``Dataset`` holds ``train_x``/``test_x`` as uint8 ``(N, 3, H, W)`` and int64 labels, or, for a folder
+too large to hold, ``ImageFiles`` that decode them from disk as they are read (DataLoader workers during
+training); the augmentation turns batches into normalised floats on the device
+(``scale/engine/augment.py``). Missing or corrupt files raise ``DataError`` with a message saying
+exactly which file to put where.
 """
 
 from __future__ import annotations

@@ -88,5 +88,6 @@ def missing_modules_message(modules: dict[str, dict[str, Any]] | None, missing: 
     parts = "; ".join(f"{p}: {describe(modules[p])}" if p in modules else f"{p}: not recorded" for p in missing)
     how = ", ".join(f"{p}=" for p in missing)
     flags = " ".join(f"{FLAGS[p]} " + (modules.get(p, {}).get("spec") or "module:callable") for p in missing)
-    return (f"this run was trained with your own modules ({parts}): pass {how} (Python: load_run, export_backbone, "
-            f"load_backbone) or {flags} (python -m scale.analyze, python -m scale.export)")
+    return (f"this run was trained with your own modules ({parts}): pass them again, {how} in Python (scale.load_run, "
+            f"scale.export_backbone; scale.train(..., resume=True) continues training) or {flags} to python -m "
+            "scale.analyze and python -m scale.export")

@@ -35,7 +35,7 @@ from torch import nn
 from scale.engine.backbones import build_backbone
 from scale.engine.checkpoint import atomic_write_json, load_checkpoint, save_checkpoint
 from scale.engine.heads import build_head
-from scale.engine.modules import OWN, ModuleSpecError, as_module, missing_modules_message
+from scale.engine.modules import OWN, ModuleSpecError, as_module, describe
 from scale.engine.train import SSLModel, TrainConfig, default_predictor
 
 PARTS: tuple[str, ...] = ("backbone", "projector", "predictor")
@@ -229,10 +229,10 @@ def load_backbone(path: str | Path, module: nn.Module | str | None = None, devic
         if not isinstance(arch, dict) or arch.get("format") != ARCHITECTURE_FORMAT:
             raise RunError(f"{arch_file} is not an architecture record of format {ARCHITECTURE_FORMAT}")
         if arch.get("builder") is None:
-            config_part = CONFIG_PART.get(str(arch.get("part")), "backbone")
-            message = missing_modules_message({config_part: arch["module"]} if arch.get("module") else None,
-                                              [config_part])
-            raise RunError(f"{path}: {message.replace(f'{config_part}=', 'module=', 1)}")
+            record = arch.get("module") or {}
+            spec = record.get("spec") or "module:callable"
+            raise RunError(f"{path} is a module of your own ({describe(record) if record else 'not recorded'}): pass "
+                           f"module=<a module of its architecture> or module=\"{spec}\"")
         builder = BUILDERS.get(arch["builder"])
         if builder is None or not isinstance(arch.get("arguments"), dict):
             raise RunError(f"{arch_file}: unknown builder {arch.get('builder')!r}; valid: {', '.join(BUILDERS)}")

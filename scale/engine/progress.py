@@ -11,11 +11,11 @@ prints, through ``log``:
 
     end-of-run measurement: 2 phases (class probe: 1797 images; rotation probes: 7188 images)
       [1/2] class probe: features and two L-BFGS fits ...
-      [1/2] class probe: 3.1 s; about 12 s left (rotation probes: 7188 images at the speed so far)
+      [1/2] class probe: 3.1 s; about 12 s left by the speed so far
 
 The estimate of the rest is the remaining phases' sizes at the speed measured so far on the same unit
-(seconds per image, per Hessian-vector product): a phase of a unit not yet measured is named as not
-estimated rather than guessed.
+(seconds per image, per Hessian-vector product, per fit of a kind): a phase of a unit not yet timed is
+named as such rather than guessed.
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ class Phases:
         if not rest:
             tail = f"all done in {self.elapsed():.1f} s"
         else:
-            tail = f"about {left:.0f} s left by the speed so far" + (
-                f" (not counting {', '.join(unknown)}: no speed measured yet for it)" if unknown else "")
+            tail = f"about {left:.0f} s" if left >= 10 else f"about {left:.1f} s"
+            tail += " left by the speed so far" + (f", and {', '.join(unknown)} not yet timed" if unknown else "")
         self._say(f"{tag}: {phase.seconds:.1f} s; {tail}")
 
     def skip(self, name: str, why: str) -> None:

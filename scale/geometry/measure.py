@@ -388,7 +388,15 @@ def final_measurement(trainer: Any, data: Any, run_dir: Path | None, settings: E
     data cannot give is skipped with the reason in ``notes``: the class probe without labels or with one
     class (``class_probe_skip_reason``), geometry with fewer than 2 orbits' classes, probes with fewer than 2
     images per split."""
-    from scale.geometry.probes import ProbeSettings, class_probe, class_probe_skip_reason, run_rotation_probes
+    from scale.geometry.probes import (
+        CLASS_PHASES,
+        ProbeSettings,
+        class_probe,
+        class_probe_skip_reason,
+        plan_class_probe,
+        plan_rotation_probes,
+        run_rotation_probes,
+    )
 
     cfg, model, state = trainer.cfg, trainer.model, trainer.state
     res = EndOfRunResult()
@@ -401,20 +409,21 @@ def final_measurement(trainer: Any, data: Any, run_dir: Path | None, settings: E
         classes, per_class = min(classes * per_class, len(data.test_x)), 1
     cap = settings.probe_images or probe_budget(state.global_step * cfg.batch_size)
     n_tr, n_te = min(len(data.train_x), cap), min(len(data.test_x), cap)
+    rotations = settings.geometry and min(len(data.train_x), len(data.test_x)) >= 2
     phases = Phases("end-of-run measurement", log)
-    phases.plan("class probe", len(data.train_x) + len(data.test_x), "images")
+    plan_class_probe(phases, len(data.train_x) + len(data.test_x))
     if settings.geometry:
         phases.plan("orbit geometry", classes * per_class * (len(E4_ROTATION_ANGLES) + len(E4_SWEEP_ANGLES) + 1),
                     "images")
-        phases.plan("rotation probes", 4 * (n_tr + n_te), "images")
+    if rotations:
+        plan_rotation_probes(phases, n_tr, n_te)
     if skip:
         res.notes.append(f"class probe skipped: {skip}")
-        phases.skip("class probe", skip)
+        for name in CLASS_PHASES:
+            phases.skip(name, skip)
     else:
-        with phases.run("class probe", f"z and h of {len(data.train_x)} training and {len(data.test_x)} test "
-                        "images, a logistic regression on each"):
-            res.class_probe = class_probe(state.embed, trainer.augment.normalize, data.train_x, data.train_y,
-                                          data.test_x, data.test_y, data.classes)
+        res.class_probe = class_probe(state.embed, trainer.augment.normalize, data.train_x, data.train_y,
+                                      data.test_x, data.test_y, data.classes, phases)
     if settings.geometry:
         if classes >= 2 and per_class >= 1:
             with phases.run("orbit geometry", f"{classes * per_class} test images x 12 rotations, z vs h and the "
@@ -429,14 +438,11 @@ def final_measurement(trainer: Any, data: Any, run_dir: Path | None, settings: E
         else:
             res.notes.append("orbit geometry skipped: the test split has fewer than 2 classes (D_inter needs 2)")
             phases.skip("orbit geometry", "fewer than 2 classes in the test split")
-        if min(len(data.train_x), len(data.test_x)) >= 2:
-            with phases.run("rotation probes", f"4 quarter turns of {n_tr} training and {n_te} test images "
-                            f"(at most {cap} per split), linear and MLP probes on z and h"):
-                res.rotation_probes = run_rotation_probes(
-                    state.embed, trainer.augment.normalize, data.train_x, data.test_x,
-                    ProbeSettings(train_images=n_tr, test_images=n_te, seed=cfg.seed))
+        if rotations:
+            res.rotation_probes = run_rotation_probes(
+                state.embed, trainer.augment.normalize, data.train_x, data.test_x,
+                ProbeSettings(train_images=n_tr, test_images=n_te, seed=cfg.seed), phases)
         else:
             res.notes.append("rotation probes skipped: fewer than 2 images in a split")
-            phases.skip("rotation probes", "fewer than 2 images in a split")
     res.seconds = phases.elapsed()
     return res

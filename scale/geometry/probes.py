@@ -22,12 +22,14 @@ is seen on both sides. Accuracies are returned in percent (``scale.runs.summary`
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from scale.engine.progress import Phases
 from scale.runs.summary import ClassProbe, ProbePair, RotationProbes
 
 HEADLINE_PROTOCOL = "class labels, linear: logistic regression (L-BFGS to convergence, L2 1e-4, standardised features)"
@@ -110,21 +112,44 @@ def rotated_features(embed, x_uint8, limit: int, normalize, chunk: int = 1024
     return z, h, y
 
 
+CLASS_PHASES = ("class probe: features", "class probe: fits")  # the probes' phases (scale.engine.progress)
+ROTATION_PHASES = ("rotation probes: features", "rotation probes: fits")
+
+
+def plan_class_probe(phases: Phases, images: int) -> None:
+    """The headline probe's phases: ``images`` forward passes, then two L-BFGS fits (z and h)."""
+    phases.plan(CLASS_PHASES[0], images, "images")
+    phases.plan(CLASS_PHASES[1], 2, "L-BFGS fits")
+
+
+def plan_rotation_probes(phases: Phases, train_images: int, test_images: int) -> None:
+    """E3's phases: 4 quarter turns of every image forward, then four Adam fits (linear and MLP, z and h)."""
+    phases.plan(ROTATION_PHASES[0], 4 * (train_images + test_images), "images")
+    phases.plan(ROTATION_PHASES[1], 4, "Adam fits")
+
+
+def _phase(phases: Phases | None, name: str, detail: str = ""):
+    return phases.run(name, detail) if phases is not None else contextlib.nullcontext()
+
+
 def run_rotation_probes(embed, normalize, train_x: torch.Tensor, test_x: torch.Tensor,
-                        settings: ProbeSettings = ProbeSettings()) -> RotationProbes:
+                        settings: ProbeSettings = ProbeSettings(), phases: Phases | None = None) -> RotationProbes:
     """E3's rotation probes of one frozen model. ``embed(normalised images) -> (z, h)`` (eval mode, no
-    gradient), ``normalize(uint8) -> float``; images uint8 ``(N, 3, S, S)`` on the model's device."""
+    gradient), ``normalize(uint8) -> float``; images uint8 ``(N, 3, S, S)`` on the model's device.
+    ``phases``: planned by ``plan_rotation_probes``, each part announced and timed."""
     n_tr = min(len(train_x), settings.train_images or len(train_x))
     n_te = min(len(test_x), settings.test_images or len(test_x))
-    ztr, htr, ry_tr = rotated_features(embed, train_x, n_tr, normalize)
-    zte, hte, ry_te = rotated_features(embed, test_x, n_te, normalize)
+    with _phase(phases, ROTATION_PHASES[0], f"4 quarter turns of {n_tr} training and {n_te} test images"):
+        ztr, htr, ry_tr = rotated_features(embed, train_x, n_tr, normalize)
+        zte, hte, ry_te = rotated_features(embed, test_x, n_te, normalize)
     acc = {}
-    for kind in ("linear", "mlp"):
-        pair = []
-        for Ftr, Fte, hidden in ((ztr, zte, settings.hidden_z), (htr, hte, settings.hidden_h)):
-            pair.append(100 * train_probe(Ftr, ry_tr, Fte, ry_te, 4, hidden if kind == "mlp" else None,
-                                          settings)["test"])
-        acc[kind] = ProbePair(*pair)
+    with _phase(phases, ROTATION_PHASES[1], "linear and MLP probes on z and h, the paper's protocol"):
+        for kind in ("linear", "mlp"):
+            pair = []
+            for Ftr, Fte, hidden in ((ztr, zte, settings.hidden_z), (htr, hte, settings.hidden_h)):
+                pair.append(100 * train_probe(Ftr, ry_tr, Fte, ry_te, 4, hidden if kind == "mlp" else None,
+                                              settings)["test"])
+            acc[kind] = ProbePair(*pair)
     return RotationProbes(
         settings={**asdict(settings), "protocol": E3_PROTOCOL, "train_base_images": n_tr, "test_base_images": n_te,
                   "rotation_samples": {"train": len(ry_tr), "test": len(ry_te)}},
@@ -191,9 +216,13 @@ def class_probe_skip_reason(data) -> str | None:
 
 
 def class_probe(embed, normalize, train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
-                test_y: torch.Tensor, classes: int) -> ClassProbe:
-    """The headline probe of ``z`` and ``h`` on every training and test image (unaugmented)."""
-    ztr, htr = features(embed, train_x, normalize)
-    zte, hte = features(embed, test_x, normalize)
-    acc = [100 * logistic_probe_accuracy(Ftr, train_y, Fte, test_y, classes) for Ftr, Fte in ((ztr, zte), (htr, hte))]
+                test_y: torch.Tensor, classes: int, phases: Phases | None = None) -> ClassProbe:
+    """The headline probe of ``z`` and ``h`` on every training and test image (unaugmented). ``phases``:
+    planned by ``plan_class_probe``, each part announced and timed."""
+    with _phase(phases, CLASS_PHASES[0], f"z and h of {len(train_x)} training and {len(test_x)} test images"):
+        ztr, htr = features(embed, train_x, normalize)
+        zte, hte = features(embed, test_x, normalize)
+    with _phase(phases, CLASS_PHASES[1], f"a logistic regression on z ({ztr.shape[1]}-d) and on h ({htr.shape[1]}-d)"):
+        acc = [100 * logistic_probe_accuracy(Ftr, train_y, Fte, test_y, classes)
+               for Ftr, Fte in ((ztr, zte), (htr, hte))]
     return ClassProbe(HEADLINE_PROTOCOL, len(ztr), len(zte), ProbePair(*acc))

@@ -345,6 +345,9 @@ def train(cfg: TrainConfig, data: Dataset, run_dir: str | Path | None = None, *,
         except Interrupted:
             record_run(trainer, data, summary, "interrupted", t_start, measure=None)
             raise
+        except DataError:
+            record_run(trainer, data, summary, "data error", t_start, measure=None)
+            raise
         record_run(trainer, data, summary, "finished", t_start, measure=measure, log=log)
     finally:
         if lock is not None:
@@ -464,14 +467,23 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         say(f"scale.run: {exc} by {signals.received() or 'a stop request'}; checkpoint saved in {run_dir}; "
             f"continue with: python -m scale.run --resume {run_dir}", err=True)
         status, code = "interrupted", 130
+    except DataError as exc:  # a streamed file gone or corrupt since it was listed
+        say(f"scale.run: data error: {exc}; {faults.last_checkpoint(run_dir)}", err=True)
+        status, code = "data error", 1
     if rank == 0:
         log = None if args.quiet else (lambda line: print(line, flush=True))
         measure = EndOfRun(args.orbits, args.probe_images, geometry=not args.no_final_measure)
-        record_run(trainer, data, summary, status, t_start, measure=measure, log=log, tracker=tracker)
-        for line in result_lines(summary, data.name):
-            print(line, flush=True)
-        if not args.quiet:
-            print(f"done in {summary.wall_seconds:.1f} s; report: {run_dir / 'report.md'}", flush=True)
+        try:
+            record_run(trainer, data, summary, status, t_start, measure=measure, log=log, tracker=tracker)
+        except DataError as exc:  # the end-of-run measurement reads a streamed split again
+            say(f"scale.run: data error in the end-of-run measurement: {exc}; {faults.last_checkpoint(run_dir)}",
+                err=True)
+            code = 1
+        else:
+            for line in result_lines(summary, data.name):
+                print(line, flush=True)
+            if not args.quiet:
+                print(f"done in {summary.wall_seconds:.1f} s; report: {run_dir / 'report.md'}", flush=True)
     if dist.is_initialized():
         dist.destroy_process_group()
     return code

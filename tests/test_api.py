@@ -230,3 +230,26 @@ def test_resolve_is_the_cli_resolution():
     assert TrainConfig.resolve("digits", "simclr", "vit_tiny").backbone_width == 48
     with pytest.raises(TypeError, match="no fields head_widht"):
         TrainConfig.resolve("digits", head_widht=3)
+
+
+def test_a_hostile_architecture_file_is_refused_before_anything_is_built(tmp_path):
+    """``load_backbone`` calls only the project's builders, with sizes in range, and checks the recorded
+    architecture against the weights' shapes on the meta device before allocating anything."""
+    from scale.engine.backbones import build_backbone
+
+    out = tmp_path / "b.pt"
+    torch.save(build_backbone("resnet18", 16, 4).state_dict(), out)
+    arch = {"format": 1, "part": "backbone", "builder": "build_backbone", "module": None,
+            "arguments": {"name": "resnet18", "image_size": 16, "width": 4}}
+    for change, needle in (({"builder": "os:system"}, "unknown builder 'os:system'"),
+                           ({"arguments": {**arch["arguments"], "width": 10**9}}, "outside 1..65536"),
+                           ({"arguments": {**arch["arguments"], "width": 64}}, "shape mismatches"),
+                           ({"format": 7}, "not an architecture record")):
+        (tmp_path / "b.pt.json").write_text(json.dumps({**arch, **change}))
+        with pytest.raises(RunError, match=needle):
+            scale.load_backbone(out)
+    (tmp_path / "b.pt.json").write_text(json.dumps(arch))
+    assert type(scale.load_backbone(out)).__name__ == "ResNet18"
+    torch.save({"not": "tensors"}, out)
+    with pytest.raises(RunError, match="not a state_dict"):
+        scale.load_backbone(out)

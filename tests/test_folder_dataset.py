@@ -167,3 +167,25 @@ def test_a_refused_image_in_a_folder_is_one_line_exit_1(tmp_path, capsys):
     assert scale_run.main([f"folder:{folder}", "--out", str(out), *TINY]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "hdr.tif" in err[0] and "only floats in [0, 1]" in err[0] and not out.exists()
+
+
+def test_a_streamed_file_removed_during_training_is_one_line_exit_1(tmp_path, capsys, monkeypatch):
+    """The real fault: an image deleted after the folder was listed, read by a DataLoader worker mid-run."""
+    from scale.engine import data as data_module
+    from scale.engine.train import Hook
+
+    folder = make_folder(tmp_path / "imgs", per_class=10)
+    monkeypatch.setattr(data_module, "STREAM_CAP_BYTES", 0)
+
+    class RemoveAnImage(Hook):
+        def on_fit_start(self, state):
+            for path in sorted(folder.rglob("*.png")):
+                path.unlink()
+
+    out = tmp_path / "runs"
+    code = scale_run.main([f"folder:{folder}", "--out", str(out), "--run-name", "r", *TINY], hooks=[RemoveAnImage()])
+    assert code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "data error" in err[0] and ".png" in err[0] and "Traceback" not in err[0], err
+    summary = json.loads((out / "r" / "summary.json").read_text())
+    assert summary["status"] == "data error" and not (out / "r" / ".lock").exists()

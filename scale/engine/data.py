@@ -440,12 +440,19 @@ class ImageFiles:
         return ImageFiles(self.files, self.size, device, self.workers)
 
     def batches(self, index_batches: list[torch.Tensor]):
-        """The decoded batches of ``index_batches`` (each an index tensor), in order, on ``device``."""
+        """The decoded batches of ``index_batches`` (each an index tensor), in order, on ``device``. A file that
+        cannot be read any more (removed, truncated since the split was listed) raises ``DataError`` naming it,
+        in one line (a worker's error arrives with its traceback, which is dropped)."""
         loader = torch.utils.data.DataLoader(
             _OneFile(self), batch_sampler=[b.tolist() for b in index_batches], num_workers=self.workers,
             collate_fn=torch.stack, prefetch_factor=2 if self.workers else None)
-        for batch in loader:
-            yield batch.to(self.device)
+        try:
+            for batch in loader:
+                yield batch.to(self.device)
+        except Exception as exc:
+            lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+            last = lines[-1].strip() if lines else type(exc).__name__
+            raise DataError(last.removeprefix(f"{DataError.__module__}.").removeprefix("DataError: ")) from None
 
 
 class _OneFile(torch.utils.data.Dataset):

@@ -37,6 +37,7 @@ from scale.engine.checkpoint import atomic_write_json, load_checkpoint, save_che
 from scale.engine.heads import build_head
 from scale.engine.modules import OWN, ModuleSpecError, as_module, describe
 from scale.engine.train import SSLModel, TrainConfig, default_predictor
+from scale.runs.validate import MAX_WIDTH
 
 PARTS: tuple[str, ...] = ("backbone", "projector", "predictor")
 CONFIG_PART = {"backbone": "backbone", "projector": "head", "predictor": "predictor"}  # the config's name of a part
@@ -80,6 +81,13 @@ def config_from_dict(values: dict[str, Any]) -> TrainConfig:
 def load_state_dict_checked(module: nn.Module, state: dict[str, torch.Tensor], what: str) -> None:
     """``module.load_state_dict(state)`` strictly, with one readable error for missing, unexpected or
     mis-shaped keys (the first three of each)."""
+    check_state_dict(module, state, what)
+    module.load_state_dict(state)
+
+
+def check_state_dict(module: nn.Module, state: dict[str, torch.Tensor], what: str) -> None:
+    """``RunError`` naming the missing, unexpected or mis-shaped keys of ``state`` for ``module`` (the first
+    three of each); ``module`` may live on the meta device (shapes only, nothing allocated)."""
     own = module.state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
@@ -92,7 +100,6 @@ def load_state_dict_checked(module: nn.Module, state: dict[str, torch.Tensor], w
                 more = f" (+{len(keys) - 3} more)" if len(keys) > 3 else ""
                 parts.append(f"{label}: {', '.join(keys[:3])}{more}")
         raise RunError(f"{what} does not match the {type(module).__name__} given: " + "; ".join(parts))
-    module.load_state_dict(state)
 
 
 def _read_json(path: Path) -> Any:
@@ -236,11 +243,22 @@ def load_backbone(path: str | Path, module: nn.Module | str | None = None, devic
         builder = BUILDERS.get(arch["builder"])
         if builder is None or not isinstance(arch.get("arguments"), dict):
             raise RunError(f"{arch_file}: unknown builder {arch.get('builder')!r}; valid: {', '.join(BUILDERS)}")
-        args = dict(arch["arguments"])
-        try:
-            given = builder(*(args.pop(k) for k in ("name", "image_size", "width"))) if builder is build_backbone \
-                else builder(args.pop("spec"), args.pop("d"), args.pop("k"), args.pop("width"), **args)
-        except (TypeError, ValueError, KeyError) as exc:
-            raise RunError(f"{arch_file}: the recorded arguments do not build a module ({exc})") from None
+        sizes = {k: v for k, v in arch["arguments"].items() if k in ("image_size", "width", "d", "k")}
+        if any(v is not None and (not isinstance(v, int) or not 1 <= v <= MAX_WIDTH) for v in sizes.values()):
+            raise RunError(f"{arch_file}: sizes {sizes} outside 1..{MAX_WIDTH}; the file is not an export of this "
+                           "project")
+
+        def build() -> nn.Module:
+            args = dict(arch["arguments"])
+            try:
+                return builder(*(args.pop(k) for k in ("name", "image_size", "width"))) \
+                    if builder is build_backbone else \
+                    builder(args.pop("spec"), args.pop("d"), args.pop("k"), args.pop("width"), **args)
+            except (TypeError, ValueError, KeyError) as exc:
+                raise RunError(f"{arch_file}: the recorded arguments do not build a module ({exc})") from None
+
+        with torch.device("meta"):  # shapes first, nothing allocated: a file cannot ask for more than its weights
+            check_state_dict(build(), state, f"{path} (architecture {arch_file.name})")
+        given = build()
     load_state_dict_checked(given, state, str(path))
     return given.to(device).eval()

@@ -93,8 +93,11 @@ class Phases:
         if not rest:
             tail = f"all done in {self.elapsed():.1f} s"
         else:
-            tail = f"about {left:.0f} s" if left >= 10 else f"about {left:.1f} s"
-            tail += " left by the speed so far" + (f", and {', '.join(unknown)} not yet timed" if unknown else "")
+            estimated = [p for p in rest if p.name not in unknown]
+            tail = (f"about {left:.0f} s" if left >= 10 else f"about {left:.1f} s") + " left by the speed so far" \
+                if estimated else ""
+            if unknown:
+                tail += (", and " if tail else "") + f"{', '.join(unknown)} not yet timed"
         self._say(f"{tag}: {phase.seconds:.1f} s; {tail}")
 
     def skip(self, name: str, why: str) -> None:

@@ -85,15 +85,7 @@ from scale.geometry.measure import (
     untrained_copy,
 )
 from scale.geometry.orbits import FAMILIES, check_family
-from scale.geometry.probes import (
-    CLASS_PHASES,
-    ProbeSettings,
-    class_probe,
-    class_probe_skip_reason,
-    plan_class_probe,
-    plan_rotation_probes,
-    run_rotation_probes,
-)
+from scale.geometry.probes import plan_probes, run_probes
 from scale.geometry.verdict import orbit_verdict
 from scale.runs.load import RunError, load_run, load_state_dict_checked
 from scale.runs.run_report import (
@@ -283,8 +275,7 @@ def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: Trai
         out["notes"].append("orbit geometry skipped: the test split has fewer than 2 classes (D_inter needs 2)")
     probes = settings.probes and min(len(data.train_x), len(data.test_x)) >= 2
     if probes:
-        plan_class_probe(phases, n_tr + n_te)
-        plan_rotation_probes(phases, n_tr, n_te)
+        plan_probes(phases, (n_tr, n_te), (n_tr, n_te))
     if settings.curvature:
         out["curvature"] = curvature(model, cfg, data, settings, phases)
     if geometry:
@@ -317,20 +308,10 @@ def measure_probes(embed, normalize, data: Dataset, settings: AnalysisSettings, 
     n_tr, n_te = (min(len(x), settings.probe_images or len(x)) for x in (data.train_x, data.test_x))
     if phases is None:
         phases = Phases("probes", None)
-        plan_class_probe(phases, n_tr + n_te)
-        plan_rotation_probes(phases, n_tr, n_te)
-    skip = class_probe_skip_reason(data)
-    head = None
-    if skip:
-        for name in CLASS_PHASES:
-            phases.skip(name, skip)
-        if notes is not None:
-            notes.append(f"class probe skipped: {skip}")
-    else:
-        head = asdict(class_probe(embed, normalize, data.train_x[:n_tr], data.train_y[:n_tr], data.test_x[:n_te],
-                                  data.test_y[:n_te], data.classes, phases))
-    rot = run_rotation_probes(embed, normalize, data.train_x, data.test_x,
-                              ProbeSettings(train_images=n_tr, test_images=n_te, seed=settings.seed), phases)
+        plan_probes(phases, (n_tr, n_te), (n_tr, n_te))
+    head, rot = run_probes(embed, normalize, data, (n_tr, n_te), (n_tr, n_te), settings.seed, phases,
+                           notes if notes is not None else [])
+    head = asdict(head) if head is not None else None
     return {"headline": head, "rotation_settings": rot.settings,
             "rotation": {space: {kind: getattr(getattr(rot, kind), space) for kind in ("linear", "mlp")}
                          for space in ("z", "h")}}

@@ -38,15 +38,15 @@ def test_the_end_of_run_measurement_is_announced_phase_by_phase(run):
     _, printed = run
     # measured on the whole dataset (256 + 64 images; --train-subset limits the training), 6 orbits x 23 images,
     # rotation probes on 4 x (256 + 64): the cap is a quarter of the 96 images trained on, but at least 256
-    assert ("end-of-run measurement: 5 phases (class probe: features: 320 images; class probe: fits: 2 L-BFGS fits; "
-            "orbit geometry: 138 images; rotation probes: features: 1,280 images; rotation probes: fits: 4 Adam "
+    assert ("end-of-run measurement: 5 phases (orbit geometry: 138 images; class probe: features: 320 images; "
+            "class probe: fits: 2 L-BFGS fits; rotation probes: features: 1,280 images; rotation probes: fits: 4 Adam "
             "fits)") in printed
-    names = ("class probe: features", "class probe: fits", "orbit geometry", "rotation probes: features",
+    names = ("orbit geometry", "class probe: features", "class probe: fits", "rotation probes: features",
              "rotation probes: fits")
     for i, name in enumerate(names, 1):
         assert re.search(rf"\[{i}/5\] {name}: .+ \.\.\.\n", printed), name
         assert re.search(rf"\[{i}/5\] {name}: \d+\.\d s; ", printed), name
-    assert re.search(r"\[1/5\] class probe: features: \d+\.\d s; about \d+(\.\d)? s left by the speed so far, and "
+    assert re.search(r"\[2/5\] class probe: features: \d+\.\d s; about \d+(\.\d)? s left by the speed so far, and "
                      r"class probe: fits, rotation probes: fits not yet timed", printed)
     assert re.search(r"\[4/5\] rotation probes: features: \d+\.\d s; rotation probes: fits not yet timed", printed)
     assert "all done in" in printed

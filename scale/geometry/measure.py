@@ -388,19 +388,10 @@ def final_measurement(trainer: Any, data: Any, run_dir: Path | None, settings: E
     data cannot give is skipped with the reason in ``notes``: the class probe without labels or with one
     class (``class_probe_skip_reason``), geometry with fewer than 2 orbits' classes, probes with fewer than 2
     images per split."""
-    from scale.geometry.probes import (
-        CLASS_PHASES,
-        ProbeSettings,
-        class_probe,
-        class_probe_skip_reason,
-        plan_class_probe,
-        plan_rotation_probes,
-        run_rotation_probes,
-    )
+    from scale.geometry.probes import plan_probes, run_probes
 
     cfg, model, state = trainer.cfg, trainer.model, trainer.state
     res = EndOfRunResult()
-    skip = class_probe_skip_reason(data)
     labelled = getattr(data, "labelled", True)
     classes, per_class = parse_orbits(settings.orbits)
     if labelled:  # the settings record what was measured
@@ -408,41 +399,28 @@ def final_measurement(trainer: Any, data: Any, run_dir: Path | None, settings: E
     else:  # each image its own class
         classes, per_class = min(classes * per_class, len(data.test_x)), 1
     cap = settings.probe_images or probe_budget(state.global_step * cfg.batch_size)
-    n_tr, n_te = min(len(data.train_x), cap), min(len(data.test_x), cap)
-    rotations = settings.geometry and min(len(data.train_x), len(data.test_x)) >= 2
+    n_class = (len(data.train_x), len(data.test_x))  # the headline: every image
+    n_rotation = (min(n_class[0], cap), min(n_class[1], cap)) if settings.geometry and min(n_class) >= 2 else None
+    geometry = settings.geometry and classes >= 2 and per_class >= 1
     phases = Phases("end-of-run measurement", log)
-    plan_class_probe(phases, len(data.train_x) + len(data.test_x))
-    if settings.geometry:
+    if geometry:
         phases.plan("orbit geometry", classes * per_class * (len(E4_ROTATION_ANGLES) + len(E4_SWEEP_ANGLES) + 1),
                     "images")
-    if rotations:
-        plan_rotation_probes(phases, n_tr, n_te)
-    if skip:
-        res.notes.append(f"class probe skipped: {skip}")
-        for name in CLASS_PHASES:
-            phases.skip(name, skip)
-    else:
-        res.class_probe = class_probe(state.embed, trainer.augment.normalize, data.train_x, data.train_y,
-                                      data.test_x, data.test_y, data.classes, phases)
-    if settings.geometry:
-        if classes >= 2 and per_class >= 1:
-            with phases.run("orbit geometry", f"{classes * per_class} test images x 12 rotations, z vs h and the "
-                            "untrained controls"):
-                geo = measure_geometry(model.backbone, model.projector, cfg, data.test_x,
-                                       data.test_y if labelled else None, data.mean, data.std,
-                                       GeometrySettings(classes=classes, per_class=per_class))
-                if run_dir is not None:
-                    save_orbits(Path(run_dir) / "orbits.npz", geo.arrays)
-                geo.settings["asked"] = settings.orbits
-                res.geometry = geo.summary()
-        else:
-            res.notes.append("orbit geometry skipped: the test split has fewer than 2 classes (D_inter needs 2)")
-            phases.skip("orbit geometry", "fewer than 2 classes in the test split")
-        if rotations:
-            res.rotation_probes = run_rotation_probes(
-                state.embed, trainer.augment.normalize, data.train_x, data.test_x,
-                ProbeSettings(train_images=n_tr, test_images=n_te, seed=cfg.seed), phases)
-        else:
-            res.notes.append("rotation probes skipped: fewer than 2 images in a split")
+    plan_probes(phases, n_class, n_rotation)
+    if geometry:
+        with phases.run("orbit geometry", f"{classes * per_class} test images x 12 rotations, z vs h and the "
+                        "untrained controls"):
+            geo = measure_geometry(model.backbone, model.projector, cfg, data.test_x, data.test_y if labelled else None,
+                                   data.mean, data.std, GeometrySettings(classes=classes, per_class=per_class))
+            if run_dir is not None:
+                save_orbits(Path(run_dir) / "orbits.npz", geo.arrays)
+            geo.settings["asked"] = settings.orbits
+            res.geometry = geo.summary()
+    elif settings.geometry:
+        res.notes.append("orbit geometry skipped: the test split has fewer than 2 classes (D_inter needs 2)")
+    if settings.geometry and n_rotation is None:
+        res.notes.append("rotation probes skipped: fewer than 2 images in a split")
+    res.class_probe, res.rotation_probes = run_probes(state.embed, trainer.augment.normalize, data, n_class,
+                                                      n_rotation, cfg.seed, phases, res.notes)
     res.seconds = phases.elapsed()
     return res

@@ -226,3 +226,36 @@ def class_probe(embed, normalize, train_x: torch.Tensor, train_y: torch.Tensor, 
         acc = [100 * logistic_probe_accuracy(Ftr, train_y, Fte, test_y, classes)
                for Ftr, Fte in ((ztr, zte), (htr, hte))]
     return ClassProbe(HEADLINE_PROTOCOL, len(ztr), len(zte), ProbePair(*acc))
+
+
+def plan_probes(phases: Phases, n_class: tuple[int, int], n_rotation: tuple[int, int] | None) -> None:
+    """The phases of ``run_probes``: the headline probe on ``n_class`` (training, test) images, E3's rotation
+    probes on ``n_rotation`` base images per split (``None``: not run)."""
+    plan_class_probe(phases, sum(n_class))
+    if n_rotation is not None:
+        plan_rotation_probes(phases, *n_rotation)
+
+
+def run_probes(embed, normalize, data, n_class: tuple[int, int], n_rotation: tuple[int, int] | None, seed: int,
+               phases: Phases, notes: list[str]) -> tuple[ClassProbe | None, RotationProbes | None]:
+    """The probes of one frozen model on ``data`` (a ``scale.engine.data.Dataset``), in the phases that
+    ``plan_probes`` planned: the headline class probe on the first ``n_class`` (training, test) images, or
+    its skip reason appended to ``notes`` (``class_probe_skip_reason``); E3's rotation probes on at most
+    ``n_rotation`` base images per split (``None``: not run)."""
+    head = None
+    skip = class_probe_skip_reason(data)
+    if skip:
+        notes.append(f"class probe skipped: {skip}")
+        for name in CLASS_PHASES:
+            phases.skip(name, skip)
+    else:
+        (a, b) = n_class
+        head = class_probe(embed, normalize, data.train_x[:a] if a < len(data.train_x) else data.train_x,
+                           data.train_y[:a], data.test_x[:b] if b < len(data.test_x) else data.test_x,
+                           data.test_y[:b], data.classes, phases)
+    rotation = None
+    if n_rotation is not None:
+        rotation = run_rotation_probes(embed, normalize, data.train_x, data.test_x,
+                                       ProbeSettings(train_images=n_rotation[0], test_images=n_rotation[1], seed=seed),
+                                       phases)
+    return head, rotation

@@ -6,7 +6,11 @@ measurements) and never the other way round.
 The public surface, imported lazily (``import scale`` does not import torch until a name is used):
 
     TrainConfig, SSLModel, Trainer, Hook   train a backbone + head, by name or with your own modules
+                                           (``TrainConfig.resolve``: the settings ``scale.run`` resolves)
+    train                                  a whole run as ``python -m scale.run`` makes it: training, the
+                                           end-of-run measurement, summary.json and report.md
     load_run, Run, export_backbone         a finished run back into Python; its backbone as a state_dict
+    load_backbone                          an exported part rebuilt from its recorded architecture
     EffectiveHessian                       H_eff = G + M of any head at a batch, matrix-free (operators H, G, M)
     build_head, build_backbone             the project's heads (the grammar of ``mini.heads``) and backbones
     load_dataset, folder_dataset           datasets as uint8 tensors (CIFAR, digits, a folder of class folders)
@@ -31,6 +35,8 @@ _EXPORTS: dict[str, str] = {
     "Run": "scale.runs.load",
     "RunError": "scale.runs.load",
     "export_backbone": "scale.runs.load",
+    "load_backbone": "scale.runs.load",
+    "train": "scale.run",
     "EffectiveHessian": "scale.curvature.operators",
     "build_head": "scale.engine.heads",
     "build_backbone": "scale.engine.backbones",
@@ -54,8 +60,10 @@ __all__ = [
     "build_head",
     "export_backbone",
     "folder_dataset",
+    "load_backbone",
     "load_dataset",
     "load_run",
+    "train",
 ]
 
 if TYPE_CHECKING:
@@ -65,7 +73,8 @@ if TYPE_CHECKING:
     from scale.engine.data import folder_dataset, load_dataset
     from scale.engine.heads import build_head
     from scale.engine.train import Hook, SSLModel, TrainConfig, Trainer
-    from scale.runs.load import Run, RunError, export_backbone, load_run
+    from scale.run import train
+    from scale.runs.load import Run, RunError, export_backbone, load_backbone, load_run
 
 
 def __getattr__(name: str) -> Any:

@@ -49,12 +49,10 @@ folder, ...): one line on stderr and nothing written.
 from __future__ import annotations
 
 import argparse
-import copy
-import importlib
 import io
 import math
 import sys
-import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -79,6 +77,9 @@ from scale.engine.data import DataError, Dataset, load_dataset
 from scale.engine.heads import build_head
 from scale.engine.methods import METHODS
 from scale.engine.methods import get as get_method
+from scale.engine.modules import ModuleSpecError, import_module_spec
+from scale.engine.progress import Phases
+from scale.engine.recipes import DATASET_DEFAULTS, dataset_key
 from scale.engine.train import SSLModel, TrainConfig, output_dim
 from scale.geometry.measure import (
     CONTROL_SEED,
@@ -90,13 +91,25 @@ from scale.geometry.measure import (
     measure_geometry,
     measure_orbits,
     parse_orbits,
+    untrained_copy,
 )
 from scale.geometry.orbits import FAMILIES, check_family
-from scale.geometry.probes import ProbeSettings, class_probe, run_rotation_probes
-from scale.geometry.verdict import Estimate, mean_estimate, ratio_estimate, verdict
+from scale.geometry.probes import plan_probes, run_probes
+from scale.geometry.verdict import orbit_verdict
 from scale.runs.load import RunError, load_run, load_state_dict_checked
-from scale.runs.run_report import device_name, geometry_section, git_commit, probe_section, versions, versions_table
-from scale.runs.summary import ProbePair, RotationProbes, RunSummary
+from scale.runs.run_report import (
+    accuracy_text,
+    device_name,
+    geometry_section,
+    git_commit,
+    probe_line,
+    probe_section,
+    verdict_line,
+    verdict_section,
+    versions,
+    versions_table,
+)
+from scale.runs.summary import ProbePair, RotationProbes, RunSummary, Verdict
 
 
 class AnalyzeError(ValueError):
@@ -146,32 +159,28 @@ class AnalysisSettings:
 
 
 # --------------------------------------------------------------------------------------------
-# Controls for heads the config cannot rebuild
-# --------------------------------------------------------------------------------------------
-
-
-def untrained_copy(head: nn.Module, seed: int = CONTROL_SEED, bias: bool = True) -> nn.Module:
-    """The same architecture freshly initialised (``reset_parameters`` of every submodule that has one,
-    from its own generator; the global RNG is untouched); ``bias=False`` zeroes every Linear bias. Drawn on
-    the CPU (whose generator alone is forked and seeded), so the control is the same on every device."""
-    control = copy.deepcopy(head).cpu()
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
-        torch.manual_seed(seed)
-        for m in control.modules():
-            if hasattr(m, "reset_parameters"):
-                m.reset_parameters()
-            if not bias and isinstance(m, nn.Linear) and m.bias is not None:
-                m.bias.zero_()
-    return control
-
-
-# --------------------------------------------------------------------------------------------
 # The measurements
 # --------------------------------------------------------------------------------------------
 
 
-def curvature(model: SSLModel, cfg: TrainConfig, data: Dataset, settings: AnalysisSettings) -> dict[str, Any]:
-    """Lanczos on H_eff, G and M at a probe batch of augmented view pairs, and the G/M split of lambda_min."""
+CURVATURE_PHASES = ("Lanczos on H_eff", "Lanczos on G", "Lanczos on M", "|M|/|H| (Hutchinson)")
+HUTCHINSON_PROBES = 8
+
+
+def plan_curvature(phases: Phases, settings: AnalysisSettings) -> None:
+    """The curvature's phases, sized in Hessian-vector products (Lanczos: at most ``lanczos_iter`` each)."""
+    for name in CURVATURE_PHASES[:3]:
+        phases.plan(name, settings.lanczos_iter, "products")
+    phases.plan(CURVATURE_PHASES[3], 2 * HUTCHINSON_PROBES, "products")
+
+
+def curvature(model: SSLModel, cfg: TrainConfig, data: Dataset, settings: AnalysisSettings,
+              phases: Phases | None = None) -> dict[str, Any]:
+    """Lanczos on H_eff, G and M at a probe batch of augmented view pairs, and the G/M split of lambda_min
+    (``phases``: planned by ``plan_curvature``, each part announced and timed)."""
+    if phases is None:
+        phases = Phases("curvature", None)
+        plan_curvature(phases, settings)
     device = next(model.parameters()).device
     g = torch.Generator().manual_seed(settings.seed)
     idx = torch.randperm(len(data.train_x), generator=g)[: settings.hessian_images].to(data.train_x.device)
@@ -188,8 +197,9 @@ def curvature(model: SSLModel, cfg: TrainConfig, data: Dataset, settings: Analys
     E = EffectiveHessian(z, model.projector, loss, dtype=torch.float64)
     out: dict[str, Any] = {"n": E.n, "d": E.d, "k": E.k, "N": E.n * E.d, "method": cfg.method, **E.info}
     results = {}
-    for name, op in (("H", E.H), ("G", E.G), ("M", E.M)):
-        res = lanczos(op, k=1, max_iter=settings.lanczos_iter, seed=settings.seed)
+    for (name, op), phase in zip((("H", E.H), ("G", E.G), ("M", E.M)), CURVATURE_PHASES):
+        with phases.run(phase, f"N = {E.n} x {E.d} = {E.n * E.d}, at most {settings.lanczos_iter} products"):
+            res = lanczos(op, k=1, max_iter=settings.lanczos_iter, seed=settings.seed)
         results[name] = res
         out[name] = {key: val for key, val in res.summary().items()}
         out[name]["ritz_values"] = res.ritz_all.tolist()
@@ -201,26 +211,16 @@ def curvature(model: SSLModel, cfg: TrainConfig, data: Dataset, settings: Analys
         "vHv": results["H"].lambda_min, "vGv": vGv, "vMv": vMv,
         "share_G": neg_g / total if total > 0 else None, "share_M": neg_m / total if total > 0 else None,
     }
-    out["M_over_H_frobenius"] = hutchinson_ratio(E.M, E.H, E.n * E.d, 8, torch.float64, z.device, settings.seed)
+    with phases.run(CURVATURE_PHASES[3], f"{HUTCHINSON_PROBES} Rademacher vectors through M and H"):
+        out["M_over_H_frobenius"] = hutchinson_ratio(E.M, E.H, E.n * E.d, HUTCHINSON_PROBES, torch.float64,
+                                                     z.device, settings.seed)
     return out
-
-
-def orbit_verdict(per_orbit: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
-    """From the per-orbit values of ``scale.geometry.measure`` (float64, one per orbit): the collapse ratio
-    spread_z / spread_h (geometric mean, t interval) of the head and of the untrained control with their
-    verdicts, the curvature ratio kappa_h / kappa_z and the alignment gain (h minus z)."""
-    z, h, h0 = (per_orbit[k] for k in ("z", "h", "h_untrained"))
-    trained, control = ratio_estimate(z["spread"], h["spread"]), ratio_estimate(z["spread"], h0["spread"])
-    gain = mean_estimate(np.asarray(h["alignment"]) - np.asarray(z["alignment"]))
-    return {"collapse_ratio": asdict(trained), "collapse_ratio_untrained": asdict(control),
-            "verdict": verdict(trained), "verdict_untrained": verdict(control),
-            "curvature_ratio": asdict(ratio_estimate(h["kappa"], z["kappa"])), "alignment_gain": asdict(gain)}
 
 
 def orbit_result(geo: GeometryResult) -> dict[str, Any]:
     """The JSON-ready orbit part of an analysis: ``geometry`` (E4's summary), ``verdict`` (``orbit_verdict``)
     and ``per_orbit`` (every space's spread, kappa and alignment, one value per orbit)."""
-    return {"geometry": asdict(geo.summary()), "verdict": orbit_verdict(geo.per_orbit),
+    return {"geometry": asdict(geo.summary()), "verdict": asdict(orbit_verdict(geo.per_orbit)),
             "per_orbit": {space: {k: v.tolist() for k, v in d.items()} for space, d in geo.per_orbit.items()}}
 
 
@@ -249,54 +249,79 @@ def analyze_orbits(backbone: nn.Module, head: nn.Module, images: torch.Tensor, m
 
 def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: TrainConfig | None = None, *,
                   predictor: nn.Module | None = None, settings: AnalysisSettings = AnalysisSettings(),
-                  device: str | torch.device = "cpu", spec_controls: bool = False) -> dict[str, Any]:
+                  device: str | torch.device = "cpu", spec_controls: bool = False,
+                  log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Curvature, orbit geometry with controls, verdict and probes of ``backbone`` + ``head`` on ``data``.
 
     ``cfg`` supplies the method (loss), temperature and augmentation preset of the curvature probe
     (default: SimCLR, ``e3``); ``predictor`` is needed for simsiam/byol. The orbits are the test split's
-    (``settings.orbits`` classes x images); the untrained controls are fresh copies of ``head``
-    (``untrained_copy``), or, with ``spec_controls``, the head that ``cfg`` names. ``settings`` says what
-    to skip (``curvature``, ``probes``). Returns a JSON-ready dict (``write_report`` turns it into report.md).
+    (``settings.orbits`` classes x images; without labels, images each their own class); the untrained
+    controls are fresh copies of ``head`` (``untrained_copy``), or, with ``spec_controls``, the head that
+    ``cfg`` names. ``settings`` says what to skip (``curvature``, ``probes``); the class probe is skipped,
+    with the reason in ``notes``, where the data has no labels or one class. ``log``: each phase announced
+    with its size, its time and an estimate of the rest (``scale.engine.progress``). Returns a JSON-ready
+    dict (``write_report`` turns it into report.md).
     """
     device = torch.device(device)
     cfg = cfg or TrainConfig(method="simclr", augment="e3", image_size=data.image_size)
     # The modules are used as given: no re-initialisation (init "normal" skips the collapse scaling).
     model = SSLModel(replace(cfg, init="normal"), backbone=backbone, head=head, predictor=predictor).to(device)
     data = data.to(device)
-    t0 = time.perf_counter()
-    out: dict[str, Any] = {"settings": asdict(settings), "config": cfg.to_dict()}
+    labelled = getattr(data, "labelled", True)
+    out: dict[str, Any] = {"settings": asdict(settings), "config": cfg.to_dict(), "notes": []}
+    classes, per_class = parse_orbits(settings.orbits)
+    classes, per_class = fit_orbits(data.test_y, classes, per_class) if labelled else (
+        min(classes * per_class, len(data.test_x)), 1)
+    n_tr, n_te = (min(len(x), settings.probe_images or len(x)) for x in (data.train_x, data.test_x))
+    phases = Phases("scale.analyze", log)
     if settings.curvature:
-        out["curvature"] = curvature(model, cfg, data, settings)
-    classes, per_class = fit_orbits(data.test_y, *parse_orbits(settings.orbits))
-    if classes >= 2 and per_class >= 1:
+        plan_curvature(phases, settings)
+    geometry = classes >= 2 and per_class >= 1
+    if geometry:
+        g = settings.geometry(classes, per_class)
+        phases.plan("orbit geometry", classes * per_class * (len(g.values) + len(g.sweep_values) + 1), "images")
+    else:
+        out["notes"].append("orbit geometry skipped: the test split has fewer than 2 classes (D_inter needs 2)")
+    probes = settings.probes and min(len(data.train_x), len(data.test_x)) >= 2
+    if probes:
+        plan_probes(phases, (n_tr, n_te), (n_tr, n_te))
+    if settings.curvature:
+        out["curvature"] = curvature(model, cfg, data, settings, phases)
+    if geometry:
         controls = None if spec_controls else (untrained_copy(head), untrained_copy(head, bias=False))
-        with eval_mode(model):
-            geo = measure_geometry(model.backbone, model.projector, cfg, data.test_x, data.test_y, data.mean,
-                                   data.std, settings.geometry(classes, per_class), controls=controls)
+        with phases.run("orbit geometry", f"{classes * per_class} test images, z vs h and the untrained controls"), \
+                eval_mode(model):
+            geo = measure_geometry(model.backbone, model.projector, cfg, data.test_x,
+                                   data.test_y if labelled else None, data.mean, data.std,
+                                   g, controls=controls)
         out.update(orbit_result(geo))
-    if settings.probes and min(len(data.train_x), len(data.test_x)) >= 2:
+    if probes:
         def embed(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             with eval_mode(model), torch.no_grad():
                 z, h, _ = model(x)
             return z, h
 
         normalize = GPUAugment("none", data.image_size, data.mean, data.std).to(device).normalize
-        out["probes"] = measure_probes(embed, normalize, data, settings)
-    out.update(seconds=time.perf_counter() - t0, device=device_name(device), versions=versions(),
+        out["probes"] = measure_probes(embed, normalize, data, settings, phases, out["notes"])
+    out.update(seconds=phases.elapsed(), device=device_name(device), versions=versions(),
                git_commit=git_commit(), dataset=data.name)
     return out
 
 
-def measure_probes(embed, normalize, data: Dataset, settings: AnalysisSettings) -> dict[str, Any]:
+def measure_probes(embed, normalize, data: Dataset, settings: AnalysisSettings, phases: Phases | None = None,
+                   notes: list[str] | None = None) -> dict[str, Any]:
     """The headline class probe and E3's rotation probes on at most ``settings.probe_images`` images per
-    split, JSON-ready: ``headline`` (a ``ClassProbe``), ``rotation[space][kind]`` (test accuracy in percent,
-    space z or h, kind linear or mlp) and the rotation probes' ``rotation_settings``."""
+    split, JSON-ready: ``headline`` (a ``ClassProbe``; ``None`` where ``class_probe_skip_reason`` gives a
+    reason, appended to ``notes``), ``rotation[space][kind]`` (test accuracy in percent, space z or h, kind
+    linear or mlp) and the rotation probes' ``rotation_settings``."""
     n_tr, n_te = (min(len(x), settings.probe_images or len(x)) for x in (data.train_x, data.test_x))
-    head = class_probe(embed, normalize, data.train_x[:n_tr], data.train_y[:n_tr], data.test_x[:n_te],
-                       data.test_y[:n_te], data.classes)
-    rot = run_rotation_probes(embed, normalize, data.train_x, data.test_x,
-                              ProbeSettings(train_images=n_tr, test_images=n_te, seed=settings.seed))
-    return {"headline": asdict(head), "rotation_settings": rot.settings,
+    if phases is None:
+        phases = Phases("probes", None)
+        plan_probes(phases, (n_tr, n_te), (n_tr, n_te))
+    head, rot = run_probes(embed, normalize, data, (n_tr, n_te), (n_tr, n_te), settings.seed, phases,
+                           notes if notes is not None else [])
+    head = asdict(head) if head is not None else None
+    return {"headline": head, "rotation_settings": rot.settings,
             "rotation": {space: {kind: getattr(getattr(rot, kind), space) for kind in ("linear", "mlp")}
                          for space in ("z", "h")}}
 
@@ -351,14 +376,6 @@ def _png(fig, plt) -> bytes:
     return buf.getvalue()
 
 
-def _ratio_text(d: dict[str, Any]) -> str:
-    est = Estimate(**d)
-    if est.n == 0:
-        return (f"undefined (all {est.excluded} orbits degenerate: the family does not move these images, e.g. hue "
-                "or saturation on grey images)")
-    return est.fmt() + (f" ({est.excluded} degenerate orbits left out)" if est.excluded else "")
-
-
 def render_report(result: dict[str, Any], source: str) -> str:
     method = result["config"]["method"]
     L = [f"# Analysis of {source}", "",
@@ -366,16 +383,8 @@ def render_report(result: dict[str, Any], source: str) -> str:
          f"{'(its loss defines H_eff)' if 'curvature' in result else '(H_eff not measured)'}, device "
          f"{result['device']}, {result['seconds']:.1f} s. Measured at the state given; nothing trained.", ""]
     if "verdict" in result:
-        v = result["verdict"]
-        L += [f"**Verdict: {v['verdict']}.** Collapse ratio spread(z) / spread(h) = "
-              f"{_ratio_text(v['collapse_ratio'])} (geometric mean over orbits, 95 % t interval); the untrained head "
-              f"of the same architecture: {_ratio_text(v['collapse_ratio_untrained'])} ({v['verdict_untrained']}). "
-              f"Curvature ratio kappa(h) / kappa(z) = {_ratio_text(v['curvature_ratio'])}; alignment gain (mean "
-              f"cosine to the unaugmented image, h minus z) = {Estimate(**v['alignment_gain']).fmt('+.3f')}.", ""]
-        if v["verdict_untrained"] == v["verdict"] != "neither":
-            L += ["The untrained control gets the same verdict: at this state the effect is not learned by the head "
-                  "(the bias-free control and the head on the raw z in the orbit table below separate out the "
-                  "biases' share).", ""]
+        L += verdict_section(Verdict.from_dict(result["verdict"]))
+    L += [f"Note: {note}" for note in result.get("notes", [])] + ([""] if result.get("notes") else [])
     if "curvature" in result:
         L += _curvature_section(result["curvature"])
     # The tables of scale.runs.run_report, from the typed summaries of what was measured here.
@@ -427,29 +436,6 @@ def write_report(result: dict[str, Any], out: str | Path, source: str) -> Path:
 # --------------------------------------------------------------------------------------------
 
 
-def import_module_spec(text: str, what: str) -> nn.Module:
-    """``module:callable`` -> the ``nn.Module`` that the callable returns (called without arguments)."""
-    mod_name, _, attr = text.partition(":")
-    if not mod_name or not attr:
-        raise AnalyzeError(f"{what} {text!r}: expected a name of the project or module:callable")
-    try:
-        obj: Any = importlib.import_module(mod_name)
-    except Exception as exc:
-        raise AnalyzeError(f"{what} {text!r}: cannot import {mod_name} ({type(exc).__name__}: {exc})") from None
-    try:
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except AttributeError:
-        raise AnalyzeError(f"{what} {text!r}: {mod_name} has no attribute {attr!r}") from None
-    try:
-        module = obj()
-    except Exception as exc:
-        raise AnalyzeError(f"{what} {text!r}: calling it failed ({type(exc).__name__}: {exc})") from None
-    if not isinstance(module, nn.Module):
-        raise AnalyzeError(f"{what} {text!r} returned {type(module).__name__}, not a torch.nn.Module")
-    return module
-
-
 def _state_from_checkpoint(path: Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise AnalyzeError(f"{path}: no such checkpoint file (or pass a run directory)")
@@ -474,37 +460,63 @@ def build_parser() -> argparse.ArgumentParser:
                 "G/M split, orbit geometry of z vs h with controls, a compressor/expander verdict, rotation and "
                 "class probes) on a finished run or on any checkpoint.", epilog=__doc__.split("What is measured")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("source", metavar="RUN_DIR|CHECKPOINT", help="a run directory or a checkpoint file")
-    p.add_argument("--backbone", help=f"one of {', '.join(BACKBONES)} or module:callable (needed with a checkpoint)")
-    p.add_argument("--head", help="a head spec (linear, gelu3, ...) or module:callable (needed with a checkpoint)")
+    p.add_argument("source", metavar="RUN_DIR|CHECKPOINT", help="a run directory (python -m scale.run, scale.train, "
+                   "Trainer) or a checkpoint file (a scale.run checkpoint, or a state_dict with backbone.* and "
+                   "projector.* or head.* keys)")
+    p.add_argument("--backbone", help=f"one of {', '.join(BACKBONES)} or module:callable (needed with a checkpoint; "
+                   "with a run directory, only for a run trained with your own backbone)")
+    p.add_argument("--head", help="a head spec (linear, gelu3, ...) or module:callable (needed with a checkpoint; "
+                   "with a run directory, only for a run trained with your own head)")
     p.add_argument("--predictor", help="simsiam/byol: a head spec or module:callable for the predictor")
     p.add_argument("--data", default=None, help="dataset: digits, cifar10, cifar100, folder:PATH (default: the "
                    "run's; digits with a checkpoint)")
-    p.add_argument("--data-dir", help="where the CIFAR archive lives")
+    p.add_argument("--data-dir", help="where the CIFAR archive lives (default: $SCALE_DATA_DIR or "
+                   "~/.cache/headgeometry/data; never downloaded here)")
     p.add_argument("--method", choices=tuple(METHODS), help="the loss of H_eff (default: the run's; simclr)")
     p.add_argument("--augment", choices=PRESETS, help="views of the curvature probe (default: the run's; e3)")
-    p.add_argument("--image-size", type=int, help="image side (default: the run's; 16 for digits, 32 otherwise)")
-    p.add_argument("--backbone-width", type=int, help="with a backbone name: its width (default 16 on digits)")
-    p.add_argument("--head-width", type=int, default=256, help="with a head spec: hidden width (default 256)")
-    p.add_argument("--head-out", type=int, default=128, help="with a head spec: output width k (default 128)")
-    p.add_argument("--head-bias", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--head-bn", action=argparse.BooleanOptionalAction, default=False)
-    p.add_argument("--head-out-bn", action=argparse.BooleanOptionalAction, default=False)
-    p.add_argument("--hessian-images", type=int, default=AnalysisSettings.hessian_images)
-    p.add_argument("--lanczos-iter", type=int, default=AnalysisSettings.lanczos_iter)
-    p.add_argument("--orbits", default="5x3", help="CLASSESxIMAGES of the test split (default 5x3)")
+    p.add_argument("--image-size", type=int, help="image side (default: the run's; with a checkpoint the dataset's, "
+                   "as scale.run resolves it: 16 for digits, 32 otherwise)")
+    p.add_argument("--backbone-width", type=int, help="with a backbone name and a checkpoint: its width (default: "
+                   "the dataset's, as scale.run resolves it: resnet18 16 / vit_tiny 48 on digits, 64 / 192 otherwise)")
+    p.add_argument("--head-width", type=int, default=256, help="with a head spec and a checkpoint: hidden width "
+                   "(default 256, scale.run's on digits)")
+    p.add_argument("--head-out", type=int, default=128, help="with a head spec and a checkpoint: output width k "
+                   "(default 128, scale.run's on digits)")
+    p.add_argument("--head-bias", action=argparse.BooleanOptionalAction, default=True,
+                   help="with a head spec and a checkpoint: biases in its Linear layers (default: on)")
+    p.add_argument("--head-bn", action=argparse.BooleanOptionalAction, default=False,
+                   help="with a head spec and a checkpoint: BatchNorm after each hidden Linear (default: off)")
+    p.add_argument("--head-out-bn", action=argparse.BooleanOptionalAction, default=False,
+                   help="with a head spec and a checkpoint: BatchNorm on the head's output (default: off)")
+    p.add_argument("--hessian-images", type=int, default=AnalysisSettings.hessian_images,
+                   help="images of the curvature probe batch, two augmented views each (default "
+                   f"{AnalysisSettings.hessian_images}: H_eff acts on N = 2 x {AnalysisSettings.hessian_images} x d "
+                   "unknowns; a Lanczos step is one Hessian-vector product through the head over that batch)")
+    p.add_argument("--lanczos-iter", type=int, default=AnalysisSettings.lanczos_iter,
+                   help=f"Lanczos steps (Hessian-vector products) for each of H_eff, G and M (default "
+                   f"{AnalysisSettings.lanczos_iter}: the extreme eigenvalues converge to their residuals, reported)")
+    p.add_argument("--orbits", default="5x3", help="CLASSESxIMAGES of the test split (default 5x3, the paper's 15 "
+                   "orbits)")
     p.add_argument("--family", choices=tuple(FAMILIES), default="rotation", help="orbit family: E4's rotations "
                    "(0-330 degrees, kappa on 0-45) or an E6 family across its range (default: rotation)")
     p.add_argument("--steps", type=int, help="E6's trajectories: this many values across the family's range "
                    "(rotation: 0-45 degrees), kappa along them (default: E4's orbits)")
     p.add_argument("--head-input", choices=tuple(HEAD_INPUTS), default="normalized", help="the head on the "
                    "L2-normalised z (E4, default) or on the raw z it was trained on (E6)")
-    p.add_argument("--probe-images", type=int, default=AnalysisSettings.probe_images)
-    p.add_argument("--no-probes", action="store_true")
+    p.add_argument("--probe-images", type=int, default=AnalysisSettings.probe_images,
+                   help="probes: at most this many images per split, x 4 rotations for E3's (default "
+                   f"{AnalysisSettings.probe_images}: at most 5 x 2 x {AnalysisSettings.probe_images} backbone "
+                   "forwards, the class probe's one per image and the rotation probes' four, and six probe fits; "
+                   "the paper's 10000 costs five times that)")
+    p.add_argument("--no-probes", action="store_true", help="skip the class and rotation probes")
     p.add_argument("--no-curvature", action="store_true", help="skip H_eff (a head without a loss of the registry)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--seed", type=int, default=0, help="seed of the probe batch, its views and the probes "
+                   "(default 0)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: auto (CUDA if "
+                   "available)")
     p.add_argument("--out", help="output folder (default: RUN_DIR/analysis or <checkpoint stem>-analysis)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines (each phase, its time, the estimated "
+                   "rest); the results are printed either way")
     return p
 
 
@@ -531,11 +543,13 @@ def _load(args: argparse.Namespace, device: torch.device) -> tuple[SSLModel, Tra
         if not args.backbone or not args.head:
             raise AnalyzeError(f"{src} is not a run directory: --backbone and --head are needed with a checkpoint")
         dataset = args.data or "digits"
-        image_size = args.image_size or (16 if dataset in ("digits", "synthetic") else 32)
         if backbone_m is None and args.backbone not in BACKBONES:
             raise AnalyzeError(f"--backbone {args.backbone!r}: valid: {', '.join(BACKBONES)} or module:callable")
-        width = args.backbone_width or ({"resnet18": 16, "vit_tiny": 48}[args.backbone]
-                                         if dataset == "digits" and backbone_m is None else None)
+        # the dataset's adjustments as scale.run resolves them (scale.engine.recipes)
+        adjust = DATASET_DEFAULTS.get(dataset_key(dataset), {})
+        image_size = args.image_size or adjust.get("image_size", 32)
+        width = args.backbone_width or (adjust.get("backbone_width", {}).get(args.backbone)
+                                         if backbone_m is None else None)
         cfg = TrainConfig(dataset=dataset, method=args.method or "simclr", backbone=args.backbone,
                           backbone_width=width, image_size=image_size,
                           head=args.head if head_m is None else "linear", head_width=args.head_width,
@@ -586,8 +600,9 @@ def main(argv: list[str] | None = None) -> int:
                                     probes=not args.no_probes, curvature=not args.no_curvature, seed=args.seed)
         model, cfg, data, out, spec_controls = _load(args, device)
         result = analyze_model(model.backbone, model.projector, data, cfg, predictor=model.predictor,
-                               settings=settings, device=device, spec_controls=spec_controls)
-    except AnalyzeError as exc:
+                               settings=settings, device=device, spec_controls=spec_controls,
+                               log=None if args.quiet else (lambda line: print(line, flush=True)))
+    except (AnalyzeError, ModuleSpecError) as exc:
         print(f"scale.analyze: error: {exc}", file=sys.stderr)
         return 2
     except DataError as exc:
@@ -601,13 +616,16 @@ def main(argv: list[str] | None = None) -> int:
               f"negative curvature from G {_fmt(c['split_at_lambda_min']['share_G'], '.1%')}, "
               f"M {_fmt(c['split_at_lambda_min']['share_M'], '.1%')}")
     if "verdict" in result:
-        v = result["verdict"]
-        print(f"verdict: {v['verdict']} (collapse ratio {_ratio_text(v['collapse_ratio'])}; untrained head "
-              f"{_ratio_text(v['collapse_ratio_untrained'])})")
+        print(verdict_line(Verdict.from_dict(result["verdict"])))
     if "probes" in result:
-        a, r = result["probes"]["headline"]["accuracy"], result["probes"]["rotation"]
-        print(f"headline class probe: z {a['z']:.2f} %, h {a['h']:.2f} %; rotation probe, linear: "
-              f"z {r['z']['linear']:.2f} %, h {r['h']['linear']:.2f} %")
+        p = result["probes"]
+        if p.get("headline") is not None:
+            headline = RunSummary.from_dict({"class_probe": p["headline"]}).class_probe
+            print(f"headline class probe: {probe_line(headline)}")
+        r, n = p["rotation"], p["rotation_settings"]["rotation_samples"]["test"]
+        print(f"rotation probe, linear: z {accuracy_text(r['z']['linear'], n)}, h {accuracy_text(r['h']['linear'], n)}")
+    for note in result.get("notes", []):
+        print(f"note: {note}")
     print(f"report: {report}")
     return 0
 

@@ -2,12 +2,15 @@
 
     python -m scale.export runs/cifar10-simclr-gelu3-resnet18-s0-... backbone.pt
     python -m scale.export RUN_DIR head.pt --part projector
+    python -m scale.export RUN_DIR backbone.pt --backbone mypkg.nets:backbone     # a run of your own modules
 
-Load it into your own module of the same architecture with
-``module.load_state_dict(torch.load("backbone.pt", weights_only=True))``. Runs trained with the
-project's own backbones and heads only (a run trained with your modules: ``scale.runs.load.export_backbone``
-in Python, passing the modules). Exit codes: 0 written, 2 bad arguments or an unreadable run (nothing
-written).
+Beside ``OUT`` goes ``OUT.json``, the part's architecture (the project's builder and its arguments, or
+the record of your own module): ``scale.load_backbone(OUT)`` rebuilds the part and loads the weights. In
+your own code, ``module.load_state_dict(torch.load(OUT, weights_only=True))`` into a module of the same
+architecture. A run trained with your own modules (``scale.train``, ``Trainer(backbone=...)``) is read
+with them: ``--backbone``/``--head``/``--predictor`` ``module:callable``, an importable function that
+returns the module when called without arguments (the run's config names the one it recorded). Exit
+codes: 0 written, 2 bad arguments or an unreadable run, with one line saying why (nothing written).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from scale.runs.load import PARTS, RunError, export_backbone
+from scale.runs.load import PARTS, RunError, architecture_path, export_backbone
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,17 +30,22 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     p = _Parser(prog="python -m scale.export", description="Write a run's trained backbone (or another part) "
-                "as a plain state_dict file (torch.load(..., weights_only=True) reads it).")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of python -m scale.run")
+                "as a plain state_dict file (torch.load(..., weights_only=True) reads it) and its architecture "
+                "beside it (OUT.json; scale.load_backbone(OUT) rebuilds the part).")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (python -m scale.run, scale.train, Trainer)")
     p.add_argument("out", metavar="OUT", help="the file to write (e.g. backbone.pt)")
     p.add_argument("--part", choices=PARTS, default="backbone", help="default: backbone")
+    for part in ("backbone", "head", "predictor"):
+        p.add_argument(f"--{part}", metavar="MODULE:CALLABLE", help=f"a run trained with your own {part}: the "
+                       "function that builds it (called without arguments)")
     args = p.parse_args(argv)
+    modules = {k: getattr(args, k) for k in ("backbone", "head", "predictor") if getattr(args, k)}
     try:
-        out = export_backbone(args.run_dir, args.out, part=args.part)
+        out = export_backbone(args.run_dir, args.out, part=args.part, **modules)
     except RunError as exc:
         print(f"scale.export: error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {out} ({args.part} of {Path(args.run_dir)})")
+    print(f"wrote {out} ({args.part} of {Path(args.run_dir)}) and its architecture {architecture_path(out)}")
     return 0
 
 

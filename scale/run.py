@@ -18,43 +18,40 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from mini.heads import parse_head_spec
 from scale.curvature.tracking import HessianTracker
 from scale.engine import methods, signals
 from scale.engine.augment import AUGMENT_PATHS, PRESETS
 from scale.engine.backbones import BACKBONES
-from scale.engine.checkpoint import atomic_write_json, unreadable_reason
-from scale.engine.data import DATASETS, FOLDER_PREFIX, DataError, load_dataset
+from scale.engine.checkpoint import unreadable_reason
+from scale.engine.data import DATASETS, FOLDER_PREFIX, DataError, Dataset, load_dataset, stream_threshold
 from scale.engine.heads import HEAD_STYLES
 from scale.engine.hooks import TensorBoardLog
+from scale.engine.recipes import DATASET_DEFAULTS
 from scale.engine.train import OPTIMIZERS, SCHEDULES, Hook, Interrupted, NonFiniteLoss, TrainConfig, Trainer
-from scale.geometry.measure import final_measurement, parse_orbits
-from scale.geometry.probes import class_probe
+from scale.geometry.measure import EndOfRun, final_measurement, parse_orbits
 from scale.runs import budget, faults, rundir, validate
 from scale.runs.config_file import ConfigFileError, read_config_file
-from scale.runs.run_report import command_line, device_name, git_commit, versions, write_outputs
+from scale.runs.run_report import (
+    command_line,
+    device_name,
+    git_commit,
+    probe_line,
+    small_test_warning,
+    verdict_line,
+    versions,
+    write_outputs,
+)
 from scale.runs.summary import CurvatureSummary, RunSummary
-
-# Dataset adjustments on top of the method's. digits: 1,347 training images of 16 x 16 on a CPU, so a
-# narrower ResNet-18 (base width 16, z 128-d) and a 256-wide head; the whole run takes about 40 s on an idle 2-core CPU.
-DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
-    "cifar10": dict(image_size=32),
-    "cifar100": dict(image_size=32),
-    "digits": dict(image_size=16, backbone_width={"resnet18": 16, "vit_tiny": 48}, head_width=256, head_out=128,
-                   pred_width=64, batch_size=128, epochs=8, warmup_epochs=0),
-    "synthetic": dict(image_size=16, backbone_width={"resnet18": 8, "vit_tiny": 24}, head_width=32, head_out=16,
-                      pred_width=8, batch_size=32, epochs=2, warmup_epochs=0, probe_size=64),
-    "folder": dict(image_size=32),  # folder:PATH, your own images: CIFAR's size unless --image-size says otherwise
-}
-
 
 _TORCH_THREADS = torch.get_num_threads()  # torch's own default (physical cores, or OMP_NUM_THREADS), at import
 
@@ -184,9 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "extra: pip install -e '.[tensorboard]'; give it again with --resume) (default: none)")
     p.add_argument("--orbits", default="5x3", help="end-of-run orbit geometry (E4): CLASSESxIMAGES of the test "
                    "split, 12 rotations each (default: 5x3, the paper's 15 orbits)")
-    p.add_argument("--probe-images", type=int, default=10_000, help="end-of-run probes (E3): at most this many "
-                   "training and this many test images, x 4 rotations (default: 10000)")
-    p.add_argument("--no-final-measure", action="store_true", help="skip the end-of-run geometry and probes")
+    p.add_argument("--probe-images", type=int, default=None, help="end-of-run rotation probes (E3): at most this "
+                   "many training and this many test images, x 4 rotations (default: a quarter of the images the "
+                   "training stepped through, between 256 and the paper's 10000, so that the probes cost at most a "
+                   "third of the training's forward passes: scale.geometry.measure.probe_budget)")
+    p.add_argument("--no-final-measure", action="store_true", help="skip the end-of-run geometry and rotation "
+                   "probes (the headline class probe still runs)")
     return p
 
 
@@ -200,24 +200,10 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
             parse_head_spec(args.predictor)
     except ValueError as exc:
         raise ArgError(str(exc)) from None
-    values: dict[str, Any] = dict(methods.get(args.method).recipe)
-    for key, v in DATASET_DEFAULTS["folder" if args.dataset.startswith(FOLDER_PREFIX) else args.dataset].items():
-        values[key] = v[args.backbone] if isinstance(v, dict) else v
-    values.update(methods.get(args.method).dataset_recipe.get(args.dataset, {}))
-    names = {f.name for f in fields(TrainConfig)}
-    for key in names:
-        v = getattr(args, key, None)
-        if v is not None:
-            values[key] = v
-    if values.get("head_style") == "paper":  # the official heads' defaults; validate.check_config refuses the rest
-        if args.head_bias is None:
-            values["head_bias"] = False
-        if args.head_out_bn is None:
-            values["head_out_bn"] = bool(values.get("head_bn", False))
-    values.update(dataset=args.dataset, device=str(device),
-                  precision=args.precision or ("bf16" if device.type == "cuda" else "fp32"))
-    values["threads"] = _TORCH_THREADS if args.threads is None else args.threads
-    cfg = TrainConfig(**{k: v for k, v in values.items() if k in names})
+    names = {f.name for f in fields(TrainConfig)} - {"dataset", "method", "backbone", "device"}
+    given = {key: getattr(args, key) for key in names if getattr(args, key, None) is not None}
+    given["threads"] = _TORCH_THREADS if args.threads is None else args.threads
+    cfg = TrainConfig.resolve(args.dataset, args.method, args.backbone, device=device, **given)  # scale.engine.recipes
     validate.check_config(cfg)  # the one validation of the whole config (scale/runs/validate.py)
     try:
         parse_orbits(args.orbits)
@@ -275,6 +261,116 @@ def _load_data(cfg: TrainConfig, args: argparse.Namespace):
                             image_size=None if cfg.dataset in ("cifar10", "cifar100") else cfg.image_size)
     except ValueError as exc:
         raise ArgError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------------------------
+# A run as a library call: the same run directory from Python
+# --------------------------------------------------------------------------------------------
+
+
+DEFAULT_MEASURE = EndOfRun()  # the paper's measurements after training, the rotation probes' cost bounded
+
+
+def new_summary(trainer: Trainer, device: torch.device, command: str) -> RunSummary:
+    """The provenance part of a run's summary (what ran, where, with which versions)."""
+    return RunSummary(command=command, config=trainer.cfg.to_dict(), device=device_name(device),
+                      world_size=trainer.world, versions=versions(), git_commit=git_commit())
+
+
+def record_run(trainer: Trainer, data: Dataset, summary: RunSummary, status: str, t_start: float, *,
+               measure: EndOfRun | None = DEFAULT_MEASURE, log: Callable[[str], None] | None = print,
+               tracker: HessianTracker | None = None) -> RunSummary:
+    """After training (one process): the end-of-run measurement (``measure``; ``None`` skips it) of a run
+    whose ``status`` is "finished", the outcome, and summary.json, report.md and curves.png in the
+    trainer's run directory (when it has one)."""
+    history = trainer.state.history
+    if status == "finished" and measure is not None:
+        res = final_measurement(trainer, data.to(trainer.device), trainer.run_dir, measure, log)
+        summary.class_probe, summary.geometry, summary.rotation_probes = res.class_probe, res.geometry, \
+            res.rotation_probes
+        summary.notes += res.notes
+        if res.class_probe is not None and (warn := small_test_warning(res.class_probe.test_images)):
+            summary.notes.append(f"headline probe: {warn}")
+        summary.end_of_run_seconds = res.seconds
+    summary.status, summary.wall_seconds, summary.epochs_done = status, time.perf_counter() - t_start, len(history)
+    summary.final = history[-1] if history else None
+    if tracker is not None:
+        summary.curvature = CurvatureSummary.from_dict(
+            {**tracker.summary(), "last": tracker.records[-1] if tracker.records else None})
+    if trainer.run_dir is not None:
+        write_outputs(trainer.run_dir, summary, history)
+    return summary
+
+
+def result_lines(summary: RunSummary, dataset: str) -> list[str]:
+    """What a finished run prints: the headline probe (h minus z, intervals), the verdict, the notes."""
+    lines = []
+    if summary.class_probe is not None:
+        lines.append(f"linear probe, the headline ({dataset} class labels, logistic regression; test accuracy "
+                     f"[Wilson 95 %]): {probe_line(summary.class_probe)}")
+    if summary.geometry is not None and summary.geometry.verdict is not None:
+        lines.append(verdict_line(summary.geometry.verdict))
+    return lines + [f"note: {note}" for note in summary.notes]
+
+
+def train(cfg: TrainConfig, data: Dataset, run_dir: str | Path | None = None, *,
+          device: str | torch.device | None = None, backbone: nn.Module | str | None = None,
+          head: nn.Module | str | None = None, predictor: nn.Module | str | None = None, hooks: Sequence[Hook] = (),
+          measure: EndOfRun | None = DEFAULT_MEASURE, resume: bool = False, progress: bool = False,
+          log: Callable[[str], None] | None = print) -> RunSummary:
+    """One run as ``python -m scale.run`` makes it, with your modules and data: ``Trainer.fit`` (``backbone``,
+    ``head``, ``predictor``: modules or ``module:callable`` specs, recorded in config.json), then the
+    end-of-run measurement (``scale.geometry.measure.EndOfRun``: the headline probe, E4 orbits with the
+    verdict, E3 rotation probes), and in ``run_dir`` the files of a CLI run: config.json, metrics.jsonl,
+    checkpoint.pt, summary.json, report.md, curves.png, orbits.npz. ``python -m scale.analyze``,
+    ``python -m scale.export`` and ``scale.load_run`` read it (with ``--backbone``/``backbone=`` for your
+    own modules). The directory is locked while the run writes and a new run refuses one that holds a run
+    (``resume=True`` continues it from its checkpoint). A non-finite loss or an interruption raises
+    ``NonFiniteLoss`` / ``Interrupted`` after the summary records it. ``cfg``: e.g. ``TrainConfig.resolve``."""
+    t_start = time.perf_counter()
+    device = torch.device(device if device is not None else cfg.device)
+    lock = rundir.RunLock(run_dir) if run_dir is not None else None
+    try:
+        if run_dir is not None and not resume:
+            rundir.prepare_new(Path(run_dir), overwrite=False)
+        trainer = Trainer(cfg, data, device, run_dir, hooks, progress, log, backbone=backbone, head=head,
+                          predictor=predictor)
+        if resume and trainer.checkpoint_path is not None and trainer.checkpoint_path.is_file():
+            trainer.load(trainer.checkpoint_path)
+        summary = new_summary(trainer, device, "scale.train (Python)")
+        try:
+            trainer.fit()
+        except NonFiniteLoss:
+            record_run(trainer, data, summary, "non-finite loss", t_start, measure=None)
+            raise
+        except Interrupted:
+            record_run(trainer, data, summary, "interrupted", t_start, measure=None)
+            raise
+        except DataError:
+            record_run(trainer, data, summary, "data error", t_start, measure=None)
+            raise
+        record_run(trainer, data, summary, "finished", t_start, measure=measure, log=log)
+    finally:
+        if lock is not None:
+            lock.release()
+    for line in result_lines(summary, data.name):
+        if log is not None:
+            log(line)
+    return summary
+
+
+def data_notes(data: Dataset) -> list[str]:
+    """What a run says about data kept in an unusual way: streamed from disk, or without labels."""
+    notes = []
+    if data.streamed:
+        size = len(data.train_x) * 3 * data.image_size ** 2
+        notes.append(f"{len(data.train_x)} training images decoded from disk as training reads them, in "
+                     f"{data.train_x.workers} worker process(es) ({size / 2**30:.2f} GiB decoded, above "
+                     f"{stream_threshold() / 2**30:.2f} GiB: scale.engine.data.folder_dataset)")
+    if not data.labelled:
+        notes.append("images without labels: the class probe is skipped; the orbit geometry (each image its own "
+                     "class) and the rotation probes are measured")
+    return notes
 
 
 @faults.guarded("scale.run")
@@ -354,16 +450,15 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
                                      "was left as it is") from None
         say(f"resuming {run_dir} at epoch {trainer.start_epoch + 1}, step {trainer.start_step + 1}")
     if rank == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(run_dir / "config.json", cfg.to_dict())
-        if not args.quiet:
+        if not args.quiet:  # config.json is written by Trainer.fit
             print(f"run directory: {run_dir}", flush=True)
             if not args.resume:
                 print(f"augmentation: {cfg.augment} preset, {cfg.augment_path} path ({trainer.augment_why})",
                       flush=True)
+            for line in data_notes(data):
+                print(f"data: {line}", flush=True)
 
-    summary = RunSummary(command=command_line(), config=cfg.to_dict(), device=device_name(device),
-                         world_size=trainer.world, versions=versions(), git_commit=git_commit())
+    summary = new_summary(trainer, device, command_line())
     status, code = "finished", 0
     try:
         trainer.fit()
@@ -374,39 +469,23 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         say(f"scale.run: {exc} by {signals.received() or 'a stop request'}; checkpoint saved in {run_dir}; "
             f"continue with: python -m scale.run --resume {run_dir}", err=True)
         status, code = "interrupted", 130
-
-    history = trainer.state.history
-    if code == 0 and rank == 0:
-        t_end = time.perf_counter()
-        if not args.quiet:  # announced and timed: on a small dataset it is a tenth of the job or more
-            print(f"end-of-run measurement: linear probe of z and h on {len(data.train_x)} training and "
-                  f"{len(data.test_x)} test images"
-                  + ("" if args.no_final_measure else f", E4 orbit geometry ({args.orbits}), E3 rotation probes (at "
-                     f"most {args.probe_images} images per split, 4 rotations)") + " ...", flush=True)
-        data_dev = data.to(device)
-        summary.class_probe = class_probe(trainer.state.embed, trainer.augment.normalize, data_dev.train_x,
-                                          data_dev.train_y, data_dev.test_x, data_dev.test_y, data.classes)
-        # E4 orbit geometry and E3 rotation probes (scale/geometry/measure.py, scale/geometry/probes.py)
-        if not args.no_final_measure:
-            summary.geometry, summary.rotation_probes = final_measurement(trainer, data_dev, run_dir, args.orbits,
-                                                                          args.probe_images)
-        summary.end_of_run_seconds = time.perf_counter() - t_end
-        if not args.quiet:
-            print(f"end-of-run measurement done in {summary.end_of_run_seconds:.1f} s", flush=True)
-    summary.status, summary.wall_seconds, summary.epochs_done = status, time.perf_counter() - t_start, len(history)
-    summary.final = history[-1] if history else None
-    if tracker is not None:
-        summary.curvature = CurvatureSummary.from_dict(
-            {**tracker.summary(), "last": tracker.records[-1] if tracker.records else None})
+    except DataError as exc:  # a streamed file gone or corrupt since it was listed
+        say(f"scale.run: data error: {exc}; {faults.last_checkpoint(run_dir)}", err=True)
+        status, code = "data error", 1
     if rank == 0:
-        write_outputs(run_dir, summary, history)
-        if summary.class_probe is not None:
-            a = summary.class_probe.accuracy
-            print(f"linear probe, the headline ({data.name} class labels, logistic regression; test accuracy): "
-                  f"backbone z {a.z:.2f} %  "
-                  f"head h {a.h:.2f} %  (z minus h: {-a.gap:+.2f} points)", flush=True)
-        if not args.quiet:
-            print(f"done in {summary.wall_seconds:.1f} s; report: {run_dir / 'report.md'}", flush=True)
+        log = None if args.quiet else (lambda line: print(line, flush=True))
+        measure = EndOfRun(args.orbits, args.probe_images, geometry=not args.no_final_measure)
+        try:
+            record_run(trainer, data, summary, status, t_start, measure=measure, log=log, tracker=tracker)
+        except DataError as exc:  # the end-of-run measurement reads a streamed split again
+            say(f"scale.run: data error in the end-of-run measurement: {exc}; {faults.last_checkpoint(run_dir)}",
+                err=True)
+            code = 1
+        else:
+            for line in result_lines(summary, data.name):
+                print(line, flush=True)
+            if not args.quiet:
+                print(f"done in {summary.wall_seconds:.1f} s; report: {run_dir / 'report.md'}", flush=True)
     if dist.is_initialized():
         dist.destroy_process_group()
     return code

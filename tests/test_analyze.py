@@ -208,3 +208,9 @@ def test_cli_without_curvature_on_e6_trajectories(models, tmp_path, capsys):
                                                                                              "neither")
     assert res["geometry"]["settings"]["points_per_orbit"] == 4 and res["geometry"]["settings"]["family"] == "blur"
     assert not (out / "spectrum.png").exists() and "H_eff not measured" in (out / "report.md").read_text()
+
+
+def test_every_option_has_help():
+    for action in analyze.build_parser()._actions:
+        if action.dest != "help":
+            assert action.help and len(action.help) > 10, action.dest

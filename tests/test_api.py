@@ -3,6 +3,7 @@ exported alone (scale.export), the lazy public surface."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -11,9 +12,11 @@ import torch
 from torch import nn
 
 import scale
-from scale import export
+from scale import analyze, export
+from scale import run as scale_run
 from scale.engine.data import load_synthetic
 from scale.engine.train import SSLModel, TrainConfig, Trainer
+from scale.geometry.measure import EndOfRun
 from scale.runs.load import RunError, load_run
 
 CFG = dict(dataset="synthetic", method="simclr", head="gelu2", head_width=16, head_out=8, epochs=1, batch_size=32,
@@ -81,9 +84,12 @@ def test_load_run_gives_config_weights_metrics(own_run):
     assert not run.model.training
 
 
-def test_load_run_names_mismatching_keys(own_run):
-    with pytest.raises(RunError, match=r"does not match .*missing keys: backbone\.stem"):
-        load_run(own_run)  # the config names resnet18; the run was trained with a module backbone
+def test_load_run_names_the_own_modules_to_pass_or_the_mismatching_keys(own_run):
+    with pytest.raises(RunError) as info:
+        load_run(own_run)  # the run was trained with a module backbone, recorded in its config
+    message = str(info.value)
+    assert "\n" not in message and "your own modules" in message and "torch.nn.modules.container.Sequential" in message
+    assert "backbone= in Python" in message and "--backbone module:callable" in message
     wide = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
     with pytest.raises(RunError, match="shape mismatches"):
         load_run(own_run, backbone=wide)
@@ -99,8 +105,17 @@ def test_export_cli_writes_a_loadable_state_dict(tmp_path, capsys):
 
     mine = build_backbone("resnet18", 16, 4)
     mine.load_state_dict(torch.load(out, weights_only=True))  # strict: exactly the backbone's keys
-    ref = load_run(run_dir).model.backbone.state_dict()
-    assert all(torch.equal(v, ref[k]) for k, v in mine.state_dict().items())
+    ref = load_run(run_dir).model.backbone
+    assert all(torch.equal(v, ref.state_dict()[k]) for k, v in mine.state_dict().items())
+    # the architecture beside the weights: rebuilt without knowing the width, the same function
+    rebuilt = scale.load_backbone(out)
+    assert type(rebuilt).__name__ == "ResNet18" and not rebuilt.training
+    x = torch.rand(3, 3, 16, 16)
+    with torch.no_grad():
+        assert torch.equal(rebuilt(x), ref.eval()(x))
+    head_out = tmp_path / "head.pt"
+    assert export.main([str(run_dir), str(head_out), "--part", "projector"]) == 0
+    assert scale.load_backbone(head_out)(torch.zeros(2, 32)).shape == (2, 8)
 
 
 def test_export_cli_bad_run_dir_exits_2_and_writes_nothing(tmp_path, capsys):
@@ -117,3 +132,124 @@ def test_import_scale_is_lazy():
     assert set(scale.__all__) <= set(dir(scale))
     for name in scale.__all__:
         assert getattr(scale, name).__doc__, name
+
+
+# --------------------------------------------------------------------------------------------
+# scale.train: a run of your own modules is a run directory like a CLI one, read back by the CLIs
+# --------------------------------------------------------------------------------------------
+
+NETS = '''
+from torch import nn
+
+def backbone():
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+def head():
+    return nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 6))
+'''
+QUICK = ["--hessian-images", "8", "--lanczos-iter", "20", "--probe-images", "32", "--orbits", "3x2", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def api_run(tmp_path_factory):
+    """A whole run through ``scale.train`` with the backbone and head of a module file, given as specs."""
+    root = tmp_path_factory.mktemp("api")
+    (root / "my_nets.py").write_text(NETS)
+    sys.path.insert(0, str(root))
+    try:
+        cfg = scale.TrainConfig.resolve("synthetic", epochs=1, threads=1)
+        summary = scale.train(cfg, load_synthetic(), root / "run", backbone="my_nets:backbone", head="my_nets:head",
+                              measure=EndOfRun(orbits="3x2"), log=None)
+        yield root / "run", summary
+    finally:
+        sys.path.remove(str(root))
+
+
+def test_an_api_run_leaves_the_files_of_a_cli_run(api_run, tmp_path):
+    run_dir, summary = api_run
+    cli = tmp_path / "cli"
+    assert scale_run.main(["synthetic", "--epochs", "1", "--threads", "1", "--orbits", "3x2", "--out", str(tmp_path),
+                           "--run-name", "cli", "--quiet"]) == 0
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted(p.name for p in cli.iterdir()) == sorted(
+        ["config.json", "checkpoint.pt", "metrics.jsonl", "summary.json", "report.md", "curves.png", "orbits.npz"])
+    config = json.loads((run_dir / "config.json").read_text())
+    assert (config["backbone"], config["head"], config["head_width"], config["head_out"]) == ("module", "module",
+                                                                                            None, 6)
+    sequential = "torch.nn.modules.container.Sequential"
+    assert config["modules"]["backbone"] == {"spec": "my_nets:backbone", "class": sequential, "parameters": 224,
+                                             "out_dim": 8}
+    assert config["modules"]["head"]["spec"] == "my_nets:head" and config["modules"]["head"]["out_dim"] == 6
+    saved = json.loads((run_dir / "summary.json").read_text())
+    assert saved["status"] == "finished" and saved["class_probe"] is not None and saved["geometry"]["verdict"]
+    assert summary.geometry.verdict.verdict in ("compressor", "expander", "neither")
+    report = (run_dir / "report.md").read_text()
+    assert "your backbone my_nets:backbone" in report and "**Verdict:" in report and "untrained control" in report
+
+
+def test_the_clis_read_an_api_run_or_name_the_fix_in_one_line(api_run, tmp_path, capsys, monkeypatch):
+    run_dir, _ = api_run
+    monkeypatch.syspath_prepend(str(run_dir.parent))
+    out = tmp_path / "analysis"
+    assert analyze.main([str(run_dir), "--out", str(out), *QUICK]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--backbone my_nets:backbone --head my_nets:head" in err[0] and not out.exists()
+    assert export.main([str(run_dir), str(tmp_path / "b.pt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--backbone my_nets:backbone" in err[0] and not (tmp_path / "b.pt").exists()
+
+    before = (run_dir / "checkpoint.pt").read_bytes()
+    assert scale_run.main(["--resume", str(run_dir), "--quiet"]) == 2  # the CLI cannot rebuild your modules
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "scale.train(..., resume=True)" in err[0]
+    assert (run_dir / "checkpoint.pt").read_bytes() == before and not (run_dir / ".lock").exists()
+
+    specs = ["--backbone", "my_nets:backbone", "--head", "my_nets:head"]
+    assert analyze.main([str(run_dir), "--out", str(out), *specs, *QUICK]) == 0, capsys.readouterr().err
+    assert "**Verdict:" in (out / "report.md").read_text()
+    assert export.main([str(run_dir), str(tmp_path / "b.pt"), *specs]) == 0
+    with pytest.raises(RunError, match="pass module="):
+        scale.load_backbone(tmp_path / "b.pt")  # your own module: its architecture is your code
+    mine = scale.load_backbone(tmp_path / "b.pt", module="my_nets:backbone")
+    ref = load_run(run_dir, backbone="my_nets:backbone", head="my_nets:head").backbone
+    x = torch.rand(2, 3, 16, 16)
+    with torch.no_grad():
+        assert torch.equal(mine(x), ref(x))
+
+
+def test_resolve_is_the_cli_resolution():
+    """``TrainConfig.resolve`` gives what ``python -m scale.run DATASET ...`` resolves, dataset adjustments
+    included (digits: a 16-wide ResNet-18, a 256/128 head, batch 128, 8 epochs)."""
+    for argv, kw in ((["digits"], {}), (["digits", "--method", "simsiam", "--lr", "0.1"], {"lr": 0.1}),
+                     (["cifar10", "--method", "simclr_paper"], {})):
+        args = scale_run.build_parser().parse_args(argv)
+        cli = scale_run.resolve_config(args, torch.device("cpu"))
+        api = TrainConfig.resolve(argv[0], args.method, threads=cli.threads, **kw)
+        assert api == cli, argv
+    d = TrainConfig.resolve("digits")
+    assert (d.backbone_width, d.head_width, d.head_out, d.batch_size, d.epochs) == (16, 256, 128, 128, 8)
+    assert TrainConfig.resolve("digits", "simclr", "vit_tiny").backbone_width == 48
+    with pytest.raises(TypeError, match="no fields head_widht"):
+        TrainConfig.resolve("digits", head_widht=3)
+
+
+def test_a_hostile_architecture_file_is_refused_before_anything_is_built(tmp_path):
+    """``load_backbone`` calls only the project's builders, with sizes in range, and checks the recorded
+    architecture against the weights' shapes on the meta device before allocating anything."""
+    from scale.engine.backbones import build_backbone
+
+    out = tmp_path / "b.pt"
+    torch.save(build_backbone("resnet18", 16, 4).state_dict(), out)
+    arch = {"format": 1, "part": "backbone", "builder": "build_backbone", "module": None,
+            "arguments": {"name": "resnet18", "image_size": 16, "width": 4}}
+    for change, needle in (({"builder": "os:system"}, "unknown builder 'os:system'"),
+                           ({"arguments": {**arch["arguments"], "width": 10**9}}, "outside 1..65536"),
+                           ({"arguments": {**arch["arguments"], "width": 64}}, "shape mismatches"),
+                           ({"format": 7}, "not an architecture record")):
+        (tmp_path / "b.pt.json").write_text(json.dumps({**arch, **change}))
+        with pytest.raises(RunError, match=needle):
+            scale.load_backbone(out)
+    (tmp_path / "b.pt.json").write_text(json.dumps(arch))
+    assert type(scale.load_backbone(out)).__name__ == "ResNet18"
+    torch.save({"not": "tensors"}, out)
+    with pytest.raises(RunError, match="not a state_dict"):
+        scale.load_backbone(out)

@@ -114,3 +114,27 @@ def test_read_config_file_rejects_non_flags():
         with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as fh:
             fh.write("log_every = 3\n")
         read_config_file(fh.name, scale_run.build_parser())
+
+
+def test_the_digits_recipe_is_the_main_job_and_runs_offline(tmp_path):
+    parser = scale_run.build_parser()
+    parser.set_defaults(**read_config_file(ROOT / "configs" / "digits.toml", parser))
+    import torch
+
+    from_file = scale_run.resolve_config(parser.parse_args([]), torch.device("cpu"))
+    main_job = scale_run.resolve_config(scale_run.build_parser().parse_args(["digits", "--head", "gelu3"]),
+                                        torch.device("cpu"))
+    assert from_file == main_job
+    quick = ["--epochs", "1", "--train-subset", "128", "--no-final-measure", "--quiet", "--threads", "1"]
+    assert scale_run.main(["--config", str(ROOT / "configs" / "digits.toml"), *quick, "--out", str(tmp_path),
+                           "--run-name", "d"]) == 0
+    assert json.loads((tmp_path / "d" / "config.json").read_text())["backbone_width"] == 16
+
+
+def test_a_dataset_on_the_command_line_overrides_the_file_s():
+    parser = scale_run.build_parser()
+    parser.set_defaults(**read_config_file(ROOT / "configs" / "folder.toml", parser))
+    import torch
+
+    cfg = scale_run.resolve_config(parser.parse_args(["folder:/data/mine"]), torch.device("cpu"))
+    assert cfg.dataset == "folder:/data/mine" and cfg.image_size == 64

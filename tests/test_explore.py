@@ -19,7 +19,7 @@ GAIN_CHECK = ("theory_checks/test_prop5_2_metric_singularity.py::"
 
 def test_a_real_check_explored_with_a_fixed_seed_reports_its_examples(tmp_path: Path) -> None:
     doc = tmp_path / "doc.md"
-    doc.write_text(f"before\n{explore.MARK_BEGIN}\nold\n{explore.MARK_END}\nafter\n")
+    doc.write_text(f"before\n<!-- generated: {explore.COMMAND} -->\nold\n<!-- /generated -->\nafter\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-m", "theory_checks.explore", "--seed", "7", "--examples", "6",
                            "--write", str(doc), GAIN_CHECK], cwd=ROOT, env=env, capture_output=True, text=True,

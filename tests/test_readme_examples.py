@@ -1,5 +1,6 @@
 """The README's "Python" section: every ```python block there runs as it stands (in a subprocess, in a
-fresh folder, with this checkout on the path) and exits 0."""
+fresh folder, with this checkout on the path) and exits 0; the third trains your own backbone through
+``scale.train`` and reads the run back with ``python -m scale.analyze`` and ``python -m scale.export``."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ def test_the_section_has_the_three_examples():
     assert len(blocks) == 3
     assert "from mini import" in blocks[0] and "decompose_closed_form" in blocks[0]
     assert "lanczos" in blocks[1] and "torch.randn(512" in blocks[1]
-    assert "backbone=backbone" in blocks[2] and "Trainer" in blocks[2]
+    assert "lanczos" in blocks[1] and "to_scipy" in blocks[1]
+    assert "scale.train(" in blocks[2] and "scale.analyze" in blocks[2] and "scale.export" in blocks[2]
+    assert "load_backbone" in blocks[2] and "load_run" in blocks[2]
 
 
 @pytest.mark.parametrize("index", [0, 1, 2], ids=["mini-heff", "scale-lanczos", "own-backbone"])

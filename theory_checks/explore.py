@@ -37,9 +37,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mini.reports.docs import fill_block
+
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = "theory_checks"
-MARK_BEGIN, MARK_END = "<!-- explore:begin -->", "<!-- explore:end -->"
+COMMAND = "python -m theory_checks.explore"  # the generated block of docs/theory_checks.md (mini.reports.docs)
 
 
 @dataclass
@@ -123,16 +125,6 @@ def table(rows: dict[str, CheckRow], n_seeds: int) -> str:
     return "\n".join(lines)
 
 
-def write_block(path: Path, text: str) -> None:
-    """Replace the generated block between the explore markers of ``path`` (which must hold them)."""
-    doc = path.read_text()
-    if MARK_BEGIN not in doc or MARK_END not in doc:
-        raise SystemExit(f"{path}: no {MARK_BEGIN} ... {MARK_END} block to fill")
-    head, rest = doc.split(MARK_BEGIN, 1)
-    _, tail = rest.split(MARK_END, 1)
-    path.write_text(f"{head}{MARK_BEGIN}\n{text}\n{MARK_END}{tail}")
-
-
 def revision() -> str:
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -189,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nFALSIFIED {node} (seed {r.seed}; rerun: python -m theory_checks.explore --seed {r.seed} "
                   f"--examples {args.examples} {node.split('[', 1)[0]})\n{msg}")
     if args.write:
-        write_block(args.write, text)
+        fill_block(args.write, COMMAND, text)
     return 1 if n_fail or broken else 0
 
 

@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mini.reports.docs import fill_block
+
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = "theory_checks"
 
@@ -992,17 +994,7 @@ def table(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
-MARK_BEGIN, MARK_END = "<!-- mutants:begin -->", "<!-- mutants:end -->"
-
-
-def write_table(path: Path, text: str) -> None:
-    """Replace the generated block between the markers of ``path`` (which must hold them)."""
-    doc = path.read_text()
-    if MARK_BEGIN not in doc or MARK_END not in doc:
-        raise SystemExit(f"{path}: no {MARK_BEGIN} ... {MARK_END} block to fill")
-    head, rest = doc.split(MARK_BEGIN, 1)
-    _, tail = rest.split(MARK_END, 1)
-    path.write_text(f"{head}{MARK_BEGIN}\n{text}\n{MARK_END}{tail}")
+COMMAND = "python -m theory_checks.mutants"  # the generated block of docs/theory_checks.md (mini.reports.docs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1032,7 +1024,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(outcomes)
     print(f"\n{text}\n\n{sum(o.killed for o in outcomes)} of {len(outcomes)} mutants killed")
     if args.write:
-        write_table(args.write, text)
+        fill_block(args.write, COMMAND, text)
     return 0 if all(o.killed for o in outcomes) else 1
 
 

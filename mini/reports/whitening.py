@@ -3,11 +3,13 @@
 Three tables: gradient-descent steps to a relative error with and without the whitening head
 (Theorem 3.1's consequence), the definiteness of the objectives' loss Hessians at random states and
 the whitening error there, and Proposition 3.3's curvature barrier (Gaussian curvature, the bound
-``B`` and the best defect found over linear heads).
+``B`` and the best defect found over linear heads). Printed, and written into the three blocks of
+``docs/section3.md`` that this command generates (``--no-doc`` prints only).
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 import warnings
 
@@ -17,6 +19,7 @@ from autograd import grad, hessian
 
 from mini.hessian import NEG_FLOOR, loss_derivatives
 from mini.losses import barlow, mse_targets, mse_views, nt_xent, vicreg
+from mini.reports.docs import DOCS, add_doc_flags, publish
 from mini.whitening import (
     CURVED_LOSSES,
     attaining_head,
@@ -31,6 +34,9 @@ from mini.whitening import (
     restricted,
     whitening_head,
 )
+
+PROG = "python -m mini.reports.whitening"
+DOC = DOCS / "section3.md"  # its blocks [gd], [objectives], [barrier] (mini.reports.docs)
 
 
 def gd_table(conditions: tuple[float, ...] = (10.0, 1e3, 1e5), k: int = 4, tol: float = 1e-6, seed: int = 0) -> str:
@@ -116,16 +122,22 @@ def barrier_table(n_starts: int = 30, seed: int = 0) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    add_doc_flags(parser, DOC)
+    args = parser.parse_args(argv)
     t0 = time.time()
+    tables = {"gd": gd_table(), "objectives": objectives_table(), "barrier": barrier_table()}
     print("Theorem 3.1, consequence: gradient descent steps to relative error 1e-6 (k = 4, d = 6, seed 0)")
-    print(gd_table())
+    print(tables["gd"])
     print("\nTheorem 3.1 on the real objectives at random states (n = 6 rows = 2 views x 3, k = 3)")
-    print(objectives_table())
+    print(tables["objectives"])
     print("\nProposition 3.3: curvature of g = grad^2 phi and the W-independent isotropy defect bound")
-    print(barrier_table())
+    print(tables["barrier"])
     print(f"({time.time() - t0:.0f} s)")
+    publish(PROG, argv, tables, args.doc, DOC)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

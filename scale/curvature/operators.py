@@ -9,7 +9,8 @@ and an objective ``L(Hb)`` (a scalar of the embeddings, anything it holds fixed 
 
 all on the flattened ``z`` (``N = n*d``, index ``(i, a) -> i*d + a``, as in ``mini.hessian``), so
 ``H = G + M`` holds product by product (``tests/test_curvature.py``). Nothing is materialised
-except by ``dense()``, which exists for small ``N`` (cross-checks against ``mini``).
+except by ``dense()``, which exists for small ``N`` (cross-checks against ``mini``). ``to_scipy()`` hands
+an operator to SciPy (``scipy.sparse.linalg.LinearOperator``, float64 NumPy; ``eigsh`` and friends).
 
 Products run through autograd graphs built once per state (``create_graph`` once, then one backward
 per product with ``retain_graph``; ``matmat`` batches them with ``is_grads_batched``), the default
@@ -30,11 +31,15 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, jvp, vjp, vmap
+
+if TYPE_CHECKING:
+    from scipy.sparse.linalg import LinearOperator
 
 BN_MODES: tuple[str, ...] = ("eval", "train")
 HVP_MODES: tuple[str, ...] = ("auto", "forward", "double-backward")
@@ -142,6 +147,22 @@ class Operator:
         A = self._dense() if self._dense is not None else self.matmat(torch.eye(self.N, dtype=self.dtype,
                                                                                 device=self.device))
         return 0.5 * (A + A.T)
+
+    def to_scipy(self) -> LinearOperator:
+        """This operator as a ``scipy.sparse.linalg.LinearOperator`` of float64 NumPy arrays (what
+        curvlinops' ``to_scipy()`` gives), for ``scipy.sparse.linalg.eigsh`` and friends: each product
+        converts its vector to this operator's dtype and device and the result back to float64 NumPy.
+        Symmetric, so ``rmatvec`` is ``matvec``."""
+        from scipy.sparse.linalg import LinearOperator
+
+        def mv(v: np.ndarray) -> np.ndarray:
+            out = self.matvec(torch.as_tensor(np.ascontiguousarray(v).reshape(-1)))
+            return out.detach().cpu().double().numpy()
+
+        def mm(V: np.ndarray) -> np.ndarray:
+            return self.matmat(torch.as_tensor(np.ascontiguousarray(V))).detach().cpu().double().numpy()
+
+        return LinearOperator(self.shape, matvec=mv, rmatvec=mv, matmat=mm, rmatmat=mm, dtype=np.float64)
 
 
 def operator_from_matrix(A: Tensor, name: str = "A") -> Operator:
@@ -291,6 +312,14 @@ class EffectiveHessian:
                           self.info)
         self.M = Operator("M", *common, mv, mv.batch, self.info)
         self.info["hvp_mode"] = "double-backward"
+
+    def to_scipy(self, part: str = "H") -> LinearOperator:
+        """``H_eff`` (``part="H"``), ``G`` or ``M`` as a ``scipy.sparse.linalg.LinearOperator`` (float64
+        NumPy in and out; ``Operator.to_scipy``): ``eigsh(E.to_scipy(), k=1, which="SA")`` is lambda_min."""
+        parts = {"H": self.H, "G": self.G, "M": self.M}
+        if part not in parts:
+            raise ValueError(f"part must be one of {', '.join(parts)}, got {part!r}")
+        return parts[part].to_scipy()
 
     def gradient(self) -> Tensor:
         """``grad_z L(h(z))`` flattened (N,)."""

@@ -306,7 +306,8 @@ class HessianTracker(Hook):
             cond = rec["condition"]
             self.log(f"  H_eff  lambda_min {rec['lambda_min']:+.3e}  lambda_max {rec['lambda_max']:+.3e}  "
                      f"neg {rec['n_negative']}  |M|/|H| {rec['M_over_H']:.3f}  "
-                     f"cond {'-' if cond is None else f'{cond:.3g}'}  ({rec['seconds']:.2f} s)")
+                     f"cond {'- (defined only when H_eff is positive definite)' if cond is None else f'{cond:.3g}'}"
+                     f"  ({rec['seconds']:.2f} s)")
         return rec
 
     def summary(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Datasets as uint8 tensors that live on the training device.
+"""Datasets as uint8 tensors that live on the training device (or, for large folders, read from disk).
 
     cifar10, cifar100   the official python-pickle archives (Krizhevsky 2009): downloaded with an MD5
                         check when online, or read from ``--data-dir`` (the ``.tar.gz`` or its extracted
@@ -7,12 +7,15 @@
                         no network), brought to the backbone's format: scaled to 0-255, resized
                         (bilinear) to ``image_size`` and repeated to 3 channels; fixed 1,347/450 split.
     synthetic           random class-patterned images, for unit tests only.
-    folder:PATH         your own images: one sub-folder of PNG/JPEG files per class, read with Pillow
-                        (``folder_dataset``).
+    folder:PATH         your own images: one sub-folder of image files per class, or images without
+                        labels; any size and mode Pillow reads, 16-bit and [0, 1] float at their own
+                        scale (``folder_dataset``, ``image_to_unit``).
 
-A ``Dataset`` holds ``train_x``/``test_x`` as uint8 ``(N, 3, H, W)`` and int64 labels; the
-augmentation turns batches into normalised floats on the device (``scale/engine/augment.py``). Missing or
-corrupt files raise ``DataError`` with a message saying exactly which file to put where.
+A ``Dataset`` holds ``train_x``/``test_x`` as uint8 ``(N, 3, H, W)`` and int64 labels, or, for a folder
+too large to hold, ``ImageFiles`` that decode them from disk as they are read (DataLoader workers during
+training); the augmentation turns batches into normalised floats on the device
+(``scale/engine/augment.py``). Missing or corrupt files raise ``DataError`` with a message saying
+exactly which file to put where.
 """
 
 from __future__ import annotations
@@ -78,22 +81,28 @@ STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 @dataclass
 class Dataset:
     name: str
-    train_x: torch.Tensor  # uint8 (N, 3, H, W)
+    train_x: torch.Tensor | ImageFiles  # uint8 (N, 3, H, W), or decoded from disk when read (folders)
     train_y: torch.Tensor  # int64 (N,)
-    test_x: torch.Tensor
+    test_x: torch.Tensor | ImageFiles
     test_y: torch.Tensor
     classes: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    labelled: bool = True  # False: images without labels (every label 0); the class probe is skipped
 
     @property
     def image_size(self) -> int:
         return int(self.train_x.shape[-1])
 
+    @property
+    def streamed(self) -> bool:
+        """Whether the images are decoded from disk as they are read (``ImageFiles``) rather than held."""
+        return isinstance(self.train_x, ImageFiles)
+
     def to(self, device: torch.device | str) -> Dataset:
         return Dataset(
             self.name, self.train_x.to(device), self.train_y.to(device), self.test_x.to(device),
-            self.test_y.to(device), self.classes, self.mean, self.std,
+            self.test_y.to(device), self.classes, self.mean, self.std, self.labelled,
         )
 
 
@@ -335,10 +344,10 @@ FOLDER_TEST_FRACTION = 0.2
 MAX_IMAGE_PIXELS = 50_000_000
 
 
-def image_files(root: Path) -> list[Path]:
-    """The regular files with an image suffix under ``root`` (recursively, sorted): no directory named
-    ``x.png``, no FIFO (whose open would wait for a writer forever), no device. A folder that cannot be
-    listed raises ``DataError`` naming it (a silently skipped class would change the labels)."""
+def image_files(root: Path, recursive: bool = True) -> list[Path]:
+    """The regular files with an image suffix under ``root`` (recursively, or only those directly in it; sorted):
+    no directory named ``x.png``, no FIFO (whose open would wait for a writer forever), no device. A folder that
+    cannot be listed raises ``DataError`` naming it (a silently skipped class would change the labels)."""
     def fail(exc: OSError) -> None:
         raise exc
 
@@ -348,6 +357,8 @@ def image_files(root: Path) -> list[Path]:
             subfolders.sort()
             found += [p for p in (Path(folder) / n for n in names) if p.suffix.lower() in IMAGE_SUFFIXES
                       and p.is_file()]
+            if not recursive:
+                break
     except OSError as exc:
         raise DataError(unreadable(exc, root)) from None
     return sorted(found)
@@ -383,6 +394,50 @@ def resize_square(x: torch.Tensor, size: int) -> torch.Tensor:
     return F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=s > size).clamp(0, 1)
 
 
+# Pillow's modes of more than 8 bits per channel, and their full scale (grey images: repeated to 3 channels)
+WIDE_MODES: dict[str, float] = {"I;16": 65535.0, "I;16L": 65535.0, "I;16B": 65535.0, "I;16N": 65535.0}
+
+
+def image_to_unit(im, where: str = "image") -> np.ndarray:
+    """A Pillow image as RGB float32 ``(H, W, 3)`` in [0, 1], every bit depth read at its own scale:
+
+        8-bit modes (L, P, RGB, RGBA, LA, CMYK, 1, ...)   Pillow's RGB conversion, / 255 (alpha dropped)
+        16-bit grey (I;16, I;16B, ...)                     / 65535
+        32-bit integer grey (I)                            / 65535 when every value lies in [0, 65535]
+                                                           (how Pillow opens 16-bit PNGs), else refused
+        32-bit float grey (F)                              as is when every value lies in [0, 1], else refused
+
+    A refused image raises ``DataError`` naming it and what to do (converting through Pillow's 8-bit path
+    would clip a 16-bit image to white and a [0, 1] float image to black)."""
+    mode = im.mode
+    if mode in WIDE_MODES or mode in ("I", "F"):
+        a = np.asarray(im, dtype=np.float64)
+        lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+        if not np.isfinite(a).all():
+            raise DataError(f"{where}: a {mode} image with non-finite values; convert it to 8 or 16 bits")
+        if mode == "F":
+            if lo < 0.0 or hi > 1.0:
+                raise DataError(f"{where}: a float image with values in [{lo:g}, {hi:g}]; only floats in [0, 1] are "
+                                "read: rescale it to [0, 1] or convert it to 8 or 16 bits")
+            unit = a
+        elif mode == "I" and (lo < 0 or hi > 65535):
+            raise DataError(f"{where}: a 32-bit integer image with values in [{lo:g}, {hi:g}], beyond 16 bits; "
+                            "convert it to 8 or 16 bits")
+        else:
+            unit = a / WIDE_MODES.get(mode, 65535.0)
+        return np.repeat(unit.astype(np.float32)[..., None], 3, axis=-1)
+    return np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0
+
+
+def read_image(path: Path, size: int) -> torch.Tensor:
+    """One image file as ``(3, size, size)`` float32 in [0, 1]: read with Pillow (``image_to_unit``) if it
+    declares at most ``MAX_IMAGE_PIXELS`` (``_open_image``), centre-cropped to a square, resized
+    (``resize_square``)."""
+    with _open_image(path) as im:
+        arr = image_to_unit(im, str(path))
+    return resize_square(torch.from_numpy(arr).permute(2, 0, 1)[None], size)[0]
+
+
 def folder_images(directory: str | Path, n: int, size: int) -> torch.Tensor:
     """The first ``n`` images (sorted by name) of a folder, RGB in [0, 1]."""
     root = Path(directory)
@@ -391,11 +446,7 @@ def folder_images(directory: str | Path, n: int, size: int) -> torch.Tensor:
     files = image_files(root)
     if not files:
         raise FileNotFoundError(f"no image files ({', '.join(IMAGE_SUFFIXES)}) under {root}")
-    out = []
-    for path in files[:n]:
-        with _open_image(path) as im:
-            arr = np.asarray(im.convert("RGB"), dtype=np.float32) / 255.0  # (H, W, 3)
-        out.append(resize_square(torch.from_numpy(arr).permute(2, 0, 1)[None], size))
+    out = [read_image(path, size)[None] for path in files[:n]]
     if len(out) < n:
         raise ValueError(f"{root} holds {len(out)} images, {n} asked for")
     return torch.cat(out)
@@ -406,45 +457,158 @@ def _class_folders(root: Path) -> list[Path]:
     return [d for d in sorted(p for p in root.iterdir() if p.is_dir()) if image_files(d)]
 
 
-def _read_class_folders(root: Path, classes: list[str], image_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every image under ``root/<class>/`` as uint8 ``(N, 3, S, S)`` (centre-cropped square, resized) and
-    its class index, read with Pillow by ``folder_images``."""
-    xs, ys = [], []
+def _labelled_files(root: Path, classes: list[str]) -> tuple[list[Path], torch.Tensor]:
+    """Every image file under ``root/<class>/`` and its class index (the position of ``<class>`` in ``classes``)."""
+    files, labels = [], []
     for label, name in enumerate(classes):
-        folder = root / name
-        count = len(image_files(folder)) if folder.is_dir() else 0
-        if count == 0:
-            continue
+        found = image_files(root / name) if (root / name).is_dir() else []
+        files += found
+        labels += [label] * len(found)
+    return files, torch.tensor(labels, dtype=torch.int64)
+
+
+def decode_files(files: list[Path], size: int) -> torch.Tensor:
+    """Image files as uint8 ``(n, 3, S, S)`` (``read_image``: centre-cropped square, resized), decoded one at
+    a time into the result (one image's float copy at a time). A file that cannot be read raises
+    ``DataError`` naming it."""
+    out = torch.empty(len(files), 3, size, size, dtype=torch.uint8)
+    for i, path in enumerate(files):
         try:
-            x01 = folder_images(folder, count, image_size)  # (count, 3, S, S) float in [0, 1]
+            x01 = read_image(path, size)
         except DataError:
             raise
         except Exception as exc:  # Pillow raises several kinds on a truncated or foreign file
-            raise DataError(f"{folder}: an image cannot be read ({type(exc).__name__}: "
+            raise DataError(f"{path}: the image cannot be read ({type(exc).__name__}: "
                             f"{str(exc).splitlines()[0][:200]}); remove or replace the file") from None
-        xs.append((x01 * 255.0).round().clamp(0, 255).to(torch.uint8))
-        ys.append(torch.full((count,), label, dtype=torch.int64))
-    if not xs:
-        return torch.zeros(0, 3, image_size, image_size, dtype=torch.uint8), torch.zeros(0, dtype=torch.int64)
-    return torch.cat(xs), torch.cat(ys)
+        out[i] = (x01 * 255.0).round().clamp(0, 255).to(torch.uint8)
+    return out
+
+
+class ImageFiles:
+    """One split of a folder dataset, decoded from disk when indexed: the streaming path, for folders whose
+    decoded images would not fit in memory (``folder_dataset``). It stands where the uint8 tensor
+    ``(N, 3, S, S)`` of an in-memory split would: ``len``, ``shape``, ``device``, ``to(device)``, and indexing by
+    an integer, a slice, a list or an index tensor returns the decoded uint8 images on ``device``
+    (``decode_files``). ``head(n)`` is the first ``n`` images, still on disk. Training reads it through
+    ``batches``: a ``DataLoader`` whose ``workers`` processes decode the coming batches while the current
+    step runs, at most ``workers x 2`` batches ahead (bounded memory)."""
+
+    dtype = torch.uint8
+
+    def __init__(self, files: list[Path], size: int, device: str | torch.device = "cpu",
+                 workers: int | None = None) -> None:
+        self.files, self.size, self.device = list(files), int(size), torch.device(device)
+        self.workers = workers if workers is not None else max(1, min(4, (os.cpu_count() or 2) - 1))
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((len(self.files), 3, self.size, self.size))
+
+    def __getitem__(self, index) -> torch.Tensor:
+        if isinstance(index, slice):
+            chosen = self.files[index]
+        elif isinstance(index, int):
+            return decode_files([self.files[index]], self.size)[0].to(self.device)
+        else:
+            chosen = [self.files[int(i)] for i in torch.as_tensor(index).reshape(-1).tolist()]
+        return decode_files(chosen, self.size).to(self.device)
+
+    def head(self, n: int) -> ImageFiles:
+        return ImageFiles(self.files[:n], self.size, self.device, self.workers)
+
+    def to(self, device: str | torch.device) -> ImageFiles:
+        return ImageFiles(self.files, self.size, device, self.workers)
+
+    def batches(self, index_batches: list[torch.Tensor]):
+        """The decoded batches of ``index_batches`` (each an index tensor), in order, on ``device``. A file that
+        cannot be read any more (removed, truncated since the split was listed) raises ``DataError`` naming it,
+        in one line (a worker's error arrives with its traceback, which is dropped)."""
+        loader = torch.utils.data.DataLoader(
+            _OneFile(self), batch_sampler=[b.tolist() for b in index_batches], num_workers=self.workers,
+            collate_fn=torch.stack, prefetch_factor=2 if self.workers else None)
+        try:
+            for batch in loader:
+                yield batch.to(self.device)
+        except Exception as exc:
+            lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+            last = lines[-1].strip() if lines else type(exc).__name__
+            raise DataError(last.removeprefix(f"{DataError.__module__}.").removeprefix("DataError: ")) from None
+
+
+class _OneFile(torch.utils.data.Dataset):
+    """``ImageFiles`` as a map-style dataset of single images (what a ``DataLoader`` worker decodes)."""
+
+    def __init__(self, images: ImageFiles) -> None:
+        self.files, self.size = images.files, images.size
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return decode_files([self.files[i]], self.size)[0]
+
+
+STATS_IMAGES = 10_000  # normalisation statistics of a streamed split: a seeded sample of at most this many
+STREAM_CAP_BYTES = 4 << 30  # decoded bytes above which a folder streams, whatever the memory (4 GiB)
+
+
+def stream_threshold() -> int:
+    """Decoded bytes (``N x 3 x S x S``) above which ``folder_dataset`` streams: a quarter of this machine's
+    physical memory, at most ``STREAM_CAP_BYTES`` (the in-memory path also copies the split to the training
+    device, whose memory may be smaller)."""
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        physical = 4 * STREAM_CAP_BYTES
+    return int(min(STREAM_CAP_BYTES, physical // 4))
+
+
+def channel_stats(x: torch.Tensor | ImageFiles, sample: int = STATS_IMAGES, seed: int = 0, chunk: int = 256
+                  ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and (N - 1) std in [0, 1] of uint8 images, summed in float64 a chunk at a time; over
+    a seeded sample of ``sample`` images when there are more."""
+    n = len(x)
+    idx = torch.arange(n) if n <= sample else torch.randperm(n, generator=torch.Generator().manual_seed(seed))[
+        :sample].sort().values
+    total, squares, count = torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64), 0
+    for i in range(0, len(idx), chunk):
+        f = x[idx[i : i + chunk]].double() / 255.0  # (c, 3, S, S)
+        total += f.sum(dim=(0, 2, 3))
+        squares += (f * f).sum(dim=(0, 2, 3))
+        count += f.shape[0] * f.shape[2] * f.shape[3]
+    mean = total / count
+    var = (squares - count * mean * mean) / max(count - 1, 1)
+    return tuple(float(v) for v in mean), tuple(max(float(v), 1e-3) for v in var.clamp_min(0).sqrt())
 
 
 def folder_dataset(path: str | Path, image_size: int = 32, *, test_fraction: float = FOLDER_TEST_FRACTION,
-                   seed: int = 0) -> Dataset:
-    """Your own images: ``path/<class>/*.png|jpg|...`` (one sub-folder per class, named as you like).
+                   seed: int = 0, stream: bool | None = None) -> Dataset:
+    """Your own images: ``path/<class>/*.png|jpg|...`` (one sub-folder per class, named as you like), or
+    images without labels: ``path/*.png|jpg|...`` with no class sub-folders (solo-learn's ``no_labels``).
 
-    With ``path/train/<class>/`` and ``path/test/<class>/`` the two splits are taken as given; otherwise
-    ``test_fraction`` of each class (at least one image where the class has two or more) is held out by a
-    seeded permutation. Images are centre-cropped to a square and resized to ``image_size``; the whole set
-    is held as uint8 (``N x 3 x S x S`` bytes), on the training device during training. Normalisation
-    statistics are the training split's per-channel mean and std. An absent or empty folder, a test split
-    that would be empty, or a ``test/`` with classes ``train/`` lacks raises ``ValueError`` (a bad argument,
-    before any training); an image or folder that cannot be read, or an image declaring more than
-    ``MAX_IMAGE_PIXELS``, raises ``DataError``. Only regular files count as images (``image_files``).
+    With ``path/train/`` and ``path/test/`` (each of class sub-folders, or flat) the two splits are taken as
+    given; otherwise ``test_fraction`` of each class (at least one image where the class has two or more;
+    of all images without labels) is held out by a seeded permutation. Images of any size and mode are
+    centre-cropped to a square and resized to ``image_size``; 16-bit and [0, 1] float images are read at
+    their own scale, others refused with one line (``image_to_unit``). A dataset without labels has
+    ``labelled`` False (one class 0): what needs no labels is measured, the class probe is skipped.
+
+    ``stream``: decode from disk as training reads (``ImageFiles``, bounded memory) instead of holding the
+    splits as uint8 (``N x 3 x S x S`` bytes) in memory and on the training device; ``None`` chooses it
+    when the decoded training split is above ``stream_threshold()``. Both paths give the same images and
+    the same training. Normalisation statistics are the training split's per-channel mean and std
+    (``channel_stats``). An absent or empty folder, a test split that would be empty, or a ``test/`` with
+    classes ``train/`` lacks raises ``ValueError`` (a bad argument, before any training); an image or folder
+    that cannot be read, or an image declaring more than ``MAX_IMAGE_PIXELS``, raises ``DataError``. Only
+    regular files count as images (``image_files``).
     """
     root = Path(path).expanduser()
     if not root.is_dir():
-        raise ValueError(f"folder:{path}: not a directory (expected class sub-folders of PNG/JPEG images)")
+        raise ValueError(f"folder:{path}: not a directory (expected class sub-folders of PNG/JPEG images, or the "
+                         "images themselves)")
     if not 0.0 <= test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
     if image_size < 8:
@@ -452,47 +616,63 @@ def folder_dataset(path: str | Path, image_size: int = 32, *, test_fraction: flo
     split = (root / "train").is_dir() and (root / "test").is_dir()
     base = root / "train" if split else root
     classes = [d.name for d in _class_folders(base)]
-    if not classes:
-        raise ValueError(f"folder:{path}: no class sub-folders with images (.png, .jpg, ...) in {base}; expected "
-                         f"{base}/<class>/<image files>")
+    labelled = bool(classes)
+    if not labelled and not image_files(base, recursive=False):
+        raise ValueError(f"folder:{path}: no images (.png, .jpg, ...) in {base}, neither in class sub-folders "
+                         f"({base}/<class>/<image files>) nor directly ({base}/<image files>)")
+
+    def files_of(folder: Path) -> tuple[list[Path], torch.Tensor]:
+        if labelled:
+            return _labelled_files(folder, classes)
+        found = image_files(folder, recursive=False)
+        return found, torch.zeros(len(found), dtype=torch.int64)
+
     if split:
-        tx, ty = _read_class_folders(root / "train", classes, image_size)
-        vx, vy = _read_class_folders(root / "test", classes, image_size)
+        (tf, ty), (vf, vy) = files_of(root / "train"), files_of(root / "test")
     else:
-        x, y = _read_class_folders(root, classes, image_size)
+        files, y = files_of(root)
         g = torch.Generator().manual_seed(seed)
         test_idx = []
-        for c in range(len(classes)):
+        for c in range(max(1, len(classes))):
             where = torch.nonzero(y == c).flatten()
             where = where[torch.randperm(len(where), generator=g)]
             n_test = max(1, round(test_fraction * len(where))) if len(where) >= 2 and test_fraction > 0 else 0
             test_idx.append(where[:n_test])
         is_test = torch.zeros(len(y), dtype=torch.bool)
         is_test[torch.cat(test_idx)] = True
-        tx, ty, vx, vy = x[~is_test], y[~is_test], x[is_test], y[is_test]
-    if len(tx) == 0:
+        held = is_test.tolist()
+        tf, vf = [f for f, t in zip(files, held) if not t], [f for f, t in zip(files, held) if t]
+        ty, vy = y[~is_test], y[is_test]
+    if len(tf) == 0:
         raise ValueError(f"folder:{path}: no training images found")
-    _check_test_split(path, root, classes, len(vx), split)
-    f = tx.double() / 255.0
-    mean = tuple(float(v) for v in f.mean(dim=(0, 2, 3)))
-    std = tuple(max(float(v), 1e-3) for v in f.std(dim=(0, 2, 3)))
-    return Dataset(f"folder-{root.name}", tx, ty, vx, vy, len(classes), mean, std)
+    _check_test_split(path, root, classes, len(vf), split)
+    if stream is None:
+        stream = len(tf) * 3 * image_size * image_size > stream_threshold()
+    if stream:
+        tx, vx = ImageFiles(tf, image_size), ImageFiles(vf, image_size)
+    else:
+        tx, vx = decode_files(tf, image_size), decode_files(vf, image_size)
+    mean, std = channel_stats(tx, seed=seed)
+    return Dataset(f"folder-{root.name}", tx, ty, vx, vy, max(1, len(classes)), mean, std, labelled=labelled)
 
 
 def _check_test_split(path: str | Path, root: Path, classes: list[str], n_test: int, split: bool) -> None:
     """Refuse, before any training, a folder whose test split would be empty or hold classes the training
-    split lacks (the end-of-run probes need test images of the training classes)."""
+    split lacks (the end-of-run probes need test images of the training classes). ``classes`` is empty for
+    images without labels."""
     if split:
-        extra = sorted({d.name for d in _class_folders(root / "test")} - set(classes))
+        extra = sorted({d.name for d in _class_folders(root / "test")} - set(classes)) if classes else []
         if extra:
             raise ValueError(f"folder:{path}: test/ has classes that train/ lacks ({', '.join(extra[:6])}); "
                              f"train/'s classes are {', '.join(classes[:6])}; give both splits the same class folders")
         if n_test == 0:
-            raise ValueError(f"folder:{path}: test/ holds no images of train/'s classes ({', '.join(classes[:6])}); "
-                             "put test images in test/<class>/")
+            where = f"of train/'s classes ({', '.join(classes[:6])}); put test images in test/<class>/" if classes \
+                else "; put test images in test/"
+            raise ValueError(f"folder:{path}: test/ holds no images {where}")
     elif n_test == 0:
-        raise ValueError(f"folder:{path}: no image could be held out for testing: every class has a single image; "
-                         "give classes at least 2 images, or train/ and test/ folders")
+        what = "every class has a single image; give classes at least 2 images" if classes else \
+            "a single image without labels; give at least 2"
+        raise ValueError(f"folder:{path}: no image could be held out for testing: {what}, or train/ and test/ folders")
 
 
 def load_dataset(name: str, data_dir: str | Path | None = None, *, download: bool = True,

@@ -137,6 +137,7 @@ class EpochLog(Hook):
 
 
 TENSORBOARD_INSTALL = "pip install -e '.[tensorboard]'"
+TRACKER_PREFIX = "hess_"  # what the curvature tracker copies into the epoch's record (its last measurement)
 
 
 def summary_writer_class() -> Callable[..., Any]:
@@ -158,11 +159,13 @@ def _scalars(record: dict[str, Any], skip: tuple[str, ...]) -> dict[str, float]:
 class TensorBoardLog(Hook):
     """``run_dir/tensorboard/``: what metrics.jsonl holds, as TensorBoard scalars, and the curvature records.
 
-    At every epoch end, each numeric entry of the epoch's record (``loss``, ``lr``, ``h_std``, ...,
-    ``hess_*``: the keys of metrics.jsonl) under its own name, at the record's ``step`` (optimiser steps
-    done); each record of ``tracker`` (a ``scale.curvature.tracking.HessianTracker``) as ``curvature/<key>`` at the
-    step it was measured, as soon as it exists. Put the hook after the hooks that add to the record (the
-    tracker): ``scale.run`` does. Events are flushed at every epoch end and on a stop.
+    At every epoch end, each numeric entry of the epoch's record (``loss``, ``lr``, ``h_std``, ...: the keys
+    of metrics.jsonl) under its own name, at the record's ``step`` (optimiser steps done); each record of
+    ``tracker`` (a ``scale.curvature.tracking.HessianTracker``) as ``curvature/<key>`` at the step it was
+    measured, as soon as it exists. The record's ``hess_*`` entries, the tracker's last measurement copied
+    there, are left out when the tracker is given: one tag per quantity (``curvature/lambda_min``). Put the
+    hook after the hooks that add to the record (the tracker): ``scale.run`` does. Events are flushed at
+    every epoch end and on a stop.
 
     Resume: a run continued from a checkpoint at global step G appends to the same folder with
     ``purge_step=G + 1``, so TensorBoard hides whatever a crashed process wrote after that checkpoint and
@@ -198,6 +201,8 @@ class TensorBoardLog(Hook):
 
     def _epoch(self, record: dict[str, Any]) -> None:
         for key, value in _scalars(record, ("step",)).items():
+            if self.tracker is not None and key.startswith(TRACKER_PREFIX):
+                continue  # the tracker's own records are logged as curvature/*: one tag per quantity
             self.writer.add_scalar(key, value, int(record["step"]))
 
     def _curvature(self) -> None:

@@ -34,8 +34,8 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +48,12 @@ from mini.heads import parse_head_spec
 from scale.engine import methods
 from scale.engine.augment import build_views, resolve_augment_path
 from scale.engine.backbones import build_backbone
-from scale.engine.checkpoint import load_checkpoint, save_checkpoint
-from scale.engine.data import Dataset
+from scale.engine.checkpoint import atomic_write_json, load_checkpoint, save_checkpoint
+from scale.engine.data import Dataset, ImageFiles
 from scale.engine.heads import build_head, collapse_init_
 from scale.engine.hooks import Checkpointer, EpochLog, Hook, MetricsFile, ProgressBar
 from scale.engine.modes import eval_mode
+from scale.engine.modules import OWN, ModuleSpecError, as_module, is_spec, missing_modules_message, module_record
 from scale.engine.signals import any_rank, stop_on_signals
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "lars")
@@ -69,7 +70,7 @@ class TrainConfig:
     backbone_width: int | None = None  # resnet18 base channels (64 = standard) / vit model dim (192)
     image_size: int = 16
     head: str = "gelu3"
-    head_width: int = 2048
+    head_width: int | None = 2048  # None with a head of your own (head = "module")
     head_out: int = 2048
     head_bn: bool = False
     head_out_bn: bool = False
@@ -102,9 +103,43 @@ class TrainConfig:
     train_subset: int | None = None
     log_every: int = 10
     threads: int | None = None  # torch CPU threads: sums depend on it, so it is saved and reused on resume
+    # the parts that are modules of your own (backbone, head and predictor then say "module"): what was used,
+    # per part (scale.engine.modules.module_record); None when every part is built from this config
+    modules: dict[str, dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def with_modules(self, records: dict[str, dict[str, Any]]) -> TrainConfig:
+        """This config with the parts in ``records`` (``scale.engine.modules.module_record`` per part) marked
+        as your own: ``backbone``/``head``/``predictor`` ``"module"``, the widths they no longer set ``None``
+        (``head_out`` the head's measured output width), and ``modules`` recording each."""
+        if not records:
+            return self
+        changes: dict[str, Any] = {"modules": {**(self.modules or {}), **records}}
+        if "backbone" in records:
+            changes.update(backbone=OWN, backbone_width=None)
+        if "head" in records:
+            changes.update(head=OWN, head_width=None, head_out=records["head"]["out_dim"])
+        if "predictor" in records:
+            changes.update(predictor=OWN)
+        return replace(self, **changes)
+
+    @classmethod
+    def resolve(cls, dataset: str, method: str = "simclr", backbone: str = "resnet18", *,
+                device: str | torch.device = "cpu", **values: Any) -> TrainConfig:
+        """The config ``python -m scale.run DATASET --method METHOD --backbone BACKBONE`` resolves, with
+        ``values`` (fields of this class) in place of flags: yours > the method's per-dataset recipe > the
+        dataset's adjustments > the method's recipe > these defaults (``scale.engine.recipes``)."""
+        from scale.engine.recipes import resolve
+
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise TypeError(f"TrainConfig has no fields {', '.join(unknown)}")
+        device = torch.device(device)
+        resolved = resolve(dataset, method, backbone, device.type, **values)
+        return cls(**{k: v for k, v in resolved.items() if k in names and k != "device"}, device=str(device))
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,28 +157,45 @@ class SSLModel(nn.Module):
     """backbone + projector (the head) [+ predictor]: ``forward(x) -> (z, h, p or None)``.
 
     Each part is built from ``cfg`` by name (``cfg.backbone``, ``cfg.head`` and ``cfg.predictor``: specs of
-    the head grammar) unless a module is passed instead:
+    the head grammar) unless a module of your own is passed instead, as an ``nn.Module`` or as a
+    ``"package.module:callable"`` spec (imported and called without arguments; ``scale.engine.modules``):
 
-    - ``backbone``: any ``nn.Module`` mapping images ``(B, 3, S, S)`` to ``z`` ``(B, d)``; ``d`` is read
-      from its ``out_dim`` attribute or, if it has none, from one forward of a ``cfg.image_size`` image
-      (and then set as ``out_dim``, which the measurements read);
-    - ``head``: an ``nn.Module`` mapping ``(B, d)`` to ``(B, k)``, or a spec string that replaces ``cfg.head``;
-    - ``predictor``: an ``nn.Module`` ``(B, k) -> (B, k)`` for simsiam/byol (default: built from
-      ``cfg.predictor``, or from the head's spec; a module head needs ``cfg.predictor`` or this).
+    - ``backbone``: maps images ``(B, 3, S, S)`` to ``z`` ``(B, d)``; ``d`` is read from its ``out_dim``
+      attribute or, if it has none, from one forward of a ``cfg.image_size`` image (and then set as
+      ``out_dim``, which the measurements read);
+    - ``head``: maps ``(B, d)`` to ``(B, k)``; a grammar spec string (``"swish3"``) replaces ``cfg.head``;
+    - ``predictor``: ``(B, k) -> (B, k)`` for simsiam/byol (default: built from ``cfg.predictor``, or
+      from the head's spec; a module head needs ``cfg.predictor`` or this).
 
+    ``own`` records the parts that are your own (``module_record``; ``TrainConfig.with_modules`` puts them
+    in the config). A ``cfg`` whose parts say ``"module"`` (a run trained with your own modules) needs
+    those modules again: without them ``ModuleSpecError`` says which and how to pass them.
     ``cfg.init = "collapsed"`` scales every Linear weight of the head by 0.1, module heads included.
     """
 
-    def __init__(self, cfg: TrainConfig, *, backbone: nn.Module | None = None, head: nn.Module | str | None = None,
-                 predictor: nn.Module | None = None) -> None:
+    def __init__(self, cfg: TrainConfig, *, backbone: nn.Module | str | None = None,
+                 head: nn.Module | str | None = None, predictor: nn.Module | str | None = None) -> None:
         super().__init__()
+        backbone, backbone_spec = as_module(backbone, "backbone")
+        head, head_spec_own = as_module(head, "head") if is_spec(head) else (head, None)
+        predictor, predictor_spec = as_module(predictor, "predictor")
+        has_predictor = methods.get(cfg.method).predictor
+        missing = [part for part, given, value in (("backbone", backbone, cfg.backbone), ("head", head, cfg.head),
+                                                    ("predictor", predictor, cfg.predictor if has_predictor else None))
+                   if value == OWN and given is None]
+        if missing:
+            raise ModuleSpecError(missing_modules_message(cfg.modules, missing))
+        self.own: dict[str, dict[str, Any]] = {}
         self.backbone = build_backbone(cfg.backbone, cfg.image_size, cfg.backbone_width) if backbone is None \
             else backbone
         d = output_dim(self.backbone, (2, 3, cfg.image_size, cfg.image_size))
+        if backbone is not None:
+            self.own["backbone"] = module_record(backbone, backbone_spec, d)
         head_spec = head if isinstance(head, str) else cfg.head
         if isinstance(head, nn.Module):
             self.projector = head
             k = output_dim(head, (2, d))
+            self.own["head"] = module_record(head, head_spec_own, k)
         else:
             self.projector = build_head(head_spec, d, cfg.head_out, cfg.head_width, bias=cfg.head_bias,
                                         batchnorm=cfg.head_bn, out_batchnorm=cfg.head_out_bn, style=cfg.head_style)
@@ -153,9 +205,10 @@ class SSLModel(nn.Module):
         elif cfg.init != "normal":
             raise ValueError(f"unknown init {cfg.init!r}; valid: normal, collapsed")
         self.predictor: nn.Module | None = None
-        if methods.get(cfg.method).predictor:
+        if has_predictor:
             if predictor is not None:
                 self.predictor = predictor
+                self.own["predictor"] = module_record(predictor, predictor_spec, output_dim(predictor, (2, k)))
             else:
                 if cfg.predictor is None and isinstance(head, nn.Module):
                     raise ValueError(f"{cfg.method} needs a predictor: pass predictor=<nn.Module> or set "
@@ -165,6 +218,7 @@ class SSLModel(nn.Module):
                 # (paper style: the official predictor is its ProjectionHead, output BatchNorm included)
                 self.predictor = build_head(spec, k, k, cfg.pred_width, bias=cfg.head_bias, batchnorm=cfg.head_bn,
                                             style=cfg.head_style)
+        self.config = cfg.with_modules(self.own)  # what built this model, your own parts recorded
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         z = self.backbone(x)
@@ -350,19 +404,22 @@ def _seed_for(*parts: int) -> int:
 
 
 class Trainer:
-    """One SSL run. ``fit()`` trains to ``config.epochs``; ``run_dir`` gets checkpoint.pt and metrics.jsonl.
+    """One SSL run. ``fit()`` trains to ``config.epochs``; ``run_dir`` gets config.json (the resolved config,
+    your own modules recorded), checkpoint.pt and metrics.jsonl. The end-of-run measurement, summary.json
+    and report.md of a run directory come from ``scale.train`` (``python -m scale.run`` runs it).
 
     ``rank``/``world_size`` > 1: torch.distributed must be initialised; each rank takes its slice of
     every global batch (``batch_size`` is global) and the model is wrapped in DDP.
 
-    ``backbone``/``head``/``predictor``: your own modules instead of the ones ``cfg`` names (see ``SSLModel``).
+    ``backbone``/``head``/``predictor``: your own modules instead of the ones ``cfg`` names, as modules or
+    ``module:callable`` specs (see ``SSLModel``); ``self.cfg`` records them (``TrainConfig.with_modules``).
     """
 
     def __init__(self, cfg: TrainConfig, data: Dataset, device: torch.device, run_dir: str | Path | None = None,
                  hooks: Sequence[Hook] = (), progress: bool = False, log: Callable[[str], None] | None = print,
-                 *, backbone: nn.Module | None = None, head: nn.Module | str | None = None,
-                 predictor: nn.Module | None = None):
-        if isinstance(head, str):  # a spec given here is the run's head spec (config.json records it)
+                 *, backbone: nn.Module | str | None = None, head: nn.Module | str | None = None,
+                 predictor: nn.Module | str | None = None):
+        if isinstance(head, str) and not is_spec(head):  # a grammar spec given here is the run's head spec
             cfg, head = replace(cfg, head=head), None
         self.cfg, self.device, self.hooks = cfg, device, list(hooks)
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -380,8 +437,9 @@ class Trainer:
         self.local_batch = cfg.batch_size // self.world
 
         train_x, train_y = data.train_x, data.train_y
-        if cfg.train_subset is not None:
-            train_x, train_y = train_x[: cfg.train_subset], train_y[: cfg.train_subset]
+        if cfg.train_subset is not None:  # (a streamed split stays on disk: ImageFiles.head)
+            train_x = train_x.head(cfg.train_subset) if isinstance(train_x, ImageFiles) else train_x[: cfg.train_subset]
+            train_y = train_y[: cfg.train_subset]
         self.data = data
         self.train_x, self.train_y = train_x.to(device), train_y.to(device)
         if cfg.batch_size > len(self.train_x):
@@ -392,6 +450,7 @@ class Trainer:
 
         torch.manual_seed(cfg.seed)  # model initialisation
         self.model = SSLModel(cfg, backbone=backbone, head=head, predictor=predictor).to(device)
+        cfg = self.cfg = self.model.config  # your own modules recorded (config.json, checkpoint)
         self.cuda = device.type == "cuda"
         # channels_last on every device: cuDNN's fast convolutions on CUDA, oneDNN's on a CPU (a ResNet-18
         # step 1.14-1.30x faster on a CPU at digits' and CIFAR's shapes; BENCHMARKS.md, the main job)
@@ -590,6 +649,8 @@ class Trainer:
         return self._stop_requested
 
     def fit(self) -> TrainState:
+        if self.rank == 0 and self.run_dir is not None:  # the run's resolved config, own modules recorded
+            atomic_write_json(self.run_dir / "config.json", self.cfg.to_dict())
         try:
             with stop_on_signals(self.request_stop):  # SIGINT/SIGTERM: finish the step, save, stop
                 self.state.epoch, self.state.first_step = self.start_epoch, self.start_step  # where (re)started
@@ -600,19 +661,31 @@ class Trainer:
             self.augment.close()
         return self.state
 
-    def _step(self, epoch: int, step: int, perm: torch.Tensor) -> None:
+    def _batch_indices(self, perm: torch.Tensor, step: int) -> torch.Tensor:
+        """This process's slice of the global batch of ``step`` (``batch_size`` is global)."""
+        start = step * self.cfg.batch_size + self.rank * self.local_batch
+        return perm[start : start + self.local_batch]
+
+    def _stream(self, perm: torch.Tensor, first: int) -> Iterator[torch.Tensor] | None:
+        """A streamed training split (``ImageFiles``): the epoch's batches from ``first`` on, decoded ahead in
+        worker processes; ``None`` for a split held in memory (indexed at each step)."""
+        if not isinstance(self.train_x, ImageFiles):
+            return None
+        return self.train_x.batches([self._batch_indices(perm, s).cpu() for s in range(first, self.steps_per_epoch)])
+
+    def _step(self, epoch: int, step: int, perm: torch.Tensor, stream: Iterator[torch.Tensor] | None = None) -> None:
         """One optimiser step: batch, augment, forward, loss, backward, step (and BYOL's EMA)."""
         cfg, state = self.cfg, self.state
         state.lr = lr_at(cfg, state.global_step, self.total_steps, self.warmup_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = state.lr
-        start = step * cfg.batch_size + self.rank * self.local_batch
-        idx = perm[start : start + self.local_batch]
+        idx = self._batch_indices(perm, step)
         seed = _seed_for(cfg.seed, 13, state.global_step, self.rank)
         torch.manual_seed(seed)
-        x = self.augment.views(self.train_x[idx], seed=seed)  # (2b, 3, S, S), rows [view1; view2]
-        if step + 1 < self.steps_per_epoch:  # the CPU path augments the next batch during this step
-            nxt = perm[start + cfg.batch_size : start + cfg.batch_size + self.local_batch]
+        x_uint8 = next(stream) if stream is not None else self.train_x[idx]
+        x = self.augment.views(x_uint8, seed=seed)  # (2b, 3, S, S), rows [view1; view2]
+        if step + 1 < self.steps_per_epoch and stream is None:  # the CPU path augments the next batch meanwhile
+            nxt = self._batch_indices(perm, step + 1)
             self.augment.prefetch(self.train_x[nxt], _seed_for(cfg.seed, 13, state.global_step + 1, self.rank))
         loss, z, h, target_h = self.step_loss(x)
         self.optimizer.zero_grad(set_to_none=True)
@@ -639,8 +712,9 @@ class Trainer:
             self._emit("on_epoch_start")
             pending: list[tuple[int, int, torch.Tensor]] = []  # losses not yet checked (one sync per log_every)
             t0, images = time.perf_counter(), 0
+            stream = self._stream(perm, first)
             for step in range(first, self.steps_per_epoch):
-                self._step(epoch, step, perm)
+                self._step(epoch, step, perm, stream)
                 pending.append((epoch, step, state.loss))
                 images += self.local_batch
                 if not self.cuda or len(pending) >= cfg.log_every or step == self.steps_per_epoch - 1:

@@ -34,6 +34,7 @@ Orbits are made and embedded a chunk of images at a time (``batch`` rows per for
 
 from __future__ import annotations
 
+import copy
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -56,9 +57,12 @@ from mini.invariance import (
 from scale.engine.checkpoint import atomic_write_bytes
 from scale.engine.heads import build_head, collapse_init_
 from scale.engine.modes import eval_mode
+from scale.engine.modules import OWN
+from scale.engine.progress import Phases
 from scale.geometry.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, check_family, family_parameters, orbit_batch_at
 from scale.geometry.probes import features
-from scale.runs.summary import GeometrySummary, RotationProbes
+from scale.geometry.verdict import orbit_verdict
+from scale.runs.summary import ClassProbe, GeometrySummary, RotationProbes
 
 CONTROL_SEED = 12345  # the untrained control head's initialisation seed (fixed: the same control in every run)
 # What the head is applied to: the paper's E4 protocol, or the input it was trained on (E6's pretrained heads).
@@ -199,6 +203,22 @@ def control_head(cfg: Any, d: int, seed: int = CONTROL_SEED, bias: bool | None =
     return head
 
 
+def untrained_copy(head: nn.Module, seed: int = CONTROL_SEED, bias: bool = True) -> nn.Module:
+    """The control for a head the config cannot rebuild (a module of your own): the same architecture
+    freshly initialised (``reset_parameters`` of every submodule that has one, from its own generator; the
+    global RNG is untouched); ``bias=False`` zeroes every Linear bias. Drawn on the CPU (whose generator
+    alone is forked and seeded), so the control is the same on every device."""
+    control = copy.deepcopy(head).cpu()
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        torch.manual_seed(seed)
+        for m in control.modules():
+            if hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+            if not bias and isinstance(m, nn.Linear) and m.bias is not None:
+                m.bias.zero_()
+    return control
+
+
 SPACES = ("z", "h", "h_untrained", "h_untrained_nobias", "h_raw_input")  # the feature spaces measured
 
 
@@ -230,27 +250,42 @@ class GeometryResult:
             compression_raw_input=compression(z, self.h_raw_input),
             kappa_factor=ratio(h.kappa.mean, z.kappa.mean), d_intra_factor=ratio(z.d_intra.mean, h.d_intra.mean),
             d_inter_factor=ratio(z.d_inter.mean, h.d_inter.mean), ratio_factor=ratio(h.ratio.mean, z.ratio.mean),
+            verdict=orbit_verdict(self.per_orbit) if self.per_orbit else None,
         )
 
 
-def measure_geometry(backbone: nn.Module, head: nn.Module, cfg: Any, x_uint8: torch.Tensor, y: torch.Tensor,
+def default_controls(cfg: Any, head: nn.Module, d: int, seed: int = CONTROL_SEED
+                     ) -> tuple[tuple[nn.Module, nn.Module], str]:
+    """The untrained control head and its bias-free twin, and how they were made: rebuilt from ``cfg``
+    (``control_head``), or fresh copies of ``head`` where it is a module of your own (``untrained_copy``).
+    The control without biases: on unit-norm inputs a default-initialised bias can dominate the first
+    layer's output and pull every point together, which the bias-free control separates out."""
+    if getattr(cfg, "head", None) == OWN:
+        return (untrained_copy(head, seed), untrained_copy(head, seed, bias=False)), (
+            f"fresh copies of your head measured (reset_parameters, seed {seed})")
+    return (control_head(cfg, d, seed), control_head(cfg, d, seed, bias=False)), (
+        f"untrained {cfg.head} head, init {cfg.init}, seed {seed}")
+
+
+def measure_geometry(backbone: nn.Module, head: nn.Module, cfg: Any, x_uint8: torch.Tensor, y: torch.Tensor | None,
                      mean, std, settings: GeometrySettings = GeometrySettings(),
                      controls: tuple[nn.Module, nn.Module] | None = None) -> GeometryResult:
     """E4 on the images of one split (uint8 ``(N, 3, S, S)`` with labels ``(N,)``), all on their device:
-    ``orbit_images`` picks them, ``measure_orbits`` measures. ``controls``: the untrained head and its
-    bias-free twin, for a head that ``cfg`` cannot rebuild (a user's module; default: ``control_head`` from
-    ``cfg``)."""
-    images, labels, idx = orbit_images(x_uint8, y, settings.classes, settings.per_class)
+    ``orbit_images`` picks them, ``measure_orbits`` measures. ``y=None`` (images without labels): the first
+    ``classes x per_class`` images, each its own class (D_inter between images). ``controls``: the
+    untrained head and its bias-free twin (default: ``default_controls``)."""
+    if y is None:
+        n = min(len(x_uint8), settings.classes * settings.per_class)
+        images, labels, idx = x_uint8[:n].float() / 255.0, None, torch.arange(n)
+    else:
+        images, labels, idx = orbit_images(x_uint8, y, settings.classes, settings.per_class)
     if controls is None:
-        # The control without biases: on unit-norm inputs a default-initialised bias can dominate the first
-        # layer's output and pull every point together, which the bias-free control separates out.
-        d = backbone.out_dim
-        controls = (control_head(cfg, d), control_head(cfg, d, bias=False))
-        note = f"untrained {cfg.head} head, init {cfg.init}, seed {settings.control_seed}"
+        controls, note = default_controls(cfg, head, backbone.out_dim, settings.control_seed)
     else:
         note = "the untrained heads given (scale.analyze: fresh copies of the head measured)"
     return measure_orbits(backbone, head, images, mean, std, settings, controls, labels=labels, image_indices=idx,
-                          control_note=note)
+                          control_note=note + ("" if y is not None else "; images without labels, each its own "
+                                               "class"))
 
 
 @torch.no_grad()
@@ -308,29 +343,84 @@ def save_orbits(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# The end-of-run measurement of ``python -m scale.run``: geometry + rotation probes, for the run's summary
+# The end-of-run measurement of a run (``scale.train``, ``python -m scale.run``): probes and geometry
 # --------------------------------------------------------------------------------------------
 
+E3_PROBE_IMAGES = 10_000  # the paper's E3: rotation probes on at most this many images per split
+MIN_PROBE_IMAGES = 256  # the default cap never goes below this (1,024 rotated test samples: +-3 points)
 
-def final_measurement(trainer: Any, data: Any, run_dir: Path, orbits: str = "5x3",
-                      probe_images: int | None = 10_000) -> tuple[GeometrySummary | None, RotationProbes | None]:
-    """E4 geometry and E3 rotation probes of a trained model (``trainer``: a ``scale.engine.train.Trainer``;
-    ``data``: the dataset on the training device). A part is ``None`` when the split is too small for it
-    (geometry needs 2 classes, probes 2 images per split). Writes the orbit features to ``run_dir/orbits.npz``."""
-    from scale.geometry.probes import ProbeSettings, run_rotation_probes
 
-    cfg, model = trainer.cfg, trainer.model
-    classes, per_class = parse_orbits(orbits)
-    split_x, split_y = (data.test_x, data.test_y)
-    classes, per_class = fit_orbits(split_y, classes, per_class)  # the settings record what was measured
-    geometry, probes = None, None
-    if classes >= 2 and per_class >= 1:
-        geo = measure_geometry(model.backbone, model.projector, cfg, split_x, split_y, data.mean, data.std,
-                               GeometrySettings(classes=classes, per_class=per_class))
-        save_orbits(run_dir / "orbits.npz", geo.arrays)
-        geo.settings["asked"] = orbits
-        geometry = geo.summary()
-    if min(len(data.train_x), len(data.test_x)) >= 2:
-        probes = run_rotation_probes(trainer.state.embed, trainer.augment.normalize, data.train_x, data.test_x,
-                                     ProbeSettings(train_images=probe_images, test_images=probe_images, seed=cfg.seed))
-    return geometry, probes
+def probe_budget(images_trained: int) -> int:
+    """The default cap on the rotation probes' base images per split, bounded by the training it follows: a
+    quarter of the images the training stepped through (``images_trained``), at least ``MIN_PROBE_IMAGES``
+    and at most the paper's 10,000. A trained image costs about 6 forward passes (2 views, forward and
+    backward), a probe image 4 (its quarter turns) in each of the 2 splits: so the probes' forward passes
+    stay within a third of the training's. CIFAR at 50 epochs and the digits main job (8 epochs) keep
+    every image they would have had; a 1-epoch run probes a quarter of its training set."""
+    return int(min(E3_PROBE_IMAGES, max(MIN_PROBE_IMAGES, images_trained // 4)))
+
+
+@dataclass(frozen=True)
+class EndOfRun:
+    """What is measured after training: the headline class probe always (when the data allows it); with
+    ``geometry``, E4's orbit geometry (``orbits``: CLASSESxIMAGES of the test split) and E3's rotation probes
+    on at most ``probe_images`` images per split (``None``: ``probe_budget``)."""
+
+    orbits: str = "5x3"
+    probe_images: int | None = None
+    geometry: bool = True
+
+
+@dataclass
+class EndOfRunResult:
+    class_probe: ClassProbe | None = None
+    geometry: GeometrySummary | None = None
+    rotation_probes: RotationProbes | None = None
+    notes: list[str] = field(default_factory=list)  # what was skipped and why, warnings
+    seconds: float = 0.0
+
+
+def final_measurement(trainer: Any, data: Any, run_dir: Path | None, settings: EndOfRun = EndOfRun(),
+                      log: Callable[[str], None] | None = print) -> EndOfRunResult:
+    """The measurement after training (``EndOfRun``) of a ``scale.engine.train.Trainer``'s model on ``data``
+    (on the training device), each phase announced through ``log`` with its size, its time and an estimate
+    of the rest (``scale.engine.progress``). Writes the orbit features to ``run_dir/orbits.npz``. A part the
+    data cannot give is skipped with the reason in ``notes``: the class probe without labels or with one
+    class (``class_probe_skip_reason``), geometry with fewer than 2 orbits' classes, probes with fewer than 2
+    images per split."""
+    from scale.geometry.probes import plan_probes, run_probes
+
+    cfg, model, state = trainer.cfg, trainer.model, trainer.state
+    res = EndOfRunResult()
+    labelled = getattr(data, "labelled", True)
+    classes, per_class = parse_orbits(settings.orbits)
+    if labelled:  # the settings record what was measured
+        classes, per_class = fit_orbits(data.test_y, classes, per_class)
+    else:  # each image its own class
+        classes, per_class = min(classes * per_class, len(data.test_x)), 1
+    cap = settings.probe_images or probe_budget(state.global_step * cfg.batch_size)
+    n_class = (len(data.train_x), len(data.test_x))  # the headline: every image
+    n_rotation = (min(n_class[0], cap), min(n_class[1], cap)) if settings.geometry and min(n_class) >= 2 else None
+    geometry = settings.geometry and classes >= 2 and per_class >= 1
+    phases = Phases("end-of-run measurement", log)
+    if geometry:
+        phases.plan("orbit geometry", classes * per_class * (len(E4_ROTATION_ANGLES) + len(E4_SWEEP_ANGLES) + 1),
+                    "images")
+    plan_probes(phases, n_class, n_rotation)
+    if geometry:
+        with phases.run("orbit geometry", f"{classes * per_class} test images x 12 rotations, z vs h and the "
+                        "untrained controls"):
+            geo = measure_geometry(model.backbone, model.projector, cfg, data.test_x, data.test_y if labelled else None,
+                                   data.mean, data.std, GeometrySettings(classes=classes, per_class=per_class))
+            if run_dir is not None:
+                save_orbits(Path(run_dir) / "orbits.npz", geo.arrays)
+            geo.settings["asked"] = settings.orbits
+            res.geometry = geo.summary()
+    elif settings.geometry:
+        res.notes.append("orbit geometry skipped: the test split has fewer than 2 classes (D_inter needs 2)")
+    if settings.geometry and n_rotation is None:
+        res.notes.append("rotation probes skipped: fewer than 2 images in a split")
+    res.class_probe, res.rotation_probes = run_probes(state.embed, trainer.augment.normalize, data, n_class,
+                                                      n_rotation, cfg.seed, phases, res.notes)
+    res.seconds = phases.elapsed()
+    return res

@@ -22,12 +22,14 @@ is seen on both sides. Accuracies are returned in percent (``scale.runs.summary`
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from scale.engine.progress import Phases
 from scale.runs.summary import ClassProbe, ProbePair, RotationProbes
 
 HEADLINE_PROTOCOL = "class labels, linear: logistic regression (L-BFGS to convergence, L2 1e-4, standardised features)"
@@ -94,26 +96,63 @@ def train_probe(Xtr: torch.Tensor, ytr: torch.Tensor, Xte: torch.Tensor, yte: to
     return {"train": acc[0], "test": acc[1]}
 
 
+def rotated_features(embed, x_uint8, limit: int, normalize, chunk: int = 1024
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(z, h, quarter-turn labels)`` of ``rotated(x_uint8, limit)``, in its rotation-major order, computed
+    ``chunk`` base images at a time: only ``4 x chunk`` rotated images exist at once (a split decoded from
+    disk, ``scale.engine.data.ImageFiles``, is read a chunk at a time too)."""
+    parts = []
+    for i in range(0, limit, chunk):
+        rx, _ = rotated(x_uint8[i : min(i + chunk, limit)])
+        z, h = features(embed, rx, normalize)
+        parts.append((z.reshape(len(QUARTER_TURNS), -1, z.shape[-1]), h.reshape(len(QUARTER_TURNS), -1, h.shape[-1])))
+    z = torch.cat([p[0] for p in parts], dim=1).flatten(0, 1)  # (4 limit, d), rotation-major
+    h = torch.cat([p[1] for p in parts], dim=1).flatten(0, 1)
+    y = torch.arange(len(QUARTER_TURNS), device=z.device).repeat_interleave(limit)
+    return z, h, y
+
+
+CLASS_PHASES = ("class probe: features", "class probe: fits")  # the probes' phases (scale.engine.progress)
+ROTATION_PHASES = ("rotation probes: features", "rotation probes: fits")
+
+
+def plan_class_probe(phases: Phases, images: int) -> None:
+    """The headline probe's phases: ``images`` forward passes, then two L-BFGS fits (z and h)."""
+    phases.plan(CLASS_PHASES[0], images, "images")
+    phases.plan(CLASS_PHASES[1], 2, "L-BFGS fits")
+
+
+def plan_rotation_probes(phases: Phases, train_images: int, test_images: int) -> None:
+    """E3's phases: 4 quarter turns of every image forward, then four Adam fits (linear and MLP, z and h)."""
+    phases.plan(ROTATION_PHASES[0], 4 * (train_images + test_images), "images")
+    phases.plan(ROTATION_PHASES[1], 4, "Adam fits")
+
+
+def _phase(phases: Phases | None, name: str, detail: str = ""):
+    return phases.run(name, detail) if phases is not None else contextlib.nullcontext()
+
+
 def run_rotation_probes(embed, normalize, train_x: torch.Tensor, test_x: torch.Tensor,
-                        settings: ProbeSettings = ProbeSettings()) -> RotationProbes:
+                        settings: ProbeSettings = ProbeSettings(), phases: Phases | None = None) -> RotationProbes:
     """E3's rotation probes of one frozen model. ``embed(normalised images) -> (z, h)`` (eval mode, no
-    gradient), ``normalize(uint8) -> float``; images uint8 ``(N, 3, S, S)`` on the model's device."""
+    gradient), ``normalize(uint8) -> float``; images uint8 ``(N, 3, S, S)`` on the model's device.
+    ``phases``: planned by ``plan_rotation_probes``, each part announced and timed."""
     n_tr = min(len(train_x), settings.train_images or len(train_x))
     n_te = min(len(test_x), settings.test_images or len(test_x))
-    rx_tr, ry_tr = rotated(train_x, n_tr)
-    rx_te, ry_te = rotated(test_x, n_te)
-    ztr, htr = features(embed, rx_tr, normalize)
-    zte, hte = features(embed, rx_te, normalize)
+    with _phase(phases, ROTATION_PHASES[0], f"4 quarter turns of {n_tr} training and {n_te} test images"):
+        ztr, htr, ry_tr = rotated_features(embed, train_x, n_tr, normalize)
+        zte, hte, ry_te = rotated_features(embed, test_x, n_te, normalize)
     acc = {}
-    for kind in ("linear", "mlp"):
-        pair = []
-        for Ftr, Fte, hidden in ((ztr, zte, settings.hidden_z), (htr, hte, settings.hidden_h)):
-            pair.append(100 * train_probe(Ftr, ry_tr, Fte, ry_te, 4, hidden if kind == "mlp" else None,
-                                          settings)["test"])
-        acc[kind] = ProbePair(*pair)
+    with _phase(phases, ROTATION_PHASES[1], "linear and MLP probes on z and h, the paper's protocol"):
+        for kind in ("linear", "mlp"):
+            pair = []
+            for Ftr, Fte, hidden in ((ztr, zte, settings.hidden_z), (htr, hte, settings.hidden_h)):
+                pair.append(100 * train_probe(Ftr, ry_tr, Fte, ry_te, 4, hidden if kind == "mlp" else None,
+                                              settings)["test"])
+            acc[kind] = ProbePair(*pair)
     return RotationProbes(
         settings={**asdict(settings), "protocol": E3_PROTOCOL, "train_base_images": n_tr, "test_base_images": n_te,
-                  "rotation_samples": {"train": len(rx_tr), "test": len(rx_te)}},
+                  "rotation_samples": {"train": len(ry_tr), "test": len(ry_te)}},
         linear=acc["linear"], mlp=acc["mlp"],
     )
 
@@ -141,27 +180,82 @@ def logistic_probe_accuracy(
     """Test accuracy (fraction) of the headline probe fitted on ``(train_f, train_y)``."""
     mean, std = train_f.mean(0), train_f.std(0).clamp_min(1e-6)
     xtr, xte = (train_f - mean) / std, (test_f - mean) / std
-    W = torch.zeros(xtr.shape[1], classes, device=xtr.device, requires_grad=True)
+    # W as (classes, d), nn.Linear's layout: the gradient is then (P - Y)^T X, a (C, n) @ (n, d) product,
+    # where the (d, C) layout's X^T (P - Y) is a transposed skinny product 3-4x slower per evaluation on a
+    # CPU (the same minimisation: L-BFGS does not depend on the order of the coordinates)
+    W = torch.zeros(classes, xtr.shape[1], device=xtr.device, requires_grad=True)
     b = torch.zeros(classes, device=xtr.device, requires_grad=True)
     opt = torch.optim.LBFGS([W, b], lr=1.0, max_iter=MAX_ITER, line_search_fn="strong_wolfe",
                             tolerance_grad=1e-6, tolerance_change=1e-9)
 
     def closure():
         opt.zero_grad()
-        loss = F.cross_entropy(xtr @ W + b, train_y) + L2 * (W * W).sum()
+        loss = F.cross_entropy(xtr @ W.T + b, train_y) + L2 * (W * W).sum()
         loss.backward()
         return loss
 
     with torch.enable_grad():
         opt.step(closure)
     with torch.no_grad():
-        return float(((xte @ W + b).argmax(1) == test_y).float().mean())
+        return float(((xte @ W.T + b).argmax(1) == test_y).float().mean())
+
+
+def class_probe_skip_reason(data) -> str | None:
+    """Why the headline class probe cannot be fitted on ``data`` (a ``scale.engine.data.Dataset``), or
+    ``None``: no labels, a single class (every accuracy would be 100 %: nothing to tell apart), or an
+    empty split."""
+    if not getattr(data, "labelled", True):
+        return "the images have no labels (a folder without class sub-folders)"
+    if len(data.train_x) == 0 or len(data.test_x) == 0:
+        return "a split is empty"
+    present = len(torch.unique(data.train_y))
+    if present < 2:
+        return (f"the training split holds {present} class; a classifier has nothing to tell apart (any accuracy "
+                "would be 100 %)")
+    return None
 
 
 def class_probe(embed, normalize, train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
-                test_y: torch.Tensor, classes: int) -> ClassProbe:
-    """The headline probe of ``z`` and ``h`` on every training and test image (unaugmented)."""
-    ztr, htr = features(embed, train_x, normalize)
-    zte, hte = features(embed, test_x, normalize)
-    acc = [100 * logistic_probe_accuracy(Ftr, train_y, Fte, test_y, classes) for Ftr, Fte in ((ztr, zte), (htr, hte))]
+                test_y: torch.Tensor, classes: int, phases: Phases | None = None) -> ClassProbe:
+    """The headline probe of ``z`` and ``h`` on every training and test image (unaugmented). ``phases``:
+    planned by ``plan_class_probe``, each part announced and timed."""
+    with _phase(phases, CLASS_PHASES[0], f"z and h of {len(train_x)} training and {len(test_x)} test images"):
+        ztr, htr = features(embed, train_x, normalize)
+        zte, hte = features(embed, test_x, normalize)
+    with _phase(phases, CLASS_PHASES[1], f"a logistic regression on z ({ztr.shape[1]}-d) and on h ({htr.shape[1]}-d)"):
+        acc = [100 * logistic_probe_accuracy(Ftr, train_y, Fte, test_y, classes)
+               for Ftr, Fte in ((ztr, zte), (htr, hte))]
     return ClassProbe(HEADLINE_PROTOCOL, len(ztr), len(zte), ProbePair(*acc))
+
+
+def plan_probes(phases: Phases, n_class: tuple[int, int], n_rotation: tuple[int, int] | None) -> None:
+    """The phases of ``run_probes``: the headline probe on ``n_class`` (training, test) images, E3's rotation
+    probes on ``n_rotation`` base images per split (``None``: not run)."""
+    plan_class_probe(phases, sum(n_class))
+    if n_rotation is not None:
+        plan_rotation_probes(phases, *n_rotation)
+
+
+def run_probes(embed, normalize, data, n_class: tuple[int, int], n_rotation: tuple[int, int] | None, seed: int,
+               phases: Phases, notes: list[str]) -> tuple[ClassProbe | None, RotationProbes | None]:
+    """The probes of one frozen model on ``data`` (a ``scale.engine.data.Dataset``), in the phases that
+    ``plan_probes`` planned: the headline class probe on the first ``n_class`` (training, test) images, or
+    its skip reason appended to ``notes`` (``class_probe_skip_reason``); E3's rotation probes on at most
+    ``n_rotation`` base images per split (``None``: not run)."""
+    head = None
+    skip = class_probe_skip_reason(data)
+    if skip:
+        notes.append(f"class probe skipped: {skip}")
+        for name in CLASS_PHASES:
+            phases.skip(name, skip)
+    else:
+        (a, b) = n_class
+        head = class_probe(embed, normalize, data.train_x[:a] if a < len(data.train_x) else data.train_x,
+                           data.train_y[:a], data.test_x[:b] if b < len(data.test_x) else data.test_x,
+                           data.test_y[:b], data.classes, phases)
+    rotation = None
+    if n_rotation is not None:
+        rotation = run_rotation_probes(embed, normalize, data.train_x, data.test_x,
+                                       ProbeSettings(train_images=n_rotation[0], test_images=n_rotation[1], seed=seed),
+                                       phases)
+    return head, rotation

@@ -1,4 +1,5 @@
-"""Compressor or expander: the collapse-ratio statistics of ``scale.analyze`` (and so of E6, ``scale.pretrained``).
+"""Compressor or expander: the collapse-ratio statistics of every report (``python -m scale.run``'s end-of-run
+measurement, ``scale.analyze``, and so E6, ``scale.pretrained``).
 
 Per orbit (or trajectory) ``t`` with backbone spread ``v_t(z)`` and head spread ``v_t(h)``:
 
@@ -14,31 +15,16 @@ mean over families of each image's log ratio, so that the pooled values stay ind
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
+
+from scale.runs.summary import Estimate, Verdict
 
 CONFIDENCE = 0.95
 # Orbit variances of unit vectors lie in [0, 1] and kappas in [0, 4]; below this floor an orbit has not
 # moved at all (e.g. hue on a grey image) and its log ratio is undefined: such trajectories are counted
 # and left out.
 DEGENERATE_FLOOR = 1e-12
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A point estimate with its ``CONFIDENCE`` interval over ``n`` trajectories (``excluded`` left out)."""
-
-    value: float
-    low: float
-    high: float
-    n: int
-    excluded: int = 0
-
-    def fmt(self, spec: str = ".3g") -> str:
-        if math.isnan(self.low):
-            return f"{self.value:{spec}}"
-        return f"{self.value:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
 
 
 def t_interval(values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
@@ -99,3 +85,14 @@ def verdict(collapse: Estimate) -> str:
     if collapse.high < 1.0:
         return "expander"
     return "neither"
+
+
+def orbit_verdict(per_orbit: dict[str, dict[str, np.ndarray]]) -> Verdict:
+    """From the per-orbit values of ``scale.geometry.measure`` (float64, one per orbit): the collapse ratio
+    spread_z / spread_h (geometric mean, t interval) of the head and of the untrained control with their
+    verdicts, the curvature ratio kappa_h / kappa_z and the alignment gain (h minus z)."""
+    z, h, h0 = (per_orbit[k] for k in ("z", "h", "h_untrained"))
+    trained, control = ratio_estimate(z["spread"], h["spread"]), ratio_estimate(z["spread"], h0["spread"])
+    gain = mean_estimate(np.asarray(h["alignment"]) - np.asarray(z["alignment"]))
+    return Verdict(trained, control, verdict(trained), verdict(control), ratio_estimate(h["kappa"], z["kappa"]),
+                   gain)

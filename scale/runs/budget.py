@@ -135,10 +135,14 @@ def device_memory(device: Any) -> int:
     return total
 
 
-def check_memory(cfg: Any, device: Any, world: int = 1) -> Need:
-    """``need(cfg, world)`` if it fits ``device``'s memory, else ``ConfigError`` naming the parts and the levers."""
+def check_memory(cfg: Any, device: Any, world: int = 1) -> Need | None:
+    """``need(cfg, world)`` if it fits ``device``'s memory, else ``ConfigError`` naming the parts and the levers;
+    ``None`` for a model with a part of your own (built by your code, so not the project's to size)."""
+    from scale.engine.modules import OWN
     from scale.runs.faults import ConfigError
 
+    if OWN in (cfg.backbone, cfg.head, cfg.predictor):
+        return None
     got, have = need(cfg, world), device_memory(device)
     if got.total > have:
         raise ConfigError(

@@ -2,19 +2,27 @@
 
     run = load_run("runs/digits-simclr-gelu3-...")    # config, model with weights, metrics, summary
     z, h, _ = run.model(x)                             # x: normalised images (B, 3, S, S)
-    export_backbone(run, "backbone.pt")               # a plain state_dict of the backbone alone
+    export_backbone(run, "backbone.pt")               # a plain state_dict, its architecture beside it
+    backbone = load_backbone("backbone.pt")           # the architecture rebuilt, the weights loaded
 
     # in your own code, without this package's run machinery:
     my_backbone.load_state_dict(torch.load("backbone.pt", weights_only=True))
 
-A run directory (``python -m scale.run`` or ``scale.engine.train.Trainer(run_dir=...)``) holds config.json,
-checkpoint.pt, metrics.jsonl and, once finished, summary.json. Checkpoints load with
-``torch.load(weights_only=True)``: tensors and plain values, no pickled code. A run trained with your
-own modules is loaded by passing the same kind of modules again (``backbone=``, ``head=``,
-``predictor=``): the checkpoint holds weights, not code. A checkpoint whose keys or shapes do not fit
-the model raises ``RunError`` naming the first mismatching keys. The saved config is taken as ``scale.run
---resume`` takes it (``scale.runs.validate``): config.json must agree with the checkpoint's own copy and pass
-the validation of flags, so an edited or tampered directory is refused with one line, before anything is built.
+A run directory (``python -m scale.run``, ``scale.train`` or ``scale.engine.train.Trainer(run_dir=...)``)
+holds config.json, checkpoint.pt, metrics.jsonl and, once finished through ``scale.train``, summary.json
+and report.md. Checkpoints load with ``torch.load(weights_only=True)``: tensors and plain values, no
+pickled code. A run trained with your own modules records them in its config (``modules``; the parts say
+``"module"``) and is loaded by passing the same kind of modules again (``backbone=``, ``head=``,
+``predictor=``, each a module or a ``module:callable`` spec): the checkpoint holds weights, not code, and a
+spec recorded in the config is named, never imported. Without them ``RunError`` says which to pass; a
+checkpoint whose keys or shapes do not fit the model raises ``RunError`` naming the first mismatching keys.
+The saved config is taken as ``scale.run --resume`` takes it (``scale.runs.validate``): config.json must agree
+with the checkpoint's own copy and pass the validation of flags, so an edited or tampered directory is refused
+with one line, before anything is built.
+
+``export_backbone`` writes ``OUT`` (the part's ``state_dict``) and ``OUT.json`` (``architecture``: the
+project's builder and its arguments, or the record of your own module), from which ``load_backbone``
+rebuilds the part; only the project's builders (``BUILDERS``) are ever called from that file.
 """
 
 from __future__ import annotations
@@ -27,10 +35,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from scale.engine.checkpoint import load_checkpoint, save_checkpoint, unreadable_reason
-from scale.engine.train import SSLModel, TrainConfig
+from scale.engine.backbones import build_backbone
+from scale.engine.checkpoint import atomic_write_json, load_checkpoint, save_checkpoint, unreadable_reason
+from scale.engine.heads import build_head
+from scale.engine.modules import OWN, ModuleSpecError, as_module, describe
+from scale.engine.train import SSLModel, TrainConfig, default_predictor
+from scale.runs.validate import MAX_WIDTH
 
 PARTS: tuple[str, ...] = ("backbone", "projector", "predictor")
+CONFIG_PART = {"backbone": "backbone", "projector": "head", "predictor": "predictor"}  # the config's name of a part
+BUILDERS = {"build_backbone": build_backbone, "build_head": build_head}  # all load_backbone may call
+ARCHITECTURE_FORMAT = 1
 
 
 class RunError(ValueError):
@@ -60,6 +75,13 @@ class Run:
 def load_state_dict_checked(module: nn.Module, state: dict[str, torch.Tensor], what: str) -> None:
     """``module.load_state_dict(state)`` strictly, with one readable error for missing, unexpected or
     mis-shaped keys (the first three of each)."""
+    check_state_dict(module, state, what)
+    module.load_state_dict(state)
+
+
+def check_state_dict(module: nn.Module, state: dict[str, torch.Tensor], what: str) -> None:
+    """``RunError`` naming the missing, unexpected or mis-shaped keys of ``state`` for ``module`` (the first
+    three of each); ``module`` may live on the meta device (shapes only, nothing allocated)."""
     own = module.state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
@@ -72,7 +94,6 @@ def load_state_dict_checked(module: nn.Module, state: dict[str, torch.Tensor], w
                 more = f" (+{len(keys) - 3} more)" if len(keys) > 3 else ""
                 parts.append(f"{label}: {', '.join(keys[:3])}{more}")
         raise RunError(f"{what} does not match the {type(module).__name__} given: " + "; ".join(parts))
-    module.load_state_dict(state)
 
 
 def _read_json(path: Path) -> Any:
@@ -86,8 +107,10 @@ def load_run(run_dir: str | Path, *, backbone: nn.Module | None = None, head: nn
              predictor: nn.Module | None = None, device: str | torch.device = "cpu") -> Run:
     """Read a run directory: config, model with the checkpoint's weights (eval mode), metrics, summary.
 
-    ``backbone``/``head``/``predictor``: modules of the architecture the run was trained with, when it was
-    trained with your own modules (their weights are replaced by the checkpoint's).
+    ``backbone``/``head``/``predictor``: modules of the architecture the run was trained with (or
+    ``module:callable`` specs that build them), when it was trained with your own modules (their
+    weights are replaced by the checkpoint's). A run directory of ``Trainer`` without config.json (written
+    before the trainer wrote one) is read from the checkpoint's own config.
     """
     path = Path(run_dir)
     ck_path = path / "checkpoint.pt"
@@ -102,7 +125,10 @@ def load_run(run_dir: str | Path, *, backbone: nn.Module | None = None, head: nn
     if not isinstance(ck, dict) or "model" not in ck or not isinstance(ck.get("config"), dict):
         raise RunError(f"{ck_path} is not a scale.run checkpoint (no 'model' and 'config' entries)")
     cfg = checked_config(path, ck["config"], str(torch.device(device)))
-    model = SSLModel(cfg, backbone=backbone, head=head, predictor=predictor)
+    try:
+        model = SSLModel(cfg, backbone=backbone, head=head, predictor=predictor)
+    except ModuleSpecError as exc:
+        raise RunError(f"{path}: {exc}") from None
     load_state_dict_checked(model, ck["model"], str(ck_path))
     model = model.to(device).eval()
     metrics: list[dict[str, Any]] = []
@@ -141,16 +167,112 @@ def part_state_dict(model: SSLModel, part: str = "backbone") -> dict[str, torch.
     return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
 
 
-def export_backbone(run: Run | SSLModel | str | Path, out: str | Path, part: str = "backbone", **modules: Any) -> Path:
-    """Write the trained backbone (or ``part``) alone as a ``state_dict`` file, atomically.
+def architecture(config: TrainConfig, model: SSLModel, part: str = "backbone") -> dict[str, Any]:
+    """How to rebuild ``part`` of a run's model: ``builder`` (a key of ``BUILDERS``) and its ``arguments``,
+    or, for a module of your own, ``builder`` ``None`` and its record under ``module``."""
+    if part not in PARTS:
+        raise RunError(f"unknown part {part!r}; valid: {', '.join(PARTS)}")
+    own = getattr(config, CONFIG_PART[part]) == OWN or CONFIG_PART[part] in model.own
+    record = (config.modules or {}).get(CONFIG_PART[part]) or model.own.get(CONFIG_PART[part])
+    out: dict[str, Any] = {"format": ARCHITECTURE_FORMAT, "part": part, "builder": None, "arguments": None,
+                           "module": record if own else None}
+    d = model.backbone.out_dim
+    if own:
+        pass  # your own module: rebuilt by you (load_backbone's module=)
+    elif part == "backbone":
+        out.update(builder="build_backbone", arguments={"name": config.backbone, "image_size": config.image_size,
+                                                        "width": config.backbone_width})
+    elif part == "projector":
+        out.update(builder="build_head", arguments={
+            "spec": config.head, "d": d, "k": config.head_out, "width": config.head_width, "bias": config.head_bias,
+            "batchnorm": config.head_bn, "out_batchnorm": config.head_out_bn, "style": config.head_style})
+    elif model.predictor is None:
+        raise RunError("this model has no predictor (only simsiam and byol have one)")
+    else:  # as SSLModel builds it: k -> pred_width -> k, the projector's bias, BatchNorm and style
+        k = config.head_out
+        out.update(builder="build_head", arguments={
+            "spec": config.predictor or default_predictor(config.head), "d": k, "k": k, "width": config.pred_width,
+            "bias": config.head_bias, "batchnorm": config.head_bn, "style": config.head_style})
+    return out
 
-    ``run``: a ``Run``, an ``SSLModel`` or a run directory (``modules`` as for ``load_run``). The file
-    loads with ``torch.load(out, weights_only=True)`` into a module of the same architecture.
+
+def architecture_path(out: str | Path) -> Path:
+    """Where ``export_backbone`` puts the architecture of ``out``: ``out`` + ``.json``."""
+    return Path(f"{out}.json")
+
+
+def export_backbone(run: Run | SSLModel | str | Path, out: str | Path, part: str = "backbone", **modules: Any) -> Path:
+    """Write the trained backbone (or ``part``) alone as a ``state_dict`` file, and beside it ``OUT.json``
+    with its architecture (``architecture``), both atomically.
+
+    ``run``: a ``Run``, an ``SSLModel`` (its own config: ``SSLModel.config``) or a run directory
+    (``modules`` as for ``load_run``). The file loads with ``torch.load(out, weights_only=True)`` into a
+    module of the same architecture, or whole with ``load_backbone(out)``.
     """
     if isinstance(run, (str, Path)):
         run = load_run(run, **modules)
     model = run.model if isinstance(run, Run) else run
+    config = run.config if isinstance(run, Run) else model.config
     state = part_state_dict(model, part)
+    arch = architecture(config, model, part)
     out = Path(out)
     save_checkpoint(out, state)
+    atomic_write_json(architecture_path(out), {**arch, "source": str(run.path) if isinstance(run, Run) else None})
     return out
+
+
+def load_backbone(path: str | Path, module: nn.Module | str | None = None, device: str | torch.device = "cpu"
+                  ) -> nn.Module:
+    """A part written by ``export_backbone`` (``python -m scale.export``), rebuilt and loaded (eval mode).
+
+    The architecture comes from ``path.json``: the project's builder called with its recorded arguments,
+    or ``module`` (an ``nn.Module`` or a ``module:callable`` spec) for a part that is your own module, or
+    for a file without an architecture beside it. Weights are loaded strictly; ``RunError`` names what
+    does not fit.
+    """
+    path = Path(path)
+    try:
+        state = load_checkpoint(path, map_location=device)
+    except Exception as exc:
+        raise RunError(f"{path} cannot be loaded ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise RunError(f"{path} is not a state_dict (a mapping of names to tensors)")
+    try:
+        given, _ = as_module(module, "module")
+    except ModuleSpecError as exc:
+        raise RunError(str(exc)) from None
+    arch_file = architecture_path(path)
+    if given is None:
+        if not arch_file.is_file():
+            raise RunError(f"{path} has no architecture beside it ({arch_file.name}): pass module=<a module of its "
+                           "architecture> (or a module:callable spec)")
+        arch = _read_json(arch_file)
+        if not isinstance(arch, dict) or arch.get("format") != ARCHITECTURE_FORMAT:
+            raise RunError(f"{arch_file} is not an architecture record of format {ARCHITECTURE_FORMAT}")
+        if arch.get("builder") is None:
+            record = arch.get("module") or {}
+            spec = record.get("spec") or "module:callable"
+            raise RunError(f"{path} is a module of your own ({describe(record) if record else 'not recorded'}): pass "
+                           f"module=<a module of its architecture> or module=\"{spec}\"")
+        builder = BUILDERS.get(arch["builder"])
+        if builder is None or not isinstance(arch.get("arguments"), dict):
+            raise RunError(f"{arch_file}: unknown builder {arch.get('builder')!r}; valid: {', '.join(BUILDERS)}")
+        sizes = {k: v for k, v in arch["arguments"].items() if k in ("image_size", "width", "d", "k")}
+        if any(v is not None and (not isinstance(v, int) or not 1 <= v <= MAX_WIDTH) for v in sizes.values()):
+            raise RunError(f"{arch_file}: sizes {sizes} outside 1..{MAX_WIDTH}; the file is not an export of this "
+                           "project")
+
+        def build() -> nn.Module:
+            args = dict(arch["arguments"])
+            try:
+                return builder(*(args.pop(k) for k in ("name", "image_size", "width"))) \
+                    if builder is build_backbone else \
+                    builder(args.pop("spec"), args.pop("d"), args.pop("k"), args.pop("width"), **args)
+            except (TypeError, ValueError, KeyError) as exc:
+                raise RunError(f"{arch_file}: the recorded arguments do not build a module ({exc})") from None
+
+        with torch.device("meta"):  # shapes first, nothing allocated: a file cannot ask for more than its weights
+            check_state_dict(build(), state, f"{path} (architecture {arch_file.name})")
+        given = build()
+    load_state_dict_checked(given, state, str(path))
+    return given.to(device).eval()

@@ -16,9 +16,19 @@ from pathlib import Path
 
 import torch
 
+from mini.collapse import wilson_interval
 from mini.invariance import Stat
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
-from scale.runs.summary import ClassProbe, CurvatureSummary, GeometrySummary, RotationProbes, RunSummary
+from scale.engine.modules import OWN, describe
+from scale.runs.summary import (
+    ClassProbe,
+    CurvatureSummary,
+    Estimate,
+    GeometrySummary,
+    RotationProbes,
+    RunSummary,
+    Verdict,
+)
 
 
 def versions() -> dict[str, str]:
@@ -83,13 +93,90 @@ def _pct(v: float) -> str:
     return f"{v:.2f} %"
 
 
+# --------------------------------------------------------------------------------------------
+# Probe accuracies with their intervals, and the verdict: the same words in every report
+# --------------------------------------------------------------------------------------------
+
+SMALL_TEST = 100  # below this many test samples one sample is worth more than a point: the report warns
+
+
+def accuracy_text(percent: float, n: int) -> str:
+    """``84.00 % [80.3, 87.3]``: a test accuracy with its Wilson 95 % interval over ``n`` test samples."""
+    if n < 1:
+        return _pct(percent)
+    lo, hi = wilson_interval(round(percent / 100 * n), n)
+    return f"{percent:.2f} % [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def small_test_warning(n: int, what: str = "test images") -> str | None:
+    """A warning when ``n`` test samples make one sample worth more than a percentage point."""
+    if n >= SMALL_TEST:
+        return None
+    return (f"only {n} {what}: one is worth {100 / max(n, 1):.1f} points; read the accuracies with their "
+            "Wilson 95 % intervals")
+
+
+def probe_line(c: ClassProbe) -> str:
+    """The headline probe on one line, h minus z (the sign of every report), intervals beside."""
+    a = c.accuracy
+    return (f"backbone z {accuracy_text(a.z, c.test_images)}  head h {accuracy_text(a.h, c.test_images)}  "
+            f"(h minus z: {a.gap:+.2f} points)")
+
+
+def ratio_text(est: Estimate) -> str:
+    """A ratio estimate with its interval, or why it is undefined."""
+    if est.n == 0:
+        return (f"undefined (all {est.excluded} orbits degenerate: the family does not move these images, e.g. hue "
+                "or saturation on grey images)")
+    return est.fmt() + (f" ({est.excluded} degenerate orbits left out)" if est.excluded else "")
+
+
+def verdict_line(v: Verdict) -> str:
+    """The verdict on one line (stdout of ``scale.run`` and ``scale.analyze``)."""
+    return (f"verdict: {v.verdict} (collapse ratio {ratio_text(v.collapse_ratio)}; untrained head "
+            f"{ratio_text(v.collapse_ratio_untrained)}, {v.verdict_untrained}){learned_text(v, short=True)}")
+
+
+def learned_text(v: Verdict, short: bool = False) -> str:
+    """Whether the head's verdict is learned, read against its untrained control."""
+    if v.verdict == "neither":
+        return "" if short else "Neither: the collapse ratio's interval contains 1."
+    if v.verdict_untrained == v.verdict:
+        return ("; not learned: the untrained head does the same" if short else
+                "The untrained control gets the same verdict: at this state the effect is not learned by the head "
+                "(the bias-free control and the head on the raw z in the orbit table below separate out the "
+                "biases' share).")
+    return (f"; the untrained head is {v.verdict_untrained}: learned" if short else
+            f"The untrained control is {v.verdict_untrained}: the {v.verdict} effect comes with training.")
+
+
+def verdict_section(v: Verdict) -> list[str]:
+    """The verdict paragraph of a report (``scale.run``'s and ``scale.analyze``'s)."""
+    return [f"**Verdict: {v.verdict}.** Collapse ratio spread(z) / spread(h) = {ratio_text(v.collapse_ratio)} "
+            f"(geometric mean over orbits, 95 % t interval); the untrained head of the same architecture: "
+            f"{ratio_text(v.collapse_ratio_untrained)} ({v.verdict_untrained}). Curvature ratio kappa(h) / kappa(z) "
+            f"= {ratio_text(v.curvature_ratio)}; alignment gain (mean cosine to the unaugmented image, h minus z) = "
+            f"{v.alignment_gain.fmt('+.3f')}.", "", learned_text(v), ""]
+
+
+def parts_text(c: dict) -> str:
+    """The backbone and head of a run's config in words: the project's by name, or your own modules."""
+    own = c.get("modules") or {}
+    backbone = f"your backbone {describe(own['backbone'])}" if c["backbone"] == OWN and "backbone" in own \
+        else f"backbone {c['backbone']}"
+    if c["head"] == OWN and "head" in own:
+        head = f"your head {describe(own['head'])}, {c['head_out']} out"
+    else:
+        head = f"head {c['head']} ({c['head_width']} wide, {c['head_out']} out, BN {c['head_bn']})"
+    return f"{backbone}, {head}"
+
+
 def _run_section(run_dir: Path, s: RunSummary) -> list[str]:
     c, last = s.config, s.final or {}
     lines = [
         f"# Run {run_dir.name}", "", f"`{s.command}`", "",
-        f"{c['method']} on {c['dataset']}, backbone {c['backbone']}, head {c['head']} ({c['head_width']} wide, "
-        f"{c['head_out']} out, BN {c['head_bn']}), init {c['init']}, {c['epochs']} epochs, batch {c['batch_size']}, "
-        f"{c['optimizer']} lr {c['lr']:g}, augmentation {c['augment']}, {s.device}.", "",
+        f"{c['method']} on {c['dataset']}, {parts_text(c)}, init {c['init']}, {c['epochs']} epochs, batch "
+        f"{c['batch_size']}, {c['optimizer']} lr {c['lr']:g}, augmentation {c['augment']}, {s.device}.", "",
         "| quantity | value |", "|---|---|",
         f"| status | {s.status} |",
         f"| final loss | {last.get('loss', float('nan')):.4f} |",
@@ -97,9 +184,10 @@ def _run_section(run_dir: Path, s: RunSummary) -> list[str]:
         f"| z std (normalised, probe batch) | {last.get('z_std', float('nan')):.4f} |",
     ]
     if s.class_probe is not None:
-        a = s.class_probe.accuracy
-        lines += [f"| headline probe on z (backbone), test accuracy | {_pct(a.z)} |",
-                  f"| headline probe on h (head), test accuracy | {_pct(a.h)} |"]
+        a, n = s.class_probe.accuracy, s.class_probe.test_images
+        lines += [f"| headline probe on z (backbone), test accuracy [Wilson 95 %] | {accuracy_text(a.z, n)} |",
+                  f"| headline probe on h (head), test accuracy [Wilson 95 %] | {accuracy_text(a.h, n)} |",
+                  f"| h minus z | {a.gap:+.2f} points |"]
     lines += [f"| wall time | {s.wall_seconds:.1f} s |"]
     if s.end_of_run_seconds is not None:
         lines += [f"| of which the end-of-run measurement | {s.end_of_run_seconds:.1f} s |"]
@@ -107,6 +195,9 @@ def _run_section(run_dir: Path, s: RunSummary) -> list[str]:
     if s.class_probe is not None:
         lines += [f"Headline probe: {s.class_probe.protocol}, {s.class_probe.train_images} training and "
                   f"{s.class_probe.test_images} test images.", ""]
+    lines += [f"Note: {note}" for note in s.notes] + ([""] if s.notes else [])
+    if s.geometry is not None and s.geometry.verdict is not None:
+        lines += verdict_section(s.geometry.verdict)
     return [*lines, "![loss and variance](curves.png)", ""]
 
 
@@ -137,23 +228,28 @@ def geometry_section(g: GeometrySummary) -> list[str]:
 
 
 def probe_section(class_probe: ClassProbe | None, r: RotationProbes | None) -> list[str]:
-    """The probe table (headline and E3) of one model; also ``scale.analyze``'s."""
+    """The probe table (headline and E3) of one model, each accuracy with its Wilson 95 % interval over the
+    test samples; also ``scale.analyze``'s."""
     rows = []
     if class_probe is not None:
-        rows.append((f"headline: {class_probe.protocol}", class_probe.accuracy))
+        rows.append((f"headline: {class_probe.protocol}", class_probe.accuracy, class_probe.test_images))
     if r is not None:
-        rows += [(f"rotation, linear ({r.settings['protocol']})", r.linear),
+        n = r.settings["rotation_samples"]["test"]
+        rows += [(f"rotation, linear ({r.settings['protocol']})", r.linear, n),
                  (f"rotation, MLP (hidden {r.settings['hidden_z']} on z, {r.settings['hidden_h']} on h; same protocol)",
-                  r.mlp)]
+                  r.mlp, n)]
     if not rows:
         return []
     title = "### Probes on frozen features (headline; E3)"
     if r is not None:
         title += (f": rotation 4-way on {r.settings['rotation_samples']['train']} train / "
                   f"{r.settings['rotation_samples']['test']} test rotated images")
-    lines = [title, "", "| probe (test accuracy) | backbone z | head h | h minus z |", "|---|---|---|---|"]
-    lines += [f"| {label} | {_pct(a.z)} | {_pct(a.h)} | {a.gap:+.2f} points |" for label, a in rows]
-    return [*lines, ""]
+    lines = [title, "", "| probe (test accuracy [Wilson 95 %]) | backbone z | head h | h minus z |",
+             "|---|---|---|---|"]
+    lines += [f"| {label} | {accuracy_text(a.z, n)} | {accuracy_text(a.h, n)} | {a.gap:+.2f} points |"
+              for label, a, n in rows]
+    warnings = {w for _, _, n in rows if (w := small_test_warning(n, "test samples")) is not None}
+    return [*lines, "", *(f"Warning: {w}." for w in sorted(warnings)), *([""] if warnings else [])]
 
 
 def _curvature_section(c: CurvatureSummary) -> list[str]:

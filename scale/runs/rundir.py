@@ -2,12 +2,12 @@
 
     check_run_name(name)        a single path component: no separators, no '.'/'..', nothing hidden
     RunLock(run_dir)            ``.lock`` held with ``fcntl.flock`` while a run writes there; the file
-                                names the holder (pid, host, start time). The kernel drops the flock
-                                when its process dies, so a lock left by a killed run is taken over
-                                (with a note naming the dead holder); a live holder makes the second
-                                run fail at once, naming it. No forked child keeps the lock
-                                (``scale.engine.workers.private_descriptor``), and a lock that cannot be
-                                written (a full disk) leaves no directory behind
+                                names the holder (pid, host, start time) and is removed when the run
+                                ends. The kernel drops the flock when its process dies, so a lock left
+                                by a killed run is taken over (with a note naming the dead holder); a
+                                live holder makes the second run fail at once, naming it. No forked
+                                child keeps the lock (``scale.engine.workers.private_descriptor``), and
+                                a lock that cannot be written (a full disk) leaves no directory behind
     run_files(run_dir)          what the directory holds of a run: ``RUN_OUTPUTS`` (every file the project
                                 writes there), the folders of ``RUN_FOLDERS`` with their files, and the
                                 entries a run never writes (``foreign``)
@@ -134,23 +134,30 @@ class RunLock:
         # the folders this lock creates (run_dir and any missing parents), removed again if left empty
         self.created = [d for d in (self.run_dir, *self.run_dir.parents) if not d.exists()]
         self.path, self.fd = self.run_dir / LOCK_NAME, -1
-        self.created_lock = not self.path.exists()
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError:  # a full disk, a read-only or forbidden folder: nothing created stays behind
             self._remove_created()
             raise
-        private_descriptor(self.fd)  # no forked worker keeps the lock after this process dies
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = self._holder()
+        while True:  # a lock file unlinked by its holder's release between our open and our flock: open it again
+            try:
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError:
+                self._remove_created()
+                raise
+            private_descriptor(self.fd)  # no forked worker keeps the lock after this process dies
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = self._holder()
+                self._close()
+                raise ConfigError(
+                    f"{self.run_dir} is in use by another run ({holder or 'holder unknown'}); wait for it to finish "
+                    f"or stop it, or choose another --run-name"
+                ) from None
+            if self._is_current():
+                break
             self._close()
-            raise ConfigError(
-                f"{self.run_dir} is in use by another run ({holder or 'holder unknown'}); wait for it to finish or "
-                f"stop it, or choose another --run-name"
-            ) from None
         previous = self._holder()
         self.note = (f"took over the lock of a run that ended without releasing it ({previous})"
                      if previous else None)
@@ -176,25 +183,30 @@ class RunLock:
         except (ValueError, KeyError, TypeError):
             return f"lock file says {text[:80]!r}"
 
+    def _is_current(self) -> bool:
+        """Whether the locked file is still the one at ``path`` (not unlinked by a release meanwhile)."""
+        try:
+            return os.fstat(self.fd).st_ino == os.stat(self.path).st_ino
+        except FileNotFoundError:
+            return False
+
     def _close(self) -> None:
         release_descriptor(self.fd)
         os.close(self.fd)
         self.fd = -1
 
     def release(self) -> None:
-        """Drop the flock. The lock file stays, emptied, where a run lives (unlinking it after the unlock would
-        race a run taking it); a lock file this lock created in a folder that holds no run is unlinked while
-        still held (a run opening the path then gets a new file, and no two runs hold live locks), and the
-        folders this lock created are removed once empty."""
+        """Remove the lock file while still holding it, then drop the flock: a finished run leaves no
+        ``.lock``. A run that opened the old file meanwhile finds it unlinked after its flock and opens the
+        path again (``_is_current``), so two runs never hold locks on two files. The folders this lock
+        created are removed once empty."""
         import fcntl
 
         if self.fd < 0:
             return
         try:
-            if self.created_lock and not is_run(self.run_dir):
+            if self._is_current():
                 self.path.unlink()
-            else:
-                os.ftruncate(self.fd, 0)
         except OSError:
             pass
         fcntl.flock(self.fd, fcntl.LOCK_UN)

@@ -6,8 +6,10 @@ back by the report builders (``scale.runs.run_report`` for the run, ``scale.repo
       outcome         status, wall seconds, epochs done, the last epoch's record
       class_probe     ProbePair: the headline probe (scale.geometry.probes.HEADLINE_PROTOCOL) on the class labels
       rotation_probes RotationProbes: E3's rotation probes with the paper's protocol (linear, MLP)
-      geometry        GeometrySummary: E4's orbit metrics of z, h and the untrained controls
+      geometry        GeometrySummary: E4's orbit metrics of z, h and the untrained controls, and the
+                      compressor / expander verdict (Verdict: Estimates with their intervals)
       curvature       CurvatureSummary: the Hessian tracker's summary and last record (E2)
+      notes           what was not measured, and why (one class: no class probe; ...)
 
 Units: accuracies in percent (``ProbePair.z = 84.67`` is 84.67 %), gaps in percentage points (h - z,
 the paper's sign); geometry as measured. ``from_dict`` reads what ``to_dict`` wrote; a part that was
@@ -16,11 +18,47 @@ not measured is ``None``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from mini.invariance import OrbitGeometry, Stat
 from mini.paper_numbers import ProbePair  # one probe's z and h accuracies, the paper's and ours
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with its interval (``scale.geometry.verdict.CONFIDENCE``) over ``n`` values
+    (``excluded`` left out); a NaN interval where ``n < 2``."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+    excluded: int = 0
+
+    def fmt(self, spec: str = ".3g") -> str:
+        if math.isnan(self.low):
+            return f"{self.value:{spec}}"
+        return f"{self.value:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Compressor, expander or neither (``scale.geometry.verdict``): the collapse ratio spread(z) / spread(h)
+    of the head and of its untrained control, each with its interval and verdict; the curvature ratio
+    kappa(h) / kappa(z) and the alignment gain (h minus z)."""
+
+    collapse_ratio: Estimate
+    collapse_ratio_untrained: Estimate
+    verdict: str
+    verdict_untrained: str
+    curvature_ratio: Estimate
+    alignment_gain: Estimate
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        return cls(**{k: (Estimate(**v) if isinstance(v, dict) else v) for k, v in d.items()})
 
 
 @dataclass(frozen=True)
@@ -69,11 +107,15 @@ class GeometrySummary:
     d_intra_factor: float | None  # z / h (paper: 4.76x smaller)
     d_inter_factor: float | None  # z / h (paper: 3.89x smaller)
     ratio_factor: float | None  # h / z (paper: 1.22x higher)
+    verdict: Verdict | None = None  # from the per-orbit values (summaries written before it have none)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GeometrySummary:
         spaces = ("z", "h", "h_untrained", "h_untrained_nobias", "h_raw_input")
-        return cls(**{k: (_geometry(v) if k in spaces else v) for k, v in d.items()})
+        out = {k: (_geometry(v) if k in spaces else v) for k, v in d.items()}
+        if out.get("verdict") is not None:
+            out["verdict"] = Verdict.from_dict(out["verdict"])
+        return cls(**out)
 
 
 @dataclass(frozen=True)
@@ -115,6 +157,7 @@ class RunSummary:
     rotation_probes: RotationProbes | None = None
     geometry: GeometrySummary | None = None
     curvature: CurvatureSummary | None = None
+    notes: list[str] = field(default_factory=list)  # what was not measured and why, warnings
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -38,6 +38,7 @@ from typing import Any
 
 from mini.heads import parse_head_spec
 from scale.engine.checkpoint import unreadable_reason
+from scale.engine.modules import OWN
 from scale.runs.faults import ConfigError, CorruptFile
 
 MAX_HEAD_LAYERS = 32  # the paper's heads have 1-4 Linear layers
@@ -58,7 +59,7 @@ def _choices() -> dict[str, tuple[str, ...]]:
     from scale.engine.methods import METHODS
     from scale.engine.train import OPTIMIZERS, SCHEDULES
 
-    return {"dataset": DATASETS, "method": tuple(METHODS), "backbone": BACKBONES, "optimizer": OPTIMIZERS,
+    return {"dataset": DATASETS, "method": tuple(METHODS), "backbone": (*BACKBONES, OWN), "optimizer": OPTIMIZERS,
             "schedule": SCHEDULES, "augment": PRESETS, "init": ("normal", "collapsed"),
             "precision": ("fp32", "bf16"), "augment_path": AUGMENT_PATHS}
 
@@ -87,6 +88,8 @@ def head_parameters(spec: str, d: int, k: int, width: int, bias: bool) -> int:
 
 def backbone_dim(cfg: Any) -> int:
     """``z``'s dimension without building the backbone (resnet18: 8 x base width; vit_tiny: model dim)."""
+    if cfg.backbone == OWN:  # your own backbone: its recorded output width (scale.engine.modules)
+        return int(cfg.modules["backbone"]["out_dim"])
     if cfg.backbone == "resnet18":
         return 8 * (cfg.backbone_width or 64)
     return cfg.backbone_width or 192
@@ -156,7 +159,13 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         if cfg.head_out_bn != cfg.head_bn:
             raise ConfigError(f"{name('head_style')} paper puts BatchNorm after every Linear or after none: "
                               f"{name('head_out_bn')} must equal {name('head_bn')} ({cfg.head_bn})")
-    specs = [("head", cfg.head)] + ([("predictor", cfg.predictor)] if cfg.predictor else [])
+    for key in ("backbone", "head", "predictor"):
+        record = (cfg.modules or {}).get(key) if getattr(cfg, key) == OWN else {"out_dim": 1}
+        if not isinstance(record, dict) or not isinstance(record.get("out_dim"), int) or record["out_dim"] < 1:
+            raise ConfigError(f"{name(key)} is {OWN!r} (a module of your own) but {name('modules')} has no record "
+                              f"of it with its out_dim")
+    # grammar specs only: a part of your own (OWN) was built by your code, its record is in cfg.modules
+    specs = [(k, v) for k, v in (("head", cfg.head), ("predictor", cfg.predictor)) if v and v != OWN]
     for key, spec in specs:
         try:
             n = parse_head_spec(spec).n_layers
@@ -164,11 +173,13 @@ def check_config(cfg: Any, source: str = "flags") -> None:
             raise ConfigError(f"{name(key)}: {exc}") from None
         if n > MAX_HEAD_LAYERS:
             raise ConfigError(f"{name(key)} {spec!r} has {n} Linear layers; at most {MAX_HEAD_LAYERS} are supported")
+    if cfg.head == OWN:
+        return
     d = backbone_dim(cfg)
     total = head_parameters(cfg.head, d, cfg.head_out, cfg.head_width, cfg.head_bias)
     from scale.engine import methods
 
-    if methods.get(cfg.method).predictor:  # the registry says which methods carry a predictor head
+    if methods.get(cfg.method).predictor and cfg.predictor != OWN:  # the registry: which methods have one
         from scale.engine.train import default_predictor
 
         spec = cfg.predictor or default_predictor(cfg.head)
@@ -179,6 +190,8 @@ def check_config(cfg: Any, source: str = "flags") -> None:
                           "--head-out, --pred-width or the depth)")
     from scale.runs.budget import MAX_MODEL_PARAMS, model_parameters
 
+    if OWN in (cfg.backbone, cfg.head, cfg.predictor):
+        return  # a part of your own was built (and sized) by your code: the project's parts are capped above
     whole = model_parameters(cfg)  # counted on the meta device: nothing is allocated
     if whole > MAX_MODEL_PARAMS:
         raise ConfigError(f"the model ({cfg.backbone} of width {cfg.backbone_width or 'default'} with its heads) would "
@@ -247,7 +260,7 @@ def config_from_dict(values: dict[str, Any], source: str) -> Any:
     unknown = sorted(set(values) - names)
     if unknown:
         raise ConfigError(f"{source} has unknown keys {unknown}; valid keys: {', '.join(sorted(names))}")
-    optional = {"threads"}  # added later; configs saved before it lack it
+    optional = {"threads", "modules"}  # added later; configs saved before them lack them
     missing = sorted(names - set(values) - optional - {"log_every"})
     if missing:
         raise ConfigError(f"{source} lacks the keys {missing}")

@@ -264,6 +264,7 @@ def _dense_block_check(f64, z1: torch.Tensor, eig: torch.Tensor, scale: float) -
         return f64(torch.cat([z1[:i], x[None], z1[i + 1:]]))
 
     Hi = hessian(row_loss)(z1[i].clone())
+    Hi = Hi.detach()
     return float((torch.linalg.eigvalsh(0.5 * (Hi + Hi.T)) - eig[i]).abs().max() / scale)
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from bench._util import interleaved_median, run_header, write_atomic
+from bench._util import interleaved_median, publish, run_header
 
 OUT = Path(__file__).resolve().parent / "results" / "epoch.md"
 SHAPES = [(256, 2048), (256, 512), (256, 128), (8, 2048), (8, 512)]
@@ -70,10 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         diff = max(abs(s_a - s_b) / s_a, abs(c_a - c_b) / c_a)
         lines.append(f"| {n} | {k} | {1e3 * t['cov']:.2f} | {1e3 * t['gram']:.2f} | **{t['cov'] / t['gram']:.1f}x** | "
                      f"{diff:.1e} |")
-    text = "\n".join([*lines, ""])
-    write_atomic(args.out, text)
-    print(text)
-    return 0
+    return publish(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -208,3 +208,30 @@ def test_cli_without_curvature_on_e6_trajectories(models, tmp_path, capsys):
                                                                                              "neither")
     assert res["geometry"]["settings"]["points_per_orbit"] == 4 and res["geometry"]["settings"]["family"] == "blur"
     assert not (out / "spectrum.png").exists() and "H_eff not measured" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("method", ["vicreg", "simsiam"])
+def test_curvature_of_a_grammar_head_in_closed_form_equals_the_matrix_free_route(models, monkeypatch, method):
+    """A head of the grammar (``MLPHead``, BatchNorm in eval mode) takes the closed-form products; the same state
+    through the autograd operators (the route of any other head) gives the same extremes, split and ratio."""
+    from scale.engine.heads import build_head
+
+    torch.manual_seed(0)
+    backbone = models.backbone()
+    head = build_head("gelu3", 24, 8, 16, batchnorm=True)
+    pred = build_head("gelu2", 8, 8, 6) if method == "simsiam" else None
+    cfg = TrainConfig(method=method, augment="e3", image_size=16)
+    model = analyze.SSLModel(cfg, backbone=backbone, head=head, predictor=pred).eval()
+    settings = analyze.AnalysisSettings(hessian_images=4, lanczos_iter=40)
+    data = load_synthetic(image_size=16)
+    closed = analyze.curvature(model, cfg, data, settings)
+    monkeypatch.setattr(analyze, "rowwise", lambda head, bn_mode: False)
+    graphs = analyze.curvature(model, cfg, data, settings)
+    assert "closed form" in closed["hvp_mode"] and "closed form" not in graphs["hvp_mode"]
+    scale = graphs["H"]["scale"]
+    for key in ("H", "G", "M"):
+        for end in ("lambda_min", "lambda_max"):
+            assert abs(closed[key][end] - graphs[key][end]) <= 1e-8 * scale, (key, end)
+    for key in ("vHv", "vGv", "vMv"):
+        assert abs(closed["split_at_lambda_min"][key] - graphs["split_at_lambda_min"][key]) <= 1e-8 * scale
+    assert closed["M_over_H_frobenius"] == pytest.approx(graphs["M_over_H_frobenius"], rel=1e-8)

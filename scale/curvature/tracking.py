@@ -97,7 +97,7 @@ def hutchinson_ratio(num, den, N: int, probes: int, dtype, device, seed: int = 0
     return float(np.sqrt(a / b)) if b > 0 else float("nan")
 
 
-def _rowwise(head: nn.Module, bn_mode: str) -> bool:
+def rowwise(head: nn.Module, bn_mode: str) -> bool:
     """The head acts row by row and its closed-form derivatives apply (``MLPHead``, BatchNorm in eval mode)."""
     has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in head.modules())
     return isinstance(head, MLPHead) and (bn_mode == "eval" or not has_bn)
@@ -114,7 +114,7 @@ def choose_path(z: Tensor, head: nn.Module, *, block_diagonal: bool, bn_mode: st
     streamed in chunks of rows, only ``M``'s (n, d, d) kept for ``|M|``), through ``predictor`` if it has one;
     then ``scale.curvature.blocks.block_route`` weighs the whole spectrum (``blocks``) against a Lanczos per block
     (``block-lanczos``), which needs no kept blocks at all."""
-    if not _rowwise(head, bn_mode):
+    if not rowwise(head, bn_mode):
         return "matrix-free"
     n, d = z.shape
     widths = _linear_widths(head)
@@ -184,7 +184,7 @@ def measure(
     if path == "auto":
         path = choose_path(z, head, block_diagonal=block_diagonal, bn_mode=bn_mode,
                            closed_form=getattr(loss, "closed_form", False), predictor=getattr(loss, "predictor", None))
-    elif path in ("blocks", "block-lanczos", "factored", "closed-form") and not _rowwise(head, bn_mode):
+    elif path in ("blocks", "block-lanczos", "factored", "closed-form") and not rowwise(head, bn_mode):
         raise ValueError(f"path {path!r} needs a row-wise MLPHead (BatchNorm in eval mode); use 'matrix-free'")
     if path in ("blocks", "block-lanczos") and not block_diagonal:
         raise ValueError(f"path {path!r} needs a block-diagonal (per-sample) objective; use 'closed-form'")

@@ -57,3 +57,11 @@ def run_header(module: str, argv: list[str], threads: int) -> str:
 def write_atomic(path: str | Path, text: str) -> None:
     """Results files go through the project's one atomic writer."""
     atomic_write_text(path, text)
+
+
+def publish(path: str | Path, lines: list[str]) -> int:
+    """A bench's result: the lines written atomically to ``path`` and printed; the exit code 0."""
+    text = "\n".join([*lines, ""])
+    write_atomic(path, text)
+    print(text)
+    return 0

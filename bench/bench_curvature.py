@@ -1,29 +1,39 @@
-"""Curvature estimates against what a user would run instead, on the paper's tracker Hessian.
+"""Exact curvature against the paper's estimator, on the paper's tracker Hessian, at the paper's sizes.
 
-    python -m bench.bench_curvature [--quick] [--threads 1] [--rows 8 32] [--repeats 3]
+    python -m bench.bench_curvature [--quick] [--threads 1] [--rows 8 32 64] [--digits-rows 8 32] [--repeats 3]
 
-The state: a SimSiam model (ResNet-18 backbone, the method's head and predictor) after one epoch on
-digits. The Hessian is the one the paper's tracker measures (its official ``hessian_tracker.py``):
-the SimSiam loss ``-1/2 [mean cos(p(h(z1)), stopgrad h(z2)) + mean cos(p(h(z2)), stopgrad h(z1))]``
-differentiated twice in the first view's representations ``z1`` only (``rows`` images, ``N = rows x d``).
+The Hessian is the one the paper's tracker measures (its official ``hessian_tracker.py``): the SimSiam loss
+``-1/2 [mean cos(p(h(z1)), stopgrad h(z2)) + mean cos(p(h(z2)), stopgrad h(z1))]`` differentiated twice in the
+first view's representations ``z1`` only (``rows`` images, ``N = rows x d``); only the first term depends on
+``z1``. Two states, each after one SimSiam epoch on digits (``scale.run``'s trainer):
 
-Contenders, timed side by side (interleaved rounds, medians), each with its error against the exact
-spectrum (relative to ``max |lambda|``):
+- official: the official tracker's network: ResNet-18 of width 64 (``d = 512``), projector ``Linear(512, 2048)
+  -> SiLU -> Linear(2048, 2048)`` and predictor ``Linear(2048, 512) -> SiLU -> Linear(512, 2048)``, no bias, no
+  BatchNorm (``ProjectionHead(..., use_bn=False)`` there; ``swish2``, ``--no-head-bn --no-head-bias`` here);
+- digits: the project's digits SimSiam (width-16 ResNet-18, ``d = 128``, swish3 head 256/256/128, predictor 64).
 
-- paper (the anchor): the official procedure, re-implemented here from its description: float32, the
-  loss's gradient graph built once (``create_graph``), 20 normalised power steps on ``H``, ``lambda_max`` as
-  a Rayleigh quotient, 20 power steps on ``H - lambda_max I`` from a fresh random vector, ``lambda_min`` as
-  the Rayleigh quotient of ``H`` at the result (42 products);
-- exact blocks: the view-1 rows' per-sample blocks in one closed-form forward-mode sweep through head,
-  predictor and cosine (``mini.loss_hessians.PredictorCosineCurvature``), float64, ``eigvalsh`` of each:
-  the whole spectrum;
-- Lanczos (project, float64 basis), on the closed-form product (one forward-mode pass and one pullback
-  through the weights, ``PredictorCosineCurvature.hvp``) and on autograd's double-backward product through a
-  graph built once (``scale.curvature.operators``, the matrix-free path): stopped by the residual test at 1e-10
-  (the tracker's) and by the eigenvalue error bound at 1e-8 (``stop="eigenvalue"``); and with float32
-  autograd products (tolerance 1e-6);
-- eigsh: ``scipy.sparse.linalg.eigsh`` (ARPACK) on a ``LinearOperator`` wrapping the closed-form float64
-  product, ``which="SA"`` and ``"LA"`` at tolerance 1e-10: the products each needs.
+Contenders, timed side by side (interleaved rounds, medians, each building what it needs at the state, as a
+user would), each with its errors against the exact spectrum (relative to ``max |lambda|``):
+
+- paper (the anchor): the official procedure, re-expressed here from its code: float32, the loss's gradient
+  graph built once (``create_graph``), 20 normalised power steps on ``H``, ``lambda_max`` as a Rayleigh quotient,
+  20 power steps on ``H - lambda_max I`` from a fresh random vector, ``lambda_min`` as the Rayleigh quotient of
+  ``H`` at the result (42 products; cosine by ``F.cosine_similarity`` as there);
+- exact blocks: the rows' per-sample ``d x d`` blocks in one closed-form forward-mode sweep through head,
+  predictor and cosine (``mini.loss_hessians.PredictorCosineCurvature``), float64 ``eigvalsh`` of each: the whole
+  spectrum, and the dense float64 reference of every error here;
+- Lanczos per block (``scale.curvature.lanczos.blockwise_lanczos``): one Lanczos per sample's block, all
+  blocks advanced by each closed-form float64 product, stopped when every block's ends meet the eigenvalue
+  bound 1e-8 of the scale: ``lambda_min`` and ``lambda_max``;
+- the tracker's automatic path (``scale.curvature.tracking.measure(path="auto")``): whatever route it picks,
+  with the whole record it writes (``lambda_min``, ``lambda_max``, ``|M|/|H|``, the negative count);
+- Lanczos on the whole operator (float64 closed-form products), stopped by the eigenvalue bound at 1e-8 and by
+  the residual test at 1e-10 (the previous fastest exact route);
+- digits only (cheap there): float64 and float32 autograd products, and ``scipy.sparse.linalg.eigsh`` (ARPACK,
+  SA + LA at 1e-10) on the closed-form product.
+
+Dense checks: the closed-form product against autograd's double backward (a random direction), and the
+exact block of the row holding ``lambda_min`` against ``torch.func.hessian`` of that row's loss (float64).
 
 Writes ``bench/results/curvature.md`` and prints it.
 """
@@ -41,9 +51,18 @@ from bench._util import interleaved_median, run_header, write_atomic
 
 OUT = Path(__file__).resolve().parent / "results" / "curvature.md"
 
+# The two states: scale.run arguments after "digits --method simsiam --epochs 1"
+STATES = {
+    "official": ["--head", "swish2", "--backbone-width", "64", "--head-width", "2048", "--head-out", "2048",
+                 "--pred-width", "512", "--no-head-bn", "--no-head-bias"],
+    "digits": ["--head", "swish3"],
+}
+BLOCK_BOUND = 1e-8  # the eigenvalue bound every exact Lanczos contender is asked for, relative to the scale
 
-def digits_state(pairs: int, seed: int = 0):
-    """A digits SimSiam model after one epoch, and its probe's ``z`` (2 * pairs rows, [view1; view2])."""
+
+def trained_state(name: str, pairs: int, threads: int, seed: int = 0):
+    """One SimSiam epoch on digits with ``STATES[name]``'s network; the probe's ``z`` and ``h`` (2 * pairs rows,
+    [view1; view2]), the projector and the predictor."""
     from scale.curvature.tracking import HessianTracker
     from scale.engine.data import load_dataset
     from scale.engine.train import Hook, Trainer
@@ -53,10 +72,10 @@ def digits_state(pairs: int, seed: int = 0):
         def on_epoch_end(self, state):
             self.state = state
 
-    args = build_parser().parse_args(["digits", "--method", "simsiam", "--head", "swish3", "--epochs", "1",
-                                      "--seed", str(seed)])
+    args = build_parser().parse_args(["digits", "--method", "simsiam", "--epochs", "1", "--seed", str(seed),
+                                      "--threads", str(threads), "--augment-path", "batched", *STATES[name]])
     cfg = resolve_config(args, torch.device("cpu"))
-    keep, tracker = Keep(), HessianTracker("epoch", probe_pairs=pairs, path="blocks")
+    keep, tracker = Keep(), HessianTracker(10**9, probe_pairs=pairs)  # its probe (the first step's views) only
     Trainer(cfg, load_dataset("digits"), torch.device("cpu"), hooks=[keep, tracker], log=None).fit()
     z, h = keep.state.embed(tracker.probe_x)
     model = keep.state.model
@@ -64,7 +83,7 @@ def digits_state(pairs: int, seed: int = 0):
 
 
 def paper_power_iteration(f, z1: torch.Tensor, iters: int = 20, seed: int = 0) -> float:
-    """The official tracker's procedure (float32), written from its description (module docstring)."""
+    """The official tracker's ``get_min_eigenvalue_hvp`` (float32), re-expressed (module docstring)."""
     gen = torch.Generator().manual_seed(seed)
     with torch.enable_grad():
         z = z1.detach().float().requires_grad_(True)
@@ -88,35 +107,61 @@ def paper_power_iteration(f, z1: torch.Tensor, iters: int = 20, seed: int = 0) -
 
 
 def one_view_loss(head, pred, t2: torch.Tensor, dtype: torch.dtype):
-    """``z1 -> -1/2 mean cos(p(h(z1)), t2)``: the part of the SimSiam loss that depends on ``z1``."""
+    """``z1 -> -1/2 mean cos(p(h(z1)), t2)``: the part of the official SimSiam loss that depends on ``z1``."""
     import copy
 
-    from scale.engine import objectives as so
+    import torch.nn.functional as F
 
     head, pred = copy.deepcopy(head).to(dtype), copy.deepcopy(pred).to(dtype)
-    T = so.normalize(t2.to(dtype))
+    T = t2.to(dtype)
 
     def f(z1: torch.Tensor) -> torch.Tensor:
-        return -0.5 * (so.normalize(pred(head(z1))) * T).sum(dim=1).mean()
+        return -0.5 * F.cosine_similarity(pred(head(z1)), T).mean()
 
     return f
 
 
-def compare(z, h, head, pred, rows: int, repeats: int) -> dict:
+class OneView:
+    """The paper's tracker objective for ``scale.curvature.tracking.measure``: ``H_eff`` of ``z1 -> -1/2 mean_i
+    cos(p(h(z1_i)), t2_i)``, carrying its closed form (``PredictorCosineCurvature`` with coefficient ``-1/(2 rows)``)
+    as ``scale.engine.loss_curvature.PredictorCosine`` does for the project's own symmetric objective."""
+
+    closed_form = True
+
+    def __init__(self, pred, t2: torch.Tensor):
+        self.predictor, self.t2 = pred, t2
+
+    def __call__(self, Hb: torch.Tensor) -> torch.Tensor:
+        import torch.nn.functional as F
+
+        return -0.5 * F.cosine_similarity(self.predictor.to(Hb.dtype)(Hb), self.t2.to(Hb.dtype)).mean()
+
+    def curvature_at(self, head, z: torch.Tensor, compose: bool = True):
+        from mini.loss_hessians import PredictorCosineCurvature
+        from scale.engine.heads import mini_head_of
+
+        return PredictorCosineCurvature(head, mini_head_of(self.predictor, z.dtype), z, self.t2.to(z.dtype),
+                                        -0.5 / z.shape[0], compose)
+
+    def value_of(self, curv) -> float:
+        return float(-0.5 * curv.cos.mean())
+
+
+def compare(z, h, head, pred, rows: int, repeats: int, digits: bool) -> dict:
     from scipy.sparse.linalg import LinearOperator, eigsh
 
     from mini.loss_hessians import PredictorCosineCurvature
-    from scale.curvature.blocks import mini_head_of
-    from scale.curvature.lanczos import lanczos
+    from scale.curvature.blocks import blockwise_ends, mini_head_of
+    from scale.curvature.lanczos import blockwise_lanczos, lanczos
     from scale.curvature.operators import EffectiveHessian, Operator
+    from scale.curvature.tracking import measure
 
     m = z.shape[0] // 2
     z1, t2 = z[:rows].double(), h[m:m + rows].double()  # the first view's rows; the other view's targets
     n, d = z1.shape
-    mh, mp = mini_head_of(head), mini_head_of(pred)
 
     def curvature() -> PredictorCosineCurvature:  # -1/2 mean_i cos(p(h(z1_i)), t2_i): coefficient -1/(2 rows)
-        return PredictorCosineCurvature(mh, mp, z1, t2, -0.5 / rows)
+        return PredictorCosineCurvature(mini_head_of(head), mini_head_of(pred), z1, t2, -0.5 / rows)
 
     def closed_operator() -> Operator:  # built per run, as a user would at a new state
         c = curvature()
@@ -124,39 +169,55 @@ def compare(z, h, head, pred, rows: int, repeats: int) -> dict:
                         lambda v: c.hvp(v.reshape(n, d)).reshape(-1),
                         lambda C: c.hvp(C.reshape(C.shape[0], n, d)).reshape(C.shape[0], -1))
 
-    def exact():
-        return torch.cat([torch.linalg.eigvalsh(M + G) for _, M, G in curvature().blocks()]).flatten()
+    def exact() -> torch.Tensor:  # (n, d): every block's spectrum, ascending
+        return torch.cat([torch.linalg.eigvalsh(M + G) for _, M, G in curvature().blocks()])
 
     eig = exact()
-    lam_min, scale = float(eig.min()), float(eig.abs().max())
+    lam_min, lam_max, scale = float(eig.min()), float(eig.max()), float(eig.abs().max())
     f32 = one_view_loss(head, pred, t2, torch.float32)
     f64 = one_view_loss(head, pred, t2, torch.float64)
     identity = lambda x: x  # noqa: E731  the operator's "head" is the identity: H is the Hessian of f in z1
-    E64 = EffectiveHessian(z1, identity, f64)
-    check = None
-    if z1.numel() <= 2048:
-        check = float(np.abs(np.linalg.eigvalsh(E64.H.dense().numpy()) - np.sort(eig.numpy())).max() / scale)
     v = torch.randn(n * d, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    product_agreement = float((closed_operator().matvec(v) - E64.H.matvec(v)).abs().max() / E64.H.matvec(v).abs().max())
-
-    out = {"rows": rows, "d": d, "N": n * d, "lambda_min": lam_min, "scale": scale, "dense_check": check,
-           "product_agreement": product_agreement}
-    results: dict[str, float] = {}
+    E64 = EffectiveHessian(z1, identity, f64)
+    ref = E64.H.matvec(v)
+    out = {"rows": rows, "d": d, "N": n * d, "lambda_min": lam_min, "lambda_max": lam_max, "scale": scale,
+           "product_agreement": float((closed_operator().matvec(v) - ref).abs().max() / ref.abs().max()),
+           "dense_block_check": _dense_block_check(f64, z1, eig, scale)}
+    results: dict[str, tuple[float, float | None]] = {}  # contender -> (lambda_min, lambda_max or None)
 
     def run_lanczos(name, make_op, **kw):
         def go():
-            r = lanczos(make_op(), max_iter=300, **kw)
-            results[name], out[f"{name}_products"] = r.lambda_min, r.n_products
+            r = lanczos(make_op(), max_iter=400, **kw)
+            results[name], out[f"{name}_products"] = (r.lambda_min, r.lambda_max), r.n_products
         return go
+
+    def blockwise():  # the tracker's route to the ends (scale.curvature.blocks.blockwise_ends), without |M|
+        r, _, info = blockwise_ends(z1, head, OneView(pred, t2), tol=BLOCK_BOUND, interaction=False)
+        results["blockwise"], out["blockwise_products"] = (r.lambda_min, r.lambda_max), r.n_products
+        out["blockwise_steps"] = f"{int(r.block_steps.min())}-{int(r.block_steps.max())}"
+        out["blockwise_recurrence"] = info["recurrence"]
+
+    def blockwise64():
+        r = blockwise_lanczos(closed_operator(), n, tol=BLOCK_BOUND)
+        results["blockwise64"], out["blockwise64_products"] = (r.lambda_min, r.lambda_max), r.n_products
+
+    def tracker_auto():
+        rec, _ = measure(z1, head, OneView(pred, t2), block_diagonal=True, path="auto")
+        results["auto"] = (rec["lambda_min"], rec["lambda_max"])
+        out["auto_path"], out["auto_products"] = rec["path"], rec["n_products"] + rec.get("n_products_M", 0)
+
+    def paper():
+        results["paper"] = (paper_power_iteration(f32, z1), None)
+
+    def blocks():
+        e = exact()
+        results["blocks"] = (float(e.min()), float(e.max()))
 
     def graph64():
         return EffectiveHessian(z1, identity, f64).H
 
     def graph32():
         return EffectiveHessian(z1.float(), identity, f32).H
-
-    def paper():
-        results["paper"] = paper_power_iteration(f32, z1)
 
     def arpack():
         count = [0]
@@ -168,80 +229,119 @@ def compare(z, h, head, pred, rows: int, repeats: int) -> dict:
 
         A = LinearOperator((op.N, op.N), matvec=mv, dtype=np.float64)
         lo = eigsh(A, k=1, which="SA", tol=1e-10, return_eigenvectors=False)[0]
-        eigsh(A, k=1, which="LA", tol=1e-10, return_eigenvectors=False)
-        results["eigsh"], out["eigsh_products"] = float(lo), count[0]
-
-    def blocks():
-        results["blocks"] = float(exact().min())
+        hi = eigsh(A, k=1, which="LA", tol=1e-10, return_eigenvectors=False)[0]
+        results["eigsh"], out["eigsh_products"] = (float(lo), float(hi)), count[0]
 
     contenders = {
-        "paper": paper, "blocks": blocks,
+        "paper": paper, "blocks": blocks, "blockwise": blockwise, "blockwise64": blockwise64, "auto": tracker_auto,
+        "closed_eig": run_lanczos("closed_eig", closed_operator, tol=BLOCK_BOUND, stop="eigenvalue"),
         "closed_res": run_lanczos("closed_res", closed_operator, tol=1e-10),
-        "closed_eig": run_lanczos("closed_eig", closed_operator, tol=1e-8, stop="eigenvalue"),
-        "graph_res": run_lanczos("graph_res", graph64, tol=1e-10),
-        "graph_eig": run_lanczos("graph_eig", graph64, tol=1e-8, stop="eigenvalue"),
-        "graph32": run_lanczos("graph32", graph32, tol=1e-6),
-        "eigsh": arpack,
     }
+    if digits:
+        contenders |= {"graph_eig": run_lanczos("graph_eig", graph64, tol=BLOCK_BOUND, stop="eigenvalue"),
+                       "graph32": run_lanczos("graph32", graph32, tol=1e-6), "eigsh": arpack}
     times = interleaved_median(contenders, repeats)
     for name, t in times.items():
+        lo, hi = results[name]
         out[f"{name}_s"] = t
-        out[f"{name}_err"] = abs(results[name] - lam_min) / scale
-    c64, g64, g32 = closed_operator(), graph64(), graph32()
-    t_prod = interleaved_median({"closed": lambda: c64.matvec(v), "graph64": lambda: g64.matvec(v),
-                                 "graph32": lambda: g32.matvec(v.float())}, max(20, 5 * repeats))
+        out[f"{name}_err"] = abs(lo - lam_min) / scale
+        out[f"{name}_err_max"] = None if hi is None else abs(hi - lam_max) / scale
+    c64, g32 = closed_operator(), graph32()
+    t_prod = interleaved_median({"closed": lambda: c64.matvec(v), "graph32": lambda: g32.matvec(v.float())},
+                                max(10, 5 * repeats))
     out.update({f"product_{k}_s": t for k, t in t_prod.items()})
     return out
 
 
+def _dense_block_check(f64, z1: torch.Tensor, eig: torch.Tensor, scale: float) -> float:
+    """The block of the row holding ``lambda_min``, from ``torch.func.hessian`` of that row's own loss (the other
+    rows held fixed: the loss is a sum over rows), against the closed-form block's spectrum; relative to scale."""
+    from torch.func import hessian
+
+    i = int(eig.min(dim=1).values.argmin())
+
+    def row_loss(x: torch.Tensor) -> torch.Tensor:
+        return f64(torch.cat([z1[:i], x[None], z1[i + 1:]]))
+
+    Hi = hessian(row_loss)(z1[i].clone())
+    Hi = Hi.detach()
+    return float((torch.linalg.eigvalsh(0.5 * (Hi + Hi.T)) - eig[i]).abs().max() / scale)
+
+
 ROWS = [  # label, key, products key (None: no products)
     ("paper: float32 20-step shifted power iteration (anchor)", "paper", None),
-    ("exact blocks, float64, closed form (whole spectrum)", "blocks", None),
-    ("Lanczos, float64 closed-form products, residual tol 1e-10", "closed_res", "closed_res_products"),
-    ("Lanczos, float64 closed-form products, eigenvalue bound 1e-8", "closed_eig", "closed_eig_products"),
-    ("Lanczos, float64 autograd products, residual tol 1e-10", "graph_res", "graph_res_products"),
-    ("Lanczos, float64 autograd products, eigenvalue bound 1e-8", "graph_eig", "graph_eig_products"),
-    ("Lanczos, float32 autograd products + float64 basis, tol 1e-6", "graph32", "graph32_products"),
+    ("exact blocks, float64 eigvalsh of every block (whole spectrum; the reference)", "blocks", None),
+    ("**Lanczos per block, float32 closed-form products, ends refined and bounded in float64 (1e-8)**",
+     "blockwise", "blockwise_products"),
+    ("Lanczos per block, float64 closed-form products, eigenvalue bound 1e-8", "blockwise64",
+     "blockwise64_products"),
+    ("the tracker's automatic path (whole record: also abs(M)/abs(H), negative count)", "auto", "auto_products"),
+    ("Lanczos on the whole operator, float64 closed-form products, eigenvalue bound 1e-8", "closed_eig",
+     "closed_eig_products"),
+    ("Lanczos on the whole operator, float64 closed-form products, residual tol 1e-10", "closed_res",
+     "closed_res_products"),
+    ("Lanczos on the whole operator, float64 autograd products, eigenvalue bound 1e-8", "graph_eig",
+     "graph_eig_products"),
+    ("Lanczos on the whole operator, float32 autograd products + float64 basis, tol 1e-6", "graph32",
+     "graph32_products"),
     ("scipy eigsh (ARPACK) SA + LA on the closed-form product, tol 1e-10", "eigsh", "eigsh_products"),
 ]
 
 
+def table(state: str, res: list[dict]) -> list[str]:
+    lines = ["| rows | N | contender | seconds | vs paper's time | products | lambda_min error | "
+             "lambda_max error |", "|---|---|---|---|---|---|---|---|"]
+    for r in res:
+        for label, key, prods in ROWS:
+            if f"{key}_s" not in r:
+                continue
+            p = 42 if key == "paper" else (r[prods] if prods else "-")
+            if key == "auto":
+                label = f"{label}: `{r['auto_path']}`"
+            if key == "blockwise":
+                p = f"{p} (blocks done at steps {r['blockwise_steps']}; kept: {r['blockwise_recurrence']})"
+            err_max = "-" if r[f"{key}_err_max"] is None else f"{r[f'{key}_err_max']:.1e}"
+            lines.append(f"| {r['rows']} | {r['N']} | {label} | {r[key + '_s']:.3f} | "
+                         f"{r[key + '_s'] / r['paper_s']:.2f}x | {p} | {r[key + '_err']:.1e} | {err_max} |")
+    lines += ["", f"Exact values ({state}): " + "; ".join(
+        f"{r['rows']} rows: lambda_min {r['lambda_min']:.6g}, lambda_max {r['lambda_max']:.6g}" for r in res) + ".",
+        "Per product (median): " + "; ".join(
+        f"{r['rows']} rows: closed form float64 {1e3 * r['product_closed_s']:.2f} ms, autograd float32 (the "
+        f"paper's) {1e3 * r['product_graph32_s']:.2f} ms" for r in res) + ".",
+        "Closed-form product against autograd's double backward (max relative difference): " + "; ".join(
+        f"{r['rows']} rows: {r['product_agreement']:.1e}" for r in res) + ".",
+        "Dense check: the exact block of the row holding lambda_min against torch.func.hessian of that row's loss "
+        "(float64; max eigenvalue difference / scale): " + "; ".join(
+        f"{r['rows']} rows: {r['dense_block_check']:.1e}" for r in res) + ".", ""]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.bench_curvature", description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, nargs="+", default=[8, 32], help="view-1 rows of the Hessian")
+    p.add_argument("--rows", type=int, nargs="+", default=[8, 32, 64], help="view-1 rows, official state")
+    p.add_argument("--digits-rows", type=int, nargs="*", default=[8, 32], help="view-1 rows, digits state")
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds (default: 3)")
     p.add_argument("--threads", type=int, default=1, help="torch threads, fixed (default: 1)")
     p.add_argument("--quick", action="store_true", help="8 rows, 1 round: checks that it runs")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     if args.quick:
-        args.rows, args.repeats = [8], 1
+        args.rows, args.digits_rows, args.repeats = [8], [8], 1
     torch.set_num_threads(args.threads)
-    z, h, head, pred = digits_state(max(args.rows))
-    res = [compare(z, h, head, pred, r, args.repeats) for r in args.rows]
-    lines = [
-        "# Curvature estimates on the paper's tracker Hessian", "",
-        run_header("bench.bench_curvature", argv if argv is not None else sys.argv[1:], args.threads), "",
-        "State: digits SimSiam (swish3 head, its predictor) after one epoch; the Hessian of the SimSiam loss in "
-        "the first view's representations z1 (the official tracker's). Anchor: the paper's estimator. Errors: "
-        f"|lambda_min estimate - exact| / max|lambda|. Medians of {args.repeats} interleaved rounds.", "",
-        "| rows | N | exact lambda_min | contender | seconds | vs paper's time | products | lambda_min error |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in res:
-        for label, key, prods in ROWS:
-            p = 42 if key == "paper" else (r[prods] if prods else "-")
-            lines.append(f"| {r['rows']} | {r['N']} | {r['lambda_min']:.6g} | {label} | {r[key + '_s']:.3f} | "
-                         f"{r[key + '_s'] / r['paper_s']:.2f}x | {p} | {r[key + '_err']:.1e} |")
-    lines += ["", "Per product (median): " + "; ".join(
-        f"{r['rows']} rows: closed form float64 {1e3 * r['product_closed_s']:.2f} ms, autograd float64 "
-        f"{1e3 * r['product_graph64_s']:.2f} ms, autograd float32 {1e3 * r['product_graph32_s']:.2f} ms"
-        for r in res) + ".",
-        "Closed-form product against the autograd one (max relative difference): " + "; ".join(
-        f"{r['rows']} rows: {r['product_agreement']:.1e}" for r in res) + ".",
-        "Dense check of the exact spectrum (eigvalsh of the dense autograd H, small N only): " + "; ".join(
-        f"{r['rows']} rows: " + ("-" if r["dense_check"] is None else f"{r['dense_check']:.1e}")
-        for r in res) + ".", ""]
+    header = run_header("bench.bench_curvature", argv if argv is not None else sys.argv[1:], args.threads)
+    lines = ["# Exact curvature against the paper's estimator, on the paper's tracker Hessian", "", header, "",
+             "The Hessian of the SimSiam loss in the first view's representations z1 (the official tracker's), after "
+             "one SimSiam epoch on digits. Anchor: the paper's estimator. Errors: |estimate - exact| / max|lambda| "
+             f"(exact: float64 eigvalsh of every block). Medians of {args.repeats} interleaved rounds.", ""]
+    for state, rows, digits in (("official", args.rows, False), ("digits", args.digits_rows, True)):
+        if not rows:
+            continue
+        z, h, head, pred = trained_state(state, max(rows), args.threads)
+        res = [compare(z, h, head, pred, r, args.repeats, digits) for r in rows]
+        title = ("The official tracker's network: d = 512, projector 512-2048-2048 and predictor 2048-512-2048 "
+                 "(SiLU, no bias, no BatchNorm)" if state == "official" else
+                 "The project's digits SimSiam: d = 128, swish3 head 256/256/128, predictor 64")
+        lines += [f"## {title}", "", *table(state, res)]
     text = "\n".join(lines)
     write_atomic(args.out, text)
     print(text)

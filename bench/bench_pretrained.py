@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from scale.engine.checkpoint import atomic_write_text
-from scale.engine.pretrained_models import MODELS, build_model
+from scale.engine.pretrained_models import MODELS, Dims, build_model
 from scale.geometry.orbits import FAMILIES, digits_images, orbit_batch
 from scale.pretrained import Config, measure
 from scale.runs.run_report import device_name, git_commit, versions
@@ -33,7 +33,15 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def bench(cfg: Config, models: list[str]) -> list[dict]:
+STAND_IN = {  # --stand-in: small widths in each model's official layout (a check of the bench, not a measurement)
+    "dino_vits16": Dims(backbone=48, hidden=32, bottleneck=16, out=64),
+    "dino_resnet50": Dims(backbone=4, hidden=32, bottleneck=16, out=64),
+    "vicreg_resnet50": Dims(backbone=4, hidden=32, bottleneck=32),
+    "barlow_resnet50": Dims(backbone=4, hidden=32, bottleneck=32),
+}
+
+
+def bench(cfg: Config, models: list[str], stand_in: bool = False) -> list[dict]:
     device = torch.device(cfg.device)
     images = digits_images(cfg.trajectories, cfg.image_size, cfg.seed)
     n_points = cfg.trajectories * len(cfg.families) * (1 + cfg.steps)  # per family: anchors + orbit points
@@ -47,7 +55,7 @@ def bench(cfg: Config, models: list[str]) -> list[dict]:
     _sync(device)
     gen_rate = cfg.trajectories * cfg.steps * len(cfg.families) / (time.perf_counter() - start)
     for name in models:
-        model = build_model(name, seed=cfg.seed).to(device).eval()
+        model = build_model(name, STAND_IN[name] if stand_in else None, seed=cfg.seed).to(device).eval()
         warm = Config([name], **{**_small(cfg), "steps": cfg.steps, "families": ["blur"]})
         measure(model, images[:2], warm)  # warm-up (two images: the least orbit geometry takes); first calls are slow
         _sync(device)
@@ -65,13 +73,15 @@ def _small(cfg: Config) -> dict:
     return {k: getattr(cfg, k) for k in ("image_size", "batch_images", "families", "device", "seed")}
 
 
-def report(cfg: Config, rows: list[dict]) -> str:
+def report(cfg: Config, rows: list[dict], stand_in: bool = False) -> str:
     lines = [
         "# E6 throughput: pretrained models with on-device orbit generation",
         "",
         f"`python -m bench.bench_pretrained --image-size {cfg.image_size} --trajectories {cfg.trajectories} "
         f"--steps {cfg.steps} --batch-images {cfg.batch_images} --device {cfg.device} "
-        f"--threads {torch.get_num_threads()}`",
+        f"--threads {torch.get_num_threads()}{' --stand-in' if stand_in else ''}`",
+        *(["", "**Stand-in widths (`--stand-in`): a check that the bench runs, not a measurement.**"] if stand_in
+          else []),
         "",
         f"Device: {device_name(torch.device(cfg.device))}. Versions: "
         + ", ".join(f"{k} {v}" for k, v in versions().items())
@@ -80,7 +90,8 @@ def report(cfg: Config, rows: list[dict]) -> str:
         + " (shared machine: rates are lower bounds).",
         "",
         f"Per model: {cfg.trajectories} trajectories x {len(cfg.families)} families x (1 anchor + {cfg.steps} steps) "
-        f"images of {cfg.image_size} px, official widths, random weights, batches of {cfg.batch_images} images x "
+        f"images of {cfg.image_size} px, {'stand-in' if stand_in else 'official'} widths, random weights, batches of "
+        f"{cfg.batch_images} images x "
         f"{cfg.steps} steps; time covers orbit generation, backbone + head, float64 metrics.",
         "",
         "| model | images | seconds | images/s |",
@@ -111,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-images", type=int, default=2)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads, fixed and recorded (default: 2)")
+    p.add_argument("--stand-in", action="store_true", help="small widths in the official layouts: checks that the "
+                   "bench runs (tests), measures nothing")
     p.add_argument("--out", default=str(RESULTS))
     a = p.parse_args(argv)
     if a.trajectories < 2:  # as scale.pretrained: the verdict's interval is taken over trajectories
@@ -120,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         models=a.models, trajectories=a.trajectories, steps=a.steps, image_size=a.image_size,
         batch_images=a.batch_images, families=list(FAMILIES), device=a.device,
     )  # fmt: skip
-    rows = bench(cfg, a.models)
-    atomic_write_text(Path(a.out), report(cfg, rows))
+    rows = bench(cfg, a.models, a.stand_in)
+    atomic_write_text(Path(a.out), report(cfg, rows, a.stand_in))
     print(f"results: {a.out}")
     return 0
 

@@ -12,6 +12,12 @@ Both use the sample statistics (``correction = 1``: divide by ``n - 1``, torch's
 condition number does not depend on that choice except through the clamp. ``lambda_min`` is clamped
 at ``COND_FLOOR = 1e-7`` as in the paper, so a rank-deficient covariance gives a large finite number.
 
+The spectrum comes from the smaller of two matrices with the same nonzero eigenvalues: with ``U_c`` the
+centred rows, ``C = U_c^T U_c / (n - 1)`` (k, k) and the Gram matrix ``G = U_c U_c^T / (n - 1)`` (n, n)
+(``A^T A`` and ``A A^T`` share their nonzero eigenvalues). When ``n <= k``, centring leaves ``C`` a rank of at
+most ``n - 1 < k``: ``lambda_min(C) = 0`` exactly and ``lambda_max(C) = lambda_max(G)``, so the ``n x n``
+eigenproblem replaces the ``k x k`` one (a probe of 256 rows of a 2048-wide head: 256^3 instead of 2048^3).
+
 The functions take NumPy, CuPy or torch arrays alike (``array_api_compat``): ``mini.dynamics``
 calls them on NumPy, ``scale.engine.train`` on the probe batch's torch tensors. Pass float64 for exact
 comparisons (``scale`` does).
@@ -46,15 +52,24 @@ def representation_std(H: Array) -> float:
     return float(xp.mean(xp.std(l2_normalize(H), axis=0, correction=1)))
 
 
-def covariance_condition(H: Array, floor: float = COND_FLOOR) -> float:
-    """``lambda_max(C) / max(lambda_min(C), floor)``, ``C`` the sample covariance (k, k) of the normalised rows."""
+def covariance_spectrum(H: Array) -> tuple[float, float]:
+    """``(lambda_min, lambda_max)`` of the sample covariance ``C`` (k, k) of the normalised rows of ``H`` (n, k),
+    from the smaller of ``C`` and the Gram matrix (module docstring)."""
     _check(H)
     xp = _xp(H)
     U = l2_normalize(H)
     Uc = U - xp.mean(U, axis=0, keepdims=True)  # (n, k)
-    C = (Uc.T @ Uc) / (H.shape[0] - 1)  # (k, k)
-    eig = xp.linalg.eigvalsh(C)  # ascending
-    return float(eig[-1]) / max(float(eig[0]), floor)
+    n, k = Uc.shape
+    if n <= k:  # rank(C) <= n - 1 < k: lambda_min(C) = 0, the rest of C's spectrum is G's
+        return 0.0, float(xp.linalg.eigvalsh((Uc @ Uc.T) / (n - 1))[-1])  # G (n, n)
+    eig = xp.linalg.eigvalsh((Uc.T @ Uc) / (n - 1))  # C (k, k), ascending
+    return float(eig[0]), float(eig[-1])
+
+
+def covariance_condition(H: Array, floor: float = COND_FLOOR) -> float:
+    """``lambda_max(C) / max(lambda_min(C), floor)``, ``C`` the sample covariance (k, k) of the normalised rows."""
+    lam_min, lam_max = covariance_spectrum(H)
+    return lam_max / max(lam_min, floor) if max(lam_min, floor) > 0 else float("inf")
 
 
 def collapse_stats(H: Array) -> tuple[float, float]:

@@ -187,10 +187,13 @@ class Link:
     act: Any  # mini.activations.Activation, or None for the chain's output
 
 
-def chain_links(head: Head | None, predictor: Head | None, like: Array) -> list[Link]:
+def chain_links(head: Head | None, predictor: Head | None, like: Array, compose: bool = True) -> list[Link]:
     """``z -> h -> p`` as links, weights as arrays of ``like``'s library. The head's last map and the
     predictor's first are both affine with nothing between, so they compose into one link
-    ``Wp_1 (W_L x + b_L) + bp_1``: the predictor's first Jacobian is never formed at the head's width."""
+    ``Wp_1 (W_L x + b_L) + bp_1``: the predictor's first Jacobian is never formed at the head's width.
+    ``compose=False`` keeps them apart (the head's output a hidden layer with the identity activation, whose
+    ``s'' = 0`` adds no curvature): composing costs ``w_p1 k w_L`` multiply-adds once and saves
+    ``k (w_L + w_p1) - w_p1 w_L`` per row and pass, so a few products on a few rows are cheaper without it."""
     xp = _xp(like)
     dev = array_api_compat.device(like)
     links: list[Link] = []
@@ -201,8 +204,10 @@ def chain_links(head: Head | None, predictor: Head | None, like: Array) -> list[
         for l, layer in enumerate(part.layers):
             W = xp.asarray(layer["W"], dtype=like.dtype, device=dev)
             b = xp.asarray(layer["b"], dtype=like.dtype, device=dev) if "b" in layer else None
-            link = Link(W, b, act if l < len(part.layers) - 1 else None)
-            if part is predictor and l == 0 and links:  # compose with the head's output map
+            final = l == len(part.layers) - 1
+            link = Link(W, b, act if not final else (activations.IDENTITY if part is head and predictor is not None
+                                                      and not compose else None))
+            if compose and part is predictor and l == 0 and links:  # compose with the head's output map
                 last = links.pop()
                 bias = None if last.b is None else last.b @ _T(xp, W)
                 bias = b if bias is None else (bias if b is None else bias + b)
@@ -235,16 +240,21 @@ class ChainForward:
             g = ga[l] = gx * self.s1[l]  # dL/da_l
         return D, ga
 
-    def tangents(self, V: Array) -> tuple[list[Array], Array]:
+    def tangents(self, V: Array, layers: int | None = None) -> tuple[list[Array], Array | None]:
         """Forward mode along ``V`` (..., n, d): the hidden pre-activations' tangents ``P_l v`` (..., n, w_l)
-        and the output's ``J v`` (..., n, k); row by row, so a batch of directions is a taller matmul."""
+        and the output's ``J v`` (..., n, k); row by row, so a batch of directions is a taller matmul.
+        ``layers``: stop after that many hidden layers (no output tangent: ``None``)."""
         xp = _xp(V)
         T, x = [], V
+        if layers == 0:
+            return T, None
         for l, link in enumerate(self.links):
             t = x @ _T(xp, link.W)
             if l == len(self.links) - 1:
                 return T, t
             T.append(t)
+            if layers is not None and len(T) == layers:
+                return T, None
             x = t * self.s1[l]
 
     def hvp(self, D: list[Array], V: Array, top=None, upto: int | None = None) -> Array:
@@ -254,9 +264,9 @@ class ChainForward:
         hidden layers); ``top`` (optional) is the curvature at the output (the loss Hessian-vector product)."""
         xp = _xp(V)
         upto = len(self.s1) if upto is None else upto
-        T, jv = self.tangents(V)
+        T, jv = self.tangents(V, None if top is not None else upto)  # without ``top`` nothing above ``upto`` counts
         g = None if top is None else top(jv)
-        for l in range(len(self.s1) - 1, -1, -1):
+        for l in range(len(T) - 1, -1, -1):
             gl = None if g is None else (g @ self.links[l + 1].W) * self.s1[l]
             if l < upto:
                 gl = D[l] * T[l] if gl is None else gl + D[l] * T[l]
@@ -395,19 +405,22 @@ class PredictorCosineCurvature:
     so it joins that layer's sandwich ``P^T (diag(D) + diag(s') [.] diag(s')) P``: one matmul for the whole term.
     """
 
-    def __init__(self, head: Head | None, predictor: Head | None, Z: Array, T: Array, coef: float):
+    def __init__(self, head: Head | None, predictor: Head | None, Z: Array, T: Array, coef: float,
+                 compose: bool = True):
         xp = self.xp = _xp(Z)
         dev = array_api_compat.device(Z)
         if head is None and predictor is None:  # p = z: the cosine's own Hessian blocks (one identity link)
             links = [Link(xp.eye(Z.shape[1], dtype=Z.dtype, device=dev), None, None)]
         else:
-            links = chain_links(head, predictor, Z)
+            links = chain_links(head, predictor, Z, compose)  # compose=False: products only (see chain_links)
         self.n_head = 0 if head is None else len(head.layers) - 1  # the head's hidden layers come first
         fwd = self.fwd = chain_forward(links, Z)
         rho_p, self.g, self.u, self.r = cosine_gradient(fwd.out, T, coef)
         self.D, ga = fwd.backward(rho_p)
         self.rho = rho_p  # dL/dh: through the predictor's first map when there is one (composed into a link)
-        if head is not None and predictor is not None:
+        if head is not None and predictor is not None and not compose:
+            self.rho = ga[self.n_head]  # the head's output is a hidden layer (identity): dL/da there is dL/dh
+        elif head is not None and predictor is not None:
             g_first = rho_p if self.n_head == len(fwd.s1) else ga[self.n_head]
             self.rho = g_first @ xp.asarray(predictor.layers[0]["W"], dtype=Z.dtype, device=dev)
         elif head is None and predictor is not None:

@@ -19,8 +19,9 @@ What is measured (each by the project's one implementation of it):
     curvature   (skipped with ``--no-curvature``, e.g. a head without a loss of the registry)
                 H_eff of z -> L(h(z)) at a probe batch (``--hessian-images`` images, two augmented views
                 each, the method's loss with its stop-gradients bound there, BatchNorm in eval mode):
-                Lanczos (``scale.curvature.lanczos``) on the matrix-free H, G and M of
-                ``scale.curvature.operators``; along the
+                Lanczos (``scale.curvature.lanczos``) on H, G = H - M and M, products in closed form through
+                the weights of a head of the grammar (``scale.curvature.blocks.closed_form_operator``), else the
+                matrix-free H, G and M of ``scale.curvature.operators`` (autograd graphs); along the
                 lowest Ritz vector v of H, ``v^T H v = v^T G v + v^T M v`` splits lambda_min, and the share
                 of the negative curvature of each part is ``max(-v^T X v, 0) / sum over X in {G, M}``;
                 |M|_F / |H|_F by ``scale.curvature.tracking.hutchinson_ratio``
@@ -61,9 +62,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from scale.curvature.blocks import closed_form_operator
 from scale.curvature.lanczos import lanczos
-from scale.curvature.operators import EffectiveHessian
-from scale.curvature.tracking import hutchinson_ratio, probe_objective
+from scale.curvature.operators import EffectiveHessian, difference
+from scale.curvature.tracking import hutchinson_ratio, probe_objective, rowwise
 from scale.engine.augment import PRESETS, GPUAugment
 from scale.engine.backbones import BACKBONES, build_backbone
 from scale.engine.checkpoint import (
@@ -194,17 +196,23 @@ def curvature(model: SSLModel, cfg: TrainConfig, data: Dataset, settings: Analys
     # A momentum target network (BYOL) is not part of the state analysed: the online head's output stands in for it.
     target = h if get_method(cfg.method).ema_target else None
     loss = probe_objective(cfg.method, model, h, target, cfg.temperature, config=cfg)
-    E = EffectiveHessian(z, model.projector, loss, dtype=torch.float64)
-    out: dict[str, Any] = {"n": E.n, "d": E.d, "k": E.k, "N": E.n * E.d, "method": cfg.method, **E.info}
+    if rowwise(model.projector, "eval"):  # products through the head's weights in closed form: no autograd graphs
+        H, M, info = closed_form_operator(z, model.projector, loss, dtype=torch.float64)
+        ops = {"H": H, "G": difference(H, M, "G"), "M": M}
+    else:
+        E = EffectiveHessian(z, model.projector, loss, dtype=torch.float64)
+        ops, info = {"H": E.H, "G": E.G, "M": E.M}, E.info
+    n, d = z.shape
+    out: dict[str, Any] = {**info, "n": n, "d": d, "k": h.shape[1], "N": n * d, "method": cfg.method}
     results = {}
-    for (name, op), phase in zip((("H", E.H), ("G", E.G), ("M", E.M)), CURVATURE_PHASES):
-        with phases.run(phase, f"N = {E.n} x {E.d} = {E.n * E.d}, at most {settings.lanczos_iter} products"):
+    for (name, op), phase in zip(ops.items(), CURVATURE_PHASES):
+        with phases.run(phase, f"N = {n} x {d} = {n * d}, at most {settings.lanczos_iter} products"):
             res = lanczos(op, k=1, max_iter=settings.lanczos_iter, seed=settings.seed)
         results[name] = res
         out[name] = {key: val for key, val in res.summary().items()}
         out[name]["ritz_values"] = res.ritz_all.tolist()
     v = results["H"].vectors[:, 0]  # lowest Ritz vector of H, unit norm, float64
-    vGv, vMv = float(v @ E.G.matvec(v)), float(v @ E.M.matvec(v))
+    vGv, vMv = float(v @ ops["G"].matvec(v)), float(v @ ops["M"].matvec(v))
     neg_g, neg_m = max(-vGv, 0.0), max(-vMv, 0.0)
     total = neg_g + neg_m
     out["split_at_lambda_min"] = {
@@ -212,7 +220,7 @@ def curvature(model: SSLModel, cfg: TrainConfig, data: Dataset, settings: Analys
         "share_G": neg_g / total if total > 0 else None, "share_M": neg_m / total if total > 0 else None,
     }
     with phases.run(CURVATURE_PHASES[3], f"{HUTCHINSON_PROBES} Rademacher vectors through M and H"):
-        out["M_over_H_frobenius"] = hutchinson_ratio(E.M, E.H, E.n * E.d, HUTCHINSON_PROBES, torch.float64,
+        out["M_over_H_frobenius"] = hutchinson_ratio(ops["M"], ops["H"], n * d, HUTCHINSON_PROBES, torch.float64,
                                                      z.device, settings.seed)
     return out
 

@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "simclr otherwise)")
     p.add_argument("--augment-path", choices=AUGMENT_PATHS, help="where views are drawn: batched (kornia, in the "
                    "training process), workers (per image, PIL, in worker processes); auto: batched on CUDA and under "
-                   "torchrun, on a CPU workers when --threads leaves a core free for them and batched otherwise "
+                   "torchrun, on a CPU workers when --threads leaves them an idle core and batched otherwise "
                    "(the faster path measured on a CPU, BENCHMARKS.md); the resolved path is saved in config.json "
                    "(default: auto)")
     p.add_argument("--augment-workers", type=int, help="worker processes of the per-image path (default: 1)")

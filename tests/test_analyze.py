@@ -214,3 +214,30 @@ def test_every_option_has_help():
     for action in analyze.build_parser()._actions:
         if action.dest != "help":
             assert action.help and len(action.help) > 10, action.dest
+
+
+@pytest.mark.parametrize("method", ["vicreg", "simsiam"])
+def test_curvature_of_a_grammar_head_in_closed_form_equals_the_matrix_free_route(models, monkeypatch, method):
+    """A head of the grammar (``MLPHead``, BatchNorm in eval mode) takes the closed-form products; the same state
+    through the autograd operators (the route of any other head) gives the same extremes, split and ratio."""
+    from scale.engine.heads import build_head
+
+    torch.manual_seed(0)
+    backbone = models.backbone()
+    head = build_head("gelu3", 24, 8, 16, batchnorm=True)
+    pred = build_head("gelu2", 8, 8, 6) if method == "simsiam" else None
+    cfg = TrainConfig(method=method, augment="e3", image_size=16)
+    model = analyze.SSLModel(cfg, backbone=backbone, head=head, predictor=pred).eval()
+    settings = analyze.AnalysisSettings(hessian_images=4, lanczos_iter=40)
+    data = load_synthetic(image_size=16)
+    closed = analyze.curvature(model, cfg, data, settings)
+    monkeypatch.setattr(analyze, "rowwise", lambda head, bn_mode: False)
+    graphs = analyze.curvature(model, cfg, data, settings)
+    assert "closed form" in closed["hvp_mode"] and "closed form" not in graphs["hvp_mode"]
+    scale = graphs["H"]["scale"]
+    for key in ("H", "G", "M"):
+        for end in ("lambda_min", "lambda_max"):
+            assert abs(closed[key][end] - graphs[key][end]) <= 1e-8 * scale, (key, end)
+    for key in ("vHv", "vGv", "vMv"):
+        assert abs(closed["split_at_lambda_min"][key] - graphs["split_at_lambda_min"][key]) <= 1e-8 * scale
+    assert closed["M_over_H_frobenius"] == pytest.approx(graphs["M_over_H_frobenius"], rel=1e-8)

@@ -153,19 +153,51 @@ def test_worker_path_is_deterministic_and_prefetch_changes_nothing():
         two.close()
 
 
-@pytest.mark.parametrize(("threads", "cores", "expected"), [(1, 2, "workers"), (2, 2, "batched"), (1, 1, "batched"),
-                                                            (3, 8, "workers"), (8, 8, "batched")])
-def test_auto_takes_workers_only_when_they_get_a_core(monkeypatch, threads, cores, expected):
-    """On a CPU, ``auto`` is the per-image path when torch's threads leave a core for each worker process
-    (measured faster there), batched otherwise (measured faster when every core runs a torch thread)."""
+@pytest.mark.parametrize(("threads", "cores", "free", "expected"), [
+    (1, 2, 2.0, "workers"), (2, 2, 2.0, "batched"), (1, 1, 1.0, "batched"), (3, 8, 8.0, "workers"),
+    (8, 8, 8.0, "batched"),
+    (1, 2, 1.0, "batched"), (1, 2, 1.6, "workers"), (3, 8, 3.4, "batched"),  # cores another job keeps busy
+])
+def test_auto_takes_workers_only_when_they_get_a_free_core(monkeypatch, threads, cores, free, expected):
+    """On a CPU, ``auto`` is the per-image path when torch's threads leave a core for each worker process among
+    the cores other processes leave free (measured faster there), batched otherwise (measured faster when every
+    core is busy); the reason names the cores counted."""
     from scale.engine import augment
 
     monkeypatch.setattr(augment, "usable_cores", lambda: cores)
+    monkeypatch.setattr(augment, "free_cores", lambda: (free, "stand-in"))
     path, why = augment.resolve_augment_path("auto", torch.device("cpu"), threads=threads, workers=1)
-    assert path == expected and why.startswith("auto:") and f"{cores} core" in why
+    assert path == expected and why.startswith("auto:") and f"{free:.1f} of {cores} core" in why
     # an explicit path is never second-guessed; CUDA and torch.distributed are batched whatever the cores
     assert augment.resolve_augment_path("workers", torch.device("cpu"), threads=8)[0] == "workers"
     assert augment.resolve_augment_path("auto", torch.device("cuda"), threads=1)[0] == "batched"
     assert augment.resolve_augment_path("auto", torch.device("cpu"), threads=1, distributed=True)[0] == "batched"
     with pytest.raises(ValueError, match="one of auto, batched, workers"):
         augment.resolve_augment_path("sideways", torch.device("cpu"), threads=1)
+
+
+def test_free_cores_sees_a_core_kept_busy(monkeypatch):
+    """``free_cores`` on this machine's own counters: a process spinning on a core this process may use leaves
+    at most a fraction of that core free (the real fault: another job), and nothing exceeds the usable cores."""
+    import os
+    import subprocess
+    import sys
+
+    from scale.engine import augment
+
+    cpus = sorted(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {cpus[0]})  # count one core: the one kept busy
+    monkeypatch.setattr(augment, "usable_cores", lambda: 1)
+    monkeypatch.setattr(augment, "_free_cache", None)
+    spin = f"import os\nos.sched_setaffinity(0, {{{cpus[0]}}})\nwhile True: pass"
+    busy = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        import time
+
+        time.sleep(0.3)  # the spinner is running
+        free, how = augment.free_cores()
+        assert 0.0 <= free <= 0.5 and "idle time" in how
+        assert augment.free_cores() == (free, how)  # reused within FREE_TTL_S
+    finally:
+        busy.kill()
+        busy.wait()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from mini.collapse_metrics import COND_FLOOR, covariance_condition, representation_std
+from mini.collapse_metrics import COND_FLOOR, covariance_condition, covariance_spectrum, representation_std
 
 REL = 1e-12
 
@@ -49,3 +49,23 @@ def test_collapse_and_clamp():
 def test_bad_shape_is_refused():
     with pytest.raises(ValueError, match=r"shape \(n >= 2, k\)"):
         representation_std(np.ones(5))
+
+
+@pytest.mark.parametrize(("n", "k"), [(8, 300), (16, 16), (40, 12)])
+def test_the_gram_matrix_gives_the_covariance_spectrum(n, k):
+    """``covariance_spectrum`` against ``eigvalsh`` of the (k, k) covariance itself: the n x n Gram matrix of the
+    centred rows has the covariance's nonzero eigenvalues (``n <= k``), and the covariance is used when ``n > k``.
+    Negative control: without the centring the Gram matrix's spectrum is another one."""
+    H = _batch(seed=n, n=n, k=k)
+    U = H / np.linalg.norm(H, axis=1, keepdims=True)
+    Uc = U - U.mean(axis=0)
+    eig_C = np.linalg.eigvalsh(Uc.T @ Uc / (n - 1))
+    eig_G = np.linalg.eigvalsh(Uc @ Uc.T / (n - 1))
+    top = min(n, k)
+    assert np.abs(eig_C[-top:] - eig_G[-top:]).max() <= 1e-12 * eig_C[-1]  # the shared spectrum
+    lam_min, lam_max = covariance_spectrum(H)
+    assert lam_max == pytest.approx(eig_C[-1], rel=1e-12)
+    assert abs(lam_min - eig_C[0]) <= 1e-12 * eig_C[-1] and (lam_min == 0.0) == (n <= k)
+    assert covariance_condition(torch.from_numpy(H)) == pytest.approx(eig_C[-1] / max(eig_C[0], COND_FLOOR), rel=1e-9)
+    uncentred = np.linalg.eigvalsh(U @ U.T / (n - 1))
+    assert np.abs(uncentred[-top:] - eig_G[-top:]).max() > 1e-3 * eig_C[-1]

@@ -96,7 +96,10 @@ def interrupted(tmp_path, capsys) -> Path:
 
 
 @pytest.fixture
-def finished(tmp_path, capsys) -> Path:
+def finished(tmp_path, capsys, monkeypatch) -> Path:
+    from scale.engine import augment
+
+    monkeypatch.setattr(augment, "free_cores", lambda: (1.0, "fixed: the run and its test resolve alike"))
     code, _ = _run(capsys, [*TINY, "--epochs", "1", "--out", str(tmp_path), "--run-name", "done"])
     assert code == 0
     return tmp_path / "done"

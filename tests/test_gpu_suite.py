@@ -1,21 +1,82 @@
-"""bench.gpu_suite runs end to end in its tiny CPU mode and writes every section (the GPU figures
-themselves need a GPU; this keeps the prepared suite working until one is lent)."""
+"""bench.gpu_suite: every section runs in its tiny CPU mode and writes what it measured (the GPU figures themselves
+need a GPU; this keeps the prepared suite working until one is lent); a section that fails, ``SystemExit``
+included, is recorded and the others still run and are written as they finish; the time budget skips what no
+longer fits; ``--sections`` runs a subset."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
+
+from bench import gpu_suite
 from bench.gpu_suite import main
 
+NUMBER = r"[0-9]+(\.[0-9]+)?"
 
-def test_gpu_suite_tiny_on_cpu_writes_every_section(tmp_path):
+
+def test_every_section_runs_tiny_on_cpu_and_writes_its_rows(tmp_path):
     out = tmp_path / "gpu_suite.md"
     code = main(["--device", "cpu", "--tiny", "--threads", "1", "--out", str(out)])
     text = out.read_text()
     assert code == 0, text
-    for heading in ("## 1. Imports", "## 2. SimCLR ResNet-18", "## 3. The paper's pipeline", "## 4. Tracking",
-                    "## 5. Lanczos", "## 6. The CuPy row"):
-        assert heading in text
-    assert "Failed sections: none." in text
-    assert "| fp32 |" in text and "| bf16 |" in text and "failed:" not in text
+    assert "Failed sections: none." in text and "skipped" not in text.replace("skipped (CuPy not installed)", "")
+
+    def row(label: str) -> list[str]:  # the cells of the table row starting with ``label``
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {label}"))
+        return [c.strip() for c in line.strip("|").split("|")]
+
+    assert "| torch | ok |" in text and "| kornia | ok |" in text  # imports
+    assert re.fullmatch(NUMBER, row("paper's (per image, workers)")[2])  # the paper's pipeline, epoch 2 seconds
+    for label in ("fp32 |", "bf16 |", "bf16, channels_last off", "bf16 + torch.compile"):  # the trainer's rows
+        assert all(re.fullmatch(NUMBER, c) for c in row(label)[1:4]), row(label)
+    assert row("bf16 + torch.compile")[0].endswith("(tiny: dynamo, eager backend)")
+    assert re.search(rf"\| {NUMBER} \| [a-z-]+ \| {NUMBER} \| \*\*{NUMBER} %\*\* \|", text)  # tracking / epoch
+    for label in ("exact blocks", "Lanczos per block", "Lanczos on the whole factored operator, float64"):
+        assert float(row(label)[5]) <= 1e-8 and float(row(label)[6]) <= 1e-8  # errors against the exact blocks
+    assert "closed form on CuPy against mini" in text and "whole cross-check PASS" in text
+    for model in ("dino_vits16", "vicreg_resnet50"):  # E6 on stand-in widths, with the arguments it accepts
+        assert float(row(model)[3]) > 0
+    assert "--trajectories 2" in text and "(exit 0)" in text and "Stand-in widths" in text
+    for label in ("the paper's pipeline", "the project's batched", "the same in bf16", "the same with torch.compile"):
+        assert re.fullmatch(NUMBER, row(label)[1])  # the headline: one change at a time
+    assert re.fullmatch(r"\*\*" + NUMBER + r"x\*\*", row("the same in bf16")[3])
+
+
+def test_a_failing_section_ends_only_itself_and_the_rest_is_written_as_it_finishes(tmp_path, monkeypatch):
+    out = tmp_path / "gpu_suite.md"
+    seen = {}
+
+    def exits(run):  # what a bench's own argument check does
+        raise SystemExit(2)
+
+    def raises(run):
+        raise RuntimeError("out of memory")
+
+    def reads_the_file(run):  # the sections before it are already in the file
+        seen["text"] = out.read_text()
+        run.lines += ["## probe", "", "still running", ""]
+
+    monkeypatch.setitem(gpu_suite.SECTIONS, "paper", gpu_suite.Section(exits))
+    monkeypatch.setitem(gpu_suite.SECTIONS, "lanczos", gpu_suite.Section(raises))
+    monkeypatch.setitem(gpu_suite.SECTIONS, "tracking", gpu_suite.Section(reads_the_file))
+    code = main(["--device", "cpu", "--tiny", "--threads", "1", "--out", str(out),
+                 "--sections", "headline", "cupy", "lanczos", "tracking", "paper"])  # the suite's order, whatever
+    text = out.read_text()
+    assert code == 1
+    assert "## paper: FAILED (SystemExit: 2)" in text and "## lanczos: FAILED (RuntimeError: out of memory)" in text
+    assert "## paper: FAILED" in seen["text"] and "still running" not in seen["text"]
+    assert "still running" in text and "closed form on CuPy against mini" in text
+    assert "| the paper's pipeline, fp32 (per image, DataLoader workers) | not measured |" in text
+    assert text.index("## paper") < text.index("still running") < text.index("## lanczos") < text.index("CuPy")
+    assert "## Imports" not in text and "Failed sections: paper, lanczos." in text
+
+
+def test_the_time_budget_skips_what_no_longer_fits(tmp_path):
+    out = tmp_path / "gpu_suite.md"
+    assert main(["--device", "cpu", "--threads", "1", "--out", str(out), "--sections", "cupy", "--budget-s", "1"]) == 0
+    text = out.read_text()
+    assert "## cupy: skipped (its estimate, 15 s, exceeds the" in text and "--sections cupy" in text
 
 
 def test_gpu_suite_refuses_cuda_without_a_gpu(capsys, monkeypatch):
@@ -24,3 +85,5 @@ def test_gpu_suite_refuses_cuda_without_a_gpu(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["--device", "cuda", "--tiny"]) == 2
     assert "no CUDA device" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--device", "cpu", "--sections", "nonesuch"])

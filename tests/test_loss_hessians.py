@@ -120,14 +120,15 @@ def test_closed_form_operator_matches_the_matrix_free_hessian(spec, objective, b
         "simclr": (NTXent(0.3), lambda H: O.nt_xent(H, 0.3)),
         "mse": (lambda H: 0.5 * ((H - T) ** 2).sum() / N_ROWS, None),
     }[objective]
-    H, M, info = closed_form_operator(z, head, closed)
     E = EffectiveHessian(z, head, plain or closed, mode="forward")
     V = torch.randn(N_ROWS * D, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
-    for ours, ref in ((H, E.H), (M, E.M)):
-        want = ref.matmat(V)
-        assert _rel(ours.matmat(V), want) <= FAST_TOL or float(want.abs().max()) == 0.0
-        assert float((ours.matvec(V[:, 1]) - want[:, 1]).abs().max()) <= FAST_TOL * float(want.abs().max())
-    assert "closed form" in info["hvp_mode"] and abs(info["loss"] - float(E.value)) <= FAST_TOL * abs(E.value)
+    for compose in (True, False):  # the predictor's first map composed with the head's last, or kept apart
+        H, M, info = closed_form_operator(z, head, closed, compose=compose)
+        for ours, ref in ((H, E.H), (M, E.M)):
+            want = ref.matmat(V)
+            assert _rel(ours.matmat(V), want) <= FAST_TOL or float(want.abs().max()) == 0.0
+            assert float((ours.matvec(V[:, 1]) - want[:, 1]).abs().max()) <= FAST_TOL * float(want.abs().max())
+        assert "closed form" in info["hvp_mode"] and abs(info["loss"] - float(E.value)) <= FAST_TOL * abs(E.value)
     # negative control: another temperature / another target pairing is another operator
     if objective == "simclr":
         assert _rel(closed_form_operator(z, head, NTXent(0.6))[0].matmat(V), E.H.matmat(V)) > 1e-3

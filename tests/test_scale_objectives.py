@@ -111,3 +111,27 @@ def test_head_layout_and_options():
 def test_bad_spec_raises_the_parser_error(bad):
     with pytest.raises(ValueError, match="valid forms"):
         sh.build_head(bad, 4, 4, 4)
+
+
+@pytest.mark.parametrize(("m", "k"), [(6, 40), (40, 6)])
+def test_off_diagonal_sum_from_the_gram_matrices_equals_the_k_by_k_one(m, k):
+    """VICReg's and Barlow's off-diagonal term from two (m, m) Gram matrices (``m < k``) or from the (k, k)
+    matrix itself: the value, its gradient and a Hessian-vector product equal those of the (k, k) formula."""
+    g = torch.Generator().manual_seed(m * k)
+    X, Y = (torch.randn(m, k, dtype=torch.float64, generator=g) for _ in range(2))
+    V = torch.randn(m, k, dtype=torch.float64, generator=g)
+
+    def reference(X):  # the k x k formula
+        C = X.T @ Y / 3.0
+        return (C * C).sum() - (torch.diagonal(C) ** 2).sum()
+
+    for fn in (reference, lambda X: so.cross_off_diagonal_sq_sum(X, Y, 3.0)):
+        Xg = X.clone().requires_grad_(True)
+        value = fn(Xg)
+        (grad,) = torch.autograd.grad(value, Xg, create_graph=True)
+        (hv,) = torch.autograd.grad(grad, Xg, grad_outputs=V)
+        if fn is reference:
+            want = (value.item(), grad.detach(), hv)
+            continue
+        assert value.item() == pytest.approx(want[0], rel=1e-12)
+        assert _rel(grad.detach().numpy(), want[1].numpy()) <= 1e-12 and _rel(hv.numpy(), want[2].numpy()) <= 1e-12

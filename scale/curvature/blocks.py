@@ -56,6 +56,7 @@ from torch.func import jacrev, vmap
 
 from mini.hessian import NEG_FLOOR, assemble
 from mini.loss_hessians import chain_forward, chain_links, head_jacobian_and_interaction, interaction_chunks
+from scale.curvature.lanczos import BLOCKWISE_TOL, BlockwiseResult, blockwise_lanczos
 from scale.curvature.operators import Operator, functional_head
 from scale.engine.heads import mini_head_of
 
@@ -452,6 +453,7 @@ def closed_form_operator(
     loss: Callable[[Tensor], Tensor],
     *,
     dtype: torch.dtype = torch.float64,
+    compose: bool = True,
 ) -> tuple[Operator, Operator, dict[str, Any]]:
     r"""``H_eff`` and ``M`` of a row-wise ``MLPHead`` as matrix-free products in closed form; nothing formed.
 
@@ -462,6 +464,8 @@ def closed_form_operator(
     predictor and the cosine, ``PredictorCosine.curvature_at``) and through its gradient graph, built once,
     otherwise. Against ``factored_operator`` (``operator_route``): no ``J`` to build, compute instead of
     reading ``J`` twice per product. ``interaction_chunks(M)`` streams ``M``'s exact blocks (for ``|M|``).
+    ``compose=False``: a predictor's first map is not composed with the head's last
+    (``mini.loss_hessians.chain_links``: cheaper to build, dearer per product; for a few products).
     Returns ``(H, M, info)``.
     """
     z = z.detach().to(dtype)
@@ -469,7 +473,7 @@ def closed_form_operator(
     n, d = z.shape
     with torch.no_grad():
         if getattr(loss, "closed_form", False):  # SimSiam, BYOL: the chain runs on through the predictor
-            curv = loss.curvature_at(mini_head, z)
+            curv = loss.curvature_at(mini_head, z, compose)
             h_of, m_of, value = curv.hvp, curv.interaction_hvp, loss.value_of(curv)
             m_blocks = curv.interaction_blocks
             loss_product = "closed form (predictor and cosine in the chain, mini.loss_hessians)"
@@ -528,6 +532,80 @@ def operator_route(n: int, d: int, widths: Sequence[int], k: int, products: int 
     factored = form_J + products * READ_COST * (2 * n * k * d + n * d * d)
     closed = products * 2 * n * sum(a * b for a, b in itertools.pairwise(chain))
     return "factored" if factored <= closed else "closed-form"
+
+
+RECURRENCE_DTYPE = torch.float32  # blockwise_ends: the recurrence's products (the ends are refined in ``dtype``)
+
+
+def blockwise_ends(
+    z: Tensor,
+    head: nn.Module,
+    loss: Callable[[Tensor], Tensor],
+    *,
+    dtype: torch.dtype = torch.float64,
+    tol: float = BLOCKWISE_TOL,
+    max_iter: int | None = None,
+    rel_floor: float = NEG_FLOOR,
+    interaction: bool = True,
+) -> tuple[BlockwiseResult, BlockwiseResult | None, dict[str, Any]]:
+    """The extreme eigenvalues of a block-diagonal objective's ``H_eff`` (and of ``M``, for ``|M|``, when
+    ``interaction``) by a Lanczos per block (``scale.curvature.lanczos.blockwise_lanczos``) on closed-form products,
+    each to the eigenvalue bound ``tol`` of the scale, without forming a block.
+
+    The recurrence runs on ``RECURRENCE_DTYPE`` (float32) products: half the float64 products' cost whether
+    they are memory-bound (few rows) or not. The ends are then refined and certified in ``dtype``: their
+    Rayleigh quotients and residuals from one product of a ``dtype`` operator built without composing the
+    predictor's first map (``compose=False``: one product does not pay for the composition), so the bound
+    ``r^2 / gap`` holds for the ``dtype`` operator. A run whose ends miss ``tol`` there (the float32 products'
+    rounding in the way) runs again on the ``dtype`` operator alone. Returns ``(H's result, M's or None, info)``
+    (``info["recurrence"]``: the products' dtype of the runs kept)."""
+    n = z.shape[0]
+    H, M, info = closed_form_operator(z, head, loss, dtype=dtype, compose=False)
+    exact = [H, M] if interaction else [H]
+    fast = exact
+    if torch.finfo(RECURRENCE_DTYPE).eps > torch.finfo(dtype).eps:
+        fast = list(closed_form_operator(z, head, loss, dtype=RECURRENCE_DTYPE)[:len(exact)])
+    out, used = [], set()
+    for op, ref in zip(fast, exact):
+        refine = None if op is ref else ref
+        res = blockwise_lanczos(op, n, refine=refine, max_iter=max_iter, tol=tol, rel_floor=rel_floor)
+        if refine is not None and not res.ends_converged:
+            op, res = ref, blockwise_lanczos(ref, n, max_iter=max_iter, tol=tol, rel_floor=rel_floor)
+        out.append(res)
+        used.add(str(op.dtype).removeprefix("torch."))
+    return out[0], out[1] if interaction else None, {**info, "recurrence": ", ".join(sorted(used))}
+
+
+BLOCK_STEPS = 40  # block_route: steps of each per-block Lanczos run (measured 31-53 for H and M, 18-27 for H alone)
+EIG_COST = 4  # block_route: eigvalsh of a (d, d) block, in multiply-adds per d^3 (fitted: 4.06)
+STEP_COST = 1.6e7  # block_route: a per-block Lanczos step's fixed cost (batched eigh, Python), multiply-adds (fitted)
+
+
+def block_route(n: int, d: int, chain: Sequence[int], n_head: int, steps: int = BLOCK_STEPS) -> str:
+    """``"blocks"`` (every per-sample block formed and solved: the whole spectrum) or ``"block-lanczos"``
+    (``blockwise_ends``: a Lanczos per block on closed-form products, the ends of ``H`` and of ``M``) for ``n``
+    rows of a block-diagonal objective through the chain ``d -> chain[0] -> ... -> chain[-1]`` (the head and
+    whatever the loss runs through, links composed as ``mini.loss_hessians.chain_links`` composes them:
+    ``chain[:-1]`` are the hidden widths), ``n_head`` of whose hidden layers are the head's (``M``'s). In
+    multiply-adds (a float32 product's counted as a float64 sandwich's: at these sizes they ran at the same
+    measured rate, 1.1e-10 s each, the products being memory-bound):
+
+        blocks          n [sum_l d w_l (d + w_{l+1}) + EIG_COST d^3]       the streamed sandwiches, then eigvalsh
+        block-lanczos   steps [2 n sum_links w_in w_out + 2 n sum_{head's links} w_in w_out + 2 STEP_COST]
+                        (the runs on H and on M; a product is a forward-mode pass and a pullback)
+
+    Fitted and checked on 9 shapes (1 thread, ``measure(path=...)`` on SimSiam heads with their predictors, best
+    of 3; block-lanczos / blocks time): (n, d, head, predictor) (8, 128, swish3 256/128, 64) 1.68,
+    (32, ...) 1.06, (128, ...) 0.68; (8, 256, swish3 1024/1024, 256) 0.67, (32, ...) 0.61;
+    (8, 256, swish2 512/512, 128) 0.70, (32, ...) 0.53; (8, 512, swish2 2048/2048, 512) 0.32, (32, ...) 0.21.
+    The rule picks the faster at 8 of them; at (8, 256, swish2 512) it takes the blocks (0.70: 1.4x slower)."""
+    widths = [d, *(int(w) for w in chain)]
+    hidden = widths[1:-1]
+    blocks = n * (sum(d * w * (d + nxt) for w, nxt in zip(hidden, [*hidden[1:], hidden[-1]])) if hidden else 0)
+    blocks += n * EIG_COST * d**3
+    links = list(itertools.pairwise(widths))
+    per_step = 2 * n * sum(a * b for a, b in links) + 2 * n * sum(a * b for a, b in links[:n_head])
+    return "block-lanczos" if steps * (per_step + 2 * STEP_COST) < blocks else "blocks"
 
 
 def block_diag(blocks: Tensor) -> Tensor:

@@ -165,6 +165,15 @@ class Operator:
         return LinearOperator(self.shape, matvec=mv, rmatvec=mv, matmat=mm, rmatmat=mm, dtype=np.float64)
 
 
+def difference(A: Operator, B: Operator, name: str) -> Operator:
+    """``A - B`` product by product (e.g. ``G = H - M`` from the closed-form ``H`` and ``M``)."""
+    if (A.N, A.dtype, A.device) != (B.N, B.dtype, B.device):
+        raise ValueError(f"{name}: {A.name} and {B.name} differ in dimension, dtype or device")
+    return Operator(name, A.N, A.dtype, A.device, lambda v: A._matvec(v) - B._matvec(v),
+                    lambda C: (A._matmat or torch.vmap(A._matvec))(C) - (B._matmat or torch.vmap(B._matvec))(C),
+                    {**A.info})
+
+
 def operator_from_matrix(A: Tensor, name: str = "A") -> Operator:
     """A dense symmetric matrix as an ``Operator`` (tests, and the Lanczos/power comparisons)."""
     if A.ndim != 2 or A.shape[0] != A.shape[1]:

@@ -52,13 +52,15 @@ from mini.collapse_metrics import representation_std
 from mini.hessian import NEG_FLOOR
 from scale.curvature.blocks import (
     block_norm,
+    block_route,
+    blockwise_ends,
     closed_form_operator,
     effective_hessian_blocks,
     factored_operator,
     interaction_norm,
     operator_route,
 )
-from scale.curvature.lanczos import LanczosResult, lanczos
+from scale.curvature.lanczos import BLOCKWISE_TOL, LanczosResult, lanczos
 from scale.curvature.operators import EffectiveHessian
 from scale.engine import methods
 from scale.engine.checkpoint import atomic_write_bytes
@@ -95,23 +97,33 @@ def hutchinson_ratio(num, den, N: int, probes: int, dtype, device, seed: int = 0
     return float(np.sqrt(a / b)) if b > 0 else float("nan")
 
 
-def _rowwise(head: nn.Module, bn_mode: str) -> bool:
+def rowwise(head: nn.Module, bn_mode: str) -> bool:
     """The head acts row by row and its closed-form derivatives apply (``MLPHead``, BatchNorm in eval mode)."""
     has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in head.modules())
     return isinstance(head, MLPHead) and (bn_mode == "eval" or not has_bn)
 
 
+def _linear_widths(module: nn.Module | None) -> list[int]:
+    return [] if module is None else [m.out_features for m in module.modules() if isinstance(m, nn.Linear)]
+
+
 def choose_path(z: Tensor, head: nn.Module, *, block_diagonal: bool, bn_mode: str, k: int | None = None,
-                closed_form: bool = False) -> str:
+                closed_form: bool = False, predictor: nn.Module | None = None) -> str:
     """The cheapest exact way to measure ``H_eff`` here (see ``measure``), within ``BLOCK_MEMORY`` bytes of
     kept float64 arrays. ``closed_form``: the objective carries SimSiam/BYOL's closed form (its blocks are
-    streamed in chunks of rows, only ``M``'s (n, d, d) kept for ``|M|``)."""
-    if not _rowwise(head, bn_mode):
+    streamed in chunks of rows, only ``M``'s (n, d, d) kept for ``|M|``), through ``predictor`` if it has one;
+    then ``scale.curvature.blocks.block_route`` weighs the whole spectrum (``blocks``) against a Lanczos per block
+    (``block-lanczos``), which needs no kept blocks at all."""
+    if not rowwise(head, bn_mode):
         return "matrix-free"
     n, d = z.shape
-    widths = [m.out_features for m in head.modules() if isinstance(m, nn.Linear)]
+    widths = _linear_widths(head)
     k = widths[-1] if k is None else k
     m_blocks = n * d * d * 8  # M's blocks, kept by every exact path for |M|
+    if block_diagonal and closed_form:
+        chain = widths[:-1] + (_linear_widths(predictor) or widths[-1:])  # head's last map composed with predictor's
+        route = block_route(n, d, chain, len(widths) - 1)
+        return "blocks" if route == "blocks" and m_blocks <= BLOCK_MEMORY else "block-lanczos"
     if block_diagonal:
         # autograd's blocks also keep J (n, k, d) and the loss blocks, or the loss Hessian along J's d columns
         kept = m_blocks if closed_form else m_blocks + n * k * (d + min(k, d)) * 8
@@ -125,7 +137,7 @@ def choose_path(z: Tensor, head: nn.Module, *, block_diagonal: bool, bn_mode: st
     return route
 
 
-PATHS = ("auto", "blocks", "factored", "closed-form", "matrix-free")
+PATHS = ("auto", "blocks", "block-lanczos", "factored", "closed-form", "matrix-free")
 
 
 def measure(
@@ -151,6 +163,12 @@ def measure(
     - ``"blocks"``: block-diagonal objective (simsiam, byol) and a row-wise head: the whole spectrum
       from the per-sample ``d x d`` blocks (float64 ``eigvalsh``), so ``lambda_min``, ``lambda_max``,
       the negative count and ``|M|/|H|`` are exact and no Lanczos runs;
+    - ``"block-lanczos"``: the same objectives and heads: a Lanczos per block on closed-form products
+      (``scale.curvature.lanczos.blockwise_lanczos``, all blocks in each product), stopped when every block's
+      ends are within ``tol`` (default ``BLOCKWISE_TOL``, 1e-8) of the scale by the eigenvalue bound; ``|M|`` from
+      the same on ``M``'s blocks; the negative count a lower bound. ``auto`` takes it when
+      ``scale.curvature.blocks.block_route`` finds it cheaper than forming the blocks (wide heads); no warm start
+      (each block starts afresh; a previous ``warm`` carries over untouched);
     - ``"factored"``: a row-wise head (``MLPHead``, BatchNorm in eval mode) and any objective: Lanczos
       on ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` exact (``scale.curvature.blocks.factored_operator``,
       products without a pass through the head); ``|M|`` exact from the blocks, ``|H|`` from Lanczos;
@@ -165,9 +183,11 @@ def measure(
     t0 = time.perf_counter()
     if path == "auto":
         path = choose_path(z, head, block_diagonal=block_diagonal, bn_mode=bn_mode,
-                           closed_form=getattr(loss, "closed_form", False))
-    elif path in ("blocks", "factored", "closed-form") and not _rowwise(head, bn_mode):
+                           closed_form=getattr(loss, "closed_form", False), predictor=getattr(loss, "predictor", None))
+    elif path in ("blocks", "block-lanczos", "factored", "closed-form") and not rowwise(head, bn_mode):
         raise ValueError(f"path {path!r} needs a row-wise MLPHead (BatchNorm in eval mode); use 'matrix-free'")
+    if path in ("blocks", "block-lanczos") and not block_diagonal:
+        raise ValueError(f"path {path!r} needs a block-diagonal (per-sample) objective; use 'closed-form'")
     n, d = z.shape
     rec: dict[str, Any] = {"path": path, "z_std": representation_std(z.double()), "N": n * d}
     res = warm
@@ -181,6 +201,17 @@ def measure(
                    n_negative=audit["n_negative_H"], n_negative_is="exact (blocks)", M_over_H=audit["M_over_H"],
                    M_over_H_is=audit["M_over_H_is"], bn_mode=audit["bn_mode"], hvp_mode="none (blocks)",
                    dtype="float64", loss=value, rel_floor=rel_floor)
+    elif path == "block-lanczos":
+        resH, resM, info = blockwise_ends(z, head, loss, dtype=dtype, tol=BLOCKWISE_TOL if tol is None else tol,
+                                          max_iter=max_iter, rel_floor=rel_floor)
+        rec.update({k: v for k, v in resH.summary().items() if k not in ("n_negative", "n_negative_is")})
+        norm_M = float(np.abs(resM.values).max())
+        rec.update(lambda_is=f"Lanczos per block ({n} blocks, closed-form products in {info['recurrence']}, "
+                   f"float64 basis; ends refined and bounded in {info['dtype']})",
+                   bn_mode=info["bn_mode"], hvp_mode=info["hvp_mode"], dtype=info["dtype"], loss=info["loss"],
+                   n_negative=resH.n_negative, n_negative_is="lower bound (Ritz intervals below the floor, per block)",
+                   n_products_M=resM.n_products, M_over_H=norm_M / resH.scale if resH.scale else float("nan"),
+                   M_over_H_is="spectral norms: |M| and |H| from per-block Lanczos ends (eigenvalue bound)")
     else:
         if path == "factored":
             op, M, info = factored_operator(z, head, loss, dtype=dtype)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -317,6 +318,52 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+FREE_WINDOW_S = 0.1  # free_cores: how long the idle time of the usable cores is sampled
+FREE_TTL_S = 10.0  # free_cores: a measurement younger than this is reused (runs built back to back agree)
+_free_cache: tuple[float, float, str] | None = None  # (when, free cores, how)
+
+
+def free_cores() -> tuple[float, str]:
+    """``(free, how)``: how many of this process's usable cores (``usable_cores``) other processes leave idle now.
+
+    Measured on Linux: each usable core's idle time (``idle + iowait`` in ``/proc/stat``) over ``FREE_WINDOW_S``
+    while this process sleeps, summed over the cores (a core busy with another job counts 0, an idle one 1).
+    Elsewhere: the usable cores less the 1-minute load average (which lags, and counts this process too). A
+    measurement is reused for ``FREE_TTL_S``."""
+    global _free_cache
+    now = time.monotonic()
+    if _free_cache is not None and now - _free_cache[0] < FREE_TTL_S:
+        return _free_cache[1], _free_cache[2]
+    cores = usable_cores()
+    try:
+        cpus = os.sched_getaffinity(0)
+        before = _cpu_times(cpus)
+        time.sleep(FREE_WINDOW_S)
+        after = _cpu_times(cpus)
+        shares = [(after[c][0] - before[c][0]) / (after[c][1] - before[c][1]) for c in after
+                  if c in before and after[c][1] > before[c][1]]
+        if not shares:
+            raise OSError("no CPU time advanced")
+        free, how = min(float(cores), sum(shares) * len(cpus) / len(shares)), f"idle time over {FREE_WINDOW_S:g} s"
+    except (OSError, AttributeError, ValueError, KeyError):  # no /proc/stat or no affinity (macOS, Windows)
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        free, how = max(0.0, cores - load), "usable cores less the 1-minute load average"
+    _free_cache = (now, free, how)
+    return free, how
+
+
+def _cpu_times(cpus: set[int]) -> dict[int, tuple[int, int]]:
+    """``{cpu: (idle, total)}`` clock ticks of the given cores from ``/proc/stat`` (Linux)."""
+    out = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            name, *vals = line.split()
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                v = [int(x) for x in vals[:8]]  # user nice system idle iowait irq softirq steal
+                out[int(name[3:])] = (v[3] + v[4], sum(v))
+    return out
+
+
 def resolve_augment_path(path: str, device: torch.device, *, threads: int, workers: int = 1,
                          distributed: bool = False) -> tuple[str, str]:
     """``(path, why)``: the path ``"auto"`` stands for here, and the reason in words.
@@ -324,12 +371,13 @@ def resolve_augment_path(path: str, device: torch.device, *, threads: int, worke
     ``"auto"`` is batched on CUDA (one call augments the batch on the device) and under torch.distributed
     (worker processes forked from a process whose process-group threads already run can hang its exit:
     a frozen peer then never lets a rank stop). On a CPU it is the per-image worker path when the worker
-    processes get cores of their own (``threads + workers <= usable_cores()``), where they prepare the
-    next batch while the step runs, and batched otherwise: with every core busy with torch's threads,
-    the workers take cycles from the step (the main job on 2 cores, wall time: workers 1.02x faster at 1
-    torch thread, batched 1.17x faster at 2; BENCHMARKS.md, ``bench.bench_main_job``). The choice depends on the
-    machine, so the ``Trainer`` keeps the resolved path in its config (checkpoint, config.json) and a
-    resume keeps it."""
+    processes get cores of their own: ``threads + workers`` at most the cores other processes leave free
+    (``free_cores``, rounded), where they prepare the next batch while the step runs; batched otherwise: with
+    every core busy, with torch's threads or another job, the workers take cycles from the step (the main job
+    on 2 cores, wall time: workers 1.02x faster at 1 torch thread on an idle machine, batched 1.17x faster at 2;
+    at 1 thread beside another job the workers lost, 0.95x; BENCHMARKS.md, ``bench.bench_main_job``). The choice
+    depends on the machine and its load, so the ``Trainer`` keeps the resolved path in its config (checkpoint,
+    config.json) and a resume keeps it; ``why`` gives the cores counted and how."""
     if path not in AUGMENT_PATHS:
         raise ValueError(f"augment path must be one of {', '.join(AUGMENT_PATHS)}, got {path!r}")
     if path != "auto":
@@ -339,9 +387,11 @@ def resolve_augment_path(path: str, device: torch.device, *, threads: int, worke
     if distributed:
         return "batched", "auto: worker processes are not forked under torch.distributed"
     cores = usable_cores()
-    if threads + workers <= cores:
-        return "workers", f"auto: {threads} torch thread(s) and {workers} worker process(es) fit in {cores} cores"
-    return "batched", f"auto: {threads} torch thread(s) on {cores} core(s) leave no core for a worker process"
+    free, how = free_cores()
+    counted = f"{free:.1f} of {cores} core(s) free ({how})"
+    if threads + workers <= round(free):
+        return "workers", f"auto: {threads} torch thread(s) and {workers} worker process(es) fit in {counted}"
+    return "batched", f"auto: {threads} torch thread(s) and {workers} worker process(es) need more than {counted}"
 
 
 def build_views(preset: str, image_size: int, mean: Sequence[float], std: Sequence[float], device: torch.device,

@@ -66,10 +66,11 @@ class PredictorCosine:
             pred = copy.deepcopy(pred).to(Hb.dtype)
         return so.simsiam(Hb, self.T.to(Hb.dtype), pred, self.form)
 
-    def curvature_at(self, head: Head | None, z: Tensor) -> PredictorCosineCurvature:
+    def curvature_at(self, head: Head | None, z: Tensor, compose: bool = True) -> PredictorCosineCurvature:
         """The closed-form curvature at ``z`` (n, d) through a ``mini.heads.Head`` with torch weights (``None``:
         ``z`` is the embeddings themselves): exact per-sample blocks (``blocks()``), matrix-free products
-        (``hvp``, ``interaction_hvp``), ``rho = dL/dh``, in ``z``'s dtype."""
+        (``hvp``, ``interaction_hvp``), ``rho = dL/dh``, in ``z``'s dtype. ``compose``: as in
+        ``mini.loss_hessians.chain_links`` (False: cheaper to build, for a few products)."""
         if not self.closed_form:
             raise ValueError(f"no closed form through a {type(self.predictor).__name__} predictor; use autograd")
         n = z.shape[0]
@@ -77,7 +78,7 @@ class PredictorCosine:
         T = torch.cat([B, A])  # row i is pulled to the other view's target
         coef = (-1.0 if self.form == "cosine" else -2.0) / n
         pred = None if self.predictor is None else mini_head_of(self.predictor, z.dtype)
-        return PredictorCosineCurvature(head, pred, z, T, coef)
+        return PredictorCosineCurvature(head, pred, z, T, coef, compose)
 
     def value_of(self, curv: PredictorCosineCurvature) -> float:
         """The objective's value from the curvature's cosines (``L = -mean cos`` or ``mean(2 - 2 cos)``)."""

@@ -46,15 +46,21 @@ def representation_std(H: Array) -> float:
     return float(xp.mean(xp.std(l2_normalize(H), axis=0, correction=1)))
 
 
-def covariance_condition(H: Array, floor: float = COND_FLOOR) -> float:
-    """``lambda_max(C) / max(lambda_min(C), floor)``, ``C`` the sample covariance (k, k) of the normalised rows."""
+def covariance_extremes(H: Array) -> tuple[float, float]:
+    """``(lambda_min(C), lambda_max(C))`` unclamped, ``C`` the sample covariance (k, k) of the normalised rows."""
     _check(H)
     xp = _xp(H)
     U = l2_normalize(H)
     Uc = U - xp.mean(U, axis=0, keepdims=True)  # (n, k)
     C = (Uc.T @ Uc) / (H.shape[0] - 1)  # (k, k)
     eig = xp.linalg.eigvalsh(C)  # ascending
-    return float(eig[-1]) / max(float(eig[0]), floor)
+    return float(eig[0]), float(eig[-1])
+
+
+def covariance_condition(H: Array, floor: float = COND_FLOOR) -> float:
+    """``lambda_max(C) / max(lambda_min(C), floor)``, ``C`` the sample covariance (k, k) of the normalised rows."""
+    lam_min, lam_max = covariance_extremes(H)
+    return lam_max / max(lam_min, floor)
 
 
 def collapse_stats(H: Array) -> tuple[float, float]:

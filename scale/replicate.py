@@ -48,14 +48,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from scale.engine.hooks import Hook
-from scale.geometry.ledger import Interval, Rule, fraction, interval, log10_ratio
+from scale.geometry.ledger import Rule, cell, fraction, interval, log10_ratio
+from scale.geometry.verdict import Estimate
 
 # --------------------------------------------------------------------------------------------
 # Sizes
@@ -499,8 +500,8 @@ CLAIMS: tuple[Claim, ...] = (
           "log10(h std at the end / before training), swish2, BN off, lr 0.05", LOG10, POSITIVE, _e1("swish2"),
           (("normal start", _e1("swish2", init="normal")), ("linear head", _e1("linear")))),
     Claim("E1.4", "E1", "without BatchNorm, at the smallest step, ReLU behaves like linear", "qualitative (ReLU gap)",
-          "|log10(relu / smooth)| - |log10(relu / linear)| of the final h std, BN off, lr 0.005 (smooth: geometric "
-          "mean of gelu2, swish2)", "log10 units", POSITIVE,
+          "abs(log10(relu / smooth)) - abs(log10(relu / linear)) of the final h std, BN off, lr 0.005 (smooth: "
+          "geometric mean of gelu2, swish2)", "log10 units", POSITIVE,
           lambda res, s: relu_like_linear(res, False, 0.005, s),
           (("lr 0.05", lambda res, s: relu_like_linear(res, False, 0.05, s)),
            ("lr 0.5", lambda res, s: relu_like_linear(res, False, 0.5, s)))),
@@ -603,10 +604,10 @@ def evaluate(claim: Claim, res: Results) -> dict[str, Any]:
     controls = []
     for label, fn in claim.controls:
         cv = [fn(res, s) for s in seeds]
-        controls.append({"label": label, "values": cv, "interval": interval(cv).to_dict()})
+        controls.append({"label": label, "values": cv, "interval": asdict(interval(cv))})
     return {"id": claim.id, "experiment": claim.experiment, "claim": claim.claim, "paper": claim.paper,
             "statistic": claim.statistic, "unit": claim.unit, "rule": claim.rule.text(), "seeds": seeds,
-            "values": values, "interval": est.to_dict(), "verdict": claim.rule.verdict(est), "controls": controls}
+            "values": values, "interval": asdict(est), "verdict": claim.rule.verdict(est), "controls": controls}
 
 
 # --------------------------------------------------------------------------------------------
@@ -726,6 +727,14 @@ def _plt():
     return plt
 
 
+def _save(fig, path: Path) -> bool:
+    """Lay out, write and close ``fig``."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    _plt().close(fig)
+    return True
+
+
 def figure_e1(res: Results, path: Path) -> bool:
     """Per-seed curves of E1's h std (epoch 0: before training): rows BatchNorm off/on, columns lr; solid
     pseudo-collapsed start, dashed normal start."""
@@ -755,10 +764,7 @@ def figure_e1(res: Results, path: Path) -> bool:
                 ax.set_ylabel("h std (normalised projector output)")
     axes[0][0].legend(fontsize=7, title="solid: pseudo-collapsed\ndashed: normal start", title_fontsize=7)
     fig.suptitle("E1: per-seed h std (one line per seed)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def figure_e2(res: Results, path: Path) -> bool:
@@ -789,10 +795,7 @@ def figure_e2(res: Results, path: Path) -> bool:
         ax.set_ylabel("lambda_min / max|lambda(H_eff)|")
     axes[0][0].legend(fontsize=7)
     fig.suptitle("E2: lambda_min of H_eff = G + M, of G and of M, per seed (exact blocks, float64)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def figure_e5(res: Results, path: Path) -> bool:
@@ -834,10 +837,7 @@ def figure_e5(res: Results, path: Path) -> bool:
         ax.set_xticks(depths)
     fig.suptitle("E5: Swish + BatchNorm heads by depth (points: seeds; lines: mean, geometric for compression)",
                  fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 # What the ledger changes from the paper's set-up besides the per-run settings (scale.paper.deviations).
@@ -874,7 +874,7 @@ def _deviation_rows(res: Results) -> list[str]:
 
 
 def _cell(est: dict[str, Any]) -> str:
-    return Interval(**est).fmt()
+    return cell(Estimate(**est))
 
 
 def _e2_table(res: Results) -> list[str]:
@@ -886,7 +886,7 @@ def _e2_table(res: Results) -> list[str]:
         seeds = _seeds(res)
 
         def per_seed(fn, run=run, seeds=seeds):
-            return interval([fn(curvature(res, f"{run}-s{s}")) for s in seeds]).fmt()
+            return cell(interval([fn(curvature(res, f"{run}-s{s}")) for s in seeds]))
 
         def frac_of(pred):
             return lambda cs: fraction([pred(c) for c in cs]) if cs else math.nan
@@ -908,9 +908,9 @@ def _e5_table(res: Results) -> list[str]:
     seeds = _seeds(res)
     for d in (1, 2, 3):
         name = [f"E5-depth{d}-s{s}" for s in seeds]
-        z = interval([100 * protocol(res, n, "b_raw", "rot_linear_z") for n in name]).fmt()
-        h = interval([100 * protocol(res, n, "b_raw", "rot_linear_h") for n in name]).fmt()
-        comp = {p: interval([protocol(res, n, p, "compression") for n in name]).fmt()
+        z = cell(interval([100 * protocol(res, n, "b_raw", "rot_linear_z") for n in name]))
+        h = cell(interval([100 * protocol(res, n, "b_raw", "rot_linear_h") for n in name]))
+        comp = {p: cell(interval([protocol(res, n, p, "compression") for n in name]))
                 for p in ("a_paper", "b_raw", "d_untrained_nobias")}
         pp = paper.E5_PROBES[d]
         L.append(f"| {d} | {z} | {h} | {pp.z:.2f} / {pp.h:.2f} | {comp['a_paper']} | {comp['b_raw']} | "

@@ -24,10 +24,12 @@ from scale.geometry.ledger import (
     REPRODUCED,
     VERDICTS,
     Rule,
+    cell,
     fraction,
     interval,
     log10_ratio,
 )
+from scale.geometry.verdict import Estimate
 
 T975_4 = 2.7764451051977934  # t_{0.975, 4} (tables: 2.776)
 T975_2 = 4.302652729749462  # t_{0.975, 2} (tables: 4.303)
@@ -42,16 +44,17 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_interval_is_the_student_t_interval_by_hand():
     est = interval([1.0, 2.0, 3.0, 4.0, 5.0])  # mean 3, s^2 = 2.5
     half = T975_4 * math.sqrt(2.5) / math.sqrt(5)
-    assert est.n == 5 and est.excluded == 0 and est.mean == 3.0
+    assert est.n == 5 and est.excluded == 0 and est.value == 3.0
     assert math.isclose(est.low, 3 - half, rel_tol=1e-9) and math.isclose(est.high, 3 + half, rel_tol=1e-9)
     # non-finite values and None are left out and counted: the interval of [0.2, 0.4, 0.9]
     est = interval([0.2, None, 0.4, math.nan, 0.9, math.inf])
     s = float(np.std([0.2, 0.4, 0.9], ddof=1))
-    assert est.n == 3 and est.excluded == 3 and math.isclose(est.mean, 0.5)
-    assert math.isclose(est.high - est.mean, T975_2 * s / math.sqrt(3), rel_tol=1e-9)
+    assert est.n == 3 and est.excluded == 3 and math.isclose(est.value, 0.5)
+    assert math.isclose(est.high - est.value, T975_2 * s / math.sqrt(3), rel_tol=1e-9)
     one, none = interval([7.0]), interval([math.nan])
-    assert one.n == 1 and one.mean == 7.0 and math.isnan(one.low)
-    assert none.n == 0 and none.excluded == 1 and none.fmt() == "-"
+    assert one.n == 1 and one.value == 7.0 and math.isnan(one.low)
+    assert none.n == 0 and none.excluded == 1 and cell(none) == "-"
+    assert cell(interval([1.0, 2.0, 3.0, 4.0, 5.0, None])) == "3 [1.04, 4.96] (n = 5, 1 excluded)"
     same = interval([0.25, 0.25, 0.25])  # no spread: the interval is the point
     assert same.low == same.high == 0.25
 
@@ -60,8 +63,8 @@ def test_rules_map_intervals_to_verdicts_at_their_edges():
     above, below = Rule(">", 0.0), Rule("<", 0.1)
     band = Rule("within", band=(0.5, 0.9))
 
-    def at(low, high, n=5):
-        return interval([low, high]) if n == 2 else type(interval([1.0]))((low + high) / 2, low, high, n)
+    def at(low, high, n=5):  # an interval with the given ends
+        return Estimate((low + high) / 2, low, high, n)
 
     assert above.verdict(at(0.01, 2.0)) == REPRODUCED
     assert above.verdict(at(-2.0, -0.01)) == NOT_REPRODUCED
@@ -165,9 +168,9 @@ def test_a_claim_is_evaluated_from_its_per_seed_values():
     row = R.evaluate(claim, res)
     half = T975_4 * math.sqrt(10) / math.sqrt(5)
     assert row["seeds"] == [0, 1, 2, 3, 4] and np.allclose(row["values"], [2, 4, 6, 8, 10])
-    assert math.isclose(row["interval"]["mean"], 6.0) and math.isclose(row["interval"]["low"], 6 - half)
+    assert math.isclose(row["interval"]["value"], 6.0) and math.isclose(row["interval"]["low"], 6 - half)
     assert row["verdict"] == REPRODUCED
-    assert math.isclose(row["controls"][0]["interval"]["mean"], 0.0, abs_tol=1e-12)
+    assert math.isclose(row["controls"][0]["interval"]["value"], 0.0, abs_tol=1e-12)
     for s in range(5):  # the opposite sign everywhere: not reproduced
         p = res[f"E3E4-s{s}"]["protocols"]["b_raw"]
         p["rot_linear_h"] = 1.2 - p["rot_linear_h"]

@@ -4,7 +4,7 @@ Each claim of the paper is tested through one number per seed (a paired differen
 fraction, a rank correlation: ``scale.replicate`` defines each). Over the seeds that gave a finite value:
 
     mean, low, high   the two-sided Student t interval  mean +- t_{0.975, n-1} s / sqrt(n)   (s: sample std;
-                      ``scale.geometry.verdict.t_interval``); NaN below two seeds
+                      ``scale.geometry.verdict.t_interval``), an ``Estimate`` of that module; NaN below two seeds
 
 A ``Rule`` turns that interval into one of ``VERDICTS``, and is fixed before the runs:
 
@@ -15,19 +15,18 @@ A ``Rule`` turns that interval into one of ``VERDICTS``, and is fixed before the
 
 "inconclusive at this power" also stands where fewer than two seeds gave a value (no interval), and
 "not measured" where none did. A seed whose value is not finite (a run that diverged, a correlation of a
-constant series) is left out and counted (``Interval.excluded``).
+constant series) is left out and counted (``Estimate.excluded``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
-from scale.geometry.verdict import t_interval
+from scale.geometry.verdict import Estimate, t_interval
 
 LEVEL = 0.95  # the interval's confidence
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_MEASURED = (
@@ -36,37 +35,22 @@ VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_MEASURED)
 DIRECTIONS = (">", "<", "within")
 
 
-@dataclass(frozen=True)
-class Interval:
-    """Mean and ``LEVEL`` t interval over ``n`` finite per-seed values (``excluded``: the non-finite ones)."""
-
-    mean: float
-    low: float
-    high: float
-    n: int
-    excluded: int = 0
-
-    def fmt(self, spec: str = ".3g") -> str:
-        """``mean [low, high] (n seeds)``; ``-`` without values."""
-        if self.n == 0:
-            return "-"
-        seeds = f"n = {self.n}" + (f", {self.excluded} excluded" if self.excluded else "")
-        if math.isnan(self.low):
-            return f"{self.mean:{spec}} ({seeds})"
-        return f"{self.mean:{spec}} [{self.low:{spec}}, {self.high:{spec}}] ({seeds})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def interval(values: Sequence[float | None], level: float = LEVEL) -> Interval:
-    """The t interval of the finite entries of ``values`` (``None`` and NaN count as excluded)."""
+def interval(values: Sequence[float | None], level: float = LEVEL) -> Estimate:
+    """The mean and t interval of the finite entries of ``values`` (``None`` and NaN count as excluded), as
+    ``scale.geometry.verdict``'s ``Estimate`` (``value`` is the mean)."""
     finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     excluded = len(values) - len(finite)
     if not finite:
-        return Interval(math.nan, math.nan, math.nan, 0, excluded)
+        return Estimate(math.nan, math.nan, math.nan, 0, excluded)
     mean, low, high = t_interval(np.asarray(finite), level)
-    return Interval(mean, low, high, len(finite), excluded)
+    return Estimate(mean, low, high, len(finite), excluded)
+
+
+def cell(est: Estimate, spec: str = ".3g") -> str:
+    """``mean [low, high] (n = N)``, with the excluded count when there is one; ``-`` without values."""
+    if est.n == 0:
+        return "-"
+    return f"{est.fmt(spec)} (n = {est.n}" + (f", {est.excluded} excluded)" if est.excluded else ")")
 
 
 @dataclass(frozen=True)
@@ -93,7 +77,7 @@ class Rule:
         return (f"reproduced if the interval lies {side} {self.bar:g}; not reproduced if it lies {other} "
                 f"{self.bar:g}; otherwise inconclusive")
 
-    def verdict(self, est: Interval) -> str:
+    def verdict(self, est: Estimate) -> str:
         """One of ``VERDICTS`` for the interval ``est``."""
         if est.n == 0:
             return NOT_MEASURED

@@ -42,8 +42,10 @@ bar, and the control shown beside; ``scale.geometry.ledger`` turns the 95 % t in
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -646,8 +648,35 @@ def load_results(path: Path) -> dict[str, Any]:
     return saved
 
 
+@contextlib.contextmanager
+def locked(out: Path):
+    """An exclusive ``flock`` on ``OUT/.results.lock`` for one read-merge-write of ``results.json``: shards of one
+    ledger (``--shard``) running at once each add their own units to the file, never overwrite the others'."""
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / ".results.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"K/N"`` -> (K, N) with 0 <= K < N: this process runs the plan's units whose index is K modulo N."""
+    try:
+        k, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard takes K/N (e.g. 0/2), got {text!r}") from None
+    if not 0 <= k < n:
+        raise ValueError(f"--shard K/N needs 0 <= K < N, got {text!r}")
+    return k, n
+
+
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run every unit of the plan not yet in ``OUT/results.json`` (the file is rewritten after each unit)."""
+    """Run every unit of the plan (of this ``--shard``) not yet in ``OUT/results.json``; the file gets each unit as
+    it finishes, merged under ``locked`` with what other shards wrote meanwhile."""
     import torch
 
     from scale.engine.checkpoint import atomic_write_json
@@ -665,20 +694,27 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
         r = saved["units"].get(u.name)
         if r is not None and r.get("key") == u.key() and u.experiment not in args.redo:
             stored[u.name] = r
-    todo = [u for u in units if u.name not in stored or stored[u.name]["status"] not in DONE]
-    log(f"scale.replicate: {len(units)} units in {out} ({len(units) - len(todo)} done, {len(todo)} to run); "
-        f"code {commit}")
+    k, n = args.shard
+    todo = [u for i, u in enumerate(units)
+            if i % n == k and (u.name not in stored or stored[u.name]["status"] not in DONE)]
+    log(f"scale.replicate: {len(units)} units in {out} ({len(units) - len(todo)} done or another shard's, "
+        f"{len(todo)} to run); code {commit}")
     epochs = QUICK_EPOCHS if args.quick else ({} if args.dataset in CIFAR else DIGITS_EPOCHS)
     probe_images = QUICK_PROBE_IMAGES if args.quick else PROBE_IMAGES
     data = None
     if todo:
         data = load_dataset(args.dataset, args.data_dir, image_size=16 if args.dataset == "digits" else None)
 
+    mine: Results = {}  # the units this invocation ran
+
     def save() -> None:
-        ledger = {"format": 1, "command": args.command, "dataset": args.dataset, "seeds": args.seeds,
-                  "quick": args.quick, "epochs": epochs, "probe_images": probe_images, "device": args.device,
-                  "threads": args.threads, "units": {u.name: stored[u.name] for u in units if u.name in stored}}
-        atomic_write_json(path, ledger)
+        with locked(out):
+            disk = load_results(path)["units"]
+            merged = {u.name: mine.get(u.name) or disk.get(u.name) or stored.get(u.name) for u in units}
+            ledger = {"format": 1, "command": args.command, "dataset": args.dataset, "seeds": args.seeds,
+                      "quick": args.quick, "epochs": epochs, "probe_images": probe_images, "device": args.device,
+                      "threads": args.threads, "units": {k: v for k, v in merged.items() if v is not None}}
+            atomic_write_json(path, ledger)
 
     t_all = time.perf_counter()
     for i, u in enumerate(todo):
@@ -703,14 +739,13 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
                    deviations=deviations(rec["config"], u.paper, args.dataset,
                                          ["--probe-images", str(probe_images)] if probe_images != PROBE_IMAGES else [])
                    if rec["config"] else {})
-        stored[u.name] = rec
-        out.mkdir(parents=True, exist_ok=True)  # only once a unit has finished: bad input leaves nothing behind
+        mine[u.name] = rec  # the output folder is made only once a unit has finished: bad input leaves nothing
         save()
         log(f"  [{i + 1}/{len(todo)}] {u.name}: {rec['status']}, {rec['seconds']:.1f} s")
     log(f"scale.replicate: {len(todo)} units in {time.perf_counter() - t_all:.0f} s")
     if stored and not todo:
         save()  # the command and settings of this invocation
-    return load_results(path) if path.is_file() else {"units": {}}
+    return {"units": {}} if not path.is_file() else load_results(path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -920,6 +955,13 @@ def _e5_table(res: Results) -> list[str]:
 
 def write_report(out: Path, ledger: dict[str, Any]) -> Path:
     """``OUT/report.md`` and its figures from the ledger's units; the E4 study's report in ``OUT/e4_study``."""
+    with locked(out):  # the units as they are on disk now (another shard may have added some)
+        if (out / "results.json").is_file():
+            ledger = dict(ledger, units=load_results(out / "results.json")["units"])
+        return _write_report(out, ledger)
+
+
+def _write_report(out: Path, ledger: dict[str, Any]) -> Path:
     from scale.e4_study import write_report as e4_report
     from scale.engine.checkpoint import atomic_write_json, atomic_write_text
 
@@ -1013,10 +1055,28 @@ def build_parser() -> argparse.ArgumentParser:
                    "thread trained a digits epoch about 4x faster than two, which wait on each other's cores)")
     p.add_argument("--quick", action="store_true", help="the pipeline in about a minute: 2 seeds, a tiny model, "
                    "1-4 epochs of 2 steps (not comparable in value)")
+    p.add_argument("--shard", default="0/1", metavar="K/N", help="run only the units whose index in the plan is K "
+                   "modulo N: N processes with K = 0 .. N-1 and the same other arguments share one ledger (default "
+                   "0/1: all)")
     p.add_argument("--redo", default="", help=f"comma-separated experiments ({', '.join(EXPERIMENTS)}) whose units "
                    "are measured again even when stored")
     p.add_argument("--report-only", action="store_true", help="rebuild report.md from OUT/results.json, run nothing")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (every unit and its scale.run arguments) "
+                   "and the rules; run and write nothing")
     return p
+
+
+def print_plan(args: argparse.Namespace) -> None:
+    """The units of the plan with their ``scale.run`` arguments, then every claim's rule."""
+    units = plan_units(args.dataset, args.seeds, args.quick, args.data_dir, args.threads)
+    print(f"scale.replicate: {len(units)} units ({args.dataset}, {args.seeds} seeds{', quick' if args.quick else ''})")
+    for u in units:
+        how = "scale.e4_study seed" + (f", flags {' '.join(u.argv)}" if u.argv else "") if u.experiment == "E3E4" \
+            else "python -m scale.run " + " ".join(u.argv)
+        print(f"  {u.name}: {how}")
+    print("rules:")
+    for c in CLAIMS:
+        print(f"  {c.id} {c.claim}: {c.statistic}; {c.rule.text()}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1030,6 +1090,11 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     args.redo = tuple(e.strip() for e in args.redo.split(",") if e.strip())
+    try:
+        args.shard = parse_shard(args.shard)
+    except ValueError as exc:
+        print(f"scale.replicate: error: {exc}", file=sys.stderr)
+        return 2
     bad = [e for e in args.redo if e not in EXPERIMENTS]
     if bad:
         print(f"scale.replicate: error: --redo {','.join(bad)}: unknown; valid: {', '.join(EXPERIMENTS)}",
@@ -1043,6 +1108,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     from scale.engine.data import DataError
 
+    if args.dry_run:
+        print_plan(args)
+        return 0
     out = Path(args.out)
     try:
         ledger = load_results(out / "results.json") if args.report_only else run(args)

@@ -185,7 +185,8 @@ def test_every_claim_has_a_rule_and_a_unique_id():
     assert set(R.NOT_RUN) == {"E6"}
 
 
-def test_plan_is_seed_major_and_keeps_the_paper_settings():
+def test_plan_is_seed_major_and_keeps_the_paper_settings(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     units = R.plan_units("digits", 2, quick=False)
     per_seed = len(units) // 2
     assert all(u.seed == 0 for u in units[:per_seed]) and all(u.seed == 1 for u in units[per_seed:])
@@ -201,6 +202,10 @@ def test_plan_is_seed_major_and_keeps_the_paper_settings():
 
     assert last("--init") == "normal" and last("--seed") == "1" and last("--epochs") == str(R.DIGITS_EPOCHS["E1"])
     assert last("--method") == "simsiam" and last("--lr") == "0.05" and "--no-head-bias" in args
+    assert R.main(["--dry-run", "--dataset", "cifar10", "--seeds", "1"]) == 0  # prints, writes nothing
+    printed = capsys.readouterr().out
+    assert "32 units (cifar10, 1 seeds)" in printed and all(f"  {c.id} " in printed for c in R.CLAIMS)
+    assert not list(tmp_path.iterdir())
     cifar = R.plan_units("cifar10", 1, quick=False)
     e2 = next(u for u in cifar if u.name == "E2-collapsed-relu2-s0")
     assert "--track-hessian-every" not in e2.argv  # the ledger measures itself (LedgerProbe)
@@ -292,3 +297,27 @@ def test_an_unwritable_output_folder_is_exit_code_4(tmp_path, capsys, monkeypatc
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot write" in err
     assert blocker.read_text() == "not a folder"
+
+
+def test_shards_share_one_ledger(tmp_path, monkeypatch, capsys):
+    """``--shard 0/2`` runs the plan's even units only and merges its results into what another shard wrote (under
+    the file lock), never over it; a bad ``--shard`` is refused in one line."""
+    assert R.parse_shard("1/3") == (1, 3)
+    for bad in ("2/2", "-1/2", "1", "a/b"):
+        with pytest.raises(ValueError, match="--shard"):
+            R.parse_shard(bad)
+    assert R.main(["--shard", "2/2", "--out", str(tmp_path / "x")]) == 2 and "--shard" in capsys.readouterr().err
+    plan = R.plan_units
+    names = ("E1-linear-bn0-lr0.05-collapsed-s0", "E1-linear-bn0-lr0.05-normal-s0")
+    monkeypatch.setattr(R, "plan_units", lambda *a, **k: [u for u in plan(*a, **k) if u.name in names])
+    other = next(u for u in plan("digits", 1, True, threads=1) if u.name == names[1])
+    out = tmp_path / "ledger"
+    out.mkdir()
+    theirs = {"status": "finished", "key": other.key(), "seed": 0, "experiment": "E1", "labels": other.labels,
+              "start": {"h_std": 1.0}, "history": [{"epoch": 1, "h_std": 1.0}], "curvature": [], "git_commit": "x",
+              "versions": {}, "seconds": 0.0, "finished_at": "another shard"}
+    (out / "results.json").write_text(json.dumps({"units": {names[1]: theirs}}))
+    assert R.main(["--quick", "--seeds", "1", "--shard", "0/2", "--out", str(out)]) == 0
+    units = json.loads((out / "results.json").read_text())["units"]
+    assert set(units) == set(names) and units[names[1]]["finished_at"] == "another shard"
+    assert units[names[0]]["status"] == "finished" and units[names[0]]["git_commit"] != "x"

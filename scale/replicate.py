@@ -31,8 +31,9 @@ in ``OUT/e4_study/``. ``--report-only`` rebuilds the report from ``results.json`
 
 Exit codes: 0 done; 1 the data (CIFAR archive) missing or corrupt, or nothing to report; 2 a bad argument or an
 ``OUT/results.json`` that is not a ledger (left as it is); 4 an output could not be written; 130 interrupted
-(Ctrl-C). A unit is written to ``results.json`` atomically once it has finished, so a killed ledger loses at most
-the unit it was running.
+(SIGINT or SIGTERM: the running unit stops at its next step and is dropped). A unit is written to
+``results.json`` atomically once it has finished, so a stopped or killed ledger loses at most the unit it was
+running.
 
 The rules (``CLAIMS``) were written before any ledger run: the statistic, the direction the paper claims, the
 bar, and the control shown beside; ``scale.geometry.ledger`` turns the 95 % t interval over seeds into
@@ -648,6 +649,16 @@ def load_results(path: Path) -> dict[str, Any]:
     return saved
 
 
+def run_unit(u: Unit, args: argparse.Namespace, data, epochs: dict[str, int], probe_images: int,
+             log: Callable[[str], None]) -> dict[str, Any]:
+    """One unit's record, by its experiment's runner."""
+    if u.experiment in ("E1", "E2"):
+        return train_unit(u, data, args.device, QUICK_PROBE_PAIRS if args.quick else PROBE_PAIRS)
+    if u.experiment == "E5":
+        return e5_unit(u, data, probe_images, args.device)
+    return e3e4_unit(u, args.dataset, epochs.get("E3E4"), args.data_dir, probe_images, args.device, log)
+
+
 @contextlib.contextmanager
 def locked(out: Path):
     """An exclusive ``flock`` on ``OUT/.results.lock`` for one read-merge-write of ``results.json``: shards of one
@@ -681,6 +692,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
 
     from scale.engine.checkpoint import atomic_write_json
     from scale.engine.data import DataError, load_dataset
+    from scale.engine.signals import stop_on_signals
+    from scale.engine.train import Interrupted
     from scale.paper import deviations
     from scale.runs.run_report import versions
 
@@ -716,32 +729,30 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
                       "threads": args.threads, "units": {k: v for k, v in merged.items() if v is not None}}
             atomic_write_json(path, ledger)
 
+    probe_flag = ["--probe-images", str(probe_images)] if probe_images != PROBE_IMAGES else []
     t_all = time.perf_counter()
-    for i, u in enumerate(todo):
-        t0 = time.perf_counter()
-        try:
-            if u.experiment in ("E1", "E2"):
-                rec = train_unit(u, data, args.device, QUICK_PROBE_PAIRS if args.quick else PROBE_PAIRS)
-            elif u.experiment == "E5":
-                rec = e5_unit(u, data, probe_images, args.device)
-            else:
-                rec = e3e4_unit(u, args.dataset, epochs.get("E3E4"), args.data_dir, probe_images, args.device, log)
-        except (KeyboardInterrupt, OSError, DataError):
-            raise
-        except Exception as exc:  # one broken unit must not lose the rest; it is recorded and retried next time
-            import traceback
+    stop: list[bool] = []  # a SIGINT/SIGTERM between units (inside a training the trainer's own handler stops it)
+    with stop_on_signals(lambda: stop.append(True)):
+        for i, u in enumerate(todo):
+            if stop:
+                raise Interrupted(f"stopped before unit {u.name}")
+            t0 = time.perf_counter()
+            try:
+                rec = run_unit(u, args, data, epochs, probe_images, log)
+            except (KeyboardInterrupt, Interrupted, OSError, DataError):  # Interrupted: the trainer's SIGINT/SIGTERM
+                raise
+            except Exception as exc:  # one broken unit must not lose the rest; it is recorded and retried next time
+                import traceback
 
-            traceback.print_exc()
-            rec = {"status": f"error: {type(exc).__name__}: {exc}", "config": {}}
-        rec.update(name=u.name, experiment=u.experiment, seed=u.seed, labels=u.labels, key=u.key(),
-                   git_commit=commit, versions=versions(), seconds=time.perf_counter() - t0,
-                   torch_threads=torch.get_num_threads(), finished_at=time.strftime("%Y-%m-%d %H:%M:%S"),
-                   deviations=deviations(rec["config"], u.paper, args.dataset,
-                                         ["--probe-images", str(probe_images)] if probe_images != PROBE_IMAGES else [])
-                   if rec["config"] else {})
-        mine[u.name] = rec  # the output folder is made only once a unit has finished: bad input leaves nothing
-        save()
-        log(f"  [{i + 1}/{len(todo)}] {u.name}: {rec['status']}, {rec['seconds']:.1f} s")
+                traceback.print_exc()
+                rec = {"status": f"error: {type(exc).__name__}: {exc}", "config": {}}
+            rec.update(name=u.name, experiment=u.experiment, seed=u.seed, labels=u.labels, key=u.key(),
+                       git_commit=commit, versions=versions(), seconds=time.perf_counter() - t0,
+                       torch_threads=torch.get_num_threads(), finished_at=time.strftime("%Y-%m-%d %H:%M:%S"),
+                       deviations=deviations(rec["config"], u.paper, args.dataset, probe_flag) if rec["config"] else {})
+            mine[u.name] = rec  # the output folder is made only once a unit has finished: bad input leaves nothing
+            save()
+            log(f"  [{i + 1}/{len(todo)}] {u.name}: {rec['status']}, {rec['seconds']:.1f} s")
     log(f"scale.replicate: {len(todo)} units in {time.perf_counter() - t_all:.0f} s")
     if stored and not todo:
         save()  # the command and settings of this invocation
@@ -1107,6 +1118,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     torch.set_num_threads(args.threads)
     from scale.engine.data import DataError
+    from scale.engine.train import Interrupted
 
     if args.dry_run:
         print_plan(args)
@@ -1129,7 +1141,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scale.replicate: error: cannot write {out} ({exc}); the units finished so far are in "
               f"{out / 'results.json'} if it exists: rerun the same command once fixed", file=sys.stderr)
         return 4
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
         print(f"scale.replicate: interrupted; the units finished so far are in {out / 'results.json'}: rerun the "
               "same command to continue", file=sys.stderr)
         return 130

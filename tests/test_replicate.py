@@ -321,3 +321,21 @@ def test_shards_share_one_ledger(tmp_path, monkeypatch, capsys):
     units = json.loads((out / "results.json").read_text())["units"]
     assert set(units) == set(names) and units[names[1]]["finished_at"] == "another shard"
     assert units[names[0]]["status"] == "finished" and units[names[0]]["git_commit"] != "x"
+
+
+def test_sigterm_stops_the_ledger_with_exit_code_130(tmp_path):
+    """A real SIGTERM mid-unit: the trainer's signal handler stops the unit, the ledger stops too (it does not record
+    the interruption as the unit's result and go on), exit code 130, and the finished units stay in results.json."""
+    out = tmp_path / "ledger"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "scale.replicate", "--quick", "--out", str(out)], cwd=tmp_path,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while len(_units(out / "results.json")) < 1 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 130
+    err = proc.stderr.read().decode()
+    assert "interrupted" in err and "rerun the same command to continue" in err
+    units = _units(out / "results.json")
+    assert units and all(r["status"] == "finished" for r in units.values())

@@ -117,7 +117,12 @@ def train(cfg, data, normalized_input: bool, device: torch.device | str = "cpu")
     trainer = Trainer(cfg, data, torch.device(device), run_dir=None, progress=False, log=None)
     if normalized_input:
         trainer.model.projector = NormalizedInput(trainer.model.projector)
-    trainer.fit()
+    try:
+        trainer.fit()
+    finally:  # the per-image CPU path's worker processes end with the training, also when it is stopped
+        close = getattr(trainer.augment, "close", None)
+        if close is not None:
+            close()
     return trainer.model.eval()
 
 

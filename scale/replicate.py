@@ -95,10 +95,11 @@ class Unit:
     argv: tuple[str, ...]  # scale.run arguments (E3E4: the flags appended to scale.e4_study's run)
     paper: dict[str, Any]  # the paper's value of each checked setting (scale.paper.PlannedRun.paper)
     labels: dict[str, Any] = field(default_factory=dict)
+    measure: dict[str, Any] = field(default_factory=dict)  # the settings outside argv that shape its numbers
 
     def key(self) -> dict[str, Any]:
         """What must match for a stored result to be reused."""
-        return {"argv": list(self.argv), "experiment": self.experiment, "seed": self.seed}
+        return {"argv": list(self.argv), "experiment": self.experiment, "seed": self.seed, "measure": self.measure}
 
 
 def plan_units(dataset: str, seeds: int, quick: bool, data_dir: str | None = None, threads: int | None = None
@@ -108,6 +109,9 @@ def plan_units(dataset: str, seeds: int, quick: bool, data_dir: str | None = Non
     from scale.paper import plan
 
     epochs = QUICK_EPOCHS if quick else ({} if dataset in CIFAR else DIGITS_EPOCHS)
+    curv = {"probe_pairs": QUICK_PROBE_PAIRS if quick else PROBE_PAIRS, "probe_seed": PROBE_SEED,
+            "range_floor": RANGE_FLOOR}
+    probes = {"probe_images": QUICK_PROBE_IMAGES if quick else PROBE_IMAGES, "control_seed": CONTROL_SEED}
     tail: list[str] = list(QUICK_FLAGS) if quick else []
     if data_dir:
         tail += ["--data-dir", data_dir]
@@ -124,19 +128,20 @@ def plan_units(dataset: str, seeds: int, quick: bool, data_dir: str | None = Non
             lab = run.labels
             name = f"E1-{lab['head']}-bn{int(lab['bn'])}-lr{lab['lr']:g}"
             by_seed[seed].append(Unit(f"{name}-collapsed-s{seed}", "E1", seed, argv_of(run, seed), run.paper,
-                                      dict(lab, init="collapsed")))
+                                      dict(lab, init="collapsed"), curv))
             if (lab["bn"], lab["lr"]) in E1_NORMAL_START:
                 by_seed[seed].append(Unit(f"{name}-normal-s{seed}", "E1", seed, argv_of(run, seed, "--init", "normal"),
-                                          dict(run.paper, init="normal"), dict(lab, init="normal")))
+                                          dict(run.paper, init="normal"), dict(lab, init="normal"), curv))
         for run in plan(dataset, "resnet18", False, ("E2",), seeds=1, epochs=epochs.get("E2")):
             lab = run.labels
             by_seed[seed].append(Unit(f"E2-{lab['init']}-{lab['head']}-s{seed}", "E2", seed, argv_of(run, seed),
-                                      run.paper, dict(lab)))
+                                      run.paper, dict(lab), curv))
         e3 = plan(dataset, "resnet18", False, ("E3E4",), seeds=1, epochs=epochs.get("E3E4"))[0]
-        by_seed[seed].append(Unit(f"E3E4-s{seed}", "E3E4", seed, tuple(tail), e3.paper, dict(e3.labels)))
+        by_seed[seed].append(Unit(f"E3E4-s{seed}", "E3E4", seed, tuple(tail), e3.paper, dict(e3.labels),
+                                  dict(probes, epochs=epochs.get("E3E4"))))
         for run in plan(dataset, "resnet18", False, ("E5",), seeds=1, epochs=epochs.get("E5")):
             by_seed[seed].append(Unit(f"E5-depth{run.labels['depth']}-s{seed}", "E5", seed, argv_of(run, seed),
-                                      run.paper, dict(run.labels)))
+                                      run.paper, dict(run.labels), probes))
     return [u for s in range(seeds) for u in by_seed[s]]
 
 
@@ -260,6 +265,14 @@ class LedgerProbe(Hook):
 HISTORY_KEYS = ("epoch", "loss", "h_std", "h_cond", "z_std", "z_cond", "rel_update_head", "rel_update_backbone")
 
 
+def close_augment(trainer) -> None:
+    """Stop the trainer's augmentation worker processes now (the per-image CPU path), also when training was
+    interrupted: a ledger builds a trainer per unit, and a stopped ledger must not leave workers behind."""
+    close = getattr(trainer.augment, "close", None)
+    if close is not None:
+        close()
+
+
 def train_unit(unit: Unit, data, device: str, pairs: int = PROBE_PAIRS) -> dict[str, Any]:
     """E1 / E2: train ``unit``'s run with a ``LedgerProbe`` (E2: every epoch, with the covariance statistics)."""
     import torch
@@ -277,6 +290,8 @@ def train_unit(unit: Unit, data, device: str, pairs: int = PROBE_PAIRS) -> dict[
         trainer.fit()
     except NonFiniteLoss:
         status = "non-finite loss"
+    finally:
+        close_augment(trainer)
     history = [{k: r.get(k) for k in HISTORY_KEYS} for r in trainer.state.history]
     return {"status": status, "config": trainer.cfg.to_dict(), "start": probe.start, "history": history,
             "curvature": probe.records, "curvature_seconds": probe.seconds}

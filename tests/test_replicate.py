@@ -222,6 +222,20 @@ def _units(path: Path) -> dict:
     return json.loads(path.read_text())["units"] if path.is_file() else {}
 
 
+def _processes_of(out: Path) -> list[int]:
+    """Live processes whose command line names ``out`` (a ledger and the worker processes it forked)."""
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
+            state = (proc / "stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            continue
+        if str(out) in cmd and state != "Z":
+            pids.append(int(proc.name))
+    return pids
+
+
 @pytest.mark.slow
 def test_quick_pipeline_killed_resumed_and_reported(tmp_path):
     out = tmp_path / "ledger"
@@ -233,6 +247,8 @@ def test_quick_pipeline_killed_resumed_and_reported(tmp_path):
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)  # a real kill, mid-unit most likely
     proc.wait()
+    for pid in _processes_of(out):  # its augmentation workers outlive a SIGKILL: end them here
+        os.kill(pid, signal.SIGKILL)
     before = _units(out / "results.json")
     assert len(before) >= 3, proc.stderr.read().decode()[-2000:]  # results.json is whole: written atomically
     assert not list(out.glob("*.tmp*"))
@@ -339,3 +355,5 @@ def test_sigterm_stops_the_ledger_with_exit_code_130(tmp_path):
     assert "interrupted" in err and "rerun the same command to continue" in err
     units = _units(out / "results.json")
     assert units and all(r["status"] == "finished" for r in units.values())
+    time.sleep(1.0)
+    assert _processes_of(out) == [] or sys.platform != "linux"  # no augmentation worker is left behind

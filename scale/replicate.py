@@ -734,10 +734,11 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict[st
         data = load_dataset(args.dataset, args.data_dir, image_size=16 if args.dataset == "digits" else None)
 
     mine: Results = {}  # the units this invocation ran
+    keys = {u.name: u.key() for u in units}  # a unit on disk of another plan (stale) is dropped, not kept
 
     def save() -> None:
         with locked(out):
-            disk = load_results(path)["units"]
+            disk = {k: r for k, r in load_results(path)["units"].items() if r.get("key") == keys.get(k)}
             merged = {u.name: mine.get(u.name) or disk.get(u.name) or stored.get(u.name) for u in units}
             ledger = {"format": 1, "command": args.command, "dataset": args.dataset, "seeds": args.seeds,
                       "quick": args.quick, "epochs": epochs, "probe_images": probe_images, "device": args.device,

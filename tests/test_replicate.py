@@ -332,12 +332,16 @@ def test_shards_share_one_ledger(tmp_path, monkeypatch, capsys):
     theirs = {"status": "finished", "key": other.key(), "seed": 0, "experiment": "E1", "labels": other.labels,
               "start": {"h_std": 1.0}, "history": [{"epoch": 1, "h_std": 1.0}], "curvature": [], "git_commit": "x",
               "versions": {}, "seconds": 0.0, "finished_at": "another shard"}
-    stale = dict(theirs, key={"argv": ["--epochs", "999"]}, finished_at="a stale plan")
-    (out / "results.json").write_text(json.dumps({"units": {names[1]: theirs, "E1-gone-s0": stale}}))
+    stale = dict(theirs, key=dict(other.key(), argv=["--epochs", "999"]), finished_at="a stale plan")
+    (out / "results.json").write_text(json.dumps({"units": {names[1]: stale}}))
     assert R.main(["--quick", "--seeds", "1", "--shard", "0/2", "--out", str(out)]) == 0
     units = json.loads((out / "results.json").read_text())["units"]
-    assert set(units) == set(names) and units[names[1]]["finished_at"] == "another shard"  # the stale one dropped
-    assert units[names[0]]["status"] == "finished" and units[names[0]]["git_commit"] != "x"
+    assert set(units) == {names[0]} and units[names[0]]["status"] == "finished"  # the stale unit is not carried
+    ours = units[names[0]]
+    (out / "results.json").write_text(json.dumps({"units": {names[0]: ours, names[1]: theirs}}))
+    assert R.main(["--quick", "--seeds", "1", "--shard", "0/2", "--out", str(out)]) == 0  # nothing left to run
+    units = json.loads((out / "results.json").read_text())["units"]
+    assert units[names[1]]["finished_at"] == "another shard" and units[names[0]] == ours
 
 
 def test_sigterm_stops_the_ledger_with_exit_code_130(tmp_path):

@@ -177,6 +177,13 @@ def test_a_claim_is_evaluated_from_its_per_seed_values():
     assert R.evaluate(claim, res)["verdict"] == NOT_REPRODUCED
 
 
+def test_the_report_names_the_ledger_command_without_its_shard():
+    cmd = "python -m scale.replicate --dataset digits --shard 1/3 --out d"
+    assert R.ledger_command(cmd) == ("python -m scale.replicate --dataset digits --out d",
+                                     " (in 3 processes, `--shard 0/3` to `--shard 2/3`)")
+    assert R.ledger_command("python -m scale.replicate --quick") == ("python -m scale.replicate --quick", "")
+
+
 def test_every_claim_has_a_rule_and_a_unique_id():
     ids = [c.id for c in R.CLAIMS]
     assert len(ids) == len(set(ids))

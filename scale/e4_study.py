@@ -119,11 +119,17 @@ def train(cfg, data, normalized_input: bool, device: torch.device | str = "cpu")
         trainer.model.projector = NormalizedInput(trainer.model.projector)
     try:
         trainer.fit()
-    finally:  # the per-image CPU path's worker processes end with the training, also when it is stopped
-        close = getattr(trainer.augment, "close", None)
-        if close is not None:
-            close()
+    finally:
+        close_augment(trainer)
     return trainer.model.eval()
+
+
+def close_augment(trainer) -> None:
+    """Stop the trainer's augmentation worker processes now (the per-image CPU path), also when training was
+    stopped: a study or a ledger builds a trainer per run and must not leave workers behind."""
+    close = getattr(trainer.augment, "close", None)
+    if close is not None:
+        close()
 
 
 # --------------------------------------------------------------------------------------------

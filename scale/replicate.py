@@ -265,19 +265,11 @@ class LedgerProbe(Hook):
 HISTORY_KEYS = ("epoch", "loss", "h_std", "h_cond", "z_std", "z_cond", "rel_update_head", "rel_update_backbone")
 
 
-def close_augment(trainer) -> None:
-    """Stop the trainer's augmentation worker processes now (the per-image CPU path), also when training was
-    interrupted: a ledger builds a trainer per unit, and a stopped ledger must not leave workers behind."""
-    close = getattr(trainer.augment, "close", None)
-    if close is not None:
-        close()
-
-
 def train_unit(unit: Unit, data, device: str, pairs: int = PROBE_PAIRS) -> dict[str, Any]:
     """E1 / E2: train ``unit``'s run with a ``LedgerProbe`` (E2: every epoch, with the covariance statistics)."""
     import torch
 
-    from scale.e4_study import run_config
+    from scale.e4_study import close_augment, run_config
     from scale.engine.train import NonFiniteLoss, Trainer
 
     cfg = run_config(list(unit.argv), device)

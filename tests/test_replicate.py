@@ -243,16 +243,23 @@ def _processes_of(out: Path) -> list[int]:
     return pids
 
 
+def _quick_ledger_until(out: Path, units: int, sig: int) -> subprocess.Popen:
+    """Start ``python -m scale.replicate --quick --out OUT`` in a subprocess, wait until ``results.json`` holds
+    ``units`` units (or the process ended, or 240 s passed), then send it ``sig``."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "scale.replicate", "--quick", "--out", str(out)], cwd=out.parent,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while len(_units(out / "results.json")) < units and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    return proc
+
+
 @pytest.mark.slow
 def test_quick_pipeline_killed_resumed_and_reported(tmp_path):
     out = tmp_path / "ledger"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "scale.replicate", "--quick", "--out", str(out)], cwd=tmp_path,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 240
-    while len(_units(out / "results.json")) < 3 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)  # a real kill, mid-unit most likely
+    proc = _quick_ledger_until(out, 3, signal.SIGKILL)  # a real kill, mid-unit most likely
     proc.wait()
     for pid in _processes_of(out):  # its augmentation workers outlive a SIGKILL: end them here
         os.kill(pid, signal.SIGKILL)
@@ -355,13 +362,7 @@ def test_sigterm_stops_the_ledger_with_exit_code_130(tmp_path):
     """A real SIGTERM mid-unit: the trainer's signal handler stops the unit, the ledger stops too (it does not record
     the interruption as the unit's result and go on), exit code 130, and the finished units stay in results.json."""
     out = tmp_path / "ledger"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "scale.replicate", "--quick", "--out", str(out)], cwd=tmp_path,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 240
-    while len(_units(out / "results.json")) < 1 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGTERM)
+    proc = _quick_ledger_until(out, 1, signal.SIGTERM)
     assert proc.wait(timeout=120) == 130
     err = proc.stderr.read().decode()
     assert "interrupted" in err and "rerun the same command to continue" in err

@@ -78,3 +78,8 @@ E2_NOTE: dict[str, str] = {
     "collapsed-swish2": "negative lambda_min in about 70 of 100 epochs",
     "collapsed-relu2": "lambda_min exactly 0 after the first epoch",
 }
+
+# E5 head depth (Swish + BatchNorm heads of 1, 2, 3 Linear layers): the linear rotation probe on z and h,
+# percent, and the orbit compression (mean spread z / mean spread h).
+E5_PROBES: dict[int, ProbePair] = {1: ProbePair(47.52, 47.40), 2: ProbePair(52.82, 39.70), 3: ProbePair(52.35, 35.61)}
+E5_COMPRESSION: dict[int, float] = {1: 49.1, 2: 57.2, 3: 78.5}

@@ -20,10 +20,13 @@ sizes) and measures the same trained model under several protocols, seed by seed
 Every protocol gets the E4 numbers (compression = mean spread(z) / mean spread(h), D_intra, D_inter, their
 ratio, kappa along the 0-45 degree sweep; ``mini.invariance`` through the helpers of ``scale.geometry.measure``) and
 the E3 rotation probes on z and on that protocol's h (linear and MLP, ``scale.geometry.probes.train_probe``; the
-official probes use the raw head output, protocol b). Each number is a mean over seeds with a 95 %
+official probes use the raw head output, protocol b), and the class probe of the headline protocol
+(``scale.geometry.probes.logistic_probe_accuracy``). ``measure_model`` measures protocols a-d of any trained
+model (``scale.replicate`` uses it for E5's heads). Each number is a mean over seeds with a 95 %
 t interval; ``OUT/results.json`` holds every seed's values (written after each seed: a rerun continues, with
-the seeds whose training config and ``--probe-images`` are this run's; a file holding seeds of another plan
-is refused, exit 2, and one that is not a results file of this study, exit 1, each left as it is).
+the seeds whose training config and ``--probe-images`` are this run's, measured again when they predate the
+class probe; a file holding seeds of another plan is refused, exit 2, and one that is not a results file of
+this study, exit 1, each left as it is).
 ``OUT/report.md`` and ``OUT/e4_study.png`` are written at the end.
 
 Shapes: orbit features ``(n_orbits, 12, dim)``, sweep features ``(n_orbits, 10, dim)``, probe features
@@ -59,7 +62,7 @@ from scale.geometry.measure import (
     orbit_images,
     standardize,
 )
-from scale.geometry.probes import ProbeSettings, features, rotated, train_probe
+from scale.geometry.probes import ProbeSettings, features, logistic_probe_accuracy, rotated, train_probe
 from scale.geometry.verdict import t_interval as _t_interval
 
 PROTOCOLS: dict[str, str] = {
@@ -71,7 +74,7 @@ PROTOCOLS: dict[str, str] = {
     "e_trained_normalized": "head trained on normalised z, paper protocol",
 }
 METRICS: tuple[str, ...] = ("compression", "d_intra_factor", "d_inter_factor", "ratio_h", "ratio_z", "kappa_factor",
-                            "rot_linear_z", "rot_linear_h", "rot_mlp_z", "rot_mlp_h")
+                            "rot_linear_z", "rot_linear_h", "rot_mlp_z", "rot_mlp_h", "class_z", "class_h")
 BN_IMAGES = 10_000  # training images whose normalised z re-estimate BatchNorm statistics (protocol c)
 
 
@@ -91,26 +94,45 @@ class NormalizedInput(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
-def e3_config(dataset: str, seed: int, epochs: int | None = None, data_dir: str | None = None):
-    """The ``TrainConfig`` of ``scale.paper``'s E3E4 run for ``dataset`` and ``seed`` (CPU sizes on digits)."""
-    from scale.paper import plan
+def run_config(argv: list[str], device: torch.device | str = "cpu"):
+    """The ``TrainConfig`` that ``python -m scale.run ARGV`` resolves on ``device`` (a run of ``scale.paper``'s plan,
+    with any flags appended: the last occurrence of a flag wins)."""
     from scale.run import build_parser, resolve_config
 
+    return resolve_config(build_parser().parse_args(argv), torch.device(device))
+
+
+def e3_config(dataset: str, seed: int, epochs: int | None = None, data_dir: str | None = None,
+              device: torch.device | str = "cpu", extra: tuple[str, ...] = ()):
+    """The ``TrainConfig`` of ``scale.paper``'s E3E4 run for ``dataset`` and ``seed`` (CPU sizes on digits);
+    ``extra``: ``scale.run`` flags appended (a smaller run for a pipeline check)."""
+    from scale.paper import plan
+
     run = plan(dataset, "resnet18", quick=False, experiments=("E3E4",), seeds=seed + 1, epochs=epochs)[seed]
-    args = build_parser().parse_args(run.argv + (["--data-dir", data_dir] if data_dir else []))
-    return resolve_config(args, torch.device("cpu"))
+    return run_config(run.argv + (["--data-dir", data_dir] if data_dir else []) + list(extra), device)
 
 
-def train(cfg, data, normalized_input: bool) -> nn.Module:
+def train(cfg, data, normalized_input: bool, device: torch.device | str = "cpu") -> nn.Module:
     """Train the E3 model; ``normalized_input``: the projector sees ``normalize(z)`` (protocol e). The
     wrapper holds the same parameters, so the optimiser the trainer built still updates them."""
     from scale.engine.train import Trainer
 
-    trainer = Trainer(cfg, data, torch.device("cpu"), run_dir=None, progress=False, log=None)
+    trainer = Trainer(cfg, data, torch.device(device), run_dir=None, progress=False, log=None)
     if normalized_input:
         trainer.model.projector = NormalizedInput(trainer.model.projector)
-    trainer.fit()
+    try:
+        trainer.fit()
+    finally:
+        close_augment(trainer)
     return trainer.model.eval()
+
+
+def close_augment(trainer) -> None:
+    """Stop the trainer's augmentation worker processes now (the per-image CPU path), also when training was
+    stopped: a study or a ledger builds a trainer per run and must not leave workers behind."""
+    close = getattr(trainer.augment, "close", None)
+    if close is not None:
+        close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,9 +169,10 @@ def untrained_heads(cfg, d: int, seed: int) -> dict[str, nn.Module]:
 
 @torch.no_grad()
 def model_features(backbone: nn.Module, data, settings: GeometrySettings, probe: ProbeSettings) -> dict[str, Any]:
-    """Backbone features of one trained model: orbits ``(n, 12, d)``, sweeps ``(n, 10, d)`` and the
-    rotated probe sets ``(4 N, d)`` (float64), with their labels."""
-    normalize = standardize(data.mean, data.std, "cpu")
+    """Backbone features of one trained model: orbits ``(n, 12, d)``, sweeps ``(n, 10, d)``, the rotated probe
+    sets ``(4 N, d)``, the first ``BN_IMAGES`` training images (protocol c) and the class-probe sets (unaugmented,
+    at most ``probe``'s image caps per split) (float64), with their labels. ``data`` on the backbone's device."""
+    normalize = standardize(data.mean, data.std, data.train_x.device)
 
     def z_of(x_uint8: torch.Tensor) -> torch.Tensor:  # (N, 3, S, S) uint8 -> float64 (N, d)
         return features(backbone, x_uint8.float() / 255.0, normalize, settings.batch, torch.float64)
@@ -161,13 +184,17 @@ def model_features(backbone: nn.Module, data, settings: GeometrySettings, probe:
         rx_tr, ry_tr = rotated(data.train_x, probe.train_images)
         rx_te, ry_te = rotated(data.test_x, probe.test_images)
         ztr, zte, z_bn = z_of(rx_tr), z_of(rx_te), z_of(data.train_x[:BN_IMAGES])
-    return dict(Z=Z, S=S, labels=labels, ztr=ztr, ry_tr=ry_tr, zte=zte, ry_te=ry_te, z_bn=z_bn)
+        n_tr, n_te = probe.train_images, probe.test_images  # None: the whole split
+        z_cls = z_bn[:n_tr] if n_tr is not None and n_tr <= BN_IMAGES else z_of(data.train_x[:n_tr])
+        z_test = z_of(data.test_x[:n_te])
+    return dict(Z=Z, S=S, labels=labels, ztr=ztr, ry_tr=ry_tr, zte=zte, ry_te=ry_te, z_bn=z_bn, z_cls=z_cls,
+                y_cls=data.train_y[:len(z_cls)], z_test=z_test, y_test=data.test_y[:n_te], classes=data.classes)
 
 
 def measure(fn: Callable[[torch.Tensor], torch.Tensor], normalized: bool, f: dict[str, Any],
             probe: ProbeSettings, z_probes: dict[str, float]) -> dict[str, float]:
-    """E4 numbers and rotation probes of one protocol: ``h = normalize(fn(normalize(z)))`` when
-    ``normalized``, else ``normalize(fn(z))``; the probes see ``fn``'s output unnormalised (``fn``: a head
+    """E4 numbers, rotation probes and the class probe of one protocol: ``h = normalize(fn(normalize(z)))``
+    when ``normalized``, else ``normalize(fn(z))``; the probes see ``fn``'s output unnormalised (``fn``: a head
     as ``scale.geometry.measure.head_fn`` wraps it)."""
     def h_of(X: torch.Tensor) -> torch.Tensor:  # (..., d) -> normalised (..., k)
         return head_features(fn, X, "normalized" if normalized else "raw")
@@ -179,6 +206,8 @@ def measure(fn: Callable[[torch.Tensor], torch.Tensor], normalized: bool, f: dic
         zg = orbit_geometry(l2_normalize(f["Z"]), f["labels"], sweep=l2_normalize(f["S"]))
         hg = orbit_geometry(h_of(f["Z"]), f["labels"], sweep=h_of(f["S"]))
         htr, hte = probe_in(f["ztr"]), probe_in(f["zte"])
+        hc_tr, hc_te = probe_in(f["z_cls"]), probe_in(f["z_test"])
+    class_h = logistic_probe_accuracy(hc_tr, f["y_cls"], hc_te, f["y_test"], f["classes"])
     rot = {kind: train_probe(htr, f["ry_tr"], hte, f["ry_te"], 4, hidden, probe)["test"]
            for kind, hidden in (("linear", None), ("mlp", probe.hidden_h))}
     return {
@@ -191,47 +220,68 @@ def measure(fn: Callable[[torch.Tensor], torch.Tensor], normalized: bool, f: dic
         "kappa_z": zg.kappa.mean, "kappa_h": hg.kappa.mean, "kappa_factor": hg.kappa.mean / zg.kappa.mean,
         "rot_linear_z": z_probes["linear"], "rot_mlp_z": z_probes["mlp"],
         "rot_linear_h": rot["linear"], "rot_mlp_h": rot["mlp"],
+        "class_z": z_probes["class"], "class_h": class_h,
     }
 
 
 def z_probes(f: dict[str, Any], probe: ProbeSettings) -> dict[str, float]:
-    """Rotation probes on the backbone's raw z (as the official code's), linear and MLP."""
+    """Rotation probes on the backbone's raw z (as the official code's), linear and MLP, and the class probe
+    (``scale.geometry.probes.logistic_probe_accuracy``, the headline protocol)."""
     ztr, zte = f["ztr"].float(), f["zte"].float()
-    return {kind: train_probe(ztr, f["ry_tr"], zte, f["ry_te"], 4, hidden, probe)["test"]
-            for kind, hidden in (("linear", None), ("mlp", probe.hidden_z))}
+    out = {kind: train_probe(ztr, f["ry_tr"], zte, f["ry_te"], 4, hidden, probe)["test"]
+           for kind, hidden in (("linear", None), ("mlp", probe.hidden_z))}
+    out["class"] = logistic_probe_accuracy(f["z_cls"].float(), f["y_cls"], f["z_test"].float(), f["y_test"],
+                                           f["classes"])
+    return out
+
+
+MODEL_PROTOCOLS = ("a_paper", "b_raw", "c_bn_renorm", "d_untrained_nobias", "d_untrained_bias")  # one model each
+
+
+def measure_model(model: nn.Module, cfg, data, probe: ProbeSettings, control_seed: int,
+                  protocols: tuple[str, ...] = MODEL_PROTOCOLS) -> dict[str, dict[str, float]]:
+    """The numbers of ``protocols`` (a subset of ``MODEL_PROTOCOLS``) for one trained model (``data`` on its
+    device): the trained head as it is (a, b), with re-estimated BatchNorm statistics (c), and the untrained
+    heads of its architecture drawn from ``control_seed`` (d)."""
+    unknown = set(protocols) - set(MODEL_PROTOCOLS)
+    if unknown:
+        raise ValueError(f"unknown protocol(s) {sorted(unknown)}; valid: {', '.join(MODEL_PROTOCOLS)}")
+    f = model_features(model.backbone, data, GeometrySettings(), probe)
+    zp = z_probes(f, probe)
+    head = model.projector.eval()
+    heads: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], bool]] = {
+        "a_paper": (head_fn(head), True), "b_raw": (head_fn(head), False)}
+    if "c_bn_renorm" in protocols:
+        heads["c_bn_renorm"] = (head_fn(renormalized_bn(head, f["z_bn"])), True)
+    if any(p.startswith("d_") for p in protocols):
+        controls = untrained_heads(cfg, model.backbone.out_dim, control_seed)
+        heads.update({name: (head_fn(c.to(data.train_x.device)), True) for name, c in controls.items()})
+    return {p: measure(*heads[p], f, probe, zp) for p in protocols}
 
 
 def one_seed(dataset: str, seed: int, epochs: int | None, data_dir: str | None, probe_images: int | None,
-             log: Callable[[str], None]) -> dict[str, Any]:
-    """Every protocol's numbers for one seed (two trainings: raw-z head, normalised-z head)."""
+             log: Callable[[str], None], device: torch.device | str = "cpu", extra: tuple[str, ...] = ()
+             ) -> dict[str, Any]:
+    """Every protocol's numbers for one seed (two trainings: raw-z head, normalised-z head); ``extra``: flags
+    appended to the run's ``scale.run`` arguments."""
     from scale.engine.data import load_dataset
 
-    cfg = e3_config(dataset, seed, epochs, data_dir)
+    cfg = e3_config(dataset, seed, epochs, data_dir, device, extra)
     data = load_dataset(cfg.dataset, data_dir, image_size=cfg.image_size if cfg.dataset == "digits" else None)
-    settings = GeometrySettings()
+    data_dev = data.to(device)
     probe = ProbeSettings(train_images=probe_images, test_images=probe_images, seed=seed)
     from scale.runs.run_report import git_commit
 
     out: dict[str, Any] = {"seed": seed, "config": cfg.to_dict(), "probe_images": probe_images,
                            "git_commit": git_commit()}
     t0 = time.perf_counter()
-    model = train(cfg, data, normalized_input=False)
+    model = train(cfg, data, normalized_input=False, device=device)
     log(f"  seed {seed}: trained on raw z in {time.perf_counter() - t0:.0f} s")
-    f = model_features(model.backbone, data, settings, probe)
-    zp = z_probes(f, probe)
-    head = model.projector.eval()
-    d = model.backbone.out_dim
-    results = {
-        "a_paper": measure(head_fn(head), True, f, probe, zp),
-        "b_raw": measure(head_fn(head), False, f, probe, zp),
-        "c_bn_renorm": measure(head_fn(renormalized_bn(head, f["z_bn"])), True, f, probe, zp),
-    }
-    for name, control in untrained_heads(cfg, d, CONTROL_SEED + seed).items():
-        results[name] = measure(head_fn(control), True, f, probe, zp)
+    results = measure_model(model, cfg, data_dev, probe, CONTROL_SEED + seed)
     t1 = time.perf_counter()
-    model_e = train(cfg, data, normalized_input=True)
+    model_e = train(cfg, data, normalized_input=True, device=device)
     log(f"  seed {seed}: trained on normalised z in {time.perf_counter() - t1:.0f} s")
-    f_e = model_features(model_e.backbone, data, settings, probe)
+    f_e = model_features(model_e.backbone, data_dev, GeometrySettings(), probe)
     inner = model_e.projector.head.eval()  # measured under the paper's protocol: normalize(inner(normalize(z)))
     results["e_trained_normalized"] = measure(head_fn(inner), True, f_e, probe, z_probes(f_e, probe))
     out.update(protocols=results, seconds=time.perf_counter() - t0)
@@ -258,10 +308,12 @@ def derived(m: dict[str, float]) -> dict[str, float]:
                               d_inter_factor^2: orbit spread measured against the class separation of
                               its own space, so a head that shrinks (or spreads) everything alike gives 1
         rot_*_drop            probe accuracy on z minus on h                   (paper: 14.72, 11.90 points)
+        class_drop            the class probe's accuracy on z minus on h       (not in the paper)
     """
     return {**m, "ratio_factor": m["ratio_h"] / m["ratio_z"],
             "relative_compression": m["compression"] / m["d_inter_factor"] ** 2,
-            "rot_linear_drop": m["rot_linear_z"] - m["rot_linear_h"], "rot_mlp_drop": m["rot_mlp_z"] - m["rot_mlp_h"]}
+            "rot_linear_drop": m["rot_linear_z"] - m["rot_linear_h"], "rot_mlp_drop": m["rot_mlp_z"] - m["rot_mlp_h"],
+            "class_drop": m["class_z"] - m["class_h"]}
 
 
 def summarize(seeds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
@@ -358,6 +410,15 @@ def write_report(out: Path, seeds: list[dict[str, Any]], command: str) -> Path:
         L.append(f"| {p} | {_cell(s['rot_linear_z'], True)} | {_cell(s['rot_linear_h'], True)} | "
                  f"{_cell(s['rot_linear_drop'], True)} | {_cell(s['rot_mlp_z'], True)} | {_cell(s['rot_mlp_h'], True)} "
                  f"| {_cell(s['rot_mlp_drop'], True)} |")
+    L += ["", "## Class probe (test accuracy, %)", "",
+          "The headline protocol of `scale.geometry.probes` (class labels, logistic regression on standardised "
+          "features) on the unaugmented training images, scored on the test split (at most `--probe-images` of "
+          "each); the paper reports no class probe.",
+          "", "| protocol | on z | on h | z minus h |", "|---|---|---|---|"]
+    for p in PROTOCOLS:
+        s = summary[p]
+        L.append(f"| {p} | {_cell(s['class_z'], True)} | {_cell(s['class_h'], True)} | "
+                 f"{_cell(s['class_drop'], True)} |")
     L += ["", "![E4 protocol study](e4_study.png)", "",
           "Paper (CIFAR-10, ResNet-18, one seed): compression 21.85x, untrained head 0.97x, kappa 1.93x, D_intra "
           "4.76x and D_inter 3.89x smaller, rotation probes z -> h: linear 52.27 % -> 37.55 %, MLP 55.46 % -> "
@@ -451,7 +512,9 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python -m scale.e4_study", *(argv if argv is not None else sys.argv[1:])])
     path = out / "results.json"
     try:
-        seeds = [s for s in reused_seeds(path, args) if s["seed"] < args.seeds]
+        # seeds measured before the class probe joined the protocols are measured again
+        seeds = [s for s in reused_seeds(path, args) if s["seed"] < args.seeds
+                 and "class_h" in s["protocols"].get("a_paper", {})]
     except ValueError as exc:
         print(f"scale.e4_study: error: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, ResultsFileError) else 2

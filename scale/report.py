@@ -314,6 +314,12 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
         "time): " + (", ".join(f"({c.get('runs_attempted')}, {c['seconds']:.0f} s)" for c in calls) or "none") + ".",
         "",
     ]
+    if man["quick"]:
+        L += ["**The fast smoke test.** `--quick` runs every experiment of the grid once (one seed, 2 epochs, 384 "
+              "training images): it shows that the pipeline runs end to end and what it measures, and its verdicts "
+              "are single numbers without intervals. The paper's claims with seeds, 95 % intervals, controls and "
+              "rules fixed before the runs are the replication ledger: `python -m scale.replicate` "
+              "(`docs/replication/report.md`).", ""]
     if not comparable:
         L += [f"**Not comparable in value.** The paper's reference figures are CIFAR-10 / ResNet-18 at the paper's "
               f"sizes; these runs are {dataset} / {backbone} with the deviations listed below. The paper's column is "

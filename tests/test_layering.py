@@ -41,7 +41,8 @@ def violations(package: str, source: str) -> set[str]:
 
 def test_the_layout_is_the_documented_one():
     assert {p.name for p in SCALE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == set(ALLOWED)
-    assert COMMANDS == {"run", "analyze", "export", "paper", "report", "crosscheck", "pretrained", "e4_study"}
+    assert COMMANDS == {"run", "analyze", "export", "paper", "report", "crosscheck", "pretrained", "e4_study",
+                        "replicate"}
 
 
 def test_every_import_points_down():

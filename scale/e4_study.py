@@ -307,13 +307,13 @@ def derived(m: dict[str, float]) -> dict[str, float]:
         relative_compression  (spread_z / D_inter_z^2) / (spread_h / D_inter_h^2) = compression /
                               d_inter_factor^2: orbit spread measured against the class separation of
                               its own space, so a head that shrinks (or spreads) everything alike gives 1
-        rot_*_drop            probe accuracy on z minus on h                   (paper: 14.72, 11.90 points)
-        class_drop            the class probe's accuracy on z minus on h       (not in the paper)
+        rot_*_gap             probe accuracy on h minus on z (the project's sign; paper: -14.72, -11.90 points)
+        class_gap             the class probe's accuracy on h minus on z       (not in the paper)
     """
     return {**m, "ratio_factor": m["ratio_h"] / m["ratio_z"],
             "relative_compression": m["compression"] / m["d_inter_factor"] ** 2,
-            "rot_linear_drop": m["rot_linear_z"] - m["rot_linear_h"], "rot_mlp_drop": m["rot_mlp_z"] - m["rot_mlp_h"],
-            "class_drop": m["class_z"] - m["class_h"]}
+            "rot_linear_gap": m["rot_linear_h"] - m["rot_linear_z"], "rot_mlp_gap": m["rot_mlp_h"] - m["rot_mlp_z"],
+            "class_gap": m["class_h"] - m["class_z"]}
 
 
 def summarize(seeds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
@@ -340,7 +340,7 @@ def figure(summary: dict[str, Any], path: Path) -> None:
     panels = ((axes[0], "compression", "orbit compression spread(z)/spread(h)", True, 1.0),
               (axes[1], "relative_compression", "relative compression (against class separation)", False, 1.0),
               (axes[2], "kappa_factor", "curvature kappa(h)/kappa(z)", False, 1.0),
-              (axes[3], "rot_linear_drop", "rotation probe, linear: z minus h (points)", False, 100.0))
+              (axes[3], "rot_linear_gap", "rotation probe, linear: h minus z (points)", False, 100.0))
     for ax, key, title, log, sc in panels:
         m = sc * np.array([summary[p][key]["mean"] for p in names])
         lo = sc * np.array([summary[p][key]["low"] for p in names])
@@ -352,7 +352,7 @@ def figure(summary: dict[str, Any], path: Path) -> None:
         ax.set_title(title, fontsize=10)
         if log:
             ax.set_yscale("log")
-        ax.axhline(0.0 if key == "rot_linear_drop" else 1.0, color="k", lw=0.8)
+        ax.axhline(0.0 if key == "rot_linear_gap" else 1.0, color="k", lw=0.8)
     fig.suptitle("E4 protocol study: mean over seeds, 95 % t interval", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -403,22 +403,22 @@ def write_report(out: Path, seeds: list[dict[str, Any]], command: str) -> Path:
     L += ["", "Backbone z (same for a-d; e is its own model): D_inter/D_intra "
           f"{_cell(summary['a_paper']['ratio_z'])} (a-d), {_cell(summary['e_trained_normalized']['ratio_z'])} (e).",
           "", "## Rotation probes (test accuracy, %)", "",
-          "| protocol | linear on z | linear on h | z minus h | MLP on z | MLP on h | z minus h |",
+          "| protocol | linear on z | linear on h | h minus z | MLP on z | MLP on h | h minus z |",
           "|---|---|---|---|---|---|---|"]
     for p in PROTOCOLS:
         s = summary[p]
         L.append(f"| {p} | {_cell(s['rot_linear_z'], True)} | {_cell(s['rot_linear_h'], True)} | "
-                 f"{_cell(s['rot_linear_drop'], True)} | {_cell(s['rot_mlp_z'], True)} | {_cell(s['rot_mlp_h'], True)} "
-                 f"| {_cell(s['rot_mlp_drop'], True)} |")
+                 f"{_cell(s['rot_linear_gap'], True)} | {_cell(s['rot_mlp_z'], True)} | {_cell(s['rot_mlp_h'], True)} "
+                 f"| {_cell(s['rot_mlp_gap'], True)} |")
     L += ["", "## Class probe (test accuracy, %)", "",
           "The headline protocol of `scale.geometry.probes` (class labels, logistic regression on standardised "
           "features) on the unaugmented training images, scored on the test split (at most `--probe-images` of "
           "each); the paper reports no class probe.",
-          "", "| protocol | on z | on h | z minus h |", "|---|---|---|---|"]
+          "", "| protocol | on z | on h | h minus z |", "|---|---|---|---|"]
     for p in PROTOCOLS:
         s = summary[p]
         L.append(f"| {p} | {_cell(s['class_z'], True)} | {_cell(s['class_h'], True)} | "
-                 f"{_cell(s['class_drop'], True)} |")
+                 f"{_cell(s['class_gap'], True)} |")
     L += ["", "![E4 protocol study](e4_study.png)", "",
           "Paper (CIFAR-10, ResNet-18, one seed): compression 21.85x, untrained head 0.97x, kappa 1.93x, D_intra "
           "4.76x and D_inter 3.89x smaller, rotation probes z -> h: linear 52.27 % -> 37.55 %, MLP 55.46 % -> "

@@ -409,9 +409,10 @@ def protocol(res: Results, name: str, proto: str, key: str) -> float:
     return float(r["protocols"][proto][key]) if r else math.nan
 
 
-def drop(res: Results, name: str, proto: str, probe: str) -> float:
-    """E3 / E5: probe accuracy on z minus on h, in points (``probe``: rot_linear, rot_mlp, class)."""
-    return 100 * (protocol(res, name, proto, f"{probe}_z") - protocol(res, name, proto, f"{probe}_h"))
+def gap(res: Results, name: str, proto: str, probe: str) -> float:
+    """E3 / E5: probe accuracy on h minus on z, in points (the project's sign; ``probe``: rot_linear, rot_mlp,
+    class). The paper's "drop" of 14.72 points is a gap of -14.72."""
+    return 100 * (protocol(res, name, proto, f"{probe}_h") - protocol(res, name, proto, f"{probe}_z"))
 
 
 def log10_of(res: Results, name: str, proto: str, key: str) -> float:
@@ -465,8 +466,8 @@ def _clamp(run: str):
     return lambda res, s: clamp_fraction(res, f"{run}-s{s}")
 
 
-def _drop(proto: str, probe: str, unit: str = "E3E4"):
-    return lambda res, s: drop(res, f"{unit}-s{s}", proto, probe)
+def _gap(proto: str, probe: str, unit: str = "E3E4"):
+    return lambda res, s: gap(res, f"{unit}-s{s}", proto, probe)
 
 
 def _log(proto: str, key: str):
@@ -474,8 +475,8 @@ def _log(proto: str, key: str):
 
 
 def _depth_gap(proto: str):
-    return lambda res, s: drop(res, f"E5-depth3-s{s}", proto, "rot_linear") - drop(res, f"E5-depth1-s{s}", proto,
-                                                                                   "rot_linear")
+    return lambda res, s: gap(res, f"E5-depth3-s{s}", proto, "rot_linear") - gap(res, f"E5-depth1-s{s}", proto,
+                                                                                 "rot_linear")
 
 
 def _depth_compression(proto: str):
@@ -544,16 +545,16 @@ CLAIMS: tuple[Claim, ...] = (
       for i, (init, head, paper_rho) in enumerate((("normal", "swish2", 0.339), ("collapsed", "swish2", 0.609),
                                                    ("collapsed", "relu2", 0.669)))),
     # E3: the guillotine probes (official protocol b: the head on the raw z it was trained on)
-    Claim("E3.1", "E3", "rotation is harder to read from h than from z (linear probe)", "52.27 -> 37.55 % (14.72)",
-          "rotation probe, linear: accuracy on z minus on h (protocol b)", "points", POSITIVE,
-          _drop("b_raw", "rot_linear"), (("untrained head", _drop("d_untrained_nobias", "rot_linear")),)),
-    Claim("E3.2", "E3", "the same with the MLP probe", "55.46 -> 43.56 % (11.90)",
-          "rotation probe, MLP: accuracy on z minus on h (protocol b)", "points", POSITIVE,
-          _drop("b_raw", "rot_mlp"), (("untrained head", _drop("d_untrained_nobias", "rot_mlp")),)),
+    Claim("E3.1", "E3", "rotation is harder to read from h than from z (linear probe)", "52.27 -> 37.55 % (-14.72)",
+          "rotation probe, linear: accuracy on h minus on z (protocol b)", "points", NEGATIVE,
+          _gap("b_raw", "rot_linear"), (("untrained head", _gap("d_untrained_nobias", "rot_linear")),)),
+    Claim("E3.2", "E3", "the same with the MLP probe", "55.46 -> 43.56 % (-11.90)",
+          "rotation probe, MLP: accuracy on h minus on z (protocol b)", "points", NEGATIVE,
+          _gap("b_raw", "rot_mlp"), (("untrained head", _gap("d_untrained_nobias", "rot_mlp")),)),
     Claim("E3.3", "E3", "the backbone serves the downstream task better than the head (the guillotine)",
-          "not reported (the paper's premise)", "class probe (logistic regression): accuracy on z minus on h "
-          "(protocol b)", "points", POSITIVE, _drop("b_raw", "class"),
-          (("untrained head", _drop("d_untrained_nobias", "class")),)),
+          "not reported (the paper's premise)", "class probe (logistic regression): accuracy on h minus on z "
+          "(protocol b)", "points", NEGATIVE, _gap("b_raw", "class"),
+          (("untrained head", _gap("d_untrained_nobias", "class")),)),
     # E4: orbit geometry (scale.e4_study's protocols; docs/e4_study)
     Claim("E4.1", "E4", "the trained head compresses rotation orbits (paper protocol a)", "21.85x",
           "log10(mean orbit spread of z / of h), protocol a", LOG10, POSITIVE, _log("a_paper", "compression"),
@@ -582,8 +583,8 @@ CLAIMS: tuple[Claim, ...] = (
                                                          protocol(res, f"E3E4-s{s}", "d_untrained_nobias",
                                                                   "ratio_z"))))),
     # E5: head depth (Swish + BatchNorm heads of depth 1, 2, 3)
-    Claim("E5.1", "E5", "the guillotine gap grows with depth (rotation, linear probe)", "0.12 -> 16.74 points",
-          "(z - h at depth 3) - (z - h at depth 1), rotation probe, linear, protocol b", "points", POSITIVE,
+    Claim("E5.1", "E5", "the guillotine gap grows with depth (rotation, linear probe)", "-0.12 -> -16.74 points",
+          "(h - z at depth 3) - (h - z at depth 1), rotation probe, linear, protocol b", "points", NEGATIVE,
           _depth_gap("b_raw"), (("untrained heads", _depth_gap("d_untrained_nobias")),)),
     Claim("E5.2", "E5", "the head's rotation probe falls with depth", "47.40 -> 35.61 %",
           "rotation probe, linear, on h: depth 3 minus depth 1, protocol b", "points", NEGATIVE,

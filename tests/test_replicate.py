@@ -157,8 +157,8 @@ def test_e2_statistics_by_hand():
 
 
 def test_a_claim_is_evaluated_from_its_per_seed_values():
-    """E3.1 (z - h of the linear rotation probe > 0) on five hand-made seeds: values 2, 4, 6, 8, 10 points ->
-    mean 6, interval 6 +- t s / sqrt 5 with s^2 = 10, reproduced; the control's values read the same way."""
+    """E3.1 (h - z of the linear rotation probe < 0) on five hand-made seeds: values -2, -4, -6, -8, -10 points ->
+    mean -6, interval -6 +- t s / sqrt 5 with s^2 = 10, reproduced; the control's values read the same way."""
     claim = next(c for c in R.CLAIMS if c.id == "E3.1")
     res = {}
     for s, (gap, control) in enumerate(zip((2, 4, 6, 8, 10), (-1, 1, -1, 1, 0))):
@@ -167,8 +167,8 @@ def test_a_claim_is_evaluated_from_its_per_seed_values():
         res[f"E3E4-s{s}"] = {"status": "finished", "seed": s, "experiment": "E3E4", "protocols": protocols}
     row = R.evaluate(claim, res)
     half = T975_4 * math.sqrt(10) / math.sqrt(5)
-    assert row["seeds"] == [0, 1, 2, 3, 4] and np.allclose(row["values"], [2, 4, 6, 8, 10])
-    assert math.isclose(row["interval"]["value"], 6.0) and math.isclose(row["interval"]["low"], 6 - half)
+    assert row["seeds"] == [0, 1, 2, 3, 4] and np.allclose(row["values"], [-2, -4, -6, -8, -10])
+    assert math.isclose(row["interval"]["value"], -6.0) and math.isclose(row["interval"]["high"], -6 + half)
     assert row["verdict"] == REPRODUCED
     assert math.isclose(row["controls"][0]["interval"]["value"], 0.0, abs_tol=1e-12)
     for s in range(5):  # the opposite sign everywhere: not reproduced

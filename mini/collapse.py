@@ -142,15 +142,17 @@ def saddle_threshold(G_block: np.ndarray, M_blocks: np.ndarray) -> float:
 def wilson_interval(hits: int, total: int, z: float = WILSON_Z95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion ``p = hits / total``:
 
-        (p + z^2/(2N) -+ z sqrt(p(1-p)/N + z^2/(4N^2))) / (1 + z^2/N).
+        (c -+ h) / (1 + z^2/N),   c = p + z^2/(2N),   h = z sqrt(p(1-p)/N + z^2/(4N^2)).
+
+    Evaluated without cancellation: ``c^2 - h^2 = p^2 (1 + z^2/N)``, so the lower end is ``p^2 / (c + h)``,
+    and the upper end is ``1 -`` the lower end of ``1 - p`` (the interval is symmetric under
+    ``p -> 1 - p``). ``c - h`` itself rounds to about 1e-17 at ``p = 0``, where the end is exactly 0.
     """
     if total < 1 or not 0 <= hits <= total:
         raise ValueError(f"need 0 <= hits <= total and total >= 1, got {hits}/{total}")
-    p, z2 = hits / total, z * z
-    centre = p + z2 / (2 * total)
-    half = z * np.sqrt(p * (1 - p) / total + z2 / (4 * total * total))
-    denom = 1 + z2 / total
-    return float(max(0.0, (centre - half) / denom)), float(min(1.0, (centre + half) / denom))
+    p, q, z2 = hits / total, (total - hits) / total, z * z
+    half = z * np.sqrt(p * q / total + z2 / (4 * total * total))
+    return float(p * p / (p + z2 / (2 * total) + half)), float(1.0 - q * q / (q + z2 / (2 * total) + half))
 
 
 @dataclass(frozen=True)

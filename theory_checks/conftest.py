@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis import HealthCheck, Phase, Verbosity, assume, currently_in_test_context, settings
 from hypothesis import strategies as st
 
 from mini.heads import ACTIVATIONS, Head, init_head
@@ -46,6 +46,15 @@ settings.register_profile(
     "mutants", parent=settings.get_profile("ci"), phases=(Phase.explicit, Phase.reuse, Phase.generate)
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def premise(holds: bool, what: str) -> None:
+    """A premise of a check's instance: inside a property, ``assume`` (a counted discard, reported by
+    ``theory_checks.explore``); in a fixed example, where nothing may be discarded silently, a failure naming it."""
+    if currently_in_test_context():
+        assume(holds)
+    elif not holds:
+        raise AssertionError(f"premise fails on a fixed instance: {what}")
 
 
 def examples(fraction: float) -> int:

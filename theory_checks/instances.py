@@ -17,6 +17,7 @@ from mini.heads import Head, init_head
 from mini.losses import Objective, make_objective
 
 RHO_MATERIAL = 1e-6  # rho != 0 means above this fraction of |h|: not round-off
+SOFTMAX_RESIDUE_FLOOR = 1e-4  # NT-Xent: float64 decides its Hessian to 1e-10 only above this residue (below)
 
 OBJECTIVE_NAMES: tuple[str, ...] = ("mse", "mse_views", "simclr", "simsiam", "byol", "vicreg", "barlow")
 
@@ -54,6 +55,29 @@ def make_instance(
 def rho_is_material(rho: np.ndarray, Hb: np.ndarray) -> bool:
     """``rho != 0`` in a sense no rounding can fake: its largest entry above ``RHO_MATERIAL x max |h|``."""
     return bool(np.abs(rho).max() > RHO_MATERIAL * max(float(np.abs(Hb).max()), np.finfo(float).tiny))
+
+
+def nt_xent_residue(Hb: np.ndarray, tau: float) -> float:
+    """``max_i (1 - max_{j != i} p_ij)``, ``p_i`` the NT-Xent softmax of row ``i`` over the other rows.
+
+    Why it is a premise of a float64 check: the log-sum-exp Hessian ``diag(p) - p p^T`` of a row whose softmax
+    sits on one entry (``1 - p = q``) has size ``q / tau^2`` but is computed from terms of size ``1 / tau^2``, so
+    its float64 value carries an absolute error of ``~1e-16 / tau^2``: relative ``1e-16 / q``. Where every row
+    is that saturated (well-separated views at a low temperature), ``H_eff`` is the cancellation residue of
+    its own evaluation and no route can be held to ``1e-10`` of it; ``SOFTMAX_RESIDUE_FLOOR`` keeps the
+    relative round-off below ``1e-12``."""
+    U = Hb / np.linalg.norm(Hb, axis=1, keepdims=True)
+    S = U @ U.T / tau
+    np.fill_diagonal(S, -np.inf)
+    P = np.exp(S - S.max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    return float((1.0 - P.max(axis=1)).max())
+
+
+def objective_temperature(objective: Objective) -> float | None:
+    """NT-Xent's ``tau`` as its name records it (``simclr(tau=0.1)``), ``None`` for the other objectives."""
+    name = objective.name
+    return float(name[name.index("tau=") + 4: name.index(")")]) if name.startswith("simclr(tau=") else None
 
 
 @st.composite

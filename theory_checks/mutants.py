@@ -519,6 +519,20 @@ def wilson_wald(mp):
     _replace(mp, C, "wilson_interval", wilson_interval)
 
 
+def wilson_by_subtraction(mp):
+    """The Wilson ends as ``(c -+ h) / (1 + z^2/N)`` evaluated as written: at ``0/N`` the lower end rounds to
+    ~1e-17 instead of 0 (and the upper to 1 - 1e-16 at ``N/N``)."""
+    import mini.collapse as C
+
+    def wilson_interval(hits, total, z=C.WILSON_Z95):
+        p, z2 = hits / total, z * z
+        centre, denom = p + z2 / (2 * total), 1 + z2 / total
+        half = z * np.sqrt(p * (1 - p) / total + z2 / (4 * total * total))
+        return float(max(0.0, (centre - half) / denom)), float(min(1.0, (centre + half) / denom))
+
+    _replace(mp, C, "wilson_interval", wilson_interval)
+
+
 def orbit_gain_unnormalised(mp):
     """The orbit gain as ``v^T G v / |v|^2``, without dividing by the mean ``tr G / d``."""
     import mini.invariance as Inv
@@ -872,6 +886,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("barlow_lambda_ignored", "Barlow Twins' lambda fixed at 5e-3 whatever is given", (BARLOW,),
            barlow_lambda_ignored),
     Mutant("wilson_wald", "the Wald interval where the Wilson score interval is meant", (WILSON,), wilson_wald),
+    Mutant("wilson_by_subtraction", "the Wilson ends by subtraction, rounding off the exact 0 and 1 at the edges",
+           (WILSON,), wilson_by_subtraction),
     Mutant("orbit_gain_unnormalised", "orbit gain v^T G v / |v|^2 without dividing by tr G / d", (GAIN,),
            orbit_gain_unnormalised),
     Mutant("orbit_displacement_from_centroid", "orbit displacement from the orbit's centroid, not from h(z)",

@@ -26,14 +26,14 @@ is decidable*, no singular value of the three Jacobians (``z``, the invariant he
 ``(ZERO_SV_RTOL, 1e-5) x sigma_max``. Such an instance exists (the pinned saturated one below: a
 singular value at 4e-7 of the largest), and float64 cannot tell its rank from either side.
 
-The Fisher matrices' values, not only their ranks (a ``J J^T`` / ``J^T J`` mix-up keeps the rank), are
-checked against an independent computation that shares no code with ``mini``: the Jacobian by central
-finite differences (step ``FD_STEP``, plain NumPy), ``I_ref = J_fd^T J_fd / sigma^2``, entrywise within
-``FD_RTOL`` of ``|I_ref|_2``; and, at a pinned instance, the definition itself, ``I = E[s s^T]`` with
-the score ``s = grad_xi log p(y | xi) = J_fd^T (y - phi(xi)) / sigma^2`` averaged over ``MC_SAMPLES``
-draws of ``y`` (within ``MC_RTOL``, five Monte-Carlo standard errors). ``sigma`` runs over ``SIGMAS``
-(ten decades): ``sigma^2 I`` must not change, nor the ranks (a rank with an absolute tolerance would
-change with ``sigma``).
+The Fisher matrices' values, not only their ranks (a ``J J^T`` / ``J^T J`` mix-up keeps the rank), are checked
+against an independent computation that shares no code with ``mini``: the Jacobian by central finite
+differences (steps ``FD_STEP`` and ``FD_STEP / 2``, Richardson-extrapolated, plain NumPy; premise: the two
+agree to ``FD_AGREE``), ``I_ref = J_fd^T J_fd / sigma^2``, entrywise within ``FD_RTOL`` of ``|I_ref|_2``; and,
+at a pinned instance, the definition itself, ``I = E[s s^T]`` with the score ``s = grad_xi log p(y | xi) =
+J_fd^T (y - phi(xi)) / sigma^2`` averaged over ``MC_SAMPLES`` draws of ``y`` (within ``MC_RTOL``, five
+Monte-Carlo standard errors). ``sigma`` runs over ``SIGMAS`` (ten decades): ``sigma^2 I`` must not change, nor
+the ranks (a rank with an absolute tolerance would change with ``sigma``).
 
 The domain drawn (``torus_instances``): ``d`` in [3, 9], a torus ``T^g`` with ``1 <= g <= d // 2``, the
 point at the centre of ``f < g`` of its rotating planes (a degenerate orbit: ``dim V_aug = g - f``, the
@@ -68,7 +68,7 @@ import autograd.numpy as anp
 import numpy as np
 from _invariance_strategies import Torus
 from autograd import jacobian
-from conftest import seeds
+from conftest import premise, seeds
 from hypothesis import assume, example, given, note
 from hypothesis import strategies as st
 
@@ -79,6 +79,7 @@ from mini.manifolds import MANIFOLDS, make_manifold
 SIGMAS = 10.0 ** np.arange(-4.0, 7.0, 2.0)  # observation noise 1e-4 ... 1e6: I scales by 1 / sigma^2
 FD_STEP = 1e-5  # central differences: truncation ~ FD_STEP^2, rounding ~ 1e-16 / FD_STEP
 FD_RTOL = 1e-7  # |I - I_ref|_max / |I_ref|_2 with the finite-difference Jacobian
+FD_AGREE = 1e-8  # premise: central differences at FD_STEP and FD_STEP / 2 agree to this fraction of |J|_2 (I: 2x)
 SCALE_RTOL = 1e-12  # |sigma^2 I(sigma) - I(1)|_max / |I(1)|_2: one division, round-off only
 MC_SAMPLES = 20000
 MC_RTOL = 5.0 * np.sqrt(2.0 / MC_SAMPLES)  # five standard errors of a sample second moment
@@ -98,8 +99,18 @@ def fd_jacobian(f, x: np.ndarray, step: float = FD_STEP) -> np.ndarray:
 
 def check_fisher_values(phi, xi: np.ndarray) -> int:
     """``fisher_information(phi, xi, sigma)`` against ``J_fd^T J_fd / sigma^2`` for every ``sigma`` in
-    ``SIGMAS``, and ``sigma``-independence of ``sigma^2 I`` and of the rank; returns the rank."""
-    J = fd_jacobian(phi, xi)  # (q, p)
+    ``SIGMAS``, and ``sigma``-independence of ``sigma^2 I`` and of the rank; returns the rank.
+
+    ``J_fd`` is Richardson's extrapolation of central differences at ``FD_STEP`` and ``FD_STEP / 2``
+    (truncation ``O(FD_STEP^4)``). Premise (a counted discard): the reference has converged, the two
+    differences agreeing to ``FD_AGREE`` of ``|J|_2``; a head whose higher derivatives dwarf its Jacobian
+    (exploration: gelu4 with widths 1, 1, 3, where plain central differences were off by 1e-4 relative),
+    or a Jacobian 1e-4 of the head's outputs (their rounding alone, ~1e-16 |phi| / FD_STEP, was 1e-7 of it),
+    leaves finite differences, not ``mini``, unable to decide ``FD_RTOL``."""
+    J_h, J_half = fd_jacobian(phi, xi), fd_jacobian(phi, xi, FD_STEP / 2)  # (q, p) each
+    premise(np.abs(J_h - J_half).max() <= FD_AGREE * max(np.linalg.norm(J_half, 2), np.finfo(float).tiny),
+            "finite differences at FD_STEP and FD_STEP / 2 disagree")
+    J = (4.0 * J_half - J_h) / 3.0
     ref = J.T @ J  # sigma = 1
     I_1 = fisher_information(phi, xi, 1.0)
     rank = fisher_rank(I_1)

@@ -127,8 +127,8 @@ plt.show()
 # E3's claim is that `h` has lost what the augmentation changes: probing which quarter turn was
 # applied, the paper's head loses 14.72 points against the backbone (CIFAR-10, linear probe). In this
 # 8-step run it is the other way round: the head loses more of the class than of the rotation. (After
-# the full run the E4 study measures a rotation-probe loss of 2.6 points at 50 epochs, close to what an
-# untrained head loses, 2.2-2.4.)
+# the full run the E4 study measures a rotation-probe loss of 3.3 points at 50 epochs, close to what an
+# untrained head loses, 3.4-3.6.)
 
 # %%
 rotation, headline = result["probes"]["rotation"], result["probes"]["headline"]["accuracy"]
@@ -152,6 +152,6 @@ print("class probe (linear):    h loses more than 5 points against z:", headline
 # CIFAR-10: 21.85x); the same head on the raw `z` it was trained on expands them, 0.141x
 # [0.132, 0.149], and so does the paper's protocol once only the BatchNorm statistics are re-estimated
 # on normalised `z`. Measured against each space's own class separation, what a trained head learns is
-# small, and its rotation-probe loss (2.6 points, linear, 50 epochs) is close to an untrained head's.
+# small, and its rotation-probe loss (3.3 points, linear, 50 epochs) is close to an untrained head's.
 # To measure your own model: `python -m scale.analyze RUN_DIR`, or `CHECKPOINT --backbone X --head Y`
 # (`--head-input raw` measures the head on the input it was trained on).

@@ -23,7 +23,7 @@ from mini.heads import ACTIVATIONS, Head, init_head
 
 settings.register_profile(
     "ci",
-    max_examples=20,
+    max_examples=40,
     derandomize=True,
     deadline=None,
     database=None,

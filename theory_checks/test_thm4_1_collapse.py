@@ -188,7 +188,8 @@ def check_lemma(spec: str, seed: int, out_scale: float = 1.0, shape: dict | None
     _assert_rho_material(dec, head(Z))
     H = effective_hessian(head, obj, Z)  # autograd: shares no arithmetic with the closed form
     sH = spectrum(H)
-    g_rel = np.abs(np.linalg.eigvalsh(dec.G)) / np.abs(np.linalg.eigvalsh(dec.G)).max()
+    g_abs = np.abs(np.linalg.eigvalsh(dec.G))
+    g_rel = g_abs / g_abs.max()
     premise(not np.any((g_rel > G_ZERO_REL) & (g_rel <= NULL_BAND_TOP)),
             f"rank of G undecidable at {spec} seed={seed}")
     B = null_space(dec.G, NULL_REL)

@@ -32,7 +32,7 @@ head's gain along the orbit relative to its mean gain over all directions; 1 for
 an invariant head maps the whole orbit ``g_t . z`` to one point).
 ``fisher_information(phi, xi, sigma)``: ``I(xi) = J^T J / sigma^2`` for the Gaussian observation
 model ``y = phi(xi) + sigma * eps``, ``J = d phi / d xi``. ``fisher_rank(I)``: the number of
-eigenvalues above ``FISHER_RANK_RTOL * lambda_max`` (Theorem 5.3).
+eigenvalues above ``p eps lambda_max`` (the eigensolver's round-off; Theorem 5.3).
 
 Probes (E3), array API
 ----------------------
@@ -264,7 +264,11 @@ def compression(z: OrbitGeometry, h: OrbitGeometry) -> float:
 # Proposition 5.2: the pullback metric and its restriction to V_aug
 # --------------------------------------------------------------------------------------------
 
-FISHER_RANK_RTOL = 1e-10  # eigenvalues of I below this fraction of lambda_max count as zero (Thm 5.3)
+# Eigenvalues of I at or below ``p eps lambda_max`` count as zero (Thm 5.3): the normwise round-off of a
+# symmetric eigensolver on a p x p matrix (NumPy's ``matrix_rank`` convention), a bound fixed by float64,
+# not by the instances. A larger relative tolerance (1e-10 earlier) miscounts real directions: a head with
+# a nearly saturated unit has Fisher eigenvalues at 1e-13 of lambda_max that float64 resolves.
+FISHER_RANK_EPS_MULTIPLE = 1.0
 
 
 def head_jacobian(fn, z: np.ndarray) -> np.ndarray:
@@ -337,10 +341,17 @@ def fisher_information(phi, xi: np.ndarray, sigma: float = 1.0) -> np.ndarray:
     return J.T @ J / sigma**2
 
 
-def fisher_rank(I: np.ndarray, rtol: float = FISHER_RANK_RTOL) -> int:
-    """Numerical rank: eigenvalues of the PSD matrix ``I`` above ``rtol * lambda_max`` (0 if ``I = 0``)."""
+def fisher_rank_rtol(p: int) -> float:
+    """The relative threshold of ``fisher_rank`` for a ``p x p`` information matrix: ``p eps``."""
+    return FISHER_RANK_EPS_MULTIPLE * p * float(np.finfo(float).eps)
+
+
+def fisher_rank(I: np.ndarray, rtol: float | None = None) -> int:
+    """Numerical rank: eigenvalues of the PSD matrix ``I`` above ``rtol * lambda_max`` (0 if ``I = 0``);
+    ``rtol`` defaults to the eigensolver's round-off, ``fisher_rank_rtol(p)``."""
     eig = np.linalg.eigvalsh(0.5 * (I + I.T))
     top = float(eig.max(initial=0.0))
+    rtol = fisher_rank_rtol(I.shape[0]) if rtol is None else rtol
     return 0 if top <= 0 else int(np.sum(eig > rtol * top))
 
 

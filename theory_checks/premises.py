@@ -1,0 +1,49 @@
+"""The premises that remain in the theory checks: the theorems' own hypotheses, each with a discard budget.
+
+A premise is not a decidability band (those are gone: where float64 cannot decide, ``certify`` does). It is
+a hypothesis of the statement checked (a ReLU head off its kinks, every hidden unit alive, ``rho != 0``, a
+material leak), measured on each instance by a number compared with a threshold. Each is declared here
+once, as data: the threshold, the statement it stands for, and its *budget*, the largest fraction of a
+check's draws it may set aside. The suite measures the fraction itself (``conftest``: every call of
+``premise`` / ``gate`` is counted per test) and fails a check whose fraction is above its budget beyond
+sampling error (the Wilson 95 % interval's lower end above the budget), so a premise widened until it
+discards most draws fails the check that states it. A premise widened less (10x) is caught at its
+*boundary instance*: each premise has a pinned instance just inside its domain (its measured value
+between the threshold and ten times it), on which the check must run and hold; a fixed instance whose
+premise fails is a failure, not a discard.
+
+Check modules read ``PREMISES[name]`` at call time, and ``theory_checks.mutants`` replaces entries to widen
+a premise (this module is kept across the mutation driver's re-imports of the checks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Premise:
+    name: str
+    statement: str  # the hypothesis of the theorem it stands for, and how it is measured
+    threshold: float  # the premise holds where the measured value is above this
+    budget: float  # declared: the largest fraction of a check's draws this premise may set aside
+
+
+PREMISES: dict[str, Premise] = {
+    p.name: p
+    for p in (
+        Premise("off_kink", "ReLU heads are differentiable at the batch: every hidden pre-activation |a| above "
+                "the threshold (Theorem 4.1's ReLU gap and part 1)", 1e-6, 0.25),
+        Premise("alive_units", "the head is as wide as its widths say: every hidden unit's |s'(a)| above the "
+                "threshold (the equality of Theorem 5.3; ReLU gap: a unit with s' = 0 everywhere is no unit)",
+                1e-8, 0.25),
+        Premise("rho_material", "rho != 0: the loss gradient's largest entry above the threshold x max |h| "
+                "(a dead predictor makes M = 0 trivially)", 1e-6, 0.1),
+        Premise("material_leak", "Prop 5.2's leak is material: |J_mlp P v|^2 above the threshold x |J_mlp|^2 "
+                "|P v|^2 (a leak direction the MLP annihilates has no delta^2 law to check)", 1e-6, 0.1),
+    )
+}
+
+
+def threshold(name: str) -> float:
+    return PREMISES[name].threshold

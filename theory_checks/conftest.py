@@ -110,6 +110,14 @@ def pytest_runtest_call(item: pytest.Item):
     return result
 
 
+def kink_distance(head: Head, Z: np.ndarray) -> float:
+    """The smallest ``|a|`` over a head's hidden pre-activations at ``Z`` (``inf`` without hidden layers):
+    the value of the ``off_kink`` premise."""
+    from mini.heads import preactivations
+
+    return min((float(np.abs(a).min()) for a in preactivations(head, Z)), default=np.inf)
+
+
 def examples(fraction: float) -> int:
     """A check's own example budget as a fraction of the profile's, for checks whose every example costs
     several of the others' (it then scales with the profile instead of being pinned)."""

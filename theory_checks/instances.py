@@ -12,12 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import strategies as st
+from premises import threshold
 
 from mini.heads import Head, init_head
 from mini.losses import Objective, make_objective
-
-RHO_MATERIAL = 1e-6  # rho != 0 means above this fraction of |h|: not round-off
-SOFTMAX_RESIDUE_FLOOR = 1e-4  # NT-Xent: float64 decides its Hessian to 1e-10 only above this residue (below)
 
 OBJECTIVE_NAMES: tuple[str, ...] = ("mse", "mse_views", "simclr", "simsiam", "byol", "vicreg", "barlow")
 
@@ -52,9 +50,14 @@ def make_instance(
     return Instance(head, make_objective(objective, Hb, predictor=predictor, targets=targets), Z, seed)
 
 
+def rho_materiality(rho: np.ndarray, Hb: np.ndarray) -> float:
+    """``max |rho| / max |h|``: the premise ``rho_material`` (``premises``) holds above its threshold."""
+    return float(np.abs(rho).max() / max(float(np.abs(Hb).max()), np.finfo(float).tiny))
+
+
 def rho_is_material(rho: np.ndarray, Hb: np.ndarray) -> bool:
-    """``rho != 0`` in a sense no rounding can fake: its largest entry above ``RHO_MATERIAL x max |h|``."""
-    return bool(np.abs(rho).max() > RHO_MATERIAL * max(float(np.abs(Hb).max()), np.finfo(float).tiny))
+    """``rho != 0`` in a sense no rounding can fake: ``rho_materiality`` above the premise's threshold."""
+    return rho_materiality(rho, Hb) > threshold("rho_material")
 
 
 def nt_xent_residue(Hb: np.ndarray, tau: float) -> float:

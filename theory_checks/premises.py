@@ -34,6 +34,8 @@ PREMISES: dict[str, Premise] = {
     for p in (
         Premise("off_kink", "ReLU heads are differentiable at the batch: every hidden pre-activation |a| above "
                 "the threshold (Theorem 4.1's ReLU gap and part 1)", 1e-6, 0.25),
+        Premise("flow_off_kink", "the linearised flow stays on one linear piece of a ReLU head: every hidden "
+                "|a| above the threshold (perturbations of 1e-6 cannot cross a kink)", 1e-3, 0.25),
         Premise("alive_units", "the head is as wide as its widths say: every hidden unit's |s'(a)| above the "
                 "threshold (the equality of Theorem 5.3; ReLU gap: a unit with s' = 0 everywhere is no unit)",
                 1e-8, 0.25),

@@ -1,7 +1,7 @@
 """The ReLU gap (docs/paper.md, Section 4): ``grad^2 ReLU = 0`` almost everywhere, so ``M = 0``.
 
 Statement checked: for a linear head, and for a ReLU head at any batch off the kinks (every hidden
-pre-activation at distance at least ``KINK_MARGIN`` from 0), the interaction term vanishes for
+pre-activation farther from 0 than the ``off_kink`` premise's threshold), the interaction term vanishes for
 *every* residual ``rho``, at every depth (1-4) and shape drawn (``d``, ``k``, ``n``, widths from 1):
 
     M = sum_{i,c} rho_{i,c} grad^2_z h_c(z_i) = 0,   so   H_eff = G.
@@ -15,10 +15,11 @@ Checked on every route that computes ``M``, so that a non-zero ReLU ``s''`` in a
 ``MLPHead``, both its closed-form route on torch tensors and its ``torch.func`` autodiff route;
 skipped when torch is absent).
 
-Premises of the drawn instances (counted ``assume``): off the kinks; some unit of every layer on
-(else ``H_eff = 0`` and a relative norm has no scale); ``rho`` material at the objective's residual
-(a SimSiam or BYOL predictor whose ReLU units are all off passes no gradient: ``rho = 0`` and ``M = 0``
-for every head, which would test nothing).
+Premises of the drawn instances (``premises``: counted, each within its discard budget, each pinned by a
+boundary instance just inside its domain): ``off_kink`` (the theorem's "almost everywhere"); ``rho_material``
+at the objective's residual (a SimSiam or BYOL predictor whose ReLU units are all off passes no gradient:
+``rho = 0`` and ``M = 0`` for every head, which would test nothing). A head dead on the whole batch is not
+set aside: there ``h`` is constant, and ``M``, ``G`` and ``H_eff`` must all be exactly 0 (``ALL_ZERO``).
 
 Negative control: for smooth heads (GELU, Swish, tanh, softplus) on fixed seeded instances with
 ``rho != 0``, ``|M|_2 / |H_eff|_2 > MATERIAL_REL`` on each route: the same measurement does detect
@@ -30,10 +31,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from autograd import hessian
-from conftest import SMOOTH_SPECS, head_specs, seeds
-from hypothesis import assume, example, given
+from conftest import SMOOTH_SPECS, boundary, head_specs, kink_distance, premise, seeds
+from hypothesis import example, given
 from hypothesis import strategies as st
-from instances import OBJECTIVE_NAMES, instance_shapes, make_instance, rho_is_material
+from instances import OBJECTIVE_NAMES, instance_shapes, make_instance, rho_is_material, rho_materiality
+from premises import threshold
 
 from mini.heads import init_head, preactivations
 from mini.hessian import (
@@ -46,20 +48,23 @@ from mini.hessian import (
 )
 
 GAP_REL_TOL = 1e-12
-KINK_MARGIN = 1e-6  # distance of every ReLU pre-activation from its kink
 MATERIAL_REL = 1e-3
 PIECEWISE_LINEAR = ("linear", "relu2", "relu3")
 PIECEWISE_LINEAR_SPECS = head_specs(piecewise_linear=True, max_depth=4)  # linear, relu2 ... relu4
 
 
-def off_kinks(head, Z) -> bool:
-    return all(np.abs(a).min() > KINK_MARGIN for a in preactivations(head, Z))
-
-
 def alive(head, Z) -> bool:
-    """Some unit of every hidden layer is on for some sample: else ``h`` is constant on the batch,
-    ``H_eff = 0`` and ``|M| / |H_eff|`` has no scale (the statement is then ``0 = 0``)."""
+    """Some unit of every hidden layer is on for some sample: else ``h`` is constant on the batch."""
     return all(np.any(a > 0) for a in preactivations(head, Z))
+
+
+def check_vanishing(dec, inst, route: str) -> None:
+    """``M = 0`` relative to ``H_eff``; on a head dead on the batch, everything exactly 0."""
+    if not alive(inst.head, inst.Z):  # h constant: H_eff = G = M = 0, no relative scale needed
+        assert max(np.abs(np.asarray(x)).max() for x in (dec.M, dec.G, dec.H)) == 0.0, f"{route}: dead head at {inst}"
+        return
+    premise("rho_material", rho_materiality(dec.rho, inst.head(inst.Z)), f"rho at {inst}")
+    assert relative_norm(dec.M, dec.H) <= GAP_REL_TOL, f"{route} M != 0 for a piecewise-linear head at {inst}"
 
 
 @given(spec=PIECEWISE_LINEAR_SPECS, objective=st.sampled_from(OBJECTIVE_NAMES), seed=seeds, data=st.data())
@@ -67,11 +72,8 @@ def alive(head, Z) -> bool:
 def test_interaction_vanishes_at_objective_residuals(spec: str, objective: str, seed: int, data) -> None:
     shape = {} if data is None else data.draw(instance_shapes(objective), label="shape")
     inst = make_instance(spec, objective, seed, **shape)
-    assume(off_kinks(inst.head, inst.Z))
-    assume(alive(inst.head, inst.Z))
-    dec = decompose_autograd(inst.head, inst.objective, inst.Z)
-    assume(rho_is_material(dec.rho, inst.head(inst.Z)))  # rho = 0 (a predictor dead on the batch): M = 0 trivially
-    assert relative_norm(dec.M, dec.H) <= GAP_REL_TOL, f"M != 0 for a piecewise-linear head at {inst}"
+    premise("off_kink", kink_distance(inst.head, inst.Z), f"kinks at {inst}")
+    check_vanishing(decompose_autograd(inst.head, inst.objective, inst.Z), inst, "autograd")
 
 
 @given(spec=PIECEWISE_LINEAR_SPECS, seed=seeds, rho_scale=st.floats(1e-3, 1e3),
@@ -82,7 +84,7 @@ def test_interaction_vanishes_for_any_residual(spec: str, seed: int, rho_scale: 
     d, k, n, width = shape
     head = init_head(spec, d, k, width, rng)
     Z = rng.standard_normal((n, d))
-    assume(off_kinks(head, Z))
+    premise("off_kink", kink_distance(head, Z), f"kinks at {spec}, seed {seed}")
     rho = rho_scale * rng.standard_normal((n, k))
     M = hessian(lambda z: np.sum(rho * head(z.reshape(n, d))))(Z.ravel())
     J_scale = max(np.linalg.norm(head_jacobian_autograd(head, z), 2) for z in Z)
@@ -104,11 +106,9 @@ def test_closed_form_interaction_vanishes(spec: str, objective: str, seed: int, 
     """Route (3): the closed form at the objective's residual and at an arbitrary residual."""
     shape = {} if data is None else data.draw(instance_shapes(objective), label="shape")
     inst = make_instance(spec, objective, seed, **shape)
-    assume(off_kinks(inst.head, inst.Z))
-    assume(alive(inst.head, inst.Z))
+    premise("off_kink", kink_distance(inst.head, inst.Z), f"kinks at {inst}")
     dec = decompose_closed_form(inst.head, inst.objective, inst.Z)
-    assume(rho_is_material(dec.rho, inst.head(inst.Z)))  # rho = 0 (a predictor dead on the batch): M = 0 trivially
-    assert relative_norm(dec.M, dec.H) <= GAP_REL_TOL, f"closed-form M != 0 for a piecewise-linear head at {inst}"
+    check_vanishing(dec, inst, "closed-form")
     rho = np.random.default_rng(seed).standard_normal(dec.rho.shape)
     der = head_derivatives(inst.head, inst.Z)
     J_scale = float(np.abs(np.asarray(der.J)).max())
@@ -127,7 +127,7 @@ def _torch_blocks(spec: str, seed: int, method: str):
     with torch.no_grad():
         pre = head.preactivations(z)
         T = head(z) + torch.randn(5, 3, dtype=torch.float64)
-    if any(float(a.abs().min()) <= KINK_MARGIN for a in pre):
+    if any(float(a.abs().min()) <= threshold("off_kink") for a in pre):
         return None
     blocks = effective_hessian_blocks(z, head, lambda Hb: 0.5 * ((Hb - T) ** 2).sum() / Hb.shape[0], method=method)
     return float(blocks.M.abs().max()), float(blocks.H.abs().max())
@@ -173,3 +173,38 @@ def test_negative_control_closed_form_sees_smooth_curvature(spec: str) -> None:
     inst = make_instance(spec, "mse", seed=11)
     dec = decompose_closed_form(inst.head, inst.objective, inst.Z)
     assert relative_norm(dec.M, dec.H) > MATERIAL_REL
+
+
+BOUNDARY_SEED = 3  # a relu2 instance whose premises are moved to their boundaries below
+
+
+def test_off_kink_boundary_instance() -> None:
+    """The ``off_kink`` premise's boundary: the unit nearest its kink moved to ``|a| = 5e-6`` (within ten times
+    the threshold); ``M = 0`` must be asserted and hold there on both routes (a premise widened 10x sets this
+    instance aside: a failure)."""
+    inst = make_instance("relu2", "mse", BOUNDARY_SEED)
+    a = np.asarray(preactivations(inst.head, inst.Z)[0])  # (n, width)
+    i, j = np.unravel_index(np.argmin(np.abs(a)), a.shape)
+    layer = inst.head.layers[0]
+    b = layer["b"] - (a[i, j] - np.sign(a[i, j]) * 5e-6) * np.eye(layer["b"].size)[j]
+    head = inst.head.with_layers([{**layer, "b": b}, *inst.head.layers[1:]])
+    moved = type(inst)(head, inst.objective, inst.Z, inst.seed)
+    boundary("off_kink", kink_distance(head, inst.Z), "ReLU gap, unit moved to its kink")
+    for decompose, route in ((decompose_autograd, "autograd"), (decompose_closed_form, "closed-form")):
+        premise("off_kink", kink_distance(head, inst.Z), "boundary instance")
+        check_vanishing(decompose(head, moved.objective, moved.Z), moved, route)
+
+
+def test_rho_material_boundary_instance() -> None:
+    """The ``rho_material`` premise's boundary: MSE targets at ``h`` except one entry, so that ``max |rho| =
+    5e-6 max |h|``; ``M = 0`` must be asserted and hold (a premise widened 10x sets it aside: a failure)."""
+    from mini.losses import make_objective
+
+    inst = make_instance("relu2", "mse", BOUNDARY_SEED)
+    Hb = np.asarray(inst.head(inst.Z))
+    n = Hb.shape[0]
+    T = Hb - n * 5e-6 * np.abs(Hb).max() * np.eye(*Hb.shape)
+    moved = type(inst)(inst.head, make_objective("mse", Hb, targets=T), inst.Z, inst.seed)
+    dec = decompose_autograd(moved.head, moved.objective, moved.Z)
+    boundary("rho_material", rho_materiality(dec.rho, Hb), "ReLU gap, targets at h")
+    check_vanishing(dec, moved, "autograd")

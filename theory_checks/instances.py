@@ -60,21 +60,22 @@ def rho_is_material(rho: np.ndarray, Hb: np.ndarray) -> bool:
     return rho_materiality(rho, Hb) > threshold("rho_material")
 
 
-def nt_xent_residue(Hb: np.ndarray, tau: float) -> float:
-    """``max_i (1 - max_{j != i} p_ij)``, ``p_i`` the NT-Xent softmax of row ``i`` over the other rows.
+ROUNDOFF_REL = 1e-12  # float64 carries a sum to ~1e-16 of its terms' size; 1e4 of margin for the chains
 
-    Why it is a premise of a float64 check: the log-sum-exp Hessian ``diag(p) - p p^T`` of a row whose softmax
-    sits on one entry (``1 - p = q``) has size ``q / tau^2`` but is computed from terms of size ``1 / tau^2``, so
-    its float64 value carries an absolute error of ``~1e-16 / tau^2``: relative ``1e-16 / q``. Where every row
-    is that saturated (well-separated views at a low temperature), ``H_eff`` is the cancellation residue of
-    its own evaluation and no route can be held to ``1e-10`` of it; ``SOFTMAX_RESIDUE_FLOOR`` keeps the
-    relative round-off below ``1e-12``."""
-    U = Hb / np.linalg.norm(Hb, axis=1, keepdims=True)
-    S = U @ U.T / tau
-    np.fill_diagonal(S, -np.inf)
-    P = np.exp(S - S.max(axis=1, keepdims=True))
-    P /= P.sum(axis=1, keepdims=True)
-    return float((1.0 - P.max(axis=1)).max())
+
+def nt_xent_term_scale(Hb: np.ndarray, tau: float, J_norm: float = 1.0) -> float:
+    """The size of the terms NT-Xent's curvature is summed from: ``|J|^2 / (n tau^2 min_i |h_i|^2)`` (the
+    log-sum-exp Hessian ``diag(p) - p p^T`` of the similarities ``u_i . u_j / tau``, ``u = h / |h|``, pulled
+    back through the normalisation and the head's Jacobian ``J``).
+
+    Why a tolerance needs it: where a row's softmax sits on one entry (``1 - p = q``), the Hessian has size
+    ``q / tau^2`` but is computed from terms of size ``1 / tau^2``, so float64 carries it to ``~1e-16 / tau^2``:
+    relative ``1e-16 / q``. The checks compare routes to ``REL_TOL x scale + ROUNDOFF_REL x`` this term
+    scale: the accuracy the evaluation has, not more (exploration found saturated batches, residue 4e-7 at
+    tau = 0.1 and 5e-10 at tau = 0.0625, where a tolerance of the scale alone asked for digits float64 had
+    cancelled away; an earlier premise discarded them)."""
+    n = Hb.shape[0]
+    return float(J_norm) ** 2 / (n * tau**2 * float(np.min(np.sum(np.asarray(Hb) ** 2, axis=1))))
 
 
 def objective_temperature(objective: Objective) -> float | None:

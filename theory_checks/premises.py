@@ -41,6 +41,9 @@ PREMISES: dict[str, Premise] = {
                 1e-8, 0.25),
         Premise("rho_material", "rho != 0: the loss gradient's largest entry above the threshold x max |h| "
                 "(a dead predictor makes M = 0 trivially)", 1e-6, 0.1),
+        Premise("curvature_nonzero", "the eq. (1) matrices are not all exactly 0 (a head or predictor whose ReLUs "
+                "are all dead on the batch makes them 0, and 0 = 0 tests nothing); a threshold of 0, so no "
+                "widening by a factor applies", 0.0, 0.1),
         Premise("material_leak", "Prop 5.2's leak is material: |J_mlp P v|^2 above the threshold x |J_mlp|^2 "
                 "|P v|^2 (a leak direction the MLP annihilates has no delta^2 law to check)", 1e-6, 0.1),
     )

@@ -17,11 +17,10 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, Verbosity, assume, currently_in_test_context, settings
+from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import strategies as st
-from premises import PREMISES
+from premises import boundary, gate, over_budget, premise, reset_counts  # noqa: F401 (the checks' import point)
 
-from mini.collapse import wilson_interval
 from mini.heads import ACTIVATIONS, Head, init_head
 
 settings.register_profile(
@@ -51,60 +50,12 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# Premise counts of the running test: name -> [instances that reached the premise, instances it set aside].
-_PREMISE_COUNTS: dict[str, list[int]] = {}
-
-
-def _count(name: str, holds: bool) -> None:
-    c = _PREMISE_COUNTS.setdefault(name, [0, 0])
-    c[0] += 1
-    c[1] += not holds
-
-
-def premise(name: str, value: float, what: str) -> bool:
-    """A remaining premise of a check's instance (``premises.PREMISES[name]``: a hypothesis of the theorem),
-    holding where ``value`` is above its threshold. Inside a property, ``assume`` (a counted discard, held
-    to the premise's budget); in a fixed example, where nothing may be discarded silently, a failure
-    naming it."""
-    holds = bool(value > PREMISES[name].threshold)
-    _count(name, holds)
-    if currently_in_test_context():
-        assume(holds)
-    elif not holds:
-        raise AssertionError(f"premise {name} fails on a fixed instance ({value:.3g} <= "
-                             f"{PREMISES[name].threshold:g}): {what}")
-    return holds
-
-
-def gate(name: str, value: float) -> bool:
-    """A premise that restricts one assertion of a check rather than the instance: returns whether it holds
-    (the assertion is made only then), counted against the premise's budget like a discard."""
-    holds = bool(value > PREMISES[name].threshold)
-    _count(name, holds)
-    return holds
-
-
-def boundary(name: str, value: float, what: str) -> None:
-    """A premise's boundary instance (``premises``): its measured value must lie inside the domain and within
-    ten times the threshold (``t < value <= 10 t``), so the pinned instance holds the premise where it is."""
-    t = PREMISES[name].threshold
-    if not t < value <= 10.0 * t:
-        raise AssertionError(f"premise {name}: the boundary instance measures {value:.3g}, outside ({t:g}, "
-                             f"{10 * t:g}]: {what}")
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    """Every test's premises held to their budgets: the fraction a premise set aside may exceed its declared
-    budget only by sampling error (the Wilson 95 % interval's lower end at or below the budget)."""
-    _PREMISE_COUNTS.clear()
+    """Every test's premises held to their budgets (``premises.over_budget``)."""
+    reset_counts()
     result = yield
-    over = []
-    for name, (tried, aside) in sorted(_PREMISE_COUNTS.items()):
-        lo, _ = wilson_interval(aside, tried)
-        if lo > PREMISES[name].budget:
-            over.append(f"{name}: {aside}/{tried} set aside, Wilson 95 % lower end {lo:.3f} > budget "
-                        f"{PREMISES[name].budget:g}")
+    over = over_budget()
     if over:
         raise AssertionError("premise over its discard budget: " + "; ".join(over))
     return result

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 from autograd import grad
-from conftest import examples, kink_distance, premise, seeds
+from conftest import boundary, examples, kink_distance, premise, seeds
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from instances import rho_is_material
@@ -136,6 +136,11 @@ def test_negative_control_psd_point_has_no_growing_direction(case, shape: dict) 
     head, objective, Z, dec = critical_instance(spec, seed, shape, zero_rho=zero_rho)
     if head.spec.activation == "relu":
         premise("flow_off_kink", kink_distance(head, Z), f"{spec}, seed {seed}: a kink within the flow's reach")
+    check_psd_point(spec, seed, head, objective, Z, dec, zero_rho)
+
+
+def check_psd_point(spec: str, seed: int, head, objective, Z, dec, zero_rho: bool) -> None:
+    """Critical, PSD ``H_eff``, and the flow from ``Z* + eps u`` follows ``expm(-H t) u`` without growing."""
     assert_critical(head, objective, Z, dec)
     if not zero_rho:
         assert rho_is_material(dec.rho, head(Z)), "part 1 is about rho != 0"
@@ -154,3 +159,21 @@ def test_negative_control_psd_point_has_no_growing_direction(case, shape: dict) 
         assert err <= LINEAR_REL_TOL, f"flow departs from expm(-H t) by {err:.2e} at {spec}"
         grows = np.linalg.norm(delta) > 1.0 + GROWTH_TOL
         assert not grows, f"a direction grows at a PSD point ({spec}): |delta| = {np.linalg.norm(delta)}"
+
+
+def test_flow_off_kink_boundary_instance() -> None:
+    """The ``flow_off_kink`` premise's boundary: a ReLU head's unit nearest its kink moved to ``|a| = 5e-3``
+    (within ten times the threshold) before the critical point is built; the PSD statement and the flow must
+    hold there (a premise widened 10x sets this instance aside: a failure)."""
+    rng = np.random.default_rng(0)
+    head = init_head("relu2", 2, 4, 4, rng)
+    z_star = rng.standard_normal(2)
+    a = z_star @ head.layers[0]["W"].T + head.layers[0]["b"]  # the hidden pre-activations at z*
+    j = int(np.argmin(np.abs(a)))
+    b = head.layers[0]["b"] + (np.sign(a[j]) * 5e-3 - a[j]) * np.eye(a.size)[j]
+    head = head.with_layers([{**head.layers[0], "b": b}, *head.layers[1:]])
+    Z, objective = collapsed_critical_point(head, z_star, 3, rng)
+    boundary("flow_off_kink", kink_distance(head, Z), "a ReLU unit moved near its kink")
+    premise("flow_off_kink", kink_distance(head, Z), "boundary instance")
+    check_psd_point("relu2", 0, head, objective, Z, decompose_closed_form(head, objective, Z), zero_rho=False)
+

@@ -1,0 +1,81 @@
+"""The premises that remain (``premises``): stated, budgeted, pinned, and the only way a check sets an
+instance aside.
+
+Checked here, on the machinery itself: a premise that fails on a fixed instance is a failure, not a silent
+discard; inside a property it discards (hypothesis's ``assume``) and is counted; a premise over its budget
+(beyond sampling error) is reported; every premise has a declared budget in (0, 1) and, where its threshold
+is positive, a boundary instance in the suite (so a 10x widening fails a check); and no check discards by
+any other route (a raw ``assume``, a strategy ``filter``), so every discard is counted against a budget.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import errors, given, settings
+from hypothesis import strategies as st
+from premises import COUNTS, PREMISES, over_budget, premise
+
+CHECKS = Path(__file__).resolve().parent
+DISCARD_ROUTES = re.compile(r"\bassume\(|\.filter\(|\breject\(")  # hypothesis's ways to set a draw aside
+
+
+def test_a_premise_failing_on_a_fixed_instance_is_a_failure() -> None:
+    with pytest.raises(AssertionError, match="premise off_kink fails on a fixed instance"):
+        premise("off_kink", 0.5 * PREMISES["off_kink"].threshold, "a fixed instance at a kink")
+    assert premise("off_kink", 2.0 * PREMISES["off_kink"].threshold, "a fixed instance off the kinks") is True
+
+
+def test_a_premise_inside_a_property_discards_and_is_counted() -> None:
+    t = PREMISES["rho_material"].threshold
+
+    @settings(max_examples=20, database=None)
+    @given(x=st.floats(0.0, 2.0))
+    def half_outside(x: float) -> None:
+        premise("rho_material", x * t, "drawn")
+        assert x > 1.0  # reached only where the premise holds
+
+    COUNTS.clear()
+    half_outside()
+    tried, aside = COUNTS["rho_material"]
+    assert aside > 0 and tried - aside >= 20, COUNTS
+
+    @settings(max_examples=5, database=None)
+    @given(x=st.floats(0.0, 1.0))
+    def always_outside(x: float) -> None:
+        premise("rho_material", x * t, "drawn")
+
+    with pytest.raises((errors.Unsatisfiable, errors.FailedHealthCheck)):  # every draw set aside
+        always_outside()
+    COUNTS.clear()
+
+
+def test_a_premise_over_its_budget_is_reported() -> None:
+    budget = PREMISES["off_kink"].budget
+    assert over_budget({"off_kink": [40, round(0.8 * 40)]}), "80 % set aside passed the budget"
+    assert not over_budget({"off_kink": [40, round(budget * 40)]}), "a share at the budget was reported"
+    assert not over_budget({"off_kink": [40, 0]})
+
+
+@pytest.mark.parametrize("name", sorted(PREMISES))
+def test_every_premise_is_declared_with_a_budget_and_pinned(name: str) -> None:
+    p = PREMISES[name]
+    assert 0.0 < p.budget < 1.0 and p.statement, p
+    if p.threshold > 0:  # a boundary instance pins it: widened 10x, a fixed instance is set aside and fails
+        sources = "".join(path.read_text() for path in CHECKS.glob("test_*.py"))
+        assert re.search(rf'boundary\("{name}"', sources), f"premise {name} has no boundary instance"
+
+
+def test_no_check_discards_by_another_route() -> None:
+    """Every discard goes through ``premises.premise`` (counted, budgeted): no raw ``assume``, ``filter`` or
+    ``reject`` in a check or a strategy."""
+    found = []
+    for path in sorted(CHECKS.glob("*.py")):
+        if path.name in ("premises.py", Path(__file__).name):
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if DISCARD_ROUTES.search(line.split("#")[0]):
+                found.append(f"{path.name}:{i}: {line.strip()}")
+    assert not found, "discards outside the premise registry:\n" + "\n".join(found)

@@ -74,13 +74,27 @@ def _replace(mp: pytest.MonkeyPatch, module, name: str, new) -> None:
     mp.setattr(module, name, new)
 
 
+KEPT_CHECK_MODULES = ("premises",)  # the premise registry: patched by mutants, so kept across re-imports
+
+
 def _forget_checks() -> None:
     """Drop the imported check modules so the next run imports them afresh and binds whatever
-    ``mini`` holds now (a check module imported under one mutant must not keep its functions)."""
+    ``mini`` holds now (a check module imported under one mutant must not keep its functions); the
+    premise registry is kept, so that a mutant can widen a premise."""
     folder = str(ROOT / CHECKS)
     for key, mod in list(sys.modules.items()):
-        if (getattr(mod, "__file__", None) or "").startswith(folder):
+        if (getattr(mod, "__file__", None) or "").startswith(folder) and key not in KEPT_CHECK_MODULES:
             del sys.modules[key]
+
+
+def _premises():
+    """The premise registry as the checks import it (a top-level ``premises``, from the checks' folder)."""
+    folder = str(ROOT / CHECKS)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    import premises
+
+    return premises
 
 
 def _patch_activation(mp: pytest.MonkeyPatch, activation: str, mutate) -> None:
@@ -658,6 +672,80 @@ def lanczos_no_reorthogonalisation(mp):
 
 
 # --------------------------------------------------------------------------------------------
+# The premises that remain (theory_checks/premises.py), the ranks' thresholds, Lanczos' contract
+# --------------------------------------------------------------------------------------------
+
+
+def _widen(name: str):
+    """A premise's threshold raised tenfold: it sets aside instances its statement covers."""
+
+    def apply(mp):
+        import dataclasses
+
+        P = _premises()
+        mp.setitem(P.PREMISES, name, dataclasses.replace(P.PREMISES[name], threshold=10 * P.PREMISES[name].threshold))
+
+    return apply
+
+
+def premise_noop(mp):
+    """``premise`` that never sets an instance aside nor fails a fixed one."""
+    mp.setattr(_premises(), "premise", lambda name, value, what: True)
+
+
+def premise_fixed_instance_silent(mp):
+    """``premise`` without its failure on a fixed instance: there it returns quietly."""
+    P = _premises()
+    original = P.premise
+
+    def premise(name, value, what):
+        if P.currently_in_test_context():
+            return original(name, value, what)
+        return bool(value > P.PREMISES[name].threshold)
+
+    mp.setattr(P, "premise", premise)
+
+
+def premise_discards_most(mp):
+    """``premise`` setting four instances in five aside, whatever they measure."""
+    P = _premises()
+    original = P.premise
+    calls = [0]
+
+    def premise(name, value, what):
+        calls[0] += 1
+        if P.currently_in_test_context() and calls[0] % 5:
+            P._count(name, False)
+            P.assume(False)
+        return original(name, value, what)
+
+    mp.setattr(P, "premise", premise)
+
+
+def fisher_rank_rtol_loose(mp):
+    """``fisher_rank``'s relative threshold 1e-4 instead of the eigensolver's round-off ``p eps``."""
+    import mini.invariance as Inv
+
+    original = Inv.fisher_rank
+    _replace(mp, Inv, "fisher_rank", lambda I, rtol=None: original(I, 1e-4 if rtol is None else rtol))
+
+
+def lanczos_converged_loose(mp):
+    """Lanczos' ``converged`` flag (and its stop) on ``100 tol``, the result still reporting ``tol``."""
+    import dataclasses
+
+    import scale.curvature.lanczos as Lz
+
+    original = Lz.lanczos
+
+    def lanczos(op, k=1, *, tol=None, **kwargs):
+        t = 1e-10 if tol is None else float(tol)
+        return dataclasses.replace(original(op, k, tol=100 * t, **kwargs), tol=t)
+
+    _replace(mp, Lz, "lanczos", lanczos)
+
+
+# --------------------------------------------------------------------------------------------
 # E1's collapse statistics and E4's orbit metrics (mini.collapse_metrics, mini.invariance)
 # --------------------------------------------------------------------------------------------
 
@@ -834,6 +922,17 @@ E4_DEF = f"{EM}::test_orbit_metrics_are_their_definition"
 E4_CLOSED = f"{EM}::test_orbit_metrics_of_regular_polygons_circles_and_parabolas"
 E4_COMPRESSION = f"{EM}::test_compression_is_the_ratio_of_mean_spreads"
 E4_FEATURES = f"{EM}::test_e4_features_are_normalised_before_and_after_the_head"
+PREMISE_TESTS = f"{T}/test_premises.py::test_a_premise_failing_on_a_fixed_instance_is_a_failure"
+BOUNDARY = {
+    "off_kink": f"{T}/test_relu_gap.py::test_off_kink_boundary_instance",
+    "flow_off_kink": f"{T}/test_collapse_dynamics.py::test_flow_off_kink_boundary_instance",
+    "alive_units": f"{T}/test_thm5_3_fisher_rank.py::test_alive_units_boundary_instance",
+    "rho_material": f"{T}/test_relu_gap.py::test_rho_material_boundary_instance",
+    "material_leak": f"{PROP52}::test_material_leak_boundary_instance",
+}
+RELU_ANY = f"{T}/test_relu_gap.py::test_interaction_vanishes_for_any_residual"
+FISHER_629 = f"{T}/test_thm5_3_fisher_rank.py::test_pinned_saturated_raw_head_is_decided_by_certificate"
+LANCZOS_CONTRACT = f"{T}/test_lanczos_contract.py::test_converged_means_within_tol_of_the_scale"
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("closed_form_without_M", "closed-form H_eff = G only (M dropped)", (EQ1,), closed_form_without_M),
     Mutant("M_wrong_sign", "M added with the wrong sign", (EQ1,), M_wrong_sign),
@@ -929,6 +1028,17 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("cond_of_raw_rows", "E1 condition number of the raw rows' covariance", (E1_CLOSED, E1_DEF),
            cond_of_raw_rows),
     Mutant("head_on_raw_z", "E4 head applied to the raw z instead of z / norm(z)", (E4_FEATURES,), head_on_raw_z),
+    *(Mutant(f"premise_{name}_x10", f"premise {name} widened 10x", (killer,), _widen(name))
+      for name, killer in BOUNDARY.items()),
+    Mutant("premise_noop", "premise() never sets an instance aside nor fails a fixed one", (PREMISE_TESTS,),
+           premise_noop),
+    Mutant("premise_fixed_instance_silent", "premise() returns quietly on a fixed instance outside it",
+           (PREMISE_TESTS,), premise_fixed_instance_silent),
+    Mutant("premise_discards_most", "premise() sets four instances in five aside", (RELU_ANY,), premise_discards_most),
+    Mutant("fisher_rank_rtol_1e-4", "fisher_rank's threshold 1e-4 of lambda_max, not the eigensolver's round-off",
+           (FISHER_629,), fisher_rank_rtol_loose),
+    Mutant("lanczos_converged_100x", "Lanczos' converged flag on 100 tol while reporting tol", (LANCZOS_CONTRACT,),
+           lanczos_converged_loose),
 )
 
 

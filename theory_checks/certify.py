@@ -94,6 +94,11 @@ def exact(x: float | np.ndarray) -> Any:
     return np.vectorize(lambda v: arb(float(v)), otypes=[object])(np.asarray(x, dtype=float))
 
 
+def ball_text(b: Ball) -> str:
+    """``mid +/- rad`` with the radius as Arb holds it (``arb.str`` would fold its own rounding into it)."""
+    return f"{float(b.mid()):.10g} +/- {float(b.rad()):.1e}"
+
+
 def upper(b: Ball) -> float:
     return float(b.upper())
 
@@ -314,7 +319,7 @@ def rank_at_least(compute: Callable[[], np.ndarray], r: int, what: str) -> Certi
             choice.append(pivots(midpoints(A), r))
         rows, cols = choice[0]
         m = minor(A, rows, cols)
-        return None if m.contains(0) else f"minor rows {rows.tolist()} cols {cols.tolist()} = {m.str(5, radius=True)}"
+        return None if m.contains(0) else f"minor rows {rows.tolist()} cols {cols.tolist()} = {ball_text(m)}"
 
     return decide(f"rank({what}) >= {r}", attempt)
 
@@ -351,7 +356,7 @@ def below(compute: Callable[[], tuple[Ball, Ball]], t: float, what: str) -> Cert
     def attempt() -> str | None:
         q, vv = compute()
         rq = q / vv
-        return f"v^T A v / v^T v = {rq.str(8, radius=True)}" if rq < t else None
+        return f"v^T A v / v^T v = {ball_text(rq)}" if rq < t else None
 
     return decide(f"lambda_min({what}) < {t:g}", attempt)
 

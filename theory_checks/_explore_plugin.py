@@ -1,6 +1,7 @@
 """A pytest plugin for ``python -m theory_checks.explore``: counts, per check, the examples hypothesis
-generated, the draws it discarded (an ``assume`` that failed, a filter) and the failures, and keeps each
-falsifying instance with its reproduction. Loaded with ``-p theory_checks._explore_plugin``; writes
+generated, the draws it discarded (an ``assume`` that failed, a filter), the failures, and the certificates
+issued in ball arithmetic (``certify.LOG``: how many, how long), and keeps each falsifying instance with its
+reproduction. Loaded with ``-p theory_checks._explore_plugin``; writes
 JSON to the path in ``THEORY_CHECKS_EXPLORE_OUT`` when the session ends.
 
 Counts come from hypothesis's observability hook: one observation per test case, with its status
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -70,9 +72,20 @@ class Explorer:
                     or "reproduce_failure" in ln or ln.lstrip().startswith(("case=", "seed=", "spec="))]
             self.failures[report.nodeid] = "\n".join(keep[-40:]) or text[-4000:]
 
+    def certificates(self) -> dict[str, list[float]]:
+        """Per test node: ``[certificates issued, seconds]`` from ``certify.LOG`` (ball arithmetic where
+        float64 fell in a band, and the fixed certified instances)."""
+        certify = sys.modules.get("certify")
+        out: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        for node, cert in getattr(certify, "LOG", []):
+            out[node][0] += 1
+            out[node][1] += cert.seconds
+        return dict(out)
+
     def dump(self, path: Path) -> None:
         data = {"counts": {k: dict(v) for k, v in self.counts.items()}, "failures": self.failures,
-                "outcomes": self.outcomes, "reasons": {k: sorted(v) for k, v in self.reasons.items()}}
+                "outcomes": self.outcomes, "reasons": {k: sorted(v) for k, v in self.reasons.items()},
+                "certificates": self.certificates()}
         path.write_text(json.dumps(data, indent=1, sort_keys=True))
 
 

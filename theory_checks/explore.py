@@ -15,8 +15,9 @@ property, shrinking on), with a plugin (``_explore_plugin``) that counts per che
 generated, the draws discarded by a premise (``assume`` or a strategy's filter) and the failures;
 draws that hypothesis abandons itself (a test case over its size limit) are counted apart, as they
 say nothing of the check. The table gives, per check function (parametrisations summed), the
-examples generated over all seeds, the discard rate and the failures; every falsifying instance is
-printed with the seed that reproduces it and hypothesis's ``@reproduce_failure`` blob.
+examples generated over all seeds, the discard rate, the certificates issued in ball arithmetic (where
+float64 fell in a band, and on the fixed certified instances) with their time, and the failures; every
+falsifying instance is printed with the seed that reproduces it and hypothesis's ``@reproduce_failure`` blob.
 
 Exit status: 0 when no check failed, 1 when one did, 2 on usage.
 """
@@ -52,6 +53,7 @@ class SeedRun:
     counts: dict[str, dict[str, int]] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)
     outcomes: dict[str, str] = field(default_factory=dict)
+    certificates: dict[str, list[float]] = field(default_factory=dict)  # node -> [issued, seconds]
     tail: str = ""
 
 
@@ -70,7 +72,7 @@ def run_seed(seed: int, examples: int, selection: list[str]) -> SeedRun:
         seconds = time.perf_counter() - t0
         data = json.loads(out.read_text()) if out.exists() else {}
     return SeedRun(seed, proc.returncode, seconds, data.get("counts", {}), data.get("failures", {}),
-                   data.get("outcomes", {}), (proc.stdout + proc.stderr)[-3000:])
+                   data.get("outcomes", {}), data.get("certificates", {}), (proc.stdout + proc.stderr)[-3000:])
 
 
 def check_of(nodeid: str) -> str:
@@ -87,6 +89,8 @@ class CheckRow:
     overrun: int = 0  # draws hypothesis itself abandoned (test-case size), not a premise of the check
     failed_seeds: list[int] = field(default_factory=list)
     deterministic: bool = True  # no hypothesis draws at all
+    certificates: int = 0  # issued in ball arithmetic (certify), all seeds
+    certificate_seconds: float = 0.0
 
     @property
     def discard_rate(self) -> float:
@@ -109,19 +113,23 @@ def summarise(runs: list[SeedRun]) -> dict[str, CheckRow]:
             row.deterministic = row.deterministic and not (c.get("generated", 0) or c.get("discarded", 0))
         for node in run.failures:
             rows[check_of(node)].failed_seeds.append(run.seed)
+        for node, (issued, secs) in run.certificates.items():
+            rows[check_of(node)].certificates += int(issued)
+            rows[check_of(node)].certificate_seconds += float(secs)
     return dict(sorted(rows.items()))
 
 
 def table(rows: dict[str, CheckRow], n_seeds: int) -> str:
     lines = ["| check | cases | examples generated (all seeds) | per case and seed | discarded by premises "
-             "| failures |", "|---|---|---|---|---|---|"]
+             "| certificates (time) | failures |", "|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         per = r.generated / max(1, len(r.cases) * n_seeds)
         gen = "deterministic (no draws)" if r.deterministic else f"{r.generated}"
         per_txt = "" if r.deterministic else f"{per:.0f}"
         disc = "" if r.deterministic else f"{r.discarded} ({100 * r.discard_rate:.1f} %)"
         fails = ", ".join(f"seed {s}" for s in sorted(set(r.failed_seeds))) or "0"
-        lines.append(f"| `{name}` | {len(r.cases)} | {gen} | {per_txt} | {disc} | {fails} |")
+        certs = f"{r.certificates} ({r.certificate_seconds:.2f} s)" if r.certificates else ""
+        lines.append(f"| `{name}` | {len(r.cases)} | {gen} | {per_txt} | {disc} | {certs} | {fails} |")
     return "\n".join(lines)
 
 
@@ -167,12 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     gen = sum(r.generated for r in rows.values())
     disc = sum(r.discarded for r in rows.values())
     over = sum(r.overrun for r in rows.values())
+    n_cert = sum(r.certificates for r in rows.values())
+    cert_s = sum(r.certificate_seconds for r in rows.values())
     header = (f"Explored {datetime.date.today().isoformat()} at {revision()}: "
               f"`python -m theory_checks.explore --seeds {len(seeds)} --examples {args.examples}`; "
               f"seeds {', '.join(map(str, seeds))}; {len(rows)} checks, "
               f"{sum(len(r.cases) for r in rows.values())} cases; {gen} examples generated, {disc} draws "
               f"discarded by premises ({100 * disc / max(1, gen + disc):.1f} %), {over} abandoned by hypothesis "
-              f"(test-case size); "
+              f"(test-case size); {n_cert} certificates in ball arithmetic ({cert_s:.1f} s); "
               f"{wall:.0f} s wall, {cpu:.0f} s CPU ({args.jobs} at once). **Failures: {n_fail}.**")
     text = f"{header}\n\n{table(rows, len(seeds))}"
     print(text)

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import matrix_with_spectrum, seeds
-from hypothesis import example, given
+from conftest import examples, matrix_with_spectrum, seeds
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 ROUNDOFF = 1e-12  # float64 measurement of a residual or an eigenvalue gap, relative to the scale
 
 
+@settings(max_examples=examples(0.5))  # each example is a Lanczos run and a dense eigendecomposition
 @given(N=st.integers(30, 80), log_tol=st.floats(-8.0, -3.0), k=st.integers(1, 3),
        stop=st.sampled_from(["residual", "eigenvalue"]), seed=seeds)
 @example(N=60, log_tol=-4.0, k=1, stop="residual", seed=0)

@@ -187,7 +187,8 @@ def test_negative_control_points_fixed_in_Z_can_be_made_isotropic() -> None:
 # --------------------------------------------------------------------------------------------
 
 FLAT_TOL = 1e-12  # |H_eff - I|_max of the counterexample: exact up to the rounding of autograd's Hessian
-SIM_REL_TOL = 1e-8  # B_P of two parametrisations of one plane: generalised eigenvalues, round-off only
+SIM_REL_TOL = 1e-8  # B_P of two parametrisations of one plane: generalised eigenvalues, round-off only ...
+PENCIL_ROUNDOFF = 1e-14  # ... plus this x the metrics' condition number: a pencil's eigenvalues carry eps x cond
 
 
 def sectional_curvature(R: np.ndarray, g: np.ndarray, X: np.ndarray, Y: np.ndarray) -> float:
@@ -220,9 +221,14 @@ def test_k_greater_than_d_counterexample_curved_loss_flat_head(seed: int) -> Non
 
 @given(seed=seeds)
 @example(seed=0)
+@example(seed=1343)  # cond(A) = 2.4e4: the metrics' condition 6e8, B_P agreeing to 1.4e-8 of itself
+@example(seed=3300)  # cond(A) = 2e5: the metrics' condition 3e11, B_P agreeing to 1.7e-5 of itself
 def test_k_greater_than_d_corrected_statement_plane_bound(seed: int) -> None:
     """(f) ``B_P`` of the pulled-back metrics: the same for ``W`` and ``W A``, a lower bound on the defect of
-    every parametrisation, ``> 0`` for log-partition on ``R^4``; and ``B_P = B`` when ``k = d``."""
+    every parametrisation, ``> 0`` for log-partition on ``R^4``; and ``B_P = B`` when ``k = d``. The two
+    ``B_P`` agree to ``SIM_REL_TOL`` of ``B_P`` plus ``PENCIL_ROUNDOFF`` x the condition number of the metrics
+    of ``W A``: a random ``A`` is ill-conditioned now and then (exploration: about 1 seed in 2000 was off by
+    more than 1e-8; at 60 digits both sides agree), and the generalised eigenvalues carry ``eps x cond``."""
     rng = np.random.default_rng(seed)
     W, b, Z = rng.standard_normal((4, 2)), rng.uniform(-1.0, 1.0, 4), rng.uniform(-1.0, 1.0, (3, 2))
     B_P = defect_lower_bound(pulled_back_metrics(log_partition, W, b, Z))
@@ -230,7 +236,8 @@ def test_k_greater_than_d_corrected_statement_plane_bound(seed: int) -> None:
     for A in rng.standard_normal((4, 2, 2)):  # reparametrise the plane: head W A at preimages A^{-1} z
         Z_A = np.linalg.solve(A, Z.T).T
         metrics = pulled_back_metrics(log_partition, W @ A, b, Z_A)
-        assert abs(defect_lower_bound(metrics) - B_P) <= SIM_REL_TOL * B_P
+        cond = max(np.linalg.cond(g) for g in metrics)
+        assert abs(defect_lower_bound(metrics) - B_P) <= SIM_REL_TOL * B_P + PENCIL_ROUNDOFF * cond
         assert head_defect(np.eye(2), metrics) >= B_P * (1.0 - DEFECT_REL_TOL)
     W2 = rng.standard_normal((2, 2))  # k = d: B_P is the ambient B at the image points
     b2 = rng.uniform(-1.0, 1.0, 2)

@@ -27,7 +27,7 @@ def test_a_real_check_explored_with_a_fixed_seed_reports_its_examples(tmp_path: 
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     row = next(line for line in proc.stdout.splitlines() if "test_orbit_gain_is_one" in line)
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1:] == ["1", "6", "6", "0 (0.0 %)", "0"], row  # one case, 6 generated, none discarded
+    assert cells[1:] == ["1", "6", "6", "0 (0.0 %)", "", "0"], row  # 1 case, 6 generated, 0 discarded, no certificate
     assert "**Failures: 0.**" in proc.stdout and "seeds 7;" in proc.stdout
     written = doc.read_text()
     assert written.startswith("before\n") and written.endswith("after\n") and "old" not in written

@@ -73,7 +73,7 @@ def test_every_block_names_a_report_that_writes_that_doc():
     found = all_blocks()
     assert {b.command.split(" ")[2] for _, b in found} == {
         "mini.reports.collapse", "mini.reports.whitening", "mini.reports.capacity", "mini.reports.dynamics",
-        "mini.reports.train", "theory_checks.mutants", "theory_checks.explore"}
+        "mini.reports.train", "theory_checks.mutants", "theory_checks.explore", "theory_checks.certified_claims"}
     for path, b in found:
         module = importlib.import_module(b.command.split(" ")[2])
         assert module.main and b.command.startswith(getattr(module, "PROG", getattr(module, "COMMAND", "?")))

@@ -12,7 +12,14 @@ import torch
 
 from mini.hessian import NEG_FLOOR
 from scale.crosscheck import build_instance
-from scale.curvature.lanczos import BLOCKWISE_TOL, blockwise_lanczos, lanczos, shifted_power_iteration
+from scale.curvature.lanczos import (
+    BLOCKWISE_TOL,
+    TOL,
+    blockwise_lanczos,
+    lanczos,
+    resume_floor,
+    shifted_power_iteration,
+)
 from scale.curvature.operators import EffectiveHessian, Operator, operator_from_matrix
 
 EIG_TOL = 1e-8  # Lanczos against eigvalsh, float64, relative to the spectral scale
@@ -114,6 +121,47 @@ def test_float32_operator_float64_accumulation_reports_honest_residuals():
     assert res.tol == 1e-5  # the float32 default
     for theta, r in zip(res.values, res.residuals):
         assert np.abs(eig - theta).min() <= r * (1 + 1e-3) + 1e-6 * np.abs(eig).max()
+
+
+F32_ROWS, F32_D = 1600, 64  # the float32 regression's operator: N = 102,400, blocks of 64
+F32_TOL = 1e-7  # at float32's rounding floor (measured residuals of exact-to-float32 ends: 0.6-0.9 eps = 7-11e-8)
+F32_EXTRA = 4  # products the float32 run may take beyond the float64 run's (a step and its measured ends)
+
+
+def separated_block_operator(dtype: torch.dtype):
+    """A block-diagonal operator at N >= 100k whose ends stand apart (-1 and 2 against the rest in [-0.5, 1.5]):
+    Lanczos reaches them in a few tens of products whatever the dtype. Products are one batched (64, 64) matmul."""
+    rng = np.random.default_rng(0)
+    eig = rng.uniform(-0.5, 1.5, (F32_ROWS, F32_D))
+    eig[0, 0], eig[1, -1] = -1.0, 2.0
+    G = torch.randn(F32_ROWS, F32_D, F32_D, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    Q = torch.linalg.qr(G)[0]
+    A = ((Q * torch.as_tensor(eig)[:, None, :]) @ Q.transpose(1, 2)).to(dtype)
+
+    def rows(V):  # (..., n, d) -> (..., n, d)
+        return torch.einsum("ide,...ie->...id", A, V)
+
+    N = F32_ROWS * F32_D
+    return Operator("separated blocks", N, dtype, torch.device("cpu"),
+                    lambda v: rows(v.reshape(F32_ROWS, -1)).reshape(-1),
+                    lambda C: rows(C.reshape(C.shape[0], F32_ROWS, -1)).reshape(C.shape[0], -1))
+
+
+def test_float32_products_at_their_rounding_floor_stop_near_the_float64_count():
+    """A float32 operator's measured residuals cannot fall below its products' rounding; the estimates can. With
+    ``tol`` at that floor the resume rule (halve the estimate's target while the measured residuals miss ``tol``)
+    used to spin to ``max_iter``: 850 products where float64 takes 28 at this N (and 1132 in the curvature bench).
+    The resumes now stop at ``resume_floor``: the float32 run costs about what the float64 run does, and says
+    honestly whether its ends met ``tol``; its eigenvalues lie within their measured residuals."""
+    r64 = lanczos(separated_block_operator(torch.float64), tol=F32_TOL)
+    r32 = lanczos(separated_block_operator(torch.float32), tol=F32_TOL)
+    assert r64.ends_converged and r32.n_iter < 200
+    assert r32.n_products <= r64.n_products + F32_EXTRA
+    scale = r32.scale
+    assert list(r32.converged) == [bool(r <= F32_TOL * scale) for r in r32.residuals]
+    assert abs(r32.lambda_min + 1.0) <= r32.residuals[0] * (1 + 1e-3) + 1e-12
+    assert abs(r32.lambda_max - 2.0) <= r32.residuals[-1] * (1 + 1e-3) + 1e-12
+    assert 0 < resume_floor(torch.float64) < resume_floor(torch.float32) < TOL[torch.float32]
 
 
 def test_warm_start_needs_fewer_products():

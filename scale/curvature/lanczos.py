@@ -25,7 +25,7 @@ the "lambda_min" lands near ``lambda_max``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -326,6 +326,20 @@ class BlockwiseResult(LanczosResult):
     block_ritz: np.ndarray = field(repr=False, default=None)  # (n, m): every block's Ritz values, ascending
     block_estimates: np.ndarray = field(repr=False, default=None)  # (n, m): their residuals (ends measured)
     recurrence_eps: float = 0.0  # machine epsilon of the products that ran the recurrence
+    block_vectors: Tensor | None = field(repr=False, default=None)  # (2, n, d): every block's lowest, highest vector
+    goal: str = "blocks"  # what the stop waited for (GOALS)
+    warm_started: bool = False
+    interaction: BlockwiseResult | None = field(repr=False, default=None)  # M's run beside H's (the tracker's warm)
+
+    @property
+    def answered(self) -> bool:
+        """The ``goal`` met at the measured residuals: every block's ends (``"blocks"``), the operator's two ends
+        (``"ends"``), or the end of largest ``|lambda|`` (``"norm"``)."""
+        if self.goal == "blocks":
+            return bool(self.ends_converged and np.all(self.block_bounds <= max(self.tol, 1e-13) * self.scale))
+        if self.goal == "norm":
+            return bool(self.converged[int(np.argmax(np.abs(self.values)))])
+        return self.ends_converged
 
     @property
     def n_negative(self) -> int:
@@ -362,6 +376,44 @@ def _end_bounds(theta: Tensor, r: Tensor, stop: str) -> Tensor:
     return torch.where(gap > 0, ends**2 / torch.where(gap > 0, gap, 1.0), ends)
 
 
+GOALS = ("blocks", "ends", "norm")
+WARM_NOISE = 1e-2  # blockwise_lanczos: the random part of a warm start vector (every direction represented)
+
+
+def _block_start(n: int, d: int, warm: BlockwiseResult | None, gen: torch.Generator, device) -> Tensor:
+    """Each block's first basis vector (n, d): random, or (warm) the sum of the previous run's lowest and highest
+    Ritz vectors of that block plus ``WARM_NOISE`` of a random one, so that both ends start well represented."""
+    q = torch.randn(n, d, generator=gen, dtype=torch.float64).to(device)
+    q = q / q.norm(dim=1, keepdim=True)
+    if warm is not None:
+        Y = warm.block_vectors.to(device=device, dtype=torch.float64)  # (2, n, d), unit columns
+        q = Y[0] + Y[1] + WARM_NOISE * q
+        q = q / q.norm(dim=1, keepdim=True)
+    return q
+
+
+def _settled(theta: Tensor, r: Tensor, conv: Tensor, goal: str, best: list[float]) -> Tensor:
+    """Which block ends (a, 2) need no more steps: converged ones, and under ``goal`` those whose Ritz interval
+    ``[theta - r, theta + r]`` (the residual ``r`` bounds the distance to the block's nearest eigenvalue) cannot
+    hold the answer any more. ``best``: the lowest and highest converged end so far (``"ends"``) or the largest
+    converged ``|end|`` (``"norm"``), updated in place."""
+    done = conv.clone()
+    lo, hi = theta[:, 0], theta[:, -1]
+    if goal == "ends":
+        if bool(conv[:, 0].any()):
+            best[0] = min(best[0], float(lo[conv[:, 0]].min()))
+        if bool(conv[:, 1].any()):
+            best[1] = max(best[1], float(hi[conv[:, 1]].max()))
+        done[:, 0] |= lo - r[:, 0] > best[0]
+        done[:, 1] |= hi + r[:, -1] < best[1]
+    elif goal == "norm":
+        ends = torch.stack([lo, hi], dim=1).abs()
+        if bool(conv.any()):
+            best[0] = max(best[0], float(ends[conv].max()))
+        done |= ends + r[:, [0, -1]] < best[0]
+    return done
+
+
 def blockwise_lanczos(
     op: SymmetricOperator,
     n_blocks: int,
@@ -372,6 +424,8 @@ def blockwise_lanczos(
     stop: str = "eigenvalue",
     seed: int = 0,
     rel_floor: float = NEG_FLOOR,
+    goal: str = "blocks",
+    warm: BlockwiseResult | None = None,
 ) -> BlockwiseResult:
     """The extreme eigenpairs of a block-diagonal ``op`` (``n_blocks`` diagonal blocks of ``d = N / n_blocks``,
     in order, nothing between them): a Lanczos recurrence per block, all blocks advanced by each product.
@@ -398,24 +452,41 @@ def blockwise_lanczos(
     ``|A y - (y^T A y) y|`` is measured in float64, so the bound ``r^2 / gap`` certifies the value to float64
     accuracy although the vector is only as good as ``op``'s products (``r`` of their rounding, ``r^2`` far
     below ``tol``). When ``op``'s rounding keeps the bound above ``tol``, ``converged`` says so.
+
+    ``goal``: what the stop waits for. ``"blocks"``: every block's lowest and highest end (``block_ends`` all
+    converged). ``"ends"``: the operator's ``lambda_min`` and ``lambda_max`` only: a block's lowest end is no longer
+    waited for once its Ritz interval lies above the lowest converged end (``theta_1 - r_1 > `` that end; ``r_1`` the
+    residual, which bounds the distance from ``theta_1`` to the block's nearest eigenvalue: the same reading of the
+    Ritz values as the stopping test's gap), and its highest likewise; at crowded block ends far from the
+    operator's ends (measured mid-training: gaps of 4e-4 of the scale) this saves the steps that would resolve
+    them. ``"norm"``: ``max |lambda|`` only (``|M|``): an end whose ``|theta| + r`` stays below the largest converged
+    ``|end|`` is no longer waited for. Under ``"ends"`` and ``"norm"``, ``block_ends`` of the blocks let go are
+    Ritz values with their bounds in ``block_bounds``, not converged ends; the negative count stays a lower bound.
+
+    ``warm``: a previous result on an operator of the same shape (the tracker's last measurement on the same
+    probe): each block starts from its previous lowest plus highest Ritz vector (``_block_start``).
     """
     if stop not in STOPS:
         raise ValueError(f"stop must be one of {STOPS}, got {stop!r}")
+    if goal not in GOALS:
+        raise ValueError(f"goal must be one of {GOALS}, got {goal!r}")
     N, n = int(op.N), int(n_blocks)
     if n < 1 or N % n:
         raise ValueError(f"n_blocks must divide the operator's dimension N={N}, got {n_blocks}")
     d = N // n
+    if warm is not None and (warm.block_vectors is None or tuple(warm.block_vectors.shape) != (2, n, d)):
+        warm = None  # another shape (a probe of another size) or no block vectors (a checkpoint's stand-in): cold
     m_max = min(d, 200) if max_iter is None else min(int(max_iter), d)
     if m_max < 1:
         raise ValueError(f"max_iter must be >= 1, got {max_iter}")
     device, f64 = op.device, torch.float64
     gen = torch.Generator(device="cpu").manual_seed(seed)
     Q = torch.empty(m_max + 1, n, d, dtype=f64, device=device)  # Q[j, i]: block i's j-th basis vector
-    q = torch.randn(n, d, generator=gen, dtype=f64).to(device)
-    Q[0] = q / q.norm(dim=1, keepdim=True)
+    Q[0] = _block_start(n, d, warm, gen, device)
     alpha = torch.zeros(n, m_max, dtype=f64)
     beta = torch.zeros(n, m_max, dtype=f64)  # beta[:, j] couples q_j and q_{j+1}
-    active = torch.ones(n, dtype=torch.bool)  # blocks still tested
+    settled = torch.zeros(n, 2, dtype=torch.bool)  # block ends no longer waited for (converged, or let go: goal)
+    best = [np.inf, -np.inf] if goal == "ends" else [0.0]
     steps = np.full(n, -1)
     peak = 0.0  # the largest |Ritz value| seen: the scale of every block's test
     n_products, m = 0, 0
@@ -431,14 +502,15 @@ def blockwise_lanczos(
         if m == d:  # every block's Krylov space is its whole space: the Ritz values are its spectrum
             break
         if m >= min(BLOCK_MIN_ITER, m_max):
-            idx = torch.nonzero(active).flatten()
+            idx = torch.nonzero(~settled.all(dim=1)).flatten()  # the blocks still waited for at one end or both
             theta, S = _tridiagonal_batch(alpha[idx, :m], beta[idx, : m - 1])
             peak = max(peak, float(theta[:, [0, -1]].abs().max()))
             r = b.cpu()[idx, None] * S[:, -1, :].abs()  # beta_m |s_m|: the residual estimates
-            done = (_end_bounds(theta, r, stop) <= tol * max(peak, np.finfo(float).tiny)).all(dim=1)
-            active[idx[done]] = False
-            steps[idx[done].numpy()] = m
-            if not bool(active.any()) or m == m_max:
+            conv = _end_bounds(theta, r, stop) <= tol * max(peak, np.finfo(float).tiny)  # (a, 2)
+            newly = ~settled[idx].all(dim=1)
+            settled[idx] |= _settled(theta, r, conv, goal, best)
+            steps[idx[newly & settled[idx].all(dim=1)].numpy()] = m
+            if bool(settled.all()) or m == m_max:
                 break
         tiny = b <= 1e-12 * max(peak, np.finfo(float).tiny)
         if bool(tiny.any()):  # an invariant subspace in those blocks: go on from fresh orthogonal directions
@@ -447,8 +519,9 @@ def blockwise_lanczos(
             b = torch.where(tiny, 0.0, b)
         Q[j + 1] = w / torch.where(b > 0, b, w.norm(dim=1))[:, None]
         beta[:, j] = b.cpu()
-    return _blockwise_result(op if refine is None else refine, Q[:m], alpha[:, :m], beta[:, : m - 1], b.cpu(),
-                             m == d, n_products, tol, stop, rel_floor, steps, op.dtype)
+    res = _blockwise_result(op if refine is None else refine, Q[:m], alpha[:, :m], beta[:, : m - 1], b.cpu(),
+                            m == d, n_products, tol, stop, rel_floor, steps, op.dtype)
+    return replace(res, goal=goal, warm_started=warm is not None)
 
 
 def _reorthogonalise_blocks(w: Tensor, Q: Tensor, eta: float = 2.0**-0.5) -> Tensor:
@@ -489,7 +562,8 @@ def _blockwise_result(op, Q, alpha, beta, b_last, exhausted, n_products, tol, st
         residual_estimates=est.flatten().numpy()[np.argsort(theta.flatten().numpy())], n_products=n_products,
         n_iter=m, exhausted=exhausted, tol=tol, rel_floor=rel_floor, block_ends=th_ends.numpy(),
         block_residuals=res.numpy(), block_bounds=bounds.numpy(), block_steps=steps, block_ritz=theta.numpy(),
-        block_estimates=_with_ends(est, res).numpy(), recurrence_eps=float(torch.finfo(recurrence).eps))
+        block_estimates=_with_ends(est, res).numpy(), recurrence_eps=float(torch.finfo(recurrence).eps),
+        block_vectors=Y)
 
 
 def _with_ends(est: Tensor, res: Tensor) -> Tensor:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -60,7 +61,7 @@ from scale.curvature.blocks import (
     interaction_norm,
     operator_route,
 )
-from scale.curvature.lanczos import BLOCKWISE_TOL, LanczosResult, lanczos
+from scale.curvature.lanczos import BLOCKWISE_TOL, BlockwiseResult, LanczosResult, lanczos
 from scale.curvature.operators import EffectiveHessian
 from scale.engine import methods
 from scale.engine.checkpoint import atomic_write_bytes
@@ -167,8 +168,10 @@ def measure(
       (``scale.curvature.lanczos.blockwise_lanczos``, all blocks in each product), stopped when every block's
       ends are within ``tol`` (default ``BLOCKWISE_TOL``, 1e-8) of the scale by the eigenvalue bound; ``|M|`` from
       the same on ``M``'s blocks; the negative count a lower bound. ``auto`` takes it when
-      ``scale.curvature.blocks.block_route`` finds it cheaper than forming the blocks (wide heads); no warm start
-      (each block starts afresh; a previous ``warm`` carries over untouched);
+      ``scale.curvature.blocks.block_route`` finds it cheaper than forming the blocks (wide heads); the stop waits
+      for ``H``'s two ends and ``|M|`` only (``goal="ends"``/``"norm"``), and a ``warm`` from the previous
+      measurement's per-block run starts each block from its previous Ritz vectors (the returned result carries
+      ``M``'s run as its ``interaction``);
     - ``"factored"``: a row-wise head (``MLPHead``, BatchNorm in eval mode) and any objective: Lanczos
       on ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` exact (``scale.curvature.blocks.factored_operator``,
       products without a pass through the head); ``|M|`` exact from the blocks, ``|H|`` from Lanczos;
@@ -202,8 +205,10 @@ def measure(
                    M_over_H_is=audit["M_over_H_is"], bn_mode=audit["bn_mode"], hvp_mode="none (blocks)",
                    dtype="float64", loss=value, rel_floor=rel_floor)
     elif path == "block-lanczos":
+        block_warm = warm if isinstance(warm, BlockwiseResult) else None
         resH, resM, info = blockwise_ends(z, head, loss, dtype=dtype, tol=BLOCKWISE_TOL if tol is None else tol,
-                                          max_iter=max_iter, rel_floor=rel_floor)
+                                          max_iter=max_iter, rel_floor=rel_floor, warm=block_warm)
+        res = replace(resH, interaction=resM)  # the next measurement's warm start, both runs
         rec.update({k: v for k, v in resH.summary().items() if k not in ("n_negative", "n_negative_is")})
         norm_M = float(np.abs(resM.values).max())
         rec.update(lambda_is=f"Lanczos per block ({n} blocks, closed-form products in {info['recurrence']}, "
@@ -211,6 +216,7 @@ def measure(
                    bn_mode=info["bn_mode"], hvp_mode=info["hvp_mode"], dtype=info["dtype"], loss=info["loss"],
                    n_negative=resH.n_negative, n_negative_is="lower bound (Ritz intervals below the floor, per block)",
                    n_products_M=resM.n_products, M_over_H=norm_M / resH.scale if resH.scale else float("nan"),
+                   warm_started=resH.warm_started,
                    M_over_H_is="spectral norms: |M| and |H| from per-block Lanczos ends (eigenvalue bound)")
     else:
         if path == "factored":

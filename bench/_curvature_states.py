@@ -134,8 +134,9 @@ def sweep_table(results: list[dict]) -> list[str]:
     return lines
 
 
-def sweep(states: list, names: list[str], rows: list[int], repeats: int, log) -> list[dict]:
-    """Every named state at every row count; the warm starts from the snapshot just before each state."""
+def sweep(states: list, names: list[str], rows: list[int], repeats: int, log, on_result=None) -> list[dict]:
+    """Every named state at every row count; the warm starts from the snapshot just before each state.
+    ``on_result(results)`` after each point (the caller writes what is done so far)."""
     results = []
     for k, state in enumerate(states):
         if state.name not in names:
@@ -146,5 +147,7 @@ def sweep(states: list, names: list[str], rows: list[int], repeats: int, log) ->
             r = results[-1]
             log(f"bench_curvature: {state.name}, n = {n}: " + ", ".join(
                 f"{c} {r[c]['ratio']:.2f}x ({r[c]['products']})" for c in CONTENDERS[1:] if c in r))
+            if on_result is not None:
+                on_result(results)
     return results
 

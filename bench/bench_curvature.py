@@ -272,9 +272,13 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             log(f"bench_curvature: unknown states {unknown}; valid: {[s.name for s in official]}")
             return 2
-        res = sweep(official, args.states, args.sweep_rows, args.repeats, log)
-        lines += [f"## States of training: the official tracker's network, SimSiam on digits ({EPOCHS} epochs)", "",
-                  *sweep_table(res), ""]
+        title = [f"## States of training: the official tracker's network, SimSiam on digits ({EPOCHS} epochs)", ""]
+
+        def partial(res: list[dict]) -> None:  # what is done so far, in the results file
+            write_atomic(args.out, "\n".join([*lines, *title, *sweep_table(res), "", "(run in progress)"]))
+
+        res = sweep(official, args.states, args.sweep_rows, args.repeats, log, partial)
+        lines += [*title, *sweep_table(res), ""]
     for name, states, rows, digits in (("official", official, args.rows, False),
                                        ("digits", None, args.digits_rows, True)):
         if not rows:

@@ -40,7 +40,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -306,14 +306,19 @@ class HessianTracker(Hook):
             atomic_write_bytes(self.run_dir / "curvature.png", plot_curvature(self.records))
 
     def state_dict(self) -> dict[str, Any]:
+        blocks = None
+        if isinstance(self.warm, BlockwiseResult):  # the per-block runs' starts: every block's Ritz vectors, H and M
+            M = self.warm.interaction
+            blocks = (self.warm.block_vectors.cpu(), None if M is None else M.block_vectors.cpu())
         return {"records": self.records, "probe_x": self.probe_x, "seconds": self.seconds,
-                "warm": None if self.warm is None else self.warm.vectors.cpu()}
+                "warm": None if self.warm is None else self.warm.vectors.cpu(), "warm_blocks": blocks}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.records = list(state.get("records", []))
         self.probe_x = state.get("probe_x")
         self.seconds = float(state.get("seconds", 0.0))
         self._warm_vectors = state.get("warm")
+        self._warm_blocks = state.get("warm_blocks")
 
     # ---- the measurement
     @torch.no_grad()
@@ -328,7 +333,9 @@ class HessianTracker(Hook):
                 target_h = state.target(x)[1]
         th = None if target_h is None else target_h.to(self.dtype)
         loss = probe_objective(cfg.method, model, h.to(self.dtype), th, cfg.temperature, config=cfg)
-        if self.warm is None and getattr(self, "_warm_vectors", None) is not None:
+        if self.warm is None and getattr(self, "_warm_blocks", None) is not None:
+            self.warm = _blocks_as_result(*self._warm_blocks)
+        elif self.warm is None and getattr(self, "_warm_vectors", None) is not None:
             self.warm = _vectors_as_result(self._warm_vectors.to(state.device))
         rec, self.warm = measure(z, model.projector, loss, block_diagonal=methods.get(cfg.method).per_sample,
                                  bn_mode=self.bn_mode, dtype=self.dtype, warm=self.warm, max_iter=self.max_iter,
@@ -366,6 +373,16 @@ def _vectors_as_result(vectors: Tensor) -> LanczosResult:
     p = vectors.shape[1]
     z = np.zeros(p)
     return LanczosResult(z, vectors.double(), z, np.zeros(p, bool), z, z, 0, 0, False, 0.0, NEG_FLOOR)
+
+
+def _blocks_as_result(H: Tensor, M: Tensor | None) -> BlockwiseResult:
+    """A stand-in per-block result carrying only every block's Ritz vectors (2, n, d), ``M``'s as its interaction (a
+    warm start restored from a checkpoint)."""
+    def one(Y: Tensor) -> BlockwiseResult:
+        base = _vectors_as_result(Y.reshape(2, -1).T)
+        return BlockwiseResult(**{f.name: getattr(base, f.name) for f in fields(LanczosResult)}, block_vectors=Y)
+
+    return replace(one(H), interaction=None if M is None else one(M))
 
 
 def plot_curvature(records: list[dict[str, Any]]) -> bytes:

@@ -30,7 +30,7 @@ user would), each with its errors against the exact spectrum (relative to ``max 
 - exact blocks: the rows' per-sample ``d x d`` blocks in one closed-form forward-mode sweep through head,
   predictor and cosine (``mini.loss_hessians.PredictorCosineCurvature``), float64 ``eigvalsh`` of each: the whole
   spectrum, and the dense float64 reference of every error here;
-- Lanczos per block (``scale.curvature.lanczos.blockwise_lanczos``): one Lanczos per sample's block, all
+- Lanczos per block (``scale.curvature.blockwise.blockwise_lanczos``): one Lanczos per sample's block, all
   blocks advanced by each closed-form float64 product, stopped when every block's ends meet the eigenvalue
   bound 1e-8 of the scale: ``lambda_min`` and ``lambda_max``;
 - the tracker's automatic path (``scale.curvature.tracking.measure(path="auto")``): whatever route it picks,
@@ -68,7 +68,8 @@ def compare(z, h, head, pred, rows: int, repeats: int, digits: bool) -> dict:
 
     from mini.loss_hessians import PredictorCosineCurvature
     from scale.curvature.blocks import blockwise_ends, mini_head_of
-    from scale.curvature.lanczos import blockwise_lanczos, lanczos
+    from scale.curvature.blockwise import blockwise_lanczos
+    from scale.curvature.lanczos import lanczos
     from scale.curvature.operators import EffectiveHessian, Operator
     from scale.curvature.tracking import measure
 

@@ -12,14 +12,8 @@ import torch
 
 from mini.hessian import NEG_FLOOR
 from scale.crosscheck import build_instance
-from scale.curvature.lanczos import (
-    BLOCKWISE_TOL,
-    TOL,
-    blockwise_lanczos,
-    lanczos,
-    resume_floor,
-    shifted_power_iteration,
-)
+from scale.curvature.blockwise import BLOCKWISE_TOL, blockwise_lanczos
+from scale.curvature.lanczos import TOL, lanczos, resume_floor, shifted_power_iteration
 from scale.curvature.operators import EffectiveHessian, Operator, operator_from_matrix
 
 EIG_TOL = 1e-8  # Lanczos against eigvalsh, float64, relative to the spectral scale

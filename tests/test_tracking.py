@@ -200,7 +200,7 @@ def test_the_per_block_warm_start_travels_in_the_checkpoint():
     tracker and restored as a result that ``blockwise_lanczos`` accepts, so a resumed run starts where it stopped."""
     from dataclasses import replace
 
-    from scale.curvature.lanczos import blockwise_lanczos
+    from scale.curvature.blockwise import blockwise_lanczos
     from scale.curvature.operators import operator_from_matrix
     from scale.curvature.tracking import _blocks_as_result
 

@@ -56,7 +56,7 @@ from torch.func import jacrev, vmap
 
 from mini.hessian import NEG_FLOOR, assemble
 from mini.loss_hessians import chain_forward, chain_links, head_jacobian_and_interaction, interaction_chunks
-from scale.curvature.lanczos import BLOCKWISE_TOL, BlockwiseResult, blockwise_lanczos
+from scale.curvature.blockwise import BLOCKWISE_TOL, BlockwiseResult, blockwise_lanczos
 from scale.curvature.operators import Operator, functional_head
 from scale.engine.heads import mini_head_of
 
@@ -551,7 +551,7 @@ def blockwise_ends(
     warm: BlockwiseResult | None = None,
 ) -> tuple[BlockwiseResult, BlockwiseResult | None, dict[str, Any]]:
     """The extreme eigenvalues of a block-diagonal objective's ``H_eff`` (and of ``M``, for ``|M|``, when
-    ``interaction``) by a Lanczos per block (``scale.curvature.lanczos.blockwise_lanczos``) on closed-form products,
+    ``interaction``) by a Lanczos per block (``scale.curvature.blockwise.blockwise_lanczos``) on closed-form products,
     each to the eigenvalue bound ``tol`` of the scale, without forming a block.
 
     The recurrence runs on ``RECURRENCE_DTYPE`` (float32) products: half the float64 products' cost whether

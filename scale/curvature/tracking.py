@@ -61,7 +61,8 @@ from scale.curvature.blocks import (
     interaction_norm,
     operator_route,
 )
-from scale.curvature.lanczos import BLOCKWISE_TOL, BlockwiseResult, LanczosResult, lanczos
+from scale.curvature.blockwise import BLOCKWISE_TOL, BlockwiseResult
+from scale.curvature.lanczos import LanczosResult, lanczos
 from scale.curvature.operators import EffectiveHessian
 from scale.engine import methods
 from scale.engine.checkpoint import atomic_write_bytes
@@ -165,7 +166,7 @@ def measure(
       from the per-sample ``d x d`` blocks (float64 ``eigvalsh``), so ``lambda_min``, ``lambda_max``,
       the negative count and ``|M|/|H|`` are exact and no Lanczos runs;
     - ``"block-lanczos"``: the same objectives and heads: a Lanczos per block on closed-form products
-      (``scale.curvature.lanczos.blockwise_lanczos``, all blocks in each product), stopped when every block's
+      (``scale.curvature.blockwise.blockwise_lanczos``, all blocks in each product), stopped when every block's
       ends are within ``tol`` (default ``BLOCKWISE_TOL``, 1e-8) of the scale by the eigenvalue bound; ``|M|`` from
       the same on ``M``'s blocks; the negative count a lower bound. ``auto`` takes it when
       ``scale.curvature.blocks.block_route`` finds it cheaper than forming the blocks (wide heads); the stop waits

@@ -266,8 +266,8 @@ def main(argv: list[str] | None = None) -> int:
              "every block). "
              f"Medians of {args.repeats} interleaved rounds; the machine may be shared: absolute times are noisy, the "
              "ratios (interleaved) and the product counts are what to read.", ""]
-    pairs = max([*args.sweep_rows, *args.rows, 1])
-    official = training_states(OFFICIAL, EPOCHS, pairs, threads=args.threads, log=log)
+    official = training_states(OFFICIAL, EPOCHS, max([*args.sweep_rows, *args.rows]), threads=args.threads,
+                               log=log) if (args.sweep_rows or args.rows) else None
     if args.sweep_rows:
         unknown = sorted(set(args.states) - {s.name for s in official})
         if unknown:
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                                        ("digits", None, args.digits_rows, True)):
         if not rows:
             continue
-        states = states or training_states(DIGITS, 1, pairs, threads=args.threads, log=log)
+        states = states or training_states(DIGITS, 1, max(rows), threads=args.threads, log=log)
         st = next(s for s in states if s.name == "epoch 1")
         res = [compare(st.z, st.h, st.projector, st.predictor, r, args.repeats, digits) for r in rows]
         title = ("The official tracker's network after one epoch: d = 512, projector 512-2048-2048 and predictor "

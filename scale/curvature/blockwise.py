@@ -104,23 +104,21 @@ def _block_start(n: int, d: int, warm: BlockwiseResult | None, gen: torch.Genera
 
 def _settled(theta: Tensor, r: Tensor, conv: Tensor, goal: str, best: list[float]) -> Tensor:
     """Which block ends (a, 2) need no more steps: converged ones, and under ``goal`` those whose Ritz interval
-    ``[theta - r, theta + r]`` (the residual ``r`` bounds the distance to the block's nearest eigenvalue) cannot
-    hold the answer any more. ``best``: the lowest and highest converged end so far (``"ends"``) or the largest
-    converged ``|end|`` (``"norm"``), updated in place."""
+    ``[theta - r, theta + r]`` (the residual ``r`` bounds the distance to the block's nearest eigenvalue) lies beyond
+    what some Ritz value already guarantees. A block's lowest Ritz value is at or above its lowest eigenvalue
+    (Cauchy interlacing: ``theta_1 >= lambda_1``), so ``best[0]``, the lowest ``theta_1`` seen, is at or above the
+    operator's ``lambda_min``, and a block whose ``theta_1 - r_1`` lies above it cannot hold ``lambda_min``; the
+    highest likewise (``best[1]``, the highest ``theta_m``). For ``"norm"``: ``best[0] = max(theta_m, -theta_1)``
+    over the blocks is at most ``max |lambda|``. ``best`` is updated in place."""
     done = conv.clone()
     lo, hi = theta[:, 0], theta[:, -1]
     if goal == "ends":
-        if bool(conv[:, 0].any()):
-            best[0] = min(best[0], float(lo[conv[:, 0]].min()))
-        if bool(conv[:, 1].any()):
-            best[1] = max(best[1], float(hi[conv[:, 1]].max()))
+        best[0], best[1] = min(best[0], float(lo.min())), max(best[1], float(hi.max()))
         done[:, 0] |= lo - r[:, 0] > best[0]
         done[:, 1] |= hi + r[:, -1] < best[1]
     elif goal == "norm":
-        ends = torch.stack([lo, hi], dim=1).abs()
-        if bool(conv.any()):
-            best[0] = max(best[0], float(ends[conv].max()))
-        done |= ends + r[:, [0, -1]] < best[0]
+        best[0] = max(best[0], float(torch.maximum(hi, -lo).max()))
+        done |= torch.stack([lo, hi], dim=1).abs() + r[:, [0, -1]] < best[0]
     return done
 
 
@@ -165,13 +163,15 @@ def blockwise_lanczos(
 
     ``goal``: what the stop waits for. ``"blocks"``: every block's lowest and highest end (``block_ends`` all
     converged). ``"ends"``: the operator's ``lambda_min`` and ``lambda_max`` only: a block's lowest end is no longer
-    waited for once its Ritz interval lies above the lowest converged end (``theta_1 - r_1 > `` that end; ``r_1`` the
-    residual, which bounds the distance from ``theta_1`` to the block's nearest eigenvalue: the same reading of the
-    Ritz values as the stopping test's gap), and its highest likewise; at crowded block ends far from the
-    operator's ends (measured mid-training: gaps of 4e-4 of the scale) this saves the steps that would resolve
-    them. ``"norm"``: ``max |lambda|`` only (``|M|``): an end whose ``|theta| + r`` stays below the largest converged
-    ``|end|`` is no longer waited for. Under ``"ends"`` and ``"norm"``, ``block_ends`` of the blocks let go are
-    Ritz values with their bounds in ``block_bounds``, not converged ends; the negative count stays a lower bound.
+    waited for once its Ritz interval lies above the lowest Ritz value of any block (``theta_1 - r_1 >`` it: that
+    Ritz value is at or above ``lambda_min`` by interlacing; ``r_1`` the residual, which bounds the distance from
+    ``theta_1`` to the block's nearest eigenvalue, read, like the stopping test's gap, on the premise that the Ritz
+    values have not passed over an eigenvalue beyond the block's end), and its highest likewise; at crowded block
+    ends far from the operator's ends this saves the steps that would resolve them. ``"norm"``: ``max |lambda|``
+    only (``|M|``): an end whose ``|theta| + r`` stays below the largest ``max(theta_m, -theta_1)`` of any block (at
+    most ``max |lambda|``) is no longer waited for. Under ``"ends"`` and ``"norm"``, ``block_ends`` of the blocks let
+    go are Ritz values with their bounds in ``block_bounds``, not converged ends; the negative count stays a lower
+    bound.
 
     ``warm``: a previous result on an operator of the same shape (the tracker's last measurement on the same
     probe): each block starts from its previous lowest plus highest Ritz vector (``_block_start``).

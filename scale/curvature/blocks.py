@@ -47,7 +47,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -580,7 +580,9 @@ def blockwise_ends(
         kw = dict(max_iter=max_iter, tol=tol, rel_floor=rel_floor, goal=g, warm=w)
         res = blockwise_lanczos(op, n, refine=refine, **kw)
         if refine is not None and not res.answered:  # float64 products, from the float32 run's Ritz vectors
+            spent = res.n_products  # the discarded run's products are counted in the kept one's
             op, res = ref, blockwise_lanczos(ref, n, **{**kw, "warm": res})
+            res = replace(res, n_products=res.n_products + spent, warm_started=w is not None)
         out.append(res)
         used.add(str(op.dtype).removeprefix("torch."))
     return out[0], out[1] if interaction else None, {**info, "recurrence": ", ".join(sorted(used))}

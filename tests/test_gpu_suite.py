@@ -100,7 +100,9 @@ def test_a_section_past_its_timeout_is_stopped_and_the_cut_run_names_what_did_no
     assert code == gpu_suite.CUT
     assert "## tracking: STOPPED (past its timeout of" in text
     assert "## cupy: NOT RUN" in text and "## headline: NOT RUN" in text and "## Imports" in text
-    assert text.rstrip().endswith("Stopped at their timeout: tracking. Not run for lack of budget: cupy, headline.")
+    assert text.splitlines()[-3].endswith("Stopped at their timeout: tracking. Not run for lack of budget: cupy, "
+                                          "headline.")  # the last line but the peak memory's
+    assert text.splitlines()[-1].startswith("Peak resident memory:")
     assert "stopped tracking; not run cupy, headline" in capsys.readouterr().err
 
 

@@ -54,9 +54,19 @@ def run_header(module: str, argv: list[str], threads: int) -> str:
             f"load average at the start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min).")
 
 
+def peak_memory() -> str:
+    """The peak resident set of this process and of its finished children (``getrusage``), for every result."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # KB on Linux -> GB
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2
+    return (f"Peak resident memory: {own:.2f} GB (this process)" +
+            (f", {children:.2f} GB (the largest of its finished child processes)." if children else "."))
+
+
 def write_atomic(path: str | Path, text: str) -> None:
-    """Results files go through the project's one atomic writer."""
-    atomic_write_text(path, text)
+    """Results files go through the project's one atomic writer; each ends with the peak memory so far."""
+    atomic_write_text(path, text.rstrip("\n") + "\n\n" + peak_memory() + "\n")
 
 
 def publish(path: str | Path, lines: list[str]) -> int:

@@ -1,11 +1,19 @@
 """Exact curvature against the paper's estimator, on the paper's tracker Hessian, at the paper's sizes.
 
-    python -m bench.bench_curvature [--quick] [--threads 1] [--rows 8 32 64] [--digits-rows 8 32] [--repeats 3]
+    python -m bench.bench_curvature [--quick] [--threads 1] [--states ...] [--sweep-rows 8 32 64 128 256]
+                                    [--rows 8 32 64] [--digits-rows 8 32] [--repeats 3]
 
 The Hessian is the one the paper's tracker measures (its official ``hessian_tracker.py``): the SimSiam loss
 ``-1/2 [mean cos(p(h(z1)), stopgrad h(z2)) + mean cos(p(h(z2)), stopgrad h(z1))]`` differentiated twice in the
 first view's representations ``z1`` only (``rows`` images, ``N = rows x d``); only the first term depends on
-``z1``. Two states, each after one SimSiam epoch on digits (``scale.run``'s trainer):
+``z1`` (``bench._paper_tracker``).
+
+**The sweep** (``bench._curvature_states``): the official network at several states of one SimSiam run on digits
+(``bench._states``, cached between runs: init, and after epochs 1, 3 and 5, "mid-training"), rows 8 to 256: the
+paper's estimator, the tracker's exact ends cold and warm (from the previous epoch's Ritz vectors), its whole
+record cold and warm, their products, the spectral gaps that set them, and the peak resident memory.
+
+**Every contender** at one state (after one epoch) of two networks:
 
 - official: the official tracker's network: ResNet-18 of width 64 (``d = 512``), projector ``Linear(512, 2048)
   -> SiLU -> Linear(2048, 2048)`` and predictor ``Linear(2048, 512) -> SiLU -> Linear(512, 2048)``, no bias, no
@@ -22,7 +30,7 @@ user would), each with its errors against the exact spectrum (relative to ``max 
 - exact blocks: the rows' per-sample ``d x d`` blocks in one closed-form forward-mode sweep through head,
   predictor and cosine (``mini.loss_hessians.PredictorCosineCurvature``), float64 ``eigvalsh`` of each: the whole
   spectrum, and the dense float64 reference of every error here;
-- Lanczos per block (``scale.curvature.lanczos.blockwise_lanczos``): one Lanczos per sample's block, all
+- Lanczos per block (``scale.curvature.blockwise.blockwise_lanczos``): one Lanczos per sample's block, all
   blocks advanced by each closed-form float64 product, stopped when every block's ends meet the eigenvalue
   bound 1e-8 of the scale: ``lambda_min`` and ``lambda_max``;
 - the tracker's automatic path (``scale.curvature.tracking.measure(path="auto")``): whatever route it picks,
@@ -47,104 +55,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench._paper_tracker import OneView, one_view_loss, paper_power_iteration
 from bench._util import interleaved_median, run_header, write_atomic
 
 OUT = Path(__file__).resolve().parent / "results" / "curvature.md"
 
-# The two states: scale.run arguments after "digits --method simsiam --epochs 1"
-STATES = {
-    "official": ["--head", "swish2", "--backbone-width", "64", "--head-width", "2048", "--head-out", "2048",
-                 "--pred-width", "512", "--no-head-bn", "--no-head-bias"],
-    "digits": ["--head", "swish3"],
-}
 BLOCK_BOUND = 1e-8  # the eigenvalue bound every exact Lanczos contender is asked for, relative to the scale
-
-
-def trained_state(name: str, pairs: int, threads: int, seed: int = 0):
-    """One SimSiam epoch on digits with ``STATES[name]``'s network; the probe's ``z`` and ``h`` (2 * pairs rows,
-    [view1; view2]), the projector and the predictor."""
-    from scale.curvature.tracking import HessianTracker
-    from scale.engine.data import load_dataset
-    from scale.engine.train import Hook, Trainer
-    from scale.run import build_parser, resolve_config
-
-    class Keep(Hook):
-        def on_epoch_end(self, state):
-            self.state = state
-
-    args = build_parser().parse_args(["digits", "--method", "simsiam", "--epochs", "1", "--seed", str(seed),
-                                      "--threads", str(threads), "--augment-path", "batched", *STATES[name]])
-    cfg = resolve_config(args, torch.device("cpu"))
-    keep, tracker = Keep(), HessianTracker(10**9, probe_pairs=pairs)  # its probe (the first step's views) only
-    Trainer(cfg, load_dataset("digits"), torch.device("cpu"), hooks=[keep, tracker], log=None).fit()
-    z, h = keep.state.embed(tracker.probe_x)
-    model = keep.state.model
-    return z.detach(), h.detach(), model.projector.eval(), model.predictor.eval()
-
-
-def paper_power_iteration(f, z1: torch.Tensor, iters: int = 20, seed: int = 0) -> float:
-    """The official tracker's ``get_min_eigenvalue_hvp`` (float32), re-expressed (module docstring)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.enable_grad():
-        z = z1.detach().float().requires_grad_(True)
-        (g,) = torch.autograd.grad(f(z), z, create_graph=True)
-
-        def hv(v):
-            return torch.autograd.grad(g, z, grad_outputs=v, retain_graph=True)[0]
-
-        v = torch.randn(z.shape, generator=gen)
-        v = v / (v.norm() + 1e-8)
-        for _ in range(iters):
-            w = hv(v)
-            v = w / (w.norm() + 1e-8)
-        lam_max = (v * hv(v)).sum()
-        u = torch.randn(z.shape, generator=gen)
-        u = u / (u.norm() + 1e-8)
-        for _ in range(iters):
-            w = hv(u) - lam_max * u
-            u = w / (w.norm() + 1e-8)
-        return float((u * hv(u)).sum())
-
-
-def one_view_loss(head, pred, t2: torch.Tensor, dtype: torch.dtype):
-    """``z1 -> -1/2 mean cos(p(h(z1)), t2)``: the part of the official SimSiam loss that depends on ``z1``."""
-    import copy
-
-    import torch.nn.functional as F
-
-    head, pred = copy.deepcopy(head).to(dtype), copy.deepcopy(pred).to(dtype)
-    T = t2.to(dtype)
-
-    def f(z1: torch.Tensor) -> torch.Tensor:
-        return -0.5 * F.cosine_similarity(pred(head(z1)), T).mean()
-
-    return f
-
-
-class OneView:
-    """The paper's tracker objective for ``scale.curvature.tracking.measure``: ``H_eff`` of ``z1 -> -1/2 mean_i
-    cos(p(h(z1_i)), t2_i)``, carrying its closed form (``PredictorCosineCurvature`` with coefficient ``-1/(2 rows)``)
-    as ``scale.engine.loss_curvature.PredictorCosine`` does for the project's own symmetric objective."""
-
-    closed_form = True
-
-    def __init__(self, pred, t2: torch.Tensor):
-        self.predictor, self.t2 = pred, t2
-
-    def __call__(self, Hb: torch.Tensor) -> torch.Tensor:
-        import torch.nn.functional as F
-
-        return -0.5 * F.cosine_similarity(self.predictor.to(Hb.dtype)(Hb), self.t2.to(Hb.dtype)).mean()
-
-    def curvature_at(self, head, z: torch.Tensor, compose: bool = True):
-        from mini.loss_hessians import PredictorCosineCurvature
-        from scale.engine.heads import mini_head_of
-
-        return PredictorCosineCurvature(head, mini_head_of(self.predictor, z.dtype), z, self.t2.to(z.dtype),
-                                        -0.5 / z.shape[0], compose)
-
-    def value_of(self, curv) -> float:
-        return float(-0.5 * curv.cos.mean())
 
 
 def compare(z, h, head, pred, rows: int, repeats: int, digits: bool) -> dict:
@@ -152,7 +68,8 @@ def compare(z, h, head, pred, rows: int, repeats: int, digits: bool) -> dict:
 
     from mini.loss_hessians import PredictorCosineCurvature
     from scale.curvature.blocks import blockwise_ends, mini_head_of
-    from scale.curvature.lanczos import blockwise_lanczos, lanczos
+    from scale.curvature.blockwise import blockwise_lanczos
+    from scale.curvature.lanczos import lanczos
     from scale.curvature.operators import EffectiveHessian, Operator
     from scale.curvature.tracking import measure
 
@@ -182,7 +99,7 @@ def compare(z, h, head, pred, rows: int, repeats: int, digits: bool) -> dict:
     ref = E64.H.matvec(v)
     out = {"rows": rows, "d": d, "N": n * d, "lambda_min": lam_min, "lambda_max": lam_max, "scale": scale,
            "product_agreement": float((closed_operator().matvec(v) - ref).abs().max() / ref.abs().max()),
-           "dense_block_check": _dense_block_check(f64, z1, eig, scale)}
+           "dense_block_check": _dense_block_check(head, pred, z1, t2, eig, scale)}
     results: dict[str, tuple[float, float | None]] = {}  # contender -> (lambda_min, lambda_max or None)
 
     def run_lanczos(name, make_op, **kw):
@@ -253,18 +170,16 @@ def compare(z, h, head, pred, rows: int, repeats: int, digits: bool) -> dict:
     return out
 
 
-def _dense_block_check(f64, z1: torch.Tensor, eig: torch.Tensor, scale: float) -> float:
-    """The block of the row holding ``lambda_min``, from ``torch.func.hessian`` of that row's own loss (the other
-    rows held fixed: the loss is a sum over rows), against the closed-form block's spectrum; relative to scale."""
+def _dense_block_check(head, pred, z1: torch.Tensor, t2: torch.Tensor, eig: torch.Tensor, scale: float) -> float:
+    """The block of the row holding ``lambda_min``, from ``torch.func.hessian`` of that row's own term of the loss
+    (``1/rows`` times its one-row loss: the loss is a mean over rows), against the closed-form block's spectrum;
+    relative to scale. One row only: ``hessian`` of the whole batch's loss carried every row through its d
+    forward tangents (about 215 MB a row at d = 512, k = 2048: the 13.4 GiB peak of a 64-row run)."""
     from torch.func import hessian
 
     i = int(eig.min(dim=1).values.argmin())
-
-    def row_loss(x: torch.Tensor) -> torch.Tensor:
-        return f64(torch.cat([z1[:i], x[None], z1[i + 1:]]))
-
-    Hi = hessian(row_loss)(z1[i].clone())
-    Hi = Hi.detach()
+    term = one_view_loss(head, pred, t2[i:i + 1], torch.float64)
+    Hi = hessian(lambda x: term(x[None]) / z1.shape[0])(z1[i].clone()).detach()
     return float((torch.linalg.eigvalsh(0.5 * (Hi + Hi.T)) - eig[i]).abs().max() / scale)
 
 
@@ -316,32 +231,66 @@ def table(state: str, res: list[dict]) -> list[str]:
     return lines
 
 
+SWEEP_STATES = ["init", "epoch 1", "epoch 3", "epoch 5"]  # the states the sweep reports (EPOCHS of training)
+EPOCHS = 5  # "mid-training": a few epochs of SimSiam on digits (the paper trains for hundreds)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from bench._curvature_states import sweep, sweep_table
+    from bench._states import DIGITS, OFFICIAL, training_states
+
     p = argparse.ArgumentParser(prog="python -m bench.bench_curvature", description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, nargs="+", default=[8, 32, 64], help="view-1 rows, official state")
-    p.add_argument("--digits-rows", type=int, nargs="*", default=[8, 32], help="view-1 rows, digits state")
+    p.add_argument("--states", nargs="+", default=SWEEP_STATES, help=f"the sweep's states (default: {SWEEP_STATES})")
+    p.add_argument("--sweep-rows", type=int, nargs="*", default=[8, 32, 64, 128, 256],
+                   help="view-1 rows of the sweep (none: no sweep)")
+    p.add_argument("--rows", type=int, nargs="*", default=[8, 32, 64],
+                   help="view-1 rows of the contender detail, official network after one epoch (none: no detail)")
+    p.add_argument("--digits-rows", type=int, nargs="*", default=[8, 32], help="the same on the digits network")
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds (default: 3)")
     p.add_argument("--threads", type=int, default=1, help="torch threads, fixed (default: 1)")
-    p.add_argument("--quick", action="store_true", help="8 rows, 1 round: checks that it runs")
+    p.add_argument("--quick", action="store_true", help="8 rows, 1 round, two states: checks that it runs")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     if args.quick:
-        args.rows, args.digits_rows, args.repeats = [8], [8], 1
+        args.rows, args.digits_rows, args.sweep_rows, args.repeats = [8], [8], [8], 1
+        args.states = ["init", "epoch 1"]
     torch.set_num_threads(args.threads)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
     header = run_header("bench.bench_curvature", argv if argv is not None else sys.argv[1:], args.threads)
     lines = ["# Exact curvature against the paper's estimator, on the paper's tracker Hessian", "", header, "",
-             "The Hessian of the SimSiam loss in the first view's representations z1 (the official tracker's), after "
-             "one SimSiam epoch on digits. Anchor: the paper's estimator. Errors: |estimate - exact| / max|lambda| "
-             f"(exact: float64 eigvalsh of every block). Medians of {args.repeats} interleaved rounds.", ""]
-    for state, rows, digits in (("official", args.rows, False), ("digits", args.digits_rows, True)):
+             "The Hessian of the SimSiam loss in the first view's representations z1 (the official tracker's). "
+             "Anchor: the paper's estimator. Errors: |estimate - exact| / max|lambda| (exact: float64 eigvalsh of "
+             "every block). "
+             f"Medians of {args.repeats} interleaved rounds; the machine may be shared: absolute times are noisy, the "
+             "ratios (interleaved) and the product counts are what to read.", ""]
+    official = training_states(OFFICIAL, EPOCHS, max([*args.sweep_rows, *args.rows]), threads=args.threads,
+                               log=log) if (args.sweep_rows or args.rows) else None
+    if args.sweep_rows:
+        unknown = sorted(set(args.states) - {s.name for s in official})
+        if unknown:
+            log(f"bench_curvature: unknown states {unknown}; valid: {[s.name for s in official]}")
+            return 2
+        title = [f"## States of training: the official tracker's network, SimSiam on digits ({EPOCHS} epochs)", ""]
+
+        def partial(res: list[dict]) -> None:  # what is done so far, in the results file
+            write_atomic(args.out, "\n".join([*lines, *title, *sweep_table(res), "", "(run in progress)"]))
+
+        res = sweep(official, args.states, args.sweep_rows, args.repeats, log, partial)
+        lines += [*title, *sweep_table(res), ""]
+    for name, states, rows, digits in (("official", official, args.rows, False),
+                                       ("digits", None, args.digits_rows, True)):
         if not rows:
             continue
-        z, h, head, pred = trained_state(state, max(rows), args.threads)
-        res = [compare(z, h, head, pred, r, args.repeats, digits) for r in rows]
-        title = ("The official tracker's network: d = 512, projector 512-2048-2048 and predictor 2048-512-2048 "
-                 "(SiLU, no bias, no BatchNorm)" if state == "official" else
-                 "The project's digits SimSiam: d = 128, swish3 head 256/256/128, predictor 64")
-        lines += [f"## {title}", "", *table(state, res)]
+        states = states or training_states(DIGITS, 1, max(rows), threads=args.threads, log=log)
+        st = next(s for s in states if s.name == "epoch 1")
+        res = [compare(st.z, st.h, st.projector, st.predictor, r, args.repeats, digits) for r in rows]
+        title = ("The official tracker's network after one epoch: d = 512, projector 512-2048-2048 and predictor "
+                 "2048-512-2048 (SiLU, no bias, no BatchNorm)" if name == "official" else
+                 "The project's digits SimSiam after one epoch: d = 128, swish3 head 256/256/128, predictor 64")
+        lines += [f"## Every contender: {title}", "", *table(name, res)]
     text = "\n".join(lines)
     write_atomic(args.out, text)
     print(text)

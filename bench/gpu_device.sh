@@ -3,7 +3,8 @@
 # install the carried wheels beside the machine's own packages, then run the GPU suite once. Results go
 # to $OUT (the folder that comes back) or, without it, bench/results/. Arguments go to the suite
 # (default: --device cuda).
-#     bash bench/gpu_device.sh [SUITE ARGS...]      exit: the suite's; 3: the wheels did not install
+#     bash bench/gpu_device.sh [SUITE ARGS...]      exit: the suite's (1 a section failed, 4 the budget cut the
+#                                                   run); 3: the wheels did not install
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-bench/results}

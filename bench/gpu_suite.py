@@ -23,6 +23,10 @@ Sections (``SECTIONS``, in this order; ``--sections`` runs a subset, e.g. one to
     headline   the rows above that change one thing at a time: paper's pipeline -> the project's (both fp32)
                -> bf16 -> torch.compile, with each step's ratio
 
+Not yet a section: the replication ledger's GPU subset (the E3/E4 core at 2 seeds, the E2 mechanism at 1 seed,
+short runs). The ledger's runner is being rebuilt as a package; the section is to call that runner once it exists,
+with its own ``ESTIMATE_S`` entry, under the same timeout.
+
 Every training row is SimCLR on 50,000 CIFAR-shaped uint8 images (32 x 32, on the device), ResNet-18 of width 64,
 the paper's E3 head (relu2: 512-2048 BN ReLU 2048 BN), batch 512, Adam 1e-3; two epochs, the second timed (the
 first pays cuDNN autotuning and compilation, shown beside it), images/s and the fraction of the bf16 compute floor
@@ -30,13 +34,17 @@ first pays cuDNN autotuning and compilation, shown beside it), images/s and the 
 
 Isolation: each section runs in its own ``try`` that also catches ``SystemExit`` (a bench's argument error),
 records the failure in its heading and lets the rest run; the file is rewritten after every section, so what is
-done survives a timeout. Exit code: 0 when every section ran, 1 when one failed, 2 for bad arguments.
+done survives a timeout. Each section has a timeout (``SECTION_SLACK`` times its estimate, within what is left of
+``--budget-s``): an alarm stops a section that overruns it and the rest goes on; a section stuck in one long call
+that the alarm cannot interrupt ends the process ``HARD_GRACE_S`` later, the file written first. Exit code: 0 when
+every section ran, 1 when one failed, 2 for bad arguments, 4 when the budget cut the run (a section stopped at its
+timeout or not run); the file's last line and stderr name the sections stopped and not run.
 
 Time by design (``ESTIMATE_S``, seconds on one H200, from counted work: ResNet-18 at 32 px is 0.56 GFLOP per
 image forward, about 3.3 GFLOP per image and step with two views and the backward, 167 TFLOP an epoch, a few
 seconds in bf16 at 10-25 % of the 989 TFLOP/s peak; the paper's pipeline is bound by PIL in 8 workers): the
 sections add up to about 4 minutes, the compile section the largest and last. ``--budget-s`` (default 300)
-skips a section whose estimate no longer fits in what is left, and says so.
+does not run a section whose estimate no longer fits in what is left, says so, and the run exits 4.
 
 ``--tiny`` shrinks every size so that every section runs on a CPU in seconds (``tests/test_gpu_suite.py``): E6 on
 stand-in widths (``bench_pretrained --stand-in``), compile with dynamo's eager backend (inductor on a CPU takes
@@ -398,29 +406,101 @@ SECTIONS: dict[str, Section] = {
 }
 
 
-def run_sections(run: Run, names: list[str], out: Path, budget_s: float) -> list[str]:
-    """Each section in turn, isolated; the file rewritten after each. Returns the failed sections."""
-    failed, t_start = [], time.perf_counter()
-    for name in names:
+SECTION_SLACK = 3.0  # a section's timeout: this many times its estimate (never past what is left of the budget)
+HARD_GRACE_S = 30.0  # past its timeout, a section that the alarm cannot interrupt ends the process (exit CUT)
+FAILED, CUT = 1, 4  # exit codes: a section failed; the budget cut the run (a section stopped or not run)
+
+
+class SectionTimeout(Exception):
+    """Raised in the main thread by the section's alarm: the section ran past its timeout."""
+
+
+@dataclass
+class Outcome:
+    """What became of the sections: failed (an error), stopped (past their timeout), not run (no time left)."""
+
+    failed: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+
+    @property
+    def code(self) -> int:
+        return FAILED if self.failed else CUT if (self.stopped or self.not_run) else 0
+
+    def line(self) -> str:
+        def names(xs: list[str]) -> str:
+            return ", ".join(xs) or "none"
+
+        return (f"Failed sections: {names(self.failed)}. Stopped at their timeout: {names(self.stopped)}. "
+                f"Not run for lack of budget: {names(self.not_run)}.")
+
+
+def section_timeout(name: str, left: float, tiny: bool) -> float:
+    """Seconds the section may run: ``SECTION_SLACK`` times its estimate, within what is left of the budget (tiny:
+    the budget alone, the estimates being the GPU's)."""
+    return left if tiny else min(left, SECTION_SLACK * ESTIMATE_S[name])
+
+
+def _run_with_timeout(fn: Callable[[], None], seconds: float, on_hang: Callable[[], None]) -> None:
+    """``fn()``, stopped by ``SectionTimeout`` after ``seconds``: a real-time alarm (``SIGALRM``) whose handler
+    raises in the main thread, which interrupts Python code and sleeps but not one long call in C; for that, a
+    watchdog thread calls ``on_hang`` (write what is done, exit ``CUT``) ``HARD_GRACE_S`` later."""
+    import signal
+    import threading
+
+    def alarm(signum, frame):
+        raise SectionTimeout(f"past its timeout of {seconds:.0f} s")
+
+    done = threading.Event()
+    watchdog = threading.Thread(target=lambda: done.wait(seconds + HARD_GRACE_S) or on_hang(), daemon=True)
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+    watchdog.start()
+    try:
+        fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        done.set()
+
+
+def run_sections(run: Run, names: list[str], out: Path, budget_s: float) -> Outcome:
+    """Each section in turn, isolated and timed out; the file rewritten after each. Returns what became of them."""
+    outcome, t_start = Outcome(), time.perf_counter()
+    for i, name in enumerate(names):
         section = SECTIONS[name]
         left = budget_s - (time.perf_counter() - t_start)
         if section.needs is not None and run.imports.get(section.needs) is not None:
             run.lines += [f"## {name}: skipped ({section.needs} missing: {run.imports[section.needs]})", ""]
-        elif ESTIMATE_S[name] > left and not run.args.tiny:
-            run.lines += [f"## {name}: skipped (its estimate, {ESTIMATE_S[name]} s, exceeds the {left:.0f} s left "
-                          f"of --budget-s {budget_s:g}; rerun it with --sections {name})", ""]
+        elif (ESTIMATE_S[name] > left and not run.args.tiny) or left <= 0:
+            outcome.not_run.append(name)
+            run.lines += [f"## {name}: NOT RUN (its estimate, {ESTIMATE_S[name]} s, exceeds the {max(left, 0):.0f} s "
+                          f"left of --budget-s {budget_s:g}; rerun it with --sections {name})", ""]
         else:
-            t0 = time.perf_counter()
+            t0, limit = time.perf_counter(), section_timeout(name, left, run.args.tiny)
+
+            def on_hang(name=name, rest=names[i + 1:], limit=limit):  # the watchdog's last word
+                lines = [*run.lines, f"## {name}: STOPPED (hung {HARD_GRACE_S:g} s past its {limit:.0f} s timeout "
+                         "in a call the alarm cannot interrupt; the process ended)", "",
+                         Outcome(outcome.failed, [*outcome.stopped, name], [*outcome.not_run, *rest]).line()]
+                write_atomic(out, "\n".join(lines) + "\n")
+                print(f"gpu_suite: {name} hung past its timeout; not run: {', '.join(rest) or 'none'}",
+                      file=sys.stderr, flush=True)
+                os._exit(CUT)
+
             try:
-                section.run(run)
+                _run_with_timeout(lambda section=section: section.run(run), limit, on_hang)
+            except SectionTimeout as err:
+                outcome.stopped.append(name)
+                run.lines += [f"## {name}: STOPPED ({err}; rerun it with --sections {name})", ""]
             except (Exception, SystemExit) as err:  # SystemExit: a bench's own argument check ends only its section
-                failed.append(name)
+                outcome.failed.append(name)
                 first = str(err).splitlines()[0][:200] if str(err) else ""
                 run.lines += [f"## {name}: FAILED ({type(err).__name__}: {first})", ""]
                 traceback.print_exc()
             print(f"gpu_suite: {name} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         write_atomic(out, "\n".join(run.lines) + "\n")  # what is done so far survives a timeout
-    return failed
+    return outcome
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -463,13 +543,15 @@ def main(argv: list[str] | None = None) -> int:
         run.lines += ["## Imports", "", "| module | status | needed for |", "|---|---|---|",
                       *(f"| {k} | {'ok' if v is None else 'MISSING: ' + v} | {NEEDS[k]} |"
                         for k, v in run.imports.items()), ""]
-    failed = run_sections(run, names, Path(args.out), args.budget_s)
-    run.lines.append(f"Suite wall time: {time.perf_counter() - t_start:.0f} s. "
-                     f"Failed sections: {', '.join(failed) or 'none'}.")
+    outcome = run_sections(run, names, Path(args.out), args.budget_s)
+    run.lines.append(f"Suite wall time: {time.perf_counter() - t_start:.0f} s. {outcome.line()}")
     text = "\n".join(run.lines) + "\n"
     write_atomic(args.out, text)
     print(text)
-    return 1 if failed else 0
+    if outcome.stopped or outcome.not_run:
+        print(f"gpu_suite: the budget cut the run: stopped {', '.join(outcome.stopped) or 'none'}; not run "
+              f"{', '.join(outcome.not_run) or 'none'} (exit {CUT})", file=sys.stderr)
+    return outcome.code
 
 
 if __name__ == "__main__":

@@ -72,11 +72,63 @@ def test_a_failing_section_ends_only_itself_and_the_rest_is_written_as_it_finish
     assert "## Imports" not in text and "Failed sections: paper, lanczos." in text
 
 
-def test_the_time_budget_skips_what_no_longer_fits(tmp_path):
+def test_the_time_budget_does_not_run_what_no_longer_fits_and_exits_non_zero(tmp_path, capsys):
     out = tmp_path / "gpu_suite.md"
-    assert main(["--device", "cpu", "--threads", "1", "--out", str(out), "--sections", "cupy", "--budget-s", "1"]) == 0
+    code = main(["--device", "cpu", "--threads", "1", "--out", str(out), "--sections", "cupy", "--budget-s", "1"])
     text = out.read_text()
-    assert "## cupy: skipped (its estimate, 15 s, exceeds the" in text and "--sections cupy" in text
+    assert code == gpu_suite.CUT != 0
+    assert "## cupy: NOT RUN (its estimate, 15 s, exceeds the" in text and "--sections cupy" in text
+    assert "Not run for lack of budget: cupy." in text and "not run cupy" in capsys.readouterr().err
+
+
+SLEEP_S, BUDGET_S = 30.0, 1.5  # a section that sleeps far past the whole budget
+
+
+def test_a_section_past_its_timeout_is_stopped_and_the_cut_run_names_what_did_not_run(tmp_path, monkeypatch, capsys):
+    """The alarm stops the sleeping section at the budget (not after its 30 s), the sections after it are not run,
+    the file's last line and stderr name both, and the exit code is ``CUT``."""
+    import time
+
+    out = tmp_path / "gpu_suite.md"
+    monkeypatch.setitem(gpu_suite.SECTIONS, "tracking", gpu_suite.Section(lambda run: time.sleep(SLEEP_S)))
+    t0 = time.perf_counter()
+    code = main(["--device", "cpu", "--tiny", "--threads", "1", "--out", str(out), "--budget-s", str(BUDGET_S),
+                 "--sections", "imports", "tracking", "cupy", "headline"])
+    wall = time.perf_counter() - t0
+    text = out.read_text()
+    assert wall < SLEEP_S / 3, wall
+    assert code == gpu_suite.CUT
+    assert "## tracking: STOPPED (past its timeout of" in text
+    assert "## cupy: NOT RUN" in text and "## headline: NOT RUN" in text and "## Imports" in text
+    assert text.splitlines()[-3].endswith("Stopped at their timeout: tracking. Not run for lack of budget: cupy, "
+                                          "headline.")  # the last line but the peak memory's
+    assert text.splitlines()[-1].startswith("Peak resident memory:")
+    assert "stopped tracking; not run cupy, headline" in capsys.readouterr().err
+
+
+def test_a_section_the_alarm_cannot_interrupt_ends_the_process_with_the_file_written(tmp_path):
+    """A section stuck where the alarm cannot reach it (here: SIGALRM blocked, as in one long call in C) is ended by
+    the watchdog ``HARD_GRACE_S`` after its timeout: exit ``CUT``, and the file names it and what did not run."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "gpu_suite.md"
+    script = f"""
+import signal, sys, time
+from bench import gpu_suite
+gpu_suite.HARD_GRACE_S = 1.0
+def stuck(run):
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
+    time.sleep({SLEEP_S})
+gpu_suite.SECTIONS["tracking"] = gpu_suite.Section(stuck)
+sys.exit(gpu_suite.main(["--device", "cpu", "--tiny", "--threads", "1", "--out", {str(out)!r}, "--budget-s", "1",
+                         "--sections", "tracking", "headline"]))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=SLEEP_S)
+    text = out.read_text()
+    assert proc.returncode == gpu_suite.CUT, proc.stderr
+    assert "## tracking: STOPPED (hung 1 s past its 1 s timeout" in text
+    assert "Stopped at their timeout: tracking. Not run for lack of budget: headline." in text
 
 
 def test_gpu_suite_refuses_cuda_without_a_gpu(capsys, monkeypatch):

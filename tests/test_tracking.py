@@ -80,6 +80,8 @@ def test_records_match_dense_eigvalsh_and_are_written(tmp_path, method, path, ex
             assert "Hutchinson" in rec["M_over_H_is"] and rec["M_over_H"] >= 0
         pd = eig[0] > rec["rel_floor"] * scale
         assert (rec["condition"] is None) == (not pd)
+    if expected == "block-lanczos":  # the second measurement starts from the first's Ritz vectors, block by block
+        assert [r["warm_started"] for r in tracker.records] == [False, True]
     # what the run wrote: every record, the last of each epoch in metrics.jsonl, summary and plot
     assert _jsonl(run_dir / "curvature.jsonl") == [{k: v for k, v in r.items() if k not in VOLATILE}
                                                    for r in tracker.records]
@@ -191,3 +193,27 @@ def test_block_route_picks_each_route_in_its_regime():
     assert choose_path(z, head, block_diagonal=True, bn_mode="eval", closed_form=True, predictor=pred) == \
         "block-lanczos"
     assert choose_path(z, head, block_diagonal=True, bn_mode="eval") == "blocks"  # no closed form: blocks
+
+
+def test_the_per_block_warm_start_travels_in_the_checkpoint():
+    """A ``block-lanczos`` measurement's warm start (every block's Ritz vectors, H's and M's) is saved with the
+    tracker and restored as a result that ``blockwise_lanczos`` accepts, so a resumed run starts where it stopped."""
+    from dataclasses import replace
+
+    from scale.curvature.blockwise import blockwise_lanczos
+    from scale.curvature.operators import operator_from_matrix
+    from scale.curvature.tracking import _blocks_as_result
+
+    gen = torch.Generator().manual_seed(0)
+    blocks = [torch.randn(5, 5, generator=gen, dtype=torch.float64) for _ in range(3)]
+    op = operator_from_matrix(torch.block_diag(*[b + b.T for b in blocks]))
+    res = blockwise_lanczos(op, 3)
+    tracker = HessianTracker()
+    tracker.warm = replace(res, interaction=res)
+    restored = HessianTracker()
+    restored.load_state_dict(tracker.state_dict())
+    warm = _blocks_as_result(*restored._warm_blocks)
+    assert torch.equal(warm.block_vectors, res.block_vectors)
+    assert torch.equal(warm.interaction.block_vectors, res.block_vectors)
+    again = blockwise_lanczos(op, 3, warm=warm)
+    assert again.warm_started and abs(again.lambda_min - res.lambda_min) <= 1e-10 * res.scale

@@ -47,7 +47,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -56,7 +56,7 @@ from torch.func import jacrev, vmap
 
 from mini.hessian import NEG_FLOOR, assemble
 from mini.loss_hessians import chain_forward, chain_links, head_jacobian_and_interaction, interaction_chunks
-from scale.curvature.lanczos import BLOCKWISE_TOL, BlockwiseResult, blockwise_lanczos
+from scale.curvature.blockwise import BLOCKWISE_TOL, BlockwiseResult, blockwise_lanczos
 from scale.curvature.operators import Operator, functional_head
 from scale.engine.heads import mini_head_of
 
@@ -547,9 +547,11 @@ def blockwise_ends(
     max_iter: int | None = None,
     rel_floor: float = NEG_FLOOR,
     interaction: bool = True,
+    goal: str = "ends",
+    warm: BlockwiseResult | None = None,
 ) -> tuple[BlockwiseResult, BlockwiseResult | None, dict[str, Any]]:
     """The extreme eigenvalues of a block-diagonal objective's ``H_eff`` (and of ``M``, for ``|M|``, when
-    ``interaction``) by a Lanczos per block (``scale.curvature.lanczos.blockwise_lanczos``) on closed-form products,
+    ``interaction``) by a Lanczos per block (``scale.curvature.blockwise.blockwise_lanczos``) on closed-form products,
     each to the eigenvalue bound ``tol`` of the scale, without forming a block.
 
     The recurrence runs on ``RECURRENCE_DTYPE`` (float32) products: half the float64 products' cost whether
@@ -558,19 +560,29 @@ def blockwise_ends(
     predictor's first map (``compose=False``: one product does not pay for the composition), so the bound
     ``r^2 / gap`` holds for the ``dtype`` operator. A run whose ends miss ``tol`` there (the float32 products'
     rounding in the way) runs again on the ``dtype`` operator alone. Returns ``(H's result, M's or None, info)``
-    (``info["recurrence"]``: the products' dtype of the runs kept)."""
+    (``info["recurrence"]``: the products' dtype of the runs kept).
+
+    ``goal`` (``blockwise_lanczos``): ``"ends"`` (default) waits for ``H``'s ``lambda_min`` and ``lambda_max`` only,
+    ``"blocks"`` for every block's ends; ``M``'s run waits for ``|M|`` only (``"norm"``) unless ``"blocks"``.
+    ``warm``: the previous measurement's ``H`` result (its ``interaction``: ``M``'s) on the same probe: each block
+    starts from its previous Ritz vectors."""
     n = z.shape[0]
     H, M, info = closed_form_operator(z, head, loss, dtype=dtype, compose=False)
     exact = [H, M] if interaction else [H]
     fast = exact
     if torch.finfo(RECURRENCE_DTYPE).eps > torch.finfo(dtype).eps:
         fast = list(closed_form_operator(z, head, loss, dtype=RECURRENCE_DTYPE)[:len(exact)])
+    goals = [goal, "blocks" if goal == "blocks" else "norm"]
+    warms = [warm, None if warm is None else warm.interaction]
     out, used = [], set()
-    for op, ref in zip(fast, exact):
+    for op, ref, g, w in zip(fast, exact, goals, warms):
         refine = None if op is ref else ref
-        res = blockwise_lanczos(op, n, refine=refine, max_iter=max_iter, tol=tol, rel_floor=rel_floor)
-        if refine is not None and not res.ends_converged:
-            op, res = ref, blockwise_lanczos(ref, n, max_iter=max_iter, tol=tol, rel_floor=rel_floor)
+        kw = dict(max_iter=max_iter, tol=tol, rel_floor=rel_floor, goal=g, warm=w)
+        res = blockwise_lanczos(op, n, refine=refine, **kw)
+        if refine is not None and not res.answered:  # float64 products, from the float32 run's Ritz vectors
+            spent = res.n_products  # the discarded run's products are counted in the kept one's
+            op, res = ref, blockwise_lanczos(ref, n, **{**kw, "warm": res})
+            res = replace(res, n_products=res.n_products + spent, warm_started=w is not None)
         out.append(res)
         used.add(str(op.dtype).removeprefix("torch."))
     return out[0], out[1] if interaction else None, {**info, "recurrence": ", ".join(sorted(used))}

@@ -1,0 +1,153 @@
+"""``bench_curvature``'s sweep: the paper's estimator against the tracker's exact ends, at several states of training.
+
+At each state (``bench._states``: init, after each epoch) and each row count ``n``, side by side in interleaved
+rounds (medians), each contender building what it needs at the state, as a user would:
+
+    paper         the paper's float32 shifted power iteration (``bench._paper_tracker``; the anchor)
+    ends cold     the tracker's route to ``lambda_min`` and ``lambda_max`` (``blockwise_ends``, no ``|M|``), cold
+    ends warm     the same, each block started from the previous epoch's Ritz vectors on the same probe rows
+    record cold   the tracker's whole record (``measure(path="auto")``: also ``|M|/|H|``, the negative count)
+    record warm   the same, warm-started from the previous epoch's record
+
+The warm starts come from a cold run at the previous snapshot (not timed), as a tracker measuring every epoch holds
+it. Beside each: the products, the errors against the exact spectrum (float64 ``eigvalsh`` of every block), the
+spectral gaps ``(lambda_2 - lambda_1) / max|lambda|`` of the block holding ``lambda_min`` and their median over
+blocks (what sets Lanczos' product count), and the process's peak resident memory after the state.
+"""
+
+from __future__ import annotations
+
+import resource
+
+import torch
+
+from bench._paper_tracker import OneView, one_view_loss, paper_power_iteration
+from bench._util import interleaved_median
+
+BLOCK_BOUND = 1e-8  # the eigenvalue bound asked of the exact ends, relative to the scale
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+
+
+def probe_rows(state, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``z1`` (rows, d): the first view's rows; ``t2`` (rows, k): the other view's embeddings, the targets."""
+    m = state.z.shape[0] // 2
+    return state.z[:rows].double(), state.h[m:m + rows].double()
+
+
+def exact_spectrum(state, rows: int) -> torch.Tensor:
+    """(rows, d): every block's eigenvalues, ascending (float64 ``eigvalsh`` of the closed-form blocks)."""
+    from mini.loss_hessians import PredictorCosineCurvature
+    from scale.engine.heads import mini_head_of
+
+    z1, t2 = probe_rows(state, rows)
+    c = PredictorCosineCurvature(mini_head_of(state.projector), mini_head_of(state.predictor), z1, t2, -0.5 / rows)
+    return torch.cat([torch.linalg.eigvalsh(M + G) for _, M, G in c.blocks()])
+
+
+def cold_runs(state, rows: int) -> dict:
+    """The tracker's cold results at ``state`` (the next snapshot's warm starts)."""
+    from scale.curvature.blocks import blockwise_ends
+    from scale.curvature.tracking import measure
+
+    z1, t2 = probe_rows(state, rows)
+    ends = blockwise_ends(z1, state.projector, OneView(state.predictor, t2), tol=BLOCK_BOUND, interaction=False)[0]
+    _, record = measure(z1, state.projector, OneView(state.predictor, t2), block_diagonal=True, path="auto")
+    return {"ends": ends, "record": record}
+
+
+def compare_state(state, rows: int, repeats: int, warm: dict | None) -> dict:
+    from scale.curvature.blocks import blockwise_ends
+    from scale.curvature.tracking import measure
+
+    z1, t2 = probe_rows(state, rows)
+    eig = exact_spectrum(state, rows)
+    scale = float(eig.abs().max())
+    i = int(eig[:, 0].argmin())
+    gaps = (eig[:, 1] - eig[:, 0]) / scale
+    out = {"state": state.name, "rows": rows, "N": z1.numel(), "scale": scale, "lambda_min": float(eig.min()),
+           "lambda_max": float(eig.max()), "gap_at_min": float(gaps[i]), "gap_median": float(gaps.median())}
+    f32 = one_view_loss(state.projector, state.predictor, t2, torch.float32)
+    loss = OneView(state.predictor, t2)
+    got: dict[str, tuple] = {}
+
+    def ends(name, w):
+        def go():
+            r = blockwise_ends(z1, state.projector, loss, tol=BLOCK_BOUND, interaction=False, warm=w)[0]
+            got[name] = (r.lambda_min, r.lambda_max, r.n_products, r.ends_converged)
+        return go
+
+    def record(name, w):
+        def go():
+            rec, _ = measure(z1, state.projector, loss, block_diagonal=True, path="auto", warm=w)
+            got[name] = (rec["lambda_min"], rec["lambda_max"], rec["n_products"] + rec.get("n_products_M", 0),
+                         rec["converged_min"] and rec["converged_max"])
+        return go
+
+    def paper():
+        got["paper"] = (paper_power_iteration(f32, z1), None, 42, None)
+
+    fns = {"paper": paper, "ends cold": ends("ends cold", None), "record cold": record("record cold", None)}
+    if warm is not None:
+        fns |= {"ends warm": ends("ends warm", warm["ends"]), "record warm": record("record warm", warm["record"])}
+    times = interleaved_median(fns, repeats)
+    for name, t in times.items():
+        lo, hi, products, converged = got[name]
+        out[name] = {"s": t, "ratio": t / times["paper"], "products": products, "converged": converged,
+                     "err_min": abs(lo - out["lambda_min"]) / scale,
+                     "err_max": None if hi is None else abs(hi - out["lambda_max"]) / scale}
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+CONTENDERS = ("paper", "ends cold", "ends warm", "record cold", "record warm")
+LABELS = {"paper": "paper: float32 shifted power iteration (anchor)",
+          "ends cold": "**tracker's exact ends, cold** (`blockwise_ends`)",
+          "ends warm": "**tracker's exact ends, warm** (previous epoch's Ritz vectors)",
+          "record cold": "tracker's whole record, cold (`measure`, also abs(M)/abs(H))",
+          "record warm": "tracker's whole record, warm"}
+
+
+def sweep_table(results: list[dict]) -> list[str]:
+    lines = ["| state | n (N) | gap at lambda_min's block / median | contender | seconds | vs paper | products | "
+             "lambda_min error | lambda_max error | peak RSS after the state |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        for name in CONTENDERS:
+            if name not in r:
+                continue
+            c = r[name]
+            err_max = "-" if c["err_max"] is None else f"{c['err_max']:.1e}"
+            conv = "" if c["converged"] in (None, True) else " (not converged)"
+            lines.append(f"| {r['state']} | {r['rows']} ({r['N']}) | {r['gap_at_min']:.1e} / {r['gap_median']:.1e} | "
+                         f"{LABELS[name]} | {c['s']:.3f} | {c['ratio']:.2f}x | {c['products']}{conv} | "
+                         f"{c['err_min']:.1e} | {err_max} | {r['peak_rss_mb']:.0f} MB |")
+    worst = {}
+    for r in results:
+        for name in CONTENDERS[1:]:
+            if name in r:
+                worst[name] = max(worst.get(name, (0.0, "")), (r[name]["ratio"], f"{r['state']}, n = {r['rows']}"))
+    lines += ["", "Worst ratio to the paper's time over the states and rows: " + "; ".join(
+        f"{name}: {v:.2f}x ({where})" for name, (v, where) in worst.items()) + "."]
+    return lines
+
+
+def sweep(states: list, names: list[str], rows: list[int], repeats: int, log, on_result=None) -> list[dict]:
+    """Every named state at every row count; the warm starts from the snapshot just before each state.
+    ``on_result(results)`` after each point (the caller writes what is done so far)."""
+    results = []
+    for k, state in enumerate(states):
+        if state.name not in names:
+            continue
+        for n in rows:
+            warm = cold_runs(states[k - 1], n) if k > 0 else None
+            results.append(compare_state(state, n, repeats, warm))
+            r = results[-1]
+            log(f"bench_curvature: {state.name}, n = {n}: " + ", ".join(
+                f"{c} {r[c]['ratio']:.2f}x ({r[c]['products']})" for c in CONTENDERS[1:] if c in r))
+            if on_result is not None:
+                on_result(results)
+    return results
+

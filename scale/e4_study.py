@@ -286,44 +286,6 @@ def measure_model(model: nn.Module, cfg, data, probe: ProbeSettings, control_see
     return {p: measure(*heads[p], f, probe, zp) for p in protocols}
 
 
-def _log10(a: float, b: float = 1.0) -> float:
-    return math.log10(a / b) if a > 0 and b > 0 and math.isfinite(a / b) else math.nan
-
-
-ORBIT_PAIRS = (("c_bn_renorm", "f_untrained_bn_renorm"), ("b_raw", "g_untrained_raw_renorm"))  # trained, untrained
-
-
-def orbit_record(protocols: dict[str, dict[str, float]]) -> dict[str, float]:
-    """The ledger's orbit statistics of one seed from ``measure_model``'s protocols (log10 ratios: 0 = no change):
-
-        learned_compression_c_f   log10(compression under c / under f): the trained head against the untrained
-                                  one, both on normalised z with BatchNorm statistics of that input (E4.3
-                                  without protocol a's mismatch); ``learned_compression_b_g``: both on raw z
-        untrained_compression_f   log10 compression of the untrained head under f (near 0: near 1x);
-                                  ``untrained_compression_g`` under g, ``untrained_compression_d`` under the
-                                  paper's protocol (d, as the paper's control)
-        d_intra_factor_P, d_inter_factor_P   log10(D_intra of z / of h), log10(D_inter of z / of h) under P in
-                                  a, b, c, f (each, not only their ratio)
-        kappa_factor_P, kappa_rel_factor_P, step_factor_P   log10 of the paper's kappa h/z, of the size-free
-                                  kappa_rel h/z and of the sweep's step length h/z under P in a, b, c, f
-                                  (kappa_factor = kappa_rel_factor + step_factor in log10)
-
-    A protocol absent from ``protocols`` gives NaN."""
-    nan = {"compression": math.nan}
-
-    def get(p: str, k: str) -> float:
-        return float(protocols.get(p, nan).get(k, math.nan))
-
-    out = {f"learned_compression_{t[0]}_{u[0]}": _log10(get(t, "compression"), get(u, "compression"))
-           for t, u in ORBIT_PAIRS}
-    for p in ("f_untrained_bn_renorm", "g_untrained_raw_renorm", "d_untrained_nobias"):
-        out[f"untrained_compression_{p[0]}"] = _log10(get(p, "compression"))
-    for p in ("a_paper", "b_raw", "c_bn_renorm", "f_untrained_bn_renorm"):
-        for k in ("d_intra_factor", "d_inter_factor", "kappa_factor", "kappa_rel_factor", "step_factor"):
-            out[f"{k}_{p[0]}"] = _log10(get(p, k))
-    return out
-
-
 def one_seed(dataset: str, seed: int, epochs: int | None, data_dir: str | None, probe_images: int | None,
              log: Callable[[str], None], device: torch.device | str = "cpu", extra: tuple[str, ...] = ()
              ) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""scale.geometry.mechanism and the E4 protocol measurements the ledger's mechanism rows read: each statistic
-against a closed form or a hand computation on a tiny instance, each with a negative control.
+"""scale.curvature.mechanism, scale.geometry.mechanism and the E4 protocol measurements the ledger's mechanism
+rows read: each statistic against a closed form or a hand computation on a tiny instance, each with a negative
+control.
 
 Tolerances are relative to the object's own scale (named below).
 """
@@ -13,8 +14,9 @@ import pytest
 import torch
 from torch import nn
 
+from scale.curvature import mechanism as cm
 from scale.engine.train import SSLModel, TrainConfig
-from scale.geometry import mechanism as mech
+from scale.geometry import mechanism as gm
 
 ROUNDOFF = 1e-12  # float64 identities, relative to the scale of the object compared
 SMOOTH_M = 1e-3  # a smooth head's |M| / |H_eff| at a random state is far above round-off (measured ~0.1)
@@ -41,11 +43,11 @@ def views(n: int = 8, seed: int = 1) -> torch.Tensor:
 @pytest.mark.parametrize("head", ["relu2", "linear"])
 def test_relu_and_linear_heads_have_M_exactly_zero_and_smooth_heads_do_not(head):
     model, cfg = simsiam(head)
-    rec = mech.curvature_mechanism(model, cfg, views())
+    rec = cm.curvature_mechanism(model, cfg, views())
     assert rec["M_over_H"] <= ROUNDOFF and rec["M_norm"] <= ROUNDOFF * rec["H_scale"]
     assert rec["lambda_min_M_null"] == 0.0 and rec["negative_M_null"] == 0.0  # M = 0 on null(G) too
     smooth, cfg_s = simsiam(head.replace("relu", "gelu") if head != "linear" else "swish2")  # negative control
-    rec_s = mech.curvature_mechanism(smooth, cfg_s, views())
+    rec_s = cm.curvature_mechanism(smooth, cfg_s, views())
     assert rec_s["M_over_H"] > SMOOTH_M
 
 
@@ -58,7 +60,7 @@ def test_linear_head_G_is_J_transpose_loss_hessian_J_by_hand():
 
     model, cfg = simsiam("linear")
     x = views()
-    rec = mech.curvature_mechanism(model, cfg, x)
+    rec = cm.curvature_mechanism(model, cfg, x)
     W1, W2 = (lin.weight.detach().double() for lin in model.projector.layers)
     with torch.no_grad():
         z, h32, _ = model(x)
@@ -68,7 +70,7 @@ def test_linear_head_G_is_J_transpose_loss_hessian_J_by_hand():
     J = W2 @ W1  # (k, d)
     G = J.T @ HL @ J  # (n, d, d)
     eig = torch.linalg.eigvalsh(0.5 * (G + G.transpose(1, 2)))
-    by_hand = mech.inertia(eig)
+    by_hand = cm.inertia(eig)
     scale = by_hand["scale"]
     assert abs(rec["lambda_min_G_rel"] - by_hand["min_rel"]) <= 1e-9
     assert abs(rec["lambda_max_G_rel"] - by_hand["max_rel"]) <= 1e-9
@@ -83,14 +85,14 @@ def test_inertia_and_null_restriction_on_hand_built_blocks():
     G = torch.diag(torch.tensor([3.0, -1.0, 0.0, 0.0], dtype=torch.float64))[None]
     M = torch.tensor([[5.0, 1.0, 0.0, 2.0], [1.0, 5.0, 0.5, 0.0], [0.0, 0.5, -2.0, 1.0], [2.0, 0.0, 1.0, 1.0]],
                      dtype=torch.float64)[None]
-    i = mech.inertia(torch.linalg.eigvalsh(G))
+    i = cm.inertia(torch.linalg.eigvalsh(G))
     assert (i["negative"], i["zero"], i["positive"], i["min_rel"], i["max_rel"]) == (1.0, 2.0, 1.0, -1 / 3, 1.0)
-    dims, mins, resid = mech.null_restricted(G, M, G + M, scale_G=3.0)
+    dims, mins, resid = cm.null_restricted(G, M, G + M, scale_G=3.0)
     # null(G) = span(e3, e4): M restricted there is [[-2, 1], [1, 1]], lambda_min = (-1 - sqrt(13)) / 2
     assert dims[0] == 2 and mins[0] == pytest.approx((-1 - math.sqrt(13)) / 2, rel=ROUNDOFF)
     assert resid[0] <= ROUNDOFF
     # negative control: a nonsingular G has no null space, so nothing is restricted
-    dims, mins, _ = mech.null_restricted(G + torch.diag(torch.tensor([0.0, 0.0, 1.0, 1.0]))[None].double(), M, M,
+    dims, mins, _ = cm.null_restricted(G + torch.diag(torch.tensor([0.0, 0.0, 1.0, 1.0]))[None].double(), M, M,
                                          scale_G=3.0)
     assert dims[0] == 0 and mins[0] == math.inf
 
@@ -106,14 +108,14 @@ def test_rho_vanishes_at_simsiams_trivial_minimum_and_not_elsewhere():
     model, cfg = simsiam("gelu2", k=8, predictor="linear")
     x = views(n=6)
     same = torch.cat([x[:6], x[:6]])  # view 2 = view 1
-    rec = mech.residual_record(model, cfg, same)
-    assert rec["rho_nonzero"] == 1.0 and rec["rho_rel"] > 100 * mech.RHO_FLOOR
+    rec = cm.residual_record(model, cfg, same)
+    assert rec["rho_nonzero"] == 1.0 and rec["rho_rel"] > 100 * cm.RHO_FLOOR
     with torch.no_grad():
         for lin in model.predictor.layers:
             lin.weight.copy_(torch.eye(8))
             if lin.bias is not None:
                 lin.bias.zero_()
-    rec = mech.residual_record(model, cfg, same)
+    rec = cm.residual_record(model, cfg, same)
     assert rec["loss"] == pytest.approx(-1.0, abs=ROUNDOFF)
     assert rec["rho_rel"] <= 1e-6 and rec["rho_nonzero"] == 0.0
 
@@ -123,7 +125,7 @@ def test_rho_rel_is_the_loss_sensitivity_by_hand():
 
     model, cfg = simsiam("swish2")
     x = views()
-    rec = mech.residual_record(model, cfg, x)
+    rec = cm.residual_record(model, cfg, x)
     with torch.no_grad():
         _, h, _ = model(x)
     H = h.double().requires_grad_(True)
@@ -142,32 +144,32 @@ def test_collapsed_start_collapses_h_std_where_pseudo_collapse_does_not():
 
     x = views(n=16)
     model, cfg = simsiam("linear")
-    normal = mech.residual_record(model, cfg, x)["h_std"]
+    normal = cm.residual_record(model, cfg, x)["h_std"]
     pseudo, _ = simsiam("linear")
     collapse_init_(pseudo.projector)
-    assert mech.residual_record(pseudo, cfg, x)["h_std"] == pytest.approx(normal, rel=1e-5)
+    assert cm.residual_record(pseudo, cfg, x)["h_std"] == pytest.approx(normal, rel=1e-5)
 
     W = model.projector.layers[0].weight.detach().clone()
     with torch.no_grad():
         z, _, _ = model(x)
     u = z.mean(0) / z.mean(0).norm()
-    out = mech.collapsed_start_(model, x, eps=0.0)
+    out = gm.collapsed_start_(model, x, eps=0.0)
     assert 0 < out["u_share"] <= 1
-    assert mech.residual_record(model, cfg, x)["h_std"] <= 1e-6 * normal
+    assert cm.residual_record(model, cfg, x)["h_std"] <= 1e-6 * normal
     W_new = model.projector.layers[0].weight.detach()
     assert torch.allclose(W_new @ u, W @ u, atol=1e-6 * float(W.norm()))
 
     eps_model, _ = simsiam("relu2")
-    mech.collapsed_start_(eps_model, x, eps=0.1)
+    gm.collapsed_start_(eps_model, x, eps=0.1)
     w = torch.randn(z.shape[1])
     w = w - (w @ u) * u  # orthogonal to u
     W0 = simsiam("relu2")[0].projector.layers[0].weight.detach()
     assert torch.allclose(eps_model.projector.layers[0].weight.detach() @ w, 0.1 * (W0 @ w), atol=1e-5)
-    start = mech.start_record({"h_std": 0.1, "rho_rel": 1.0, "rho_nonzero": 1.0},
+    start = gm.start_record({"h_std": 0.1, "rho_rel": 1.0, "rho_nonzero": 1.0},
                               {"h_std": 0.001, "rho_rel": 0.5, "rho_nonzero": 1.0})
     assert start["log10_std_ratio"] == pytest.approx(-2.0) and start["rho_nonzero_collapsed"] == 1.0
     with pytest.raises(ValueError, match="eps must be in"):
-        mech.collapsed_start_(model, x, eps=1.0)
+        gm.collapsed_start_(model, x, eps=1.0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -187,7 +189,7 @@ def test_parameter_drift_and_timescale_by_hand():
         model.backbone.weight.fill_(2.0)  # |w| = sqrt(48)
     state = State()
     state.model, state.history = model, []
-    hook = mech.ParameterDrift()
+    hook = gm.ParameterDrift()
     hook.on_fit_start(state)
     with torch.no_grad():
         model.projector.weight[0, 0] += 0.6
@@ -201,10 +203,10 @@ def test_parameter_drift_and_timescale_by_hand():
     history = [{"drift_head": 0.1, "drift_backbone": 0.01, "rel_update_head": 1.0, "rel_update_backbone": 1.0},
                {"drift_head": 0.1, "drift_backbone": 0.001},
                {"drift_head": 0.001, "drift_backbone": 0.01}]
-    ts = mech.timescale_record(history)
+    ts = gm.timescale_record(history)
     assert ts["log10_drift_ratio"] == pytest.approx(1.0) and ts["head_faster"] == pytest.approx(2 / 3)
     assert ts["log10_update_ratio"] == 0.0
-    assert all(math.isnan(v) for v in mech.timescale_record([{"loss": 1.0}]).values())  # negative control
+    assert all(math.isnan(v) for v in gm.timescale_record([{"loss": 1.0}]).values())  # negative control
 
 
 # --------------------------------------------------------------------------------------------
@@ -223,15 +225,15 @@ def test_rotation_tangent_of_an_invariant_head_has_zero_gain():
     g = torch.Generator().manual_seed(0)
     Z = torch.randn(5, 4, generator=g, dtype=torch.float64)
     V = torch.stack([-Z[:, 1], Z[:, 0], torch.zeros(5, dtype=torch.float64), torch.zeros(5, dtype=torch.float64)], 1)
-    f = mech.head_map(RadialHead(), "raw")
-    gains = mech.tangent_gains(f, Z, V)
+    f = gm.head_map(RadialHead(), "raw")
+    gains = gm.tangent_gains(f, Z, V)
     assert np.all(np.abs(gains) <= ROUNDOFF)
     # negative control: a linear head A, gain = (v^T A^T A v / |v|^2) / (tr A^T A / d) by hand (h unnormalised)
     A = torch.randn(3, 4, generator=g, dtype=torch.float64)
     lin = lambda z: A @ z  # noqa: E731
     G = A.T @ A
     by_hand = [float(v @ G @ v / (v @ v)) / float(torch.trace(G) / 4) for v in V]
-    assert mech.tangent_gains(lin, Z, V) == pytest.approx(by_hand, rel=ROUNDOFF)
+    assert gm.tangent_gains(lin, Z, V) == pytest.approx(by_hand, rel=ROUNDOFF)
     assert min(by_hand) > 1e-3
 
 
@@ -245,11 +247,11 @@ def test_tangent_gain_record_on_a_tiny_model():
     yy, xx = torch.meshgrid(torch.linspace(-1, 1, 16), torch.linspace(-1, 1, 16), indexing="ij")
     blob = torch.exp(-((xx - 0.3) ** 2 + (yy + 0.2) ** 2) / 0.2)  # a smooth off-centre image
     images = torch.stack([blob, blob.T, 1 - blob])[None].repeat(2, 1, 1, 1)
-    rec = mech.tangent_gain_record(model.backbone, model.projector, images, standardize([0.5] * 3, [0.25] * 3, "cpu"))
+    rec = gm.tangent_gain_record(model.backbone, model.projector, images, standardize([0.5] * 3, [0.25] * 3, "cpu"))
     assert set(rec) == {"tangent_gain", "log10_tangent_gain", "tangent_below_random", "tangent_rel", "fd_error"}
     assert rec["tangent_gain"] > 0 and rec["tangent_rel"] > 0 and 0 <= rec["fd_error"] < 1
     with pytest.raises(ValueError, match="head_input"):
-        mech.head_map(model.projector, "other")
+        gm.head_map(model.projector, "other")
 
 
 # --------------------------------------------------------------------------------------------
@@ -259,13 +261,13 @@ def test_tangent_gain_record_on_a_tiny_model():
 
 def test_depth_trend_against_least_squares():
     ys = {1: 2.0, 2: 7.0, 3: 3.0}
-    rec = mech.depth_trend(ys)
+    rec = gm.depth_trend(ys)
     assert rec["slope"] == pytest.approx(np.polyfit([1, 2, 3], [2, 7, 3], 1)[0], rel=ROUNDOFF)
     assert rec["slope"] == pytest.approx((3.0 - 2.0) / 2) and rec["second_difference"] == -9.0
     assert rec["monotone"] == 0.0
-    assert mech.depth_trend({1: 3.0, 2: 2.0, 3: -1.0})["monotone"] == -1.0
-    assert mech.depth_trend({1: 1.0, 3: 2.0})["second_difference"] != mech.depth_trend({1: 1.0, 3: 2.0})["slope"]
-    assert math.isnan(mech.depth_trend({1: 1.0, 2: math.nan})["slope"])  # one finite value: no trend
+    assert gm.depth_trend({1: 3.0, 2: 2.0, 3: -1.0})["monotone"] == -1.0
+    assert gm.depth_trend({1: 1.0, 3: 2.0})["second_difference"] != gm.depth_trend({1: 1.0, 3: 2.0})["slope"]
+    assert math.isnan(gm.depth_trend({1: 1.0, 2: math.nan})["slope"])  # one finite value: no trend
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,7 +291,7 @@ def test_sweep_step_makes_kappa_free_of_the_orbit_size():
 
 
 def test_orbit_record_by_hand():
-    from scale.e4_study import orbit_record
+    from scale.geometry.mechanism import orbit_record
 
     base = {"compression": 1.0, "d_intra_factor": 10.0, "d_inter_factor": 0.1, "kappa_factor": 4.0,
             "kappa_rel_factor": 2.0, "step_factor": 2.0}

@@ -394,3 +394,24 @@ def test_sigterm_stops_the_ledger_with_exit_code_130(tmp_path):
     assert list((out / "units").glob("*.json"))
     time.sleep(1.0)
     assert _processes_of(out) == [] or sys.platform != "linux"
+
+
+def test_mechanism_readers_by_hand():
+    """E5's depth slope (x = 1, 2, 3: (y3 - y1) / 2), the mechanism record at the start and the end of a run, and a
+    section of a unit's record; absent values are NaN."""
+    res = {f"E5-depth{d}-s0": {"status": "finished", "protocols": {"b_raw": {"rot_linear_h": h, "rot_linear_z": 0.5}}}
+           for d, h in ((1, 0.50), (2, 0.46), (3, 0.40))}
+    slope = rd.depth_slope(res, 0, lambda name: rd.gap(res, name, "b_raw", "rot_linear"))
+    assert math.isclose(slope, (-10.0 - 0.0) / 2)
+    del res["E5-depth2-s0"]
+    assert math.isnan(rd.depth_slope(res, 0, lambda name: rd.gap(res, name, "b_raw", "rot_linear")))
+    run = {"status": "finished", "timescale": {"log10_drift_ratio": 2.5},
+           "curvature": [{"epoch": 0, "mechanism": {"rho_rel": 0.3}}, {"epoch": 5, "mechanism": {"rho_rel": 1e-6}}]}
+    res = {"E1-gelu2-bn0-lr0.05-collapsed-s0": run}
+    assert rd.section(res, "E1-gelu2-bn0-lr0.05-collapsed-s0", "timescale", "log10_drift_ratio") == 2.5
+    assert math.isnan(rd.section(res, "E1-gelu2-bn0-lr0.05-collapsed-s0", "tangent", "log10_tangent_gain"))
+    assert rd.mechanism_at(res, "E1-gelu2-bn0-lr0.05-collapsed-s0", "rho_rel", "start") == 0.3
+    assert rd.mechanism_at(res, "E1-gelu2-bn0-lr0.05-collapsed-s0", "rho_rel", "end") == 1e-6
+    m8 = next(c for c in CLAIMS if c.id == "M.8")
+    assert math.isclose(m8.value(res, 0), -6.0)  # rho_rel 1e-6 at the end: below the floor 1e-3 (log10 -3)
+    assert m8.rule.outcome(-6.5, -5.5) == "fails"

@@ -42,6 +42,10 @@ PROBE_PAIRS = 16  # view pairs of the curvature probe (32 rows), as scale.curvat
 PROBE_SEED = 2024  # the curvature probe's views, fixed for a run
 RANGE_FLOOR = 1e-6  # Section 3: eigenvalues below this fraction of a block's largest |eigenvalue| count as flat
 CONTROL_SEED = 12345  # the untrained heads' seed offset (scale.geometry.measure's)
+# E1's pseudo-collapsed start, then collapsed in the measured statistic (scale.geometry.mechanism.collapsed_start_:
+# the head reads z along its mean direction plus 1e-3 of the rest); the paper's x 0.1 alone leaves h std unchanged
+E1_COLLAPSE = "mean direction, eps 1e-3"
+TANGENT_IMAGES = 64  # E5: test images whose rotation tangents measure Proposition 5.2
 
 # Cost model (module docstring). Seconds per epoch, digits, CPU, 1 thread: the v1 ledger's median seconds / epochs.
 SECONDS_PER_EPOCH = {"E1": 3.3, "E2": 2.7, "E3E4": 4.2, "E5": 3.1}
@@ -132,7 +136,8 @@ def plan_units(dataset: str, seeds: int, quick: bool, data_dir: str | None = Non
                 name = f"E1-{lab['head']}-bn{int(lab['bn'])}-lr{lab['lr']:g}"
                 a = argv_of(run, seed)
                 by_seed[seed].append(Unit(f"{name}-collapsed-s{seed}", "E1", seed, a, run.paper,
-                                          dict(lab, init="collapsed"), curv, epochs_in(a)))
+                                          dict(lab, init="collapsed"), dict(curv, collapse=E1_COLLAPSE),
+                                          epochs_in(a)))
                 if (lab["bn"], lab["lr"]) in E1_NORMAL_START:
                     a = argv_of(run, seed, "--init", "normal")
                     by_seed[seed].append(Unit(f"{name}-normal-s{seed}", "E1", seed, a, dict(run.paper, init="normal"),
@@ -151,7 +156,8 @@ def plan_units(dataset: str, seeds: int, quick: bool, data_dir: str | None = Non
             for run in plan(dataset, "resnet18", False, ("E5",), seeds=1, epochs=ep["E5"]):
                 a = argv_of(run, seed)
                 by_seed[seed].append(Unit(f"E5-depth{run.labels['depth']}-s{seed}", "E5", seed, a, run.paper,
-                                          dict(run.labels), probes, epochs_in(a)))
+                                          dict(run.labels), dict(probes, tangent_images=TANGENT_IMAGES),
+                                          epochs_in(a)))
     return [u for s in range(seeds) for u in by_seed[s]]
 
 

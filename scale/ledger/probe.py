@@ -81,12 +81,17 @@ class LedgerProbe(Hook):
     ``curvature_record`` at the start and at the end (``every="ends"``) or after every epoch (``"epoch"``), on
     ``pairs`` view pairs of the first training images drawn once (seed ``PROBE_SEED``). With
     ``covariance``, also the unclamped extreme eigenvalues of the covariance of normalised z on the trainer's
-    probe images (the paper's E2 statistics and their 1e-7 clamp)."""
+    probe images (the paper's E2 statistics and their 1e-7 clamp). With ``mechanism``, at the start and at the end
+    also ``scale.curvature.mechanism``'s record (M, G's inertia, M on null(G), rho and the loss); with ``collapse``,
+    the paper's pseudo-collapsed start is then collapsed in the measured statistic
+    (``scale.geometry.mechanism.collapsed_start_``), its h std before that kept as ``h_std_paper_start``."""
 
-    def __init__(self, trainer, every: str, covariance: bool = False, pairs: int = PROBE_PAIRS) -> None:
+    def __init__(self, trainer, every: str, covariance: bool = False, pairs: int = PROBE_PAIRS,
+                 mechanism: bool = False, collapse: bool = False) -> None:
         if every not in ("ends", "epoch"):
             raise ValueError(f"every must be 'ends' or 'epoch', got {every!r}")
         self.trainer, self.every, self.covariance, self.pairs = trainer, every, covariance, pairs
+        self.mechanism, self.collapse = mechanism, collapse
         self.x = None
         self.start: dict[str, Any] = {}
         self.records: list[dict[str, Any]] = []
@@ -108,8 +113,17 @@ class LedgerProbe(Hook):
         rec = {"epoch": epoch, **curvature_record(state.model, state.config, self.x)}
         if epoch > 0 and self.covariance:
             rec.update({k: v for k, v in self._stats(state).items() if k.startswith("z_cov")})
+        if self.mechanism and (epoch == 0 or epoch == state.config.epochs):
+            rec["mechanism"] = self._mechanism(state)
         self.records.append(rec)
         self.seconds += time.perf_counter() - t0
+
+    def _mechanism(self, state) -> dict[str, Any]:
+        """``scale.curvature.mechanism``'s record at this state: eq. (1)'s M, G's inertia, M on null(G), rho."""
+        from scale.curvature.mechanism import curvature_mechanism, residual_record
+
+        return {**curvature_mechanism(state.model, state.config, self.x),
+                **residual_record(state.model, state.config, self.x)}
 
     def on_fit_start(self, state) -> None:
         import torch
@@ -117,12 +131,16 @@ class LedgerProbe(Hook):
         tr = self.trainer
         with torch.random.fork_rng(devices=[]):  # the training's own random stream stays untouched
             self.x = tr.augment.views(tr.train_x[:self.pairs], seed=PROBE_SEED)
-        self.start = {"epoch": 0, **self._stats(state)}
+        collapsed: dict[str, Any] = {}
+        if self.collapse:  # the paper's start (weights x 0.1), then collapsed in the measured statistic
+            from scale.geometry.mechanism import collapsed_start_
+
+            before = self._stats(state)
+            collapsed = {"h_std_paper_start": before["h_std"], **collapsed_start_(state.model, state.probe_x)}
+        self.start = {"epoch": 0, **self._stats(state), **collapsed}
         self._measure(state, 0)
         self.records[-1].update({k: v for k, v in self.start.items() if k.startswith("z_cov")})
 
     def on_epoch_end(self, state) -> None:
         if self.every == "epoch" or state.epoch + 1 == state.config.epochs:
             self._measure(state, state.epoch + 1)
-
-

@@ -170,3 +170,26 @@ def start_h_std(res: Results, name: str) -> float:
     """E1: the h std before training (the start's collapse in the measured statistic)."""
     r = _unit(res, name)
     return r["start"]["h_std"] if r else math.nan
+
+
+def section(res: Results, name: str, part: str, key: str) -> float:
+    """``record[part][key]`` of a unit (``part``: start, timescale, tangent, tangent_untrained), NaN if absent."""
+    r = _unit(res, name)
+    v = ((r or {}).get(part) or {}).get(key)
+    return float(v) if isinstance(v, (int, float)) else math.nan
+
+
+def mechanism_at(res: Results, name: str, key: str, at: str = "start") -> float:
+    """``scale.curvature.mechanism``'s ``key`` at the start (epoch 0) or the end (the last record) of a run."""
+    recs = [c for c in curvature(res, name) if c.get("mechanism")]
+    if not recs:
+        return math.nan
+    rec = recs[0] if at == "start" else recs[-1]
+    if at == "end" and rec["epoch"] == 0:
+        return math.nan
+    v = rec["mechanism"].get(key)
+    return float(v) if isinstance(v, (int, float)) else math.nan
+
+
+def log10_of_value(v: float) -> float:
+    return math.log10(v) if math.isfinite(v) and v > 0 else math.nan

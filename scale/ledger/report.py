@@ -27,11 +27,16 @@ def _cell(est: dict[str, Any]) -> str:
     return cell(Estimate(**est))
 
 
+def md(text: str) -> str:
+    """Text for a table cell: a ``|`` of the math (``|M| / |H_eff|``) would end the cell."""
+    return str(text).replace("|", "\\|")
+
+
 def row_cells(row: dict[str, Any]) -> str:
-    ctrl = "; ".join(f"{c['label']}{' (protocol)' if c['protocol'] else ''}: {_cell(c['interval'])}"
+    ctrl = "; ".join(f"{md(c['label'])}{' (protocol)' if c['protocol'] else ''}: {_cell(c['interval'])}"
                      for c in row["control_results"]) or "-"
     pr = row["premise_result"]
-    premise = "-" if pr is None else f"{row['premise']['text']}: {_cell(pr['interval'])} ({pr['outcome']})"
+    premise = "-" if pr is None else f"{md(row['premise']['text'])}: {_cell(pr['interval'])} ({pr['outcome']})"
     verdict = row["verdict"]
     if row["contradicting"] and verdict.startswith("reproduced only"):
         verdict += f" (contradicted by: {', '.join(row['contradicting'])})"
@@ -41,10 +46,10 @@ def row_cells(row: dict[str, Any]) -> str:
         f"{row['seeds_needed']}" if row["seeds_needed"] else f"> {SEEDS_CAP} (or no spread yet)")
     holm = "-" if not math.isfinite(row["p_holm"]) else f"{row['verdict_holm']} (p {row['p_holm']:.2g})"
     file, line, _ = row["source"]
-    return (f"| {row['id']} {row['claim']} | [{file}:{line}](../../{file}#L{line}) | {row['paper']} | "
-            f"{row['statistic']} ({row['unit']}) | {_cell(row['interval'])} | {ctrl} | {premise} | "
+    return (f"| {row['id']} {md(row['claim'])} | [{file}:{line}](../../{file}#L{line}) | {md(row['paper'])} | "
+            f"{md(row['statistic'])} ({row['unit']}) | {_cell(row['interval'])} | {ctrl} | {premise} | "
             f"{row['rule_text']} | {verdict} | {holm} | {row['stability']} | {needed} | {row['transfer'][0]}: "
-            f"{row['transfer'][1]} |")
+            f"{md(row['transfer'][1])} |")
 
 
 TABLE_HEAD = ("| claim | tests | paper | statistic (unit) | ours: mean [95 % interval] (n) | controls | premise | "
@@ -200,10 +205,10 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
         L.append("")
     L += ["## Alternatives considered (secondary rows, outside every tally)", "",
           "| claim | alternative | statistic | rule | ours | verdict |", "|---|---|---|---|---|---|"]
-    L += [f"| {r['id']} | {a['label']} | {a['statistic']} | {a['rule']} | {_cell(a['interval'])} | {a['verdict']} |"
-          for r in rows for a in r["alternative_results"]]
+    L += [f"| {r['id']} | {md(a['label'])} | {md(a['statistic'])} | {a['rule']} | {_cell(a['interval'])} | "
+          f"{a['verdict']} |" for r in rows for a in r["alternative_results"]]
     L += ["", "## What was known when each rule was written", "", "| claim | known |", "|---|---|"]
-    L += [f"| {r['id']} | {r['known'] or '-'} |" for r in rows]
+    L += [f"| {r['id']} | {md(r['known']) or '-'} |" for r in rows]
     det = [] if reg.get("v1") else determinism(store_dir or out, settings, res)
     L += ["", "## Determinism: the same units at another thread count, device or repeat", ""]
     L += (["| claim | compared | seeds | largest difference | per seed |", "|---|---|---|---|---|", *det] if det else

@@ -21,8 +21,8 @@ from scale.ledger.claims import e1, e2, e3e4, e5, mechanism, project
 from scale.ledger.claims.base import MECHANISM, PAPER, PROJECT, Claim
 from scale.ledger.plan import digest
 
-CLAIMS: tuple[Claim, ...] = (*e1.CLAIMS, *e2.CLAIMS, *e3e4.CLAIMS, *e5.CLAIMS, *e2.MECHANISM_CLAIMS,
-                             *e3e4.MECHANISM_CLAIMS, *mechanism.CLAIMS, *project.CLAIMS)
+_MECHANISM = sorted((*e2.MECHANISM_CLAIMS, *e3e4.MECHANISM_CLAIMS, *mechanism.CLAIMS), key=lambda c: int(c.id[2:]))
+CLAIMS: tuple[Claim, ...] = (*e1.CLAIMS, *e2.CLAIMS, *e3e4.CLAIMS, *e5.CLAIMS, *_MECHANISM, *project.CLAIMS)
 TABLES = (PAPER, MECHANISM, PROJECT)
 # E6 is not run here: the pretrained checkpoints cannot be fetched offline (``python -m scale.pretrained``).
 NOT_RUN = {"E6": ("DINO heads compress orbits, VICReg / Barlow Twins heads expand them", "compressor / expander",

@@ -11,9 +11,10 @@ In pieces: ``--experiments E1,E2`` runs only those experiments' units, ``--epoch
 changes the plan's epochs (another plan), ``--budget-s S`` starts no unit after S seconds, ``--shard K/N`` runs
 every N-th unit from the K-th; invocations of one plan share its store in ``OUT`` (one file per unit, written
 once), so they can run at once or one after another, and none loses another's units. ``--dry-run`` lists the
-units with an estimated cost for any device (no CUDA needed) and writes nothing. ``--report-only`` rebuilds
-the views (``OUT/results.json``, ``OUT/report.md``); ``--plan v1 --report-only`` those of the first ledger's
-units (converted from its results.json) under today's rules, in ``OUT/v1-reread/``. ``--amend REASON`` logs a change
+units with an estimated cost for any device (no CUDA needed) and writes nothing. ``--register-only``
+registers the plan (rules' hash, code commit) and runs nothing. ``--report-only`` rebuilds the views
+(``OUT/results.json``, ``OUT/report.md``); ``--plan v1 --report-only`` those of the first ledger's units
+(converted from its results.json) under today's rules, in ``OUT/v1-reread/``. ``--amend REASON`` logs a change
 of the rules after registration; without it a changed rule is refused. ``--repeat K`` runs the same units
 again as another plan (the run-to-run spread; ``--threads 2`` likewise gives the thread-to-thread spread):
 the report compares them.
@@ -77,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=0, help="the same units again as another plan (run-to-run spread)")
     p.add_argument("--amend", metavar="REASON", help="log a change of the rules since registration, with its reason")
     p.add_argument("--report-only", action="store_true", help="rebuild the views from the store, run nothing")
+    p.add_argument("--register-only", action="store_true", help="register the plan (its rules' hash and the code "
+                   "commit) in OUT and write results.json with the registration; run nothing")
     p.add_argument("--plan", help="with --report-only: the registered plan to view (e.g. v1; default: this "
                    "command's)")
     p.add_argument("--dry-run", action="store_true", help="list the units with an estimated cost on --device and "
@@ -198,6 +201,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.report_only:
             return report_only(args, settings)
         pid = runner.plan_id(settings)
+        if args.register_only:
+            reg = runner.register(out, settings, args.command, args.amend)
+            report.write(out, reg, store.amendments(out, pid), {}, [], with_report=False)
+            print(f"scale.replicate: plan {pid} registered in {out / 'registrations'} (rules {reg['rules_hash'][:12]}, "
+                  f"code {reg['code_commit']})")
+            return 0
 
         def views(full: bool = False) -> None:
             reg = store.registration(out, pid)

@@ -40,13 +40,13 @@ def row_cells(row: dict[str, Any]) -> str:
     verdict = row["verdict"]
     if row["contradicting"] and verdict.startswith("reproduced only"):
         verdict += f" (contradicted by: {', '.join(row['contradicting'])})"
-    if verdict == "not measurable" and row["degenerate"]:
-        verdict += f" ({row['degenerate']})"
+    if verdict == "not measurable":
+        verdict += f" ({md(row['degenerate'] or 'no seed gave a value: the units lack this measurement')})"
     needed = "-" if row["verdict"] != "inconclusive" else (
         f"{row['seeds_needed']}" if row["seeds_needed"] else f"> {SEEDS_CAP} (or no spread yet)")
     holm = "-" if not math.isfinite(row["p_holm"]) else f"{row['verdict_holm']} (p {row['p_holm']:.2g})"
-    file, line, _ = row["source"]
-    return (f"| {row['id']} {md(row['claim'])} | [{file}:{line}](../../{file}#L{line}) | {md(row['paper'])} | "
+    file, line, phrase = row["source"]
+    return (f"| {row['id']} {md(row['claim'])} | {file}:{line} \"{md(phrase)}\" | {md(row['paper'])} | "
             f"{md(row['statistic'])} ({row['unit']}) | {_cell(row['interval'])} | {ctrl} | {premise} | "
             f"{row['rule_text']} | {verdict} | {holm} | {row['stability']} | {needed} | {row['transfer'][0]}: "
             f"{md(row['transfer'][1])} |")
@@ -169,7 +169,9 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
     if reg.get("v1"):
         L += ["> v1 data read under today's rules: these units ran under the first ledger's rules (`v1`, no hash "
               "recorded), and today's rules were written after seeing them. Not a registered test: a view of old "
-              "data in the new categories.", ""]
+              "data in the new categories. Rows that read a measurement v1 did not take (E1's start collapsed in "
+              "h std, rho, M on null(G), parameter drift, protocols f and g, the size-free kappa, the tangent gain) "
+              "are 'not measurable' here for that reason.", ""]
     if quick:
         L += [f"> {BANNER}. A --quick ledger runs tiny models for 1-4 epochs to check that every part works; its "
               "numbers are not comparable with the paper's and its verdicts are not findings.", ""]

@@ -78,6 +78,14 @@ def check_rules(out: Path, pid: str, reg: dict[str, Any], amend: str | None) -> 
     return store.amendments(out, pid)
 
 
+def register(out: Path, settings: dict[str, Any], command: str, amend: str | None) -> dict[str, Any]:
+    """The plan's registration (written now if there is none) after checking the rules against it."""
+    pid = plan_id(settings)
+    reg = store.register(out, pid, registration_record(settings, command))
+    check_rules(out, pid, reg, amend)
+    return reg
+
+
 def expected_keys(settings: dict[str, Any], seeds: int) -> dict[str, str]:
     units = plan.plan_units(settings["dataset"], seeds, settings["quick"],
                             epochs={k: v for k, v in settings["epochs"].items() if v is not None})
@@ -115,8 +123,7 @@ def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Call
     if not todo:
         return
     data = load_dataset(args.dataset, args.data_dir, image_size=16 if args.dataset == "digits" else None)
-    reg = store.register(out, pid, registration_record(settings, args.command))
-    check_rules(out, pid, reg, args.amend)
+    register(out, settings, args.command, args.amend)
     on_change()  # the registration is in results.json before the first unit runs
     commit = code_commit()
     probe_flag = ["--probe-images", str(settings["probe_images"])] if settings["probe_images"] != plan.PROBE_IMAGES \

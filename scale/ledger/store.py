@@ -9,9 +9,10 @@ r"""The ledger's store: one immutable file per unit, registrations and amendment
                                       its name, where it ran, the hash of everything that shapes its numbers)
     OUT/results.json, OUT/report.md   views of one plan, rebuilt from the files above at every change
 
-Every file is written to a temporary name and linked to its final name (``os.link`` fails if the name exists),
-so it appears whole or not at all and is never replaced; nothing here deletes a file but its own temporary
-one. Shards and reruns with other ``--seeds`` or ``--experiments`` add files and lose none, without a lock. A
+Every store file is written to a temporary name and linked to its final name (``os.link`` fails if the name
+exists), so it appears whole or not at all and is never replaced (``mini.atomic``'s writer replaces, so the
+write-once primitive lives here); the views go through ``mini.atomic``. Nothing here deletes a file but its own
+temporary one. Shards and reruns with other ``--seeds`` or ``--experiments`` add files and lose none, without a lock. A
 unit file of another plan, or whose key no longer matches the plan's unit (the code changed the unit), is
 left alone and listed by the view as ignored.
 
@@ -55,16 +56,13 @@ def write_once(path: Path, obj: Any) -> bool:
 
 
 def replace_view(path: Path, text: str) -> None:
-    """A view (results.json, report.md): rebuilt from the store, replaced atomically (``os.replace``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """A view (results.json, report.md): rebuilt from the store, replaced through the project's one atomic writer
+    (``mini.atomic``); never through a symbolic link."""
+    from mini.atomic import atomic_write_text
+
     if path.is_symlink():
         raise StoreError(f"{path} is a symbolic link; the ledger writes no view through one: move it away")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "x", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 def read_json(path: Path) -> Any:

@@ -415,3 +415,13 @@ def test_mechanism_readers_by_hand():
     m8 = next(c for c in CLAIMS if c.id == "M.8")
     assert math.isclose(m8.value(res, 0), -6.0)  # rho_rel 1e-6 at the end: below the floor 1e-3 (log10 -3)
     assert m8.rule.outcome(-6.5, -5.5) == "fails"
+
+
+def test_budget_stops_starting_units_and_the_next_invocation_continues(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(plan, "plan_units", _only([ONE_UNIT]))
+    out = tmp_path / "ledger"
+    assert R.main(["--quick", "--seeds", "1", "--budget-s", "0", "--out", str(out)]) == 0
+    assert "--budget-s 0 spent; 1 units left" in capsys.readouterr().out
+    assert not _unit_files(out) and json.loads((out / "results.json").read_text())["registration"]
+    assert R.main(["--quick", "--seeds", "1", "--out", str(out)]) == 0
+    assert len(_unit_files(out)) == 1

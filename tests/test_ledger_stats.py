@@ -78,6 +78,15 @@ def test_wilson_interval_of_fractions_by_hand_and_inside_zero_one():
         estimate("median", [1.0, 2.0])
 
 
+def test_nonnegative_interval_is_the_t_interval_cut_at_zero():
+    v = [0.0, 0.1, 0.9]
+    t = interval(v)
+    cut = estimate("nonnegative", v)
+    assert t.low < 0 and cut.low == 0.0 and cut.high == t.high and cut.value == t.value
+    loss = [-1.0, -0.9999, -0.99]  # a negative cosine: the interval stays inside [-1, 1]
+    assert interval(loss).low < -1.0 and estimate("cosine", loss).low == -1.0
+
+
 def test_p_value_is_scipys_t_test_and_fisher_z_test():
     values = [0.3, -0.1, 0.8, 0.5, 0.2]
     for bar in (0.0, 0.1, -0.4):

@@ -146,8 +146,8 @@ def _e2_table(res: Results) -> list[str]:
             return cell(estimate("fraction", [sum(bool(c[key]) for c in cs) / len(cs) if cs else math.nan
                                               for cs in recs]))
 
-        med = cell(estimate("mean", [sorted(c["M_over_H"] for c in cs)[len(cs) // 2] if cs else math.nan
-                                     for cs in recs]))
+        med = cell(estimate("nonnegative", [sorted(c["M_over_H"] for c in cs)[len(cs) // 2] if cs else math.nan
+                                            for cs in recs]))
         L.append(f"| {init}/{head} | {frac('negative')} | {frac('negative_G')} | {frac('loss_indefinite')} | "
                  f"{frac('power_negative')} | {med} |")
     return L

@@ -5,6 +5,9 @@ are the independent units; a seed whose value is not finite (a diverged run, a d
 out and counted. Three kinds of interval, each at ``LEVEL``:
 
     "mean"         mean +- t_{1-a/2, n-1} s / sqrt(n)                           Student t (unbounded values)
+    "nonnegative"  the t interval intersected with [0, inf)                     a ratio of norms
+    "cosine"       the t interval intersected with [-1, 1]                      SimSiam's loss, a negative cosine
+                   (the true mean lies in the range, so an intersection keeps the interval's coverage)
     "correlation"  tanh(mean_z +- t_{1-a/2, n-1} s_z / sqrt(n)), z = atanh(r)    Fisher z: inside (-1, 1)
     "fraction"     Wilson score interval of the mean p over n seeds:
                    (p + c/2n +- sqrt(c) sqrt(p(1-p)/n + c/4n^2)) / (1 + c/n), c = z_{1-a/2}^2
@@ -34,7 +37,8 @@ from scipy import stats as sps
 from scale.runs.summary import Estimate
 
 LEVEL = 0.95  # every interval's confidence
-KINDS = ("mean", "correlation", "fraction")
+CLIPPED = {"nonnegative": (0.0, math.inf), "cosine": (-1.0, 1.0)}  # t intervals cut to the statistic's range
+KINDS = ("mean", *CLIPPED, "correlation", "fraction")
 SEEDS_CAP = 50  # seeds_needed looks no further: a claim that needs more stays undecided
 P_TOL = 1e-10  # bisection tolerance of decisive_p
 
@@ -63,6 +67,9 @@ def bounds(kind: str, mean: float, sd: float, n: int, level: float = LEVEL) -> t
     half = float(sps.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
     if kind == "correlation":
         return math.tanh(mean - half), math.tanh(mean + half)
+    if kind in CLIPPED:
+        a, b = CLIPPED[kind]
+        return min(max(mean - half, a), b), min(max(mean + half, a), b)
     return mean - half, mean + half
 
 

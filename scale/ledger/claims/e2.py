@@ -84,6 +84,7 @@ MECHANISM_CLAIMS: tuple[Claim, ...] = (
           (PAPER_MD, 65, "a linear or ReLU head has `M = 0`"), "exact (eq. (1))",
           "largest |M| / |H_eff| over the epochs (median over probe samples), collapsed/relu2", "ratio",
           Rule("<", M_ZERO), lambda res, s: largest(res, f"{_run('collapsed', 'relu2')}-s{s}", "M_over_H"),
+          kind="nonnegative",
           controls=(Control("swish2 (collapsed): M is not 0", lambda res, s: largest(
               res, f"{_run('collapsed', 'swish2')}-s{s}", "M_over_H")),),
           transfer=("scale-independent", "an identity of the head's form: M = 0 at any size"),

@@ -65,7 +65,8 @@ CLAIMS: tuple[Claim, ...] = (
           _rho("gelu2", "end"),
           controls=(Control("linear head", _rho("linear", "end")), Control("gelu2 with BatchNorm", _rho("gelu2", "end",
                                                                                                        True)),
-                    Control("final probe loss (-1: SimSiam's trivial minimum)", _mech("gelu2", "loss", "end"))),
+                    Control("final probe loss (-1: SimSiam's trivial minimum)", _mech("gelu2", "loss", "end"),
+                            kind="cosine")),
           transfer=E1_TRANSFER, known="the v1 data: every head without BatchNorm ended at SimSiam's loss -1, where "
           "rho = 0 (a reviewer's recomputation; no v1 row measured it)"),
     Claim("M.9", "E1", MECHANISM, "smooth heads put negative curvature on null(G) through M (Theorem 4.1 (2))",

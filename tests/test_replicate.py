@@ -425,3 +425,23 @@ def test_budget_stops_starting_units_and_the_next_invocation_continues(tmp_path,
     assert not _unit_files(out) and json.loads((out / "results.json").read_text())["registration"]
     assert R.main(["--quick", "--seeds", "1", "--out", str(out)]) == 0
     assert len(_unit_files(out)) == 1
+
+
+def test_determinism_rows_compare_the_same_units_at_another_thread_count(tmp_path):
+    """Two plans that differ only in threads, each with unit E3E4-s0: the report's determinism rows give each claim's
+    per-seed difference (E3.1: h - z of the rotation probe, 2 points against 3.5 points: -2 - (-3.5) = +1.5)."""
+    out = tmp_path / "ledger"
+    one, two = (runner.plan_settings("digits", True, None, "cpu", t) for t in (1, 2))
+    key = runner.expected_keys(one, 1)["E3E4-s0"]
+    assert key == runner.expected_keys(two, 1)["E3E4-s0"]  # where a unit ran is not in its key
+    res = {}
+    for settings, g in ((one, 2.0), (two, 3.5)):
+        pid = runner.plan_id(settings)
+        store.register(out, pid, {"plan": pid, "settings": settings})
+        rec = _e3e4((g,), (0.0,))["E3E4-s0"]
+        store.save_unit(out, pid, "E3E4-s0", "cpu", settings["threads"], key, rec)
+        res[settings["threads"]] = rec
+    mine, _ = store.load_units(out, runner.plan_id(one), {"E3E4-s0": key}, "cpu", 1)
+    rows = report.determinism(out, one, mine)
+    e31 = next(r for r in rows if r.startswith("| E3.1 |"))
+    assert "threads 1 vs 2" in e31 and "+1.5" in e31

@@ -153,23 +153,30 @@ def test_collapsed_start_collapses_h_std_where_pseudo_collapse_does_not():
     with torch.no_grad():
         z, _, _ = model(x)
     u = z.mean(0) / z.mean(0).norm()
-    out = gm.collapsed_start_(model, x, eps=0.0)
+    out = gm.collapsed_start_(model, x, eps=0.0, factor=1.0)
     assert 0 < out["u_share"] <= 1
     assert cm.residual_record(model, cfg, x)["h_std"] <= 1e-6 * normal
     W_new = model.projector.layers[0].weight.detach()
     assert torch.allclose(W_new @ u, W @ u, atol=1e-6 * float(W.norm()))
 
     eps_model, _ = simsiam("relu2")
-    gm.collapsed_start_(eps_model, x, eps=0.1)
+    gm.collapsed_start_(eps_model, x, eps=0.1, factor=0.5)
     w = torch.randn(z.shape[1])
     w = w - (w @ u) * u  # orthogonal to u
     W0 = simsiam("relu2")[0].projector.layers[0].weight.detach()
-    assert torch.allclose(eps_model.projector.layers[0].weight.detach() @ w, 0.1 * (W0 @ w), atol=1e-5)
+    W_eps = eps_model.projector.layers[0].weight.detach()
+    assert torch.allclose(W_eps @ w, 0.5 * 0.1 * (W0 @ w), atol=1e-5)  # eps off u, then the factor
+    assert torch.allclose(W_eps @ u, 0.5 * (W0 @ u), atol=1e-5)
+    assert torch.equal(eps_model.projector.layers[1].weight, 0.5 * simsiam("relu2")[0].projector.layers[1].weight)
     start = gm.start_record({"h_std": 0.1, "rho_rel": 1.0, "rho_nonzero": 1.0},
                               {"h_std": 0.001, "rho_rel": 0.5, "rho_nonzero": 1.0})
     assert start["log10_std_ratio"] == pytest.approx(-2.0) and start["rho_nonzero_collapsed"] == 1.0
+    assert start["start_collapsed"] == 1.0
+    assert gm.start_record({"h_std": 0.1}, {"h_std": 0.05, "rho_rel": 1.0, "rho_nonzero": 1.0})["start_collapsed"] == 0
     with pytest.raises(ValueError, match="eps must be in"):
         gm.collapsed_start_(model, x, eps=1.0)
+    with pytest.raises(ValueError, match="factor must be in"):
+        gm.collapsed_start_(model, x, factor=0.0)
 
 
 # --------------------------------------------------------------------------------------------

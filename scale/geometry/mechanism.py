@@ -16,6 +16,7 @@ measured statistic (see ``collapsed_start_``); ``start_record(normal, collapsed)
 
     h_std_normal, h_std_collapsed    the two starts' h std (paired: same seed, same head before the projection).
     log10_std_ratio    log10(h_std_collapsed / h_std_normal) (< 0: the start is collapsed in the statistic).
+    start_collapsed    1.0 when h_std_collapsed <= COLLAPSED_RATIO * h_std_normal (10x below the normal start).
     rho_rel_collapsed, rho_nonzero_collapsed   the collapsed start's rho (the premise at the start).
     u_share            (from ``collapsed_start_``) |mean z| / mean |z|: how much of z the kept direction carries.
 
@@ -79,9 +80,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from mini.collapse import PSEUDO_COLLAPSE_FACTOR
+from scale.engine.heads import collapse_init_
 from scale.engine.hooks import Hook
 
 COLLAPSE_EPS = 1e-3  # collapsed_start_: the weight left off the mean-feature direction
+COLLAPSED_RATIO = 0.1  # start_record: a start at most this fraction of the normal start's h std counts as collapsed
 TANGENT_STEP_DEG = 2.0  # central-difference step of the rotation tangent (degrees); fd_error reports its accuracy
 
 
@@ -107,22 +111,29 @@ def first_linear(module: nn.Module) -> nn.Linear:
 
 
 @torch.no_grad()
-def collapsed_start_(model: nn.Module, x_ref: torch.Tensor, eps: float = COLLAPSE_EPS) -> dict[str, float]:
+def collapsed_start_(model: nn.Module, x_ref: torch.Tensor, eps: float = COLLAPSE_EPS,
+                     factor: float = PSEUDO_COLLAPSE_FACTOR) -> dict[str, float]:
     """E1's start collapsed in the measured statistic, in place: the projector's first weight ``W1`` (w, d) becomes
 
         W1 (u u^T) + eps W1 (I - u u^T),      u = mean(z) / |mean(z)|, z = backbone(x_ref) in eval mode
 
-    so the head reads z through its component along the mean feature direction (plus ``eps`` of the rest). Every
-    row of ``W1 z`` is then ``(u . z) W1 u + O(eps)``; ``u . z > 0`` for the non-negative features of a ReLU
-    backbone, so a bias-free linear or ReLU head maps every input to positive multiples of one vector and the
-    normalised h (E1's h std) is collapsed to O(eps). The paper's pseudo-collapse (weights x 0.1) leaves a
-    bias-free homogeneous head's normalised output unchanged, hence the same h std as the normal start. The
-    backbone and z are untouched; a hidden BatchNorm in train mode re-spreads the batch (its premise is then
-    not met: the start is collapsed only in eval mode). ``x_ref``: normalised unaugmented training images (the
-    trainer's ``state.probe_x``). Returns ``|mean z| / mean |z|`` (how much of z the direction u carries) as
-    ``u_share``."""
+    and then every Linear weight of the projector is multiplied by ``factor`` (the paper's pseudo-collapse, 0.1).
+    The head reads z through its component along the mean feature direction (plus ``eps`` of the rest): every row
+    of ``W1 z`` is ``(u . z) W1 u + O(eps)`` with ``u . z > 0`` for the non-negative features of a ReLU backbone,
+    so a bias-free linear or ReLU head (positively homogeneous) maps every input to positive multiples of one
+    vector and the normalised h (E1's h std) is collapsed to O(eps). A smooth head is not homogeneous: the
+    spread of ``u . z`` still turns h, by O(|a|) at pre-activations ``a``, which ``factor`` shrinks. On digits
+    (seed 0, the ledger's E1 head, the trainer's 256 probe images) this gave h std 1.4e-5 for linear and ReLU
+    heads and 2-4e-4 for GELU and Swish, against 1.4e-2 at the normal start; the paper's pseudo-collapse alone
+    leaves a bias-free homogeneous head's normalised output unchanged, hence the normal start's h std. The
+    backbone and z are untouched; a hidden BatchNorm in train mode re-spreads the batch (the start is then
+    collapsed only in eval mode: E1's premise not met there). ``x_ref``: normalised unaugmented training images
+    (the trainer's ``state.probe_x``). Returns ``|mean z| / mean |z|`` (how much of z the direction u carries)
+    as ``u_share``."""
     if not 0.0 <= eps < 1.0:
         raise ValueError(f"eps must be in [0, 1), got {eps}")
+    if not 0.0 < factor <= 1.0:
+        raise ValueError(f"factor must be in (0, 1], got {factor}")
     W = first_linear(model.projector).weight  # (w, d)
     z_ref, _ = _embed(model, x_ref)
     mean = z_ref.to(W.dtype).mean(0)
@@ -131,6 +142,7 @@ def collapsed_start_(model: nn.Module, x_ref: torch.Tensor, eps: float = COLLAPS
     u = mean / mean.norm()
     P = torch.outer(u, u)
     W.copy_(W @ P + eps * (W - W @ P))
+    collapse_init_(model.projector, factor)
     return {"u_share": float(mean.norm() / z_ref.norm(dim=1).mean())}
 
 
@@ -140,6 +152,7 @@ def start_record(normal: Mapping[str, float], collapsed: Mapping[str, float]) ->
     a, b = normal["h_std"], collapsed["h_std"]
     return {"h_std_normal": a, "h_std_collapsed": b,
             "log10_std_ratio": math.log10(b / a) if a > 0 and b > 0 else math.nan,
+            "start_collapsed": float(b <= COLLAPSED_RATIO * a) if a > 0 else math.nan,
             "rho_rel_collapsed": collapsed["rho_rel"], "rho_nonzero_collapsed": collapsed["rho_nonzero"]}
 
 

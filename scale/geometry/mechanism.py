@@ -8,6 +8,15 @@ G_indefinite, lambda_min_G_rel, lambda_max_G_rel, lambda_min_H_rel, loss_hessian
 lambda_min_M_null, negative_M_null, null_identity from ``curvature_mechanism``; loss, rho_norm, rho_rel, rho_nonzero,
 h_std, z_std from ``residual_record``).
 
+Use in a run (an E1 unit; ``x``: the probe views the curvature is measured on, e.g. ``scale.replicate``'s):
+
+    trainer = Trainer(cfg, data, device, run_dir=None)      # cfg.init "normal": collapsed_start_ applies the x 0.1
+    info = collapsed_start_(trainer.model, trainer.state.probe_x)      # only for the collapsed start, before any
+    trainer.hooks.insert(0, ParameterDrift())                          # hook measures the start
+    start = residual_record(trainer.model, cfg, x)          # scale.curvature.mechanism, like curvature_mechanism
+    trainer.fit()
+    end = residual_record(trainer.model, cfg, x); times = timescale_record(trainer.state.history)
+
 Every record key of this module, its meaning, its scale and the function that produces it:
 
 ``collapsed_start_(model, x_ref, eps)`` (in place) and ``start_record``: E1's start that is collapsed in the

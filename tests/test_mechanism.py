@@ -244,6 +244,34 @@ def test_rotation_tangent_of_an_invariant_head_has_zero_gain():
     assert min(by_hand) > 1e-3
 
 
+def test_image_and_feature_tangents_of_a_rotation_by_hand():
+    """A linear ramp I(p) = a . p is reproduced exactly by bilinear interpolation, so d/dt I(R_t p) = a . (R' p)
+    at interior pixels: +-(a_x (-y) + a_y x) about the centre (the sign is kornia's angle convention). A linear
+    backbone A gives the feature tangent A dx exactly (forward mode through the float64 copy)."""
+    S = 16
+    c = (S - 1) / 2
+    yy, xx = torch.meshgrid(torch.arange(S, dtype=torch.float64) - c, torch.arange(S, dtype=torch.float64) - c,
+                            indexing="ij")
+    a = (0.02, -0.03)
+    ramp = (0.5 + a[0] * xx + a[1] * yy).float()
+    images = ramp[None, None].repeat(1, 3, 1, 1)
+    dx = gm.image_tangent(images, 0.5)[0, 0].double()
+    inner = (xx**2 + yy**2) < (S / 2 - 2) ** 2  # away from the zero padding the rotation brings in at the corners
+    expected = a[0] * (-yy) + a[1] * xx
+    sign = 1.0 if float((dx[inner] * expected[inner]).sum()) > 0 else -1.0
+    assert torch.allclose(dx[inner], sign * expected[inner], atol=1e-4 * float(expected.abs().max()) + 1e-5)
+    # negative control: the tangent of a translation-like field (a constant shift of the ramp) is not this one
+    assert not torch.allclose(dx[inner], sign * torch.full_like(expected[inner], a[0]), atol=1e-3)
+
+    torch.manual_seed(0)
+    backbone = nn.Sequential(nn.Flatten(), nn.Linear(3 * S * S, 5, bias=True))
+    identity = lambda x: x  # noqa: E731
+    z, v, dxi = gm.rotation_tangents(backbone, images, identity, 0.5)
+    A = backbone[1].weight.detach().double()
+    assert torch.allclose(v, dxi.flatten(1) @ A.T, rtol=1e-9, atol=1e-12)
+    assert torch.allclose(z, images.double().flatten(1) @ A.T + backbone[1].bias.detach().double(), atol=1e-5)
+
+
 def test_tangent_gain_record_on_a_tiny_model():
     from scale.geometry.measure import standardize
 

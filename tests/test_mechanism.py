@@ -153,23 +153,30 @@ def test_collapsed_start_collapses_h_std_where_pseudo_collapse_does_not():
     with torch.no_grad():
         z, _, _ = model(x)
     u = z.mean(0) / z.mean(0).norm()
-    out = gm.collapsed_start_(model, x, eps=0.0)
+    out = gm.collapsed_start_(model, x, eps=0.0, factor=1.0)
     assert 0 < out["u_share"] <= 1
     assert cm.residual_record(model, cfg, x)["h_std"] <= 1e-6 * normal
     W_new = model.projector.layers[0].weight.detach()
     assert torch.allclose(W_new @ u, W @ u, atol=1e-6 * float(W.norm()))
 
     eps_model, _ = simsiam("relu2")
-    gm.collapsed_start_(eps_model, x, eps=0.1)
+    gm.collapsed_start_(eps_model, x, eps=0.1, factor=0.5)
     w = torch.randn(z.shape[1])
     w = w - (w @ u) * u  # orthogonal to u
     W0 = simsiam("relu2")[0].projector.layers[0].weight.detach()
-    assert torch.allclose(eps_model.projector.layers[0].weight.detach() @ w, 0.1 * (W0 @ w), atol=1e-5)
+    W_eps = eps_model.projector.layers[0].weight.detach()
+    assert torch.allclose(W_eps @ w, 0.5 * 0.1 * (W0 @ w), atol=1e-5)  # eps off u, then the factor
+    assert torch.allclose(W_eps @ u, 0.5 * (W0 @ u), atol=1e-5)
+    assert torch.equal(eps_model.projector.layers[1].weight, 0.5 * simsiam("relu2")[0].projector.layers[1].weight)
     start = gm.start_record({"h_std": 0.1, "rho_rel": 1.0, "rho_nonzero": 1.0},
                               {"h_std": 0.001, "rho_rel": 0.5, "rho_nonzero": 1.0})
     assert start["log10_std_ratio"] == pytest.approx(-2.0) and start["rho_nonzero_collapsed"] == 1.0
+    assert start["start_collapsed"] == 1.0
+    assert gm.start_record({"h_std": 0.1}, {"h_std": 0.05, "rho_rel": 1.0, "rho_nonzero": 1.0})["start_collapsed"] == 0
     with pytest.raises(ValueError, match="eps must be in"):
         gm.collapsed_start_(model, x, eps=1.0)
+    with pytest.raises(ValueError, match="factor must be in"):
+        gm.collapsed_start_(model, x, factor=0.0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,6 +242,34 @@ def test_rotation_tangent_of_an_invariant_head_has_zero_gain():
     by_hand = [float(v @ G @ v / (v @ v)) / float(torch.trace(G) / 4) for v in V]
     assert gm.tangent_gains(lin, Z, V) == pytest.approx(by_hand, rel=ROUNDOFF)
     assert min(by_hand) > 1e-3
+
+
+def test_image_and_feature_tangents_of_a_rotation_by_hand():
+    """A linear ramp I(p) = a . p is reproduced exactly by bilinear interpolation, so d/dt I(R_t p) = a . (R' p)
+    at interior pixels: +-(a_x (-y) + a_y x) about the centre (the sign is kornia's angle convention). A linear
+    backbone A gives the feature tangent A dx exactly (forward mode through the float64 copy)."""
+    S = 16
+    c = (S - 1) / 2
+    yy, xx = torch.meshgrid(torch.arange(S, dtype=torch.float64) - c, torch.arange(S, dtype=torch.float64) - c,
+                            indexing="ij")
+    a = (0.02, -0.03)
+    ramp = (0.5 + a[0] * xx + a[1] * yy).float()
+    images = ramp[None, None].repeat(1, 3, 1, 1)
+    dx = gm.image_tangent(images, 0.5)[0, 0].double()
+    inner = (xx**2 + yy**2) < (S / 2 - 2) ** 2  # away from the zero padding the rotation brings in at the corners
+    expected = a[0] * (-yy) + a[1] * xx
+    sign = 1.0 if float((dx[inner] * expected[inner]).sum()) > 0 else -1.0
+    assert torch.allclose(dx[inner], sign * expected[inner], atol=1e-4 * float(expected.abs().max()) + 1e-5)
+    # negative control: the tangent of a translation-like field (a constant shift of the ramp) is not this one
+    assert not torch.allclose(dx[inner], sign * torch.full_like(expected[inner], a[0]), atol=1e-3)
+
+    torch.manual_seed(0)
+    backbone = nn.Sequential(nn.Flatten(), nn.Linear(3 * S * S, 5, bias=True))
+    identity = lambda x: x  # noqa: E731
+    z, v, dxi = gm.rotation_tangents(backbone, images, identity, 0.5)
+    A = backbone[1].weight.detach().double()
+    assert torch.allclose(v, dxi.flatten(1) @ A.T, rtol=1e-9, atol=1e-12)
+    assert torch.allclose(z, images.double().flatten(1) @ A.T + backbone[1].bias.detach().double(), atol=1e-5)
 
 
 def test_tangent_gain_record_on_a_tiny_model():

@@ -95,17 +95,25 @@ def print_plan(args: argparse.Namespace, settings: dict) -> None:
     units = plan.plan_units(args.dataset, args.seeds, args.quick, args.data_dir, args.epochs, args.experiments)
     k, n = args.shard
     units = [u for i, u in enumerate(units) if i % n == k]
-    total, basis = 0.0, ""
+    total, bases = 0.0, set()
+    measured: dict[str, list[float]] = {}
+    pid = runner.plan_id(settings)
+    for path in store.unit_files(Path(args.out)):
+        meta = store.parse_name(path)
+        if meta and meta["plan"] == pid:
+            rec = store.read_json(path)
+            measured.setdefault(rec.get("experiment", ""), []).append(float(rec.get("seconds", 0.0)))
     print(f"scale.replicate: plan {runner.plan_id(settings)} ({args.dataset}, {args.seeds} seeds, "
           f"{args.device}, {args.threads} thread{'s' * (args.threads != 1)}{', quick' if args.quick else ''}): "
           f"{len(units)} units; rules hash {claims.rules_hash()}")
     for u in units:
-        sec, basis = plan.estimate_seconds(u, args.dataset, args.quick, args.device)
-        total += sec
+        sec, basis = plan.estimate_seconds(u, args.dataset, args.quick, args.device, measured)
+        total, bases = total + sec, bases | {basis}
         how = "scale.e4_study seed" + (f", flags {' '.join(u.argv)}" if u.argv else "") if u.experiment == "E3E4" \
             else "python -m scale.run " + " ".join(u.argv)
         print(f"  {u.name}  ~{sec:.0f} s  {how}")
-    print(f"estimated: {total:.0f} s = {total / 3600:.2f} h of one {args.device} worker ({basis})")
+    print(f"estimated: {total:.0f} s = {total / 3600:.2f} h of one {args.device} worker (from: "
+          f"{'; '.join(sorted(bases))})")
     print(f"rules ({len(claims.CLAIMS)} rows):")
     for c in claims.CLAIMS:
         print(f"  {c.id} [{c.table}] {c.claim}: {c.statistic}; {c.rule.text()}")

@@ -87,19 +87,19 @@ def inertia(eig: torch.Tensor, rtol: float = NULL_RTOL) -> dict[str, float]:
 
 def null_restricted(G: torch.Tensor, M: torch.Tensor, H: torch.Tensor, scale_G: float, rtol: float = NULL_RTOL
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per sample ``i`` of blocks (n, d, d): ``dim null(G_i)`` (|lambda| <= rtol * scale_G), ``lambda_min`` of
-    ``M_i`` on it (``inf`` when trivial), and ``|Q^T (H_i - M_i) Q|_2`` (the identity's residual, 0 when trivial)."""
+    """Per sample ``i`` of blocks (n, d, d): ``dim null(G_i)`` (|lambda| <= rtol * scale_G: the floor is relative
+    to G's scale over the whole probe, so a block that is small everywhere is not called null by its own scale),
+    ``lambda_min`` of ``M_i`` on it (``mini.collapse.restricted_min``; ``inf`` when trivial), and
+    ``|Q^T (H_i - M_i) Q|_2`` (the identity's residual, 0 when trivial)."""
+    from mini.collapse import restricted_min
+
     w, V = torch.linalg.eigh(G)  # (n, d), (n, d, d)
     dims, mins, resid = [], [], []
     for i in range(G.shape[0]):
-        Q = V[i][:, w[i].abs() <= rtol * scale_G]  # (d, m)
+        Q = V[i][:, w[i].abs() <= rtol * scale_G]  # (d, m): orthonormal basis of null(G_i)
         dims.append(Q.shape[1])
-        if Q.shape[1] == 0:
-            mins.append(math.inf)
-            resid.append(0.0)
-            continue
-        mins.append(float(torch.linalg.eigvalsh(Q.T @ M[i] @ Q)[0]))
-        resid.append(float(torch.linalg.matrix_norm(Q.T @ (H[i] - M[i]) @ Q, ord=2)))
+        mins.append(restricted_min(M[i].cpu().numpy(), Q.cpu().numpy()))
+        resid.append(float(torch.linalg.matrix_norm(Q.T @ (H[i] - M[i]) @ Q, ord=2)) if Q.shape[1] else 0.0)
     return np.array(dims), np.array(mins), np.array(resid)
 
 

@@ -135,12 +135,14 @@ def curvature_mechanism(model: nn.Module, cfg: Any, x: torch.Tensor) -> dict[str
 
 
 # --------------------------------------------------------------------------------------------
-# Theorem 4.1's premise: rho = grad_h L, and E1's collapsed start
+# Theorem 4.1's premise: rho = grad_h L
 # --------------------------------------------------------------------------------------------
 
 
 def residual_record(model: nn.Module, cfg: Any, x: torch.Tensor) -> dict[str, float]:
-    """``rho = grad_h L`` at the probe views ``x`` and its size against the loss (module docstring)."""
+    """``rho = grad_h L`` at the probe views ``x`` and its size against the loss (module docstring). The objective is
+    the run's at the probe with its stop-gradient data bound at the probe's own h (SimSiam's targets, SimCLR's
+    batch); a momentum target network (BYOL) is not consulted."""
     from mini.collapse_metrics import representation_std
     from scale.curvature.tracking import probe_objective
 

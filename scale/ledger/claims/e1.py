@@ -19,6 +19,7 @@ from scale.ledger.claims.base import (
     Control,
     Premise,
 )
+from scale.ledger.claims.mechanism import RHO_RULE
 from scale.ledger.readers import (
     e1_name,
     escape,
@@ -60,7 +61,7 @@ def _rho_premise(head: str) -> Premise:
     return Premise("rho = grad_h L is non-zero at the collapsed start (Theorem 4.1 (2)'s premise; rho_rel above "
                    "1e-3)", f"log10 rho_rel at the collapsed start, {head}",
                    lambda res, s: log10_of_value(mechanism_at(res, e1_name(head, False, 0.05, "collapsed", s),
-                                                              "rho_rel", "start")), Rule(">", -3.0))
+                                                              "rho_rel", "start")), RHO_RULE)
 
 
 V1_PREMISE = "v1: the premise statistic was 0 at every seed (the two starts have the same h std)"

@@ -317,6 +317,7 @@ def test_sweep_step_makes_kappa_free_of_the_orbit_size():
     arc = torch.stack([torch.cos(t), torch.sin(t), 0 * t], dim=1)[None]  # (1, 10, 3): an arc of the unit circle
     step = float(torch.linalg.vector_norm(arc[0, 1] - arc[0, 0]))
     assert float(sweep_step(arc)[0]) == pytest.approx(step, rel=ROUNDOFF)  # equal chords: 2 sin(dt / 2)
+    assert float(sweep_step(arc.numpy())[0]) == pytest.approx(step, rel=ROUNDOFF)  # the array API: NumPy too
     rel = float(sweep_curvature(arc)[0] / sweep_step(arc)[0])
     for c in (0.01, 7.0):  # scaling the sweep scales kappa (negative control) but not kappa / step
         assert float(sweep_curvature(c * arc)[0]) == pytest.approx(c * float(sweep_curvature(arc)[0]), rel=1e-9)

@@ -45,5 +45,8 @@ def test_scale_and_bench_write_through_it() -> None:
     pytest.importorskip("torch")
     from scale.engine import checkpoint
 
-    assert checkpoint.atomic_write_bytes is atomic.atomic_write_bytes
-    assert checkpoint.atomic_write_text is atomic.atomic_write_text
+    from scale.runs import disk
+
+    assert checkpoint.atomic_write_bytes is disk.write_bytes  # the one owner of the disk
+    assert checkpoint.atomic_write_text is disk.write_text
+    assert disk.atomic_write_bytes is atomic.atomic_write_bytes  # which writes through the one atomic writer

@@ -295,8 +295,9 @@ def _atomic_json(path: Path, obj: Any) -> None:
 
 
 def _log(out: Path, record: dict[str, Any]) -> None:
-    with open(out / "grid_log.jsonl", "a") as fh:  # append-only log of attempts (one line each)
-        fh.write(json.dumps(record, sort_keys=True) + "\n")
+    from scale.runs import disk
+
+    disk.append_text(out / "grid_log.jsonl", json.dumps(record, sort_keys=True) + "\n")  # append-only: one line each
 
 
 def execute_in_process(run: PlannedRun, out: Path, device: str, threads: int | None = None) -> int:
@@ -400,8 +401,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         return execute_in_process(runs[0], out, args.device, args.threads)
 
-    out.mkdir(parents=True, exist_ok=True)
+    from scale.runs import disk
     from scale.runs.run_report import git_commit, versions
+
+    disk.make_dirs(out)
 
     manifest = {
         "command": " ".join(["python", "-m", "scale.paper", *(argv if argv is not None else sys.argv[1:])]),

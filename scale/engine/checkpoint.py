@@ -31,8 +31,12 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load with ``weights_only=True`` (tensors and plain values only)."""
-    return torch.load(path, map_location=map_location, weights_only=True)
+    """Load with ``weights_only=True`` (tensors and plain values only), from a regular file only (opened
+    non-blocking and checked first: a FIFO would wait forever; ``scale.runs.read.Unreadable`` otherwise)."""
+    from scale.runs.read import open_regular
+
+    with open_regular(path) as fh:
+        return torch.load(fh, map_location=map_location, weights_only=True)
 
 
 def unreadable_reason(exc: BaseException, limit: int = 160) -> str:

@@ -204,3 +204,23 @@ def sweep_temporaries(folders: dict[Path, Callable[[str], bool]]) -> list[tuple[
                 p.unlink(missing_ok=True)
                 removed.append((p, st.st_size))
     return removed
+
+
+def append_text(path: str | Path, text: str) -> None:
+    """Append ``text`` to the log ``path`` (created if absent) with ``O_APPEND | O_NOFOLLOW | O_NONBLOCK``: never
+    through a link, never into a FIFO, a hard link or anything but a plain file (``NotOurs``, rule 1)."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o666)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+            check_replaceable(path)
+        raise
+    try:
+        if not _ours(os.fstat(fd)):
+            check_replaceable(path)  # names what stands there
+        os.set_blocking(fd, True)
+        os.write(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)

@@ -27,7 +27,7 @@ rebuilds the part; only the project's builders (``BUILDERS``) are ever called fr
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from scale.engine.checkpoint import atomic_write_json, load_checkpoint, save_che
 from scale.engine.heads import build_head
 from scale.engine.modules import OWN, ModuleSpecError, as_module, describe
 from scale.engine.train import SSLModel, TrainConfig, default_predictor
+from scale.runs import read
 from scale.runs.validate import MAX_WIDTH
 
 PARTS: tuple[str, ...] = ("backbone", "projector", "predictor")
@@ -97,10 +98,11 @@ def check_state_dict(module: nn.Module, state: dict[str, torch.Tensor], what: st
 
 
 def _read_json(path: Path) -> Any:
+    """A JSON object through the one bounded reader (``scale.runs.read``), its failure as one ``RunError`` line."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise RunError(f"{path} cannot be read as JSON ({exc})") from None
+        return read.read_json(path, dict)
+    except read.Unreadable as exc:
+        raise RunError(str(exc)) from None
 
 
 def load_run(run_dir: str | Path, *, backbone: nn.Module | None = None, head: nn.Module | str | None = None,
@@ -132,12 +134,12 @@ def load_run(run_dir: str | Path, *, backbone: nn.Module | None = None, head: nn
     load_state_dict_checked(model, ck["model"], str(ck_path))
     model = model.to(device).eval()
     metrics: list[dict[str, Any]] = []
-    if (path / "metrics.jsonl").is_file():
+    if os.path.lexists(path / "metrics.jsonl"):
         try:
-            metrics = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        except (OSError, ValueError) as exc:
-            raise RunError(f"{path / 'metrics.jsonl'} cannot be read as JSON lines ({exc})") from None
-    summary = _read_json(path / "summary.json") if (path / "summary.json").is_file() else None
+            metrics = read.read_jsonl(path / "metrics.jsonl")
+        except read.Unreadable as exc:
+            raise RunError(str(exc)) from None
+    summary = _read_json(path / "summary.json") if os.path.lexists(path / "summary.json") else None
     return Run(path, cfg, model, metrics, summary)
 
 
@@ -247,14 +249,14 @@ def load_backbone(path: str | Path, module: nn.Module | str | None = None, devic
             raise RunError(f"{path} has no architecture beside it ({arch_file.name}): pass module=<a module of its "
                            "architecture> (or a module:callable spec)")
         arch = _read_json(arch_file)
-        if not isinstance(arch, dict) or arch.get("format") != ARCHITECTURE_FORMAT:
+        if arch.get("format") != ARCHITECTURE_FORMAT:
             raise RunError(f"{arch_file} is not an architecture record of format {ARCHITECTURE_FORMAT}")
         if arch.get("builder") is None:
-            record = arch.get("module") or {}
+            record = arch.get("module") if isinstance(arch.get("module"), dict) else {}
             spec = record.get("spec") or "module:callable"
             raise RunError(f"{path} is a module of your own ({describe(record) if record else 'not recorded'}): pass "
                            f"module=<a module of its architecture> or module=\"{spec}\"")
-        builder = BUILDERS.get(arch["builder"])
+        builder = BUILDERS.get(arch["builder"]) if isinstance(arch["builder"], str) else None
         if builder is None or not isinstance(arch.get("arguments"), dict):
             raise RunError(f"{arch_file}: unknown builder {arch.get('builder')!r}; valid: {', '.join(BUILDERS)}")
         sizes = {k: v for k, v in arch["arguments"].items() if k in ("image_size", "width", "d", "k")}

@@ -38,10 +38,11 @@ from typing import Any
 
 from mini.heads import parse_head_spec
 from scale.engine.checkpoint import unreadable_reason
+from scale.engine.heads import MAX_LAYERS
 from scale.engine.modules import OWN
 from scale.runs.faults import ConfigError, CorruptFile
 
-MAX_HEAD_LAYERS = 32  # the paper's heads have 1-4 Linear layers
+MAX_HEAD_LAYERS = MAX_LAYERS  # scale.engine.heads's bound, checked here before anything is built
 MAX_HEAD_PARAMS = 200_000_000  # projector + predictor; BYOL's 4096-wide head is ~5e6, E1's gelu3 ~1e7
 MAX_WIDTH = 65_536
 MAX_IMAGE_SIZE = 1024  # ImageNet's models take 224; digits at 1024 px already hold 5.6 GB of uint8 images

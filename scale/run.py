@@ -454,6 +454,8 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
             raise faults.CorruptFile(f"{run_dir}/checkpoint.pt does not fit its config ({unreadable_reason(exc)}); it "
                                      "was left as it is") from None
         say(f"resuming {run_dir} at epoch {trainer.start_epoch + 1}, step {trainer.start_step + 1}")
+    for note in data.notes:  # what loading left out is said even with --quiet
+        say(f"scale.run: note: {note}", err=True)
     if rank == 0:
         if not args.quiet:  # config.json is written by Trainer.fit
             print(f"run directory: {run_dir}", flush=True)

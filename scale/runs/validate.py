@@ -5,7 +5,8 @@
 non-positive sizes, an ``ema`` outside [0, 1), CIFAR at an image size other than 32 (the data is
 32 x 32), images larger than ``MAX_IMAGE_SIZE``, a head deeper than ``MAX_HEAD_LAYERS`` or with more than
 ``MAX_HEAD_PARAMS`` parameters (counted from the spec), a whole model of more than
-``scale.runs.budget.MAX_MODEL_PARAMS`` (counted on the meta device), a thread count below 1: all before
+``scale.runs.budget.MAX_MODEL_PARAMS`` (counted on the meta device), a thread count below 1, more than
+``MAX_AUGMENT_WORKERS`` augmentation workers: all before
 anything is allocated (the memory a run needs on its device: ``scale.runs.budget``). ``check_log`` does the
 same for ``--log`` (a flag or ``log = ...`` in a --config file), which steers the outputs, not the run:
 a value outside ``LOG_CHOICES``, or ``tensorboard`` without the package installed.
@@ -47,6 +48,7 @@ MAX_HEAD_PARAMS = 200_000_000  # projector + predictor; BYOL's 4096-wide head is
 MAX_WIDTH = 65_536
 MAX_IMAGE_SIZE = 1024  # ImageNet's models take 224; digits at 1024 px already hold 5.6 GB of uint8 images
 MAX_THREADS = 4096
+MAX_AUGMENT_WORKERS = 256  # forked processes; each is also counted in the memory budget (scale.runs.budget)
 RESUME_CHANGEABLE = ("epochs", "device", "threads")
 INVOCATION_FLAGS = ("resume", "quiet", "track_hessian_every", "probe_images", "orbits", "no_final_measure",
                     "data_dir", "no_download", "ddp_timeout", "overwrite", "log")
@@ -131,6 +133,9 @@ def check_config(cfg: Any, source: str = "flags") -> None:
     if cfg.image_size > MAX_IMAGE_SIZE:
         raise ConfigError(f"{name('image_size')} {cfg.image_size} is above the supported maximum {MAX_IMAGE_SIZE} "
                           "(every image is held and augmented at this size)")
+    if cfg.augment_workers > MAX_AUGMENT_WORKERS:
+        raise ConfigError(f"{name('augment_workers')} {cfg.augment_workers} is above {MAX_AUGMENT_WORKERS} (each is a "
+                          "forked process of its own memory); use at most one per CPU core")
     if cfg.threads is not None and cfg.threads > MAX_THREADS:
         raise ConfigError(f"{name('threads')} {cfg.threads} is above {MAX_THREADS}")
     for key in ("lr", "temperature"):

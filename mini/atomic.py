@@ -1,4 +1,4 @@
-"""The one atomic file writer of the project (``scale`` writes through it via ``scale.runs.disk``; ``bench``
+"""The one atomic file writer of the project (``scale`` writes through it via ``scale.engine.disk``; ``bench``
 and the docs directly).
 
 ``atomic_write_bytes(path, data)`` writes ``data`` to a fresh temporary file ``.<name>.<8 hex>.tmp`` in the
@@ -8,15 +8,19 @@ kill leaves either the old file or the new one, never half of one. On any error 
 and the error re-raised. Only a plain file is ever replaced: where ``path`` is a symbolic link, a file with
 several hard links, a FIFO, a device or a folder, ``UnsafeTarget`` is raised and nothing is written (replacing
 a link would destroy the user's link; writing through one would change its target). The new file gets the
-mode a plain ``open(path, "w")`` would give (``0o666`` less the process umask).
+mode a plain ``open(path, "w")`` would give (``0o666`` less the process umask). ``atomic_writer(path)`` is
+the same for content written in pieces (a download).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
@@ -56,8 +60,10 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (fresh temporary, fsync, ``os.replace``), creating parents."""
+@contextlib.contextmanager
+def atomic_writer(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A binary file to write ``path``'s new content into: a fresh temporary (``O_EXCL | O_NOFOLLOW``) beside
+    it, fsynced and ``os.replace``d onto ``path`` when the block ends without an error, removed otherwise."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     check_replaceable(path)
@@ -70,7 +76,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             continue
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         check_replaceable(path)  # a link planted while the data was written is refused too
@@ -78,6 +84,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (fresh temporary, fsync, ``os.replace``), creating parents."""
+    with atomic_writer(path) as fh:
+        fh.write(data)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -431,7 +431,9 @@ def write_report(result: dict[str, Any], out: str | Path, source: str) -> Path:
     out = Path(out)
     figures = _figures(result)
     text = render_report(result, source)
-    out.mkdir(parents=True, exist_ok=True)
+    from scale.engine import disk
+
+    disk.make_dirs(out)
     for name, data in figures.items():
         atomic_write_bytes(out / name, data)
     atomic_write_json(out / "analysis.json", result)

@@ -360,7 +360,7 @@ def figure(summary: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     import io
 
-    from scale.runs import disk
+    from scale.engine import disk
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
@@ -462,7 +462,7 @@ def reused_seeds(path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     another plan otherwise: they are never mixed into this one's intervals, and the file is left as it is."""
     import os
 
-    from scale.runs import read
+    from scale.engine import read
 
     if not os.path.lexists(path):
         return []
@@ -532,9 +532,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe_images < 2:
         print(f"scale.e4_study: error: --probe-images must be >= 2, got {args.probe_images}", file=sys.stderr)
         return 2
+    from scale.engine import disk
     from scale.engine.checkpoint import atomic_write_json
     from scale.engine.data import DataError
-    from scale.runs import disk
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)

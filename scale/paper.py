@@ -295,7 +295,7 @@ def _atomic_json(path: Path, obj: Any) -> None:
 
 
 def _log(out: Path, record: dict[str, Any]) -> None:
-    from scale.runs import disk
+    from scale.engine import disk
 
     disk.append_text(out / "grid_log.jsonl", json.dumps(record, sort_keys=True) + "\n")  # append-only: one line each
 
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         return execute_in_process(runs[0], out, args.device, args.threads)
 
-    from scale.runs import disk
+    from scale.engine import disk
     from scale.runs.run_report import git_commit, versions
 
     disk.make_dirs(out)

@@ -12,8 +12,8 @@ writes ``DIR/report.md`` with PNG figures beside it:
 
 Exit codes: 0 written; 1 the grid cannot be read (no manifest.json, a file that is not JSON, nests too deep,
 is too large, not a regular file, or holds values of the wrong type; an unreadable run folder), each as one
-line naming the file; 2 usage; 4 the report cannot be written. Every file is read through ``scale.runs.read``
-and written through ``scale.runs.disk``.
+line naming the file; 2 usage; 4 the report cannot be written. Every file is read through ``scale.engine.read``
+and written through ``scale.engine.disk``.
 
 Tables carry the paper's reference figure (``docs/paper.md``; CIFAR-10, ResNet-18) next to ours, ours as
 mean +- std over seeds (over orbits where a single seed ran, and then said so). Each claim gets a verdict computed
@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from mini import paper_numbers as paper
+from scale.engine import disk, read
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_text
 from scale.geometry.probes import E3_PROTOCOL, HEADLINE_PROTOCOL
-from scale.runs import disk, read
 from scale.runs.run_report import versions_table
 from scale.runs.summary import CurvatureSummary, GeometrySummary, RunSummary
 

@@ -1,6 +1,6 @@
 """Atomic files and checkpoints.
 
-Every file a run writes goes through ``scale.runs.disk`` (the one owner of the disk: an atomic write of a
+Every file a run writes goes through ``scale.engine.disk`` (the one owner of the disk: an atomic write of a
 fresh temporary beside the file, fsync and ``os.replace``, never through a link), so a crash or a kill
 leaves either the old file or the new one, never half of one.
 Checkpoints hold only tensors and plain Python values and load with ``torch.load(weights_only=True)``:
@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from scale.runs.disk import write_bytes as atomic_write_bytes
-from scale.runs.disk import write_json as atomic_write_json
-from scale.runs.disk import write_text as atomic_write_text
+from scale.engine.disk import write_bytes as atomic_write_bytes
+from scale.engine.disk import write_json as atomic_write_json
+from scale.engine.disk import write_text as atomic_write_text
 
 __all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "load_checkpoint", "save_checkpoint"]
 
@@ -32,8 +32,8 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load with ``weights_only=True`` (tensors and plain values only), from a regular file only (opened
-    non-blocking and checked first: a FIFO would wait forever; ``scale.runs.read.Unreadable`` otherwise)."""
-    from scale.runs.read import open_regular
+    non-blocking and checked first: a FIFO would wait forever; ``scale.engine.read.Unreadable`` otherwise)."""
+    from scale.engine.read import open_regular
 
     with open_regular(path) as fh:
         return torch.load(fh, map_location=map_location, weights_only=True)

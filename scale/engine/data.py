@@ -139,16 +139,18 @@ def _missing_message(spec: CifarArchive, data_dir: Path, why: str) -> str:
 
 
 def _download(spec: CifarArchive, target: Path, timeout: float = 30.0) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(target.suffix + ".part")
-    with urllib.request.urlopen(spec.url, timeout=timeout) as response, open(tmp, "wb") as fh:
+    """The archive into ``target`` through the one owner of the disk (a fresh temporary, renamed only once its
+    MD5 matches: a failed or corrupt download leaves nothing)."""
+    from scale.engine import disk
+
+    digest = hashlib.md5()
+    with urllib.request.urlopen(spec.url, timeout=timeout) as response, disk.writing(target) as fh:
         while block := response.read(1 << 20):
+            digest.update(block)
             fh.write(block)
-    got = md5sum(tmp)
-    if got != spec.md5:
-        tmp.unlink(missing_ok=True)
-        raise DataError(f"downloaded {spec.filename} has MD5 {got}, expected {spec.md5}; try again later")
-    os.replace(tmp, target)
+        if digest.hexdigest() != spec.md5:
+            raise DataError(f"downloaded {spec.filename} has MD5 {digest.hexdigest()}, expected {spec.md5}; try "
+                            "again later")
 
 
 CIFAR_ROW = 3 * 32 * 32  # one image: R (1024) G (1024) B (1024), each 32 x 32 row-major
@@ -435,7 +437,7 @@ def read_image(path: Path, size: int) -> torch.Tensor:
     """One image file as ``(3, size, size)`` float32 in [0, 1]: read with Pillow (``image_to_unit``) if it
     declares at most ``MAX_IMAGE_PIXELS`` (``_open_image``), centre-cropped to a square, resized
     (``resize_square``)."""
-    from scale.runs.read import Unreadable, open_regular
+    from scale.engine.read import Unreadable, open_regular
 
     try:
         fh = open_regular(path)  # non-blocking, regular files only: a file swapped for a FIFO cannot hang a run

@@ -140,8 +140,11 @@ def is_peer_failure(exc: BaseException) -> bool:
 
 def describe(exc: BaseException, guard: _Guard) -> tuple[int, str]:
     """``(exit code, one line)`` for a failure that escaped ``main``; ``(-1, '')`` when it is a bug."""
+    from scale.engine.disk import NotOurs
+    from scale.engine.read import Unreadable
+
     kept = last_checkpoint(guard.run_dir)
-    if isinstance(exc, RunError):
+    if isinstance(exc, (RunError, NotOurs, Unreadable)):  # refused by the disk's owner or its reader: one line
         return exc.code, f"error: {exc}"
     if isinstance(exc, KeyboardInterrupt):
         what = "SIGTERM" if isinstance(exc, Terminated) else (str(exc) or "a second interrupt")
@@ -224,7 +227,7 @@ def guarded(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
             try:
                 with closed_pipes_tolerated(), guard.stack:
                     return main(*args, **kwargs)
-            except (RunError, KeyboardInterrupt, OSError, RuntimeError) as exc:
+            except (RunError, KeyboardInterrupt, OSError, RuntimeError, ValueError) as exc:
                 code, line = describe(exc, guard)
                 if code < 0:
                     raise

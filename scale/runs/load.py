@@ -35,12 +35,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from scale.engine import read
 from scale.engine.backbones import build_backbone
 from scale.engine.checkpoint import atomic_write_json, load_checkpoint, save_checkpoint, unreadable_reason
 from scale.engine.heads import build_head
 from scale.engine.modules import OWN, ModuleSpecError, as_module, describe
 from scale.engine.train import SSLModel, TrainConfig, default_predictor
-from scale.runs import read
 from scale.runs.validate import MAX_WIDTH
 
 PARTS: tuple[str, ...] = ("backbone", "projector", "predictor")
@@ -98,7 +98,7 @@ def check_state_dict(module: nn.Module, state: dict[str, torch.Tensor], what: st
 
 
 def _read_json(path: Path) -> Any:
-    """A JSON object through the one bounded reader (``scale.runs.read``), its failure as one ``RunError`` line."""
+    """A JSON object through the one bounded reader (``scale.engine.read``), its failure as one ``RunError`` line."""
     try:
         return read.read_json(path, dict)
     except read.Unreadable as exc:

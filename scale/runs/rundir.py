@@ -1,6 +1,6 @@
 """The run directory: a safe name, one writer at a time, no mixing of two runs, no stale temporaries.
 
-Every create, replace and delete here goes through ``scale.runs.disk`` (the one owner of the disk).
+Every create, replace and delete here goes through ``scale.engine.disk`` (the one owner of the disk).
 
     check_run_name(name)        a single path component: no separators, no '.'/'..', nothing hidden
     RunLock(run_dir)            ``.lock`` held with ``fcntl.flock`` while a run writes there; the file
@@ -42,8 +42,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scale.engine import disk
 from scale.engine.workers import private_descriptor, release_descriptor
-from scale.runs import disk
 from scale.runs.faults import ConfigError
 
 LOCK_NAME = ".lock"

@@ -17,33 +17,36 @@ The rules (``docs/disk.md`` states them for users, with the tests that hold each
    ``scale.e4_study``'s plan checks), it never rewrites another plan's files.
 5. No setting from a file authorises a deletion (``scale.runs.config_file`` refuses ``overwrite``).
 
-Readers live in ``scale.runs.read`` (bounded, typed, non-blocking); this module only writes and deletes.
+Readers live in ``scale.engine.read`` (bounded, typed, non-blocking); this module only writes and deletes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from mini.atomic import UnsafeTarget, atomic_write_bytes
+from mini.atomic import UnsafeTarget, atomic_write_bytes, atomic_writer
 from mini.atomic import check_replaceable as _check
 from mini.atomic import describe_kind as _kind
-from scale.runs.faults import ConfigError
 
 # The atomic writer's temporaries: ``.NAME.`` + 8 hex digits + ``.tmp``, created beside ``NAME``.
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{8}\.tmp$")
 _LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-class NotOurs(ConfigError):
-    """A path the project would write, lock or delete holds something it did not write there (exit 2)."""
+class NotOurs(UnsafeTarget):
+    """A path the project would write, lock or delete holds something it did not write there: refused, exit 2
+    (``scale.runs.faults`` turns it into one line)."""
+
+    code = 2
 
 
 def _ours(st: os.stat_result) -> bool:
@@ -101,6 +104,18 @@ def write_bytes(path: str | Path, data: bytes) -> None:
     make_dirs(Path(path).parent)
     try:
         atomic_write_bytes(path, data)
+    except UnsafeTarget as exc:
+        raise NotOurs(str(exc)) from None
+
+
+@contextlib.contextmanager
+def writing(path: str | Path) -> Iterator[BinaryIO]:
+    """``write_bytes`` for content written in pieces: a binary file that replaces ``path`` atomically when the
+    block ends without an error (``mini.atomic.atomic_writer``); an error in the block leaves ``path`` as it was."""
+    make_dirs(Path(path).parent)
+    try:
+        with atomic_writer(path) as fh:
+            yield fh
     except UnsafeTarget as exc:
         raise NotOurs(str(exc)) from None
 

@@ -10,7 +10,7 @@
     typed(build, where)            a dataclass built from a file's values, every field of its annotated type
     open_regular(path)             a binary file object on a regular file (for decoders that take one: Pillow)
 
-Every failure is ``Unreadable`` (a ``CorruptFile``: exit 1) with one line naming the file and what is wrong;
+Every failure is ``Unreadable`` (exit 1) with one line naming the file and what is wrong;
 nothing here writes.
 """
 
@@ -30,16 +30,17 @@ from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 
-from scale.runs.faults import CorruptFile
-
 MAX_BYTES = 64 << 20  # a run's metrics.jsonl of 10^5 epochs is ~30 MB; summaries are kilobytes
 MAX_DEPTH = 64  # the project's files nest at most 6 deep
 T = TypeVar("T")
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
 
 
-class Unreadable(CorruptFile):
-    """A file that must be read is missing, not a regular file, too large, too deep or of the wrong shape."""
+class Unreadable(ValueError):
+    """A file that must be read is missing, not a regular file, too large, too deep or of the wrong shape: exit 1
+    (``scale.runs.faults`` turns it into one line)."""
+
+    code = 1
 
 
 def open_regular(path: str | Path) -> BinaryIO:

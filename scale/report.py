@@ -57,6 +57,11 @@ METRIC_KEYS = ("h_std", "h_cond", "loss", "epoch")
 LABEL_TYPES: dict[str, tuple[type, ...]] = {"head": (str,), "lr": (int, float), "bn": (bool,), "depth": (int,),
                                             "init": (str,)}
 LABELS = {"E1": ("head", "bn", "lr"), "E2": ("init", "head"), "E5": ("depth", "head")}
+# The manifest's entries the report reads, with their types (scale.paper writes them).
+MANIFEST: dict[str, Any] = {"dataset": str, "backbone": str, "quick": bool, "command": str, "experiments": list[str],
+                            "assumptions": dict[str, str], "paper_choices": dict[str, dict[str, list[Any]]] | None,
+                            "versions": dict[str, str], "git_commit": str}
+DEVIATIONS = dict[str, tuple[Any, Any]]  # setting -> (paper, ours), deviations.json
 CURVATURE_KEYS = ("lambda_min", "lambda_max", "M_over_H", "n_negative", "n_negative_G", "epoch", "step")
 
 
@@ -87,9 +92,10 @@ def _manifest_runs(manifest: dict[str, Any], where: Path) -> list[dict[str, Any]
             if isinstance(v, bool) is not (LABEL_TYPES[key] == (bool,)) or not isinstance(v, LABEL_TYPES[key]):
                 raise read.Unreadable(f"{where}: run {r['name']!r}: label {key!r} is {type(v).__name__}, not "
                                       f"{' or '.join(t.__name__ for t in LABEL_TYPES[key])}")
-    for key in ("dataset", "backbone"):
-        if not isinstance(manifest.get(key), str):
-            raise read.Unreadable(f"{where}: {key!r} is {type(manifest.get(key)).__name__} where a string belongs")
+    for key, kind in MANIFEST.items():
+        if not read.fits(manifest.get(key), kind):
+            raise read.Unreadable(f"{where}: {key!r} is {type(manifest.get(key)).__name__}, not what scale.paper "
+                                  "writes there")
     return runs
 
 
@@ -110,11 +116,19 @@ def load_grid(out: Path) -> dict[str, Any]:
                          summary=None if summary is None else read.typed(lambda s=summary: RunSummary.from_dict(s),
                                                                          str(d / "summary.json")),
                          metrics=_read_jsonl(d / "metrics.jsonl", METRIC_KEYS),
-                         deviations=_read_json(d / "deviations.json"),
+                         deviations=_deviations(d / "deviations.json"),
                          curvature=_read_jsonl(d / "curvature.jsonl", CURVATURE_KEYS),
                          curvature_summary=None if curvature is None else read.typed(
                              lambda c=curvature: CurvatureSummary.from_dict(c), str(d / "curvature_summary.json"))))
-    return {"manifest": manifest, "runs": runs, "log": _read_jsonl(out / "grid_log.jsonl", ())}
+    return {"manifest": manifest, "runs": runs,
+            "log": _read_jsonl(out / "grid_log.jsonl", ("seconds", "runs_attempted"))}
+
+
+def _deviations(path: Path) -> dict[str, Any] | None:
+    found = _read_json(path)
+    if found is not None and not read.fits(found, DEVIATIONS):
+        raise read.Unreadable(f"{path} is not a deviations record of scale.paper (setting -> [paper, ours])")
+    return found
 
 
 def _status(r: dict[str, Any]) -> str:

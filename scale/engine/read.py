@@ -124,7 +124,7 @@ def numbers(record: dict[str, Any], keys: tuple[str, ...], where: str) -> dict[s
     return record
 
 
-def _fits(value: Any, hint: Any) -> bool:
+def fits(value: Any, hint: Any) -> bool:
     """Whether ``value`` is of the annotated type ``hint`` (numbers: int for float, never bool for either)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
@@ -132,7 +132,7 @@ def _fits(value: Any, hint: Any) -> bool:
     if hint is type(None):
         return value is None
     if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, a) for a in args)
+        return any(fits(value, a) for a in args)
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
@@ -141,10 +141,10 @@ def _fits(value: Any, hint: Any) -> bool:
         if not isinstance(value, (list, tuple)):
             return False
         if origin is list or (len(args) == 2 and args[1] is Ellipsis):
-            return not args or all(_fits(v, args[0]) for v in value)
-        return len(args) == len(value) and all(map(_fits, value, args))
+            return not args or all(fits(v, args[0]) for v in value)
+        return len(args) == len(value) and all(map(fits, value, args))
     if origin is dict:
-        return isinstance(value, dict) and all(_fits(k, args[0]) and _fits(v, args[1]) for k, v in value.items())
+        return isinstance(value, dict) and all(fits(k, args[0]) and fits(v, args[1]) for k, v in value.items())
     if dataclasses.is_dataclass(hint):
         return isinstance(value, hint) and not _wrong_field(value)
     return isinstance(value, origin or hint)
@@ -159,7 +159,7 @@ def _wrong_field(obj: Any) -> str | None:
             inner = _wrong_field(value)
             if inner:
                 return f"{f.name}.{inner}"
-        elif not _fits(value, hints[f.name]):
+        elif not fits(value, hints[f.name]):
             return f"{f.name} ({type(value).__name__})"
     return None
 

@@ -147,7 +147,9 @@ def describe(exc: BaseException, guard: _Guard) -> tuple[int, str]:
     if isinstance(exc, (RunError, NotOurs, Unreadable)):  # refused by the disk's owner or its reader: one line
         return exc.code, f"error: {exc}"
     if isinstance(exc, KeyboardInterrupt):
-        what = "SIGTERM" if isinstance(exc, Terminated) else (str(exc) or "a second interrupt")
+        # str(exc): SecondSignal names itself; a bare KeyboardInterrupt is the first SIGINT, arriving before the
+        # training loop took over the signals (a resume loading its checkpoint) or after it gave them back
+        what = "SIGTERM" if isinstance(exc, Terminated) else (str(exc) or "SIGINT (Ctrl-C) outside the training loop")
         return EXIT_INTERRUPTED, f"stopped at once by {what} without saving; {kept}"
     if isinstance(exc, OSError):
         where = f" {exc.filename}" if exc.filename else ""

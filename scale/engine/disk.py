@@ -239,3 +239,19 @@ def append_text(path: str | Path, text: str) -> None:
         os.write(fd, text.encode("utf-8"))
     finally:
         os.close(fd)
+
+
+def check_outputs_ours(folder: str | Path, outputs: Iterable[str], record: str,
+                       is_record: Callable[[Path], bool] = lambda p: True) -> None:
+    """Before a command replaces ``outputs`` in ``folder``: ``NotOurs`` when one of them stands there but the
+    command's own ``record`` (a file it writes beside them, which ``is_record`` accepts) does not. Then they are
+    a user's files of the same names, and a command never rewrites what it did not write (rule 2)."""
+    folder = Path(folder)
+    found = [n for n in outputs if os.path.lexists(folder / n)]
+    if not found:
+        return
+    rec = folder / record
+    st = _lstat(rec)
+    if st is None or not _ours(st) or not is_record(rec):
+        raise NotOurs(f"{folder} holds {', '.join(found)} but no {record} this command wrote: they are not its own, "
+                      "so nothing was written. Choose another output, or move them away")

@@ -203,6 +203,25 @@ def architecture_path(out: str | Path) -> Path:
     return Path(f"{out}.json")
 
 
+def check_export_target(out: Path) -> None:
+    """``RunError`` when ``out`` or ``out.json`` exists but is not an earlier export (a plain ``out.json``
+    architecture record of this format): a user's file of that name is never replaced."""
+    from scale.engine import disk
+
+    def is_record(p: Path) -> bool:
+        try:
+            return read.read_json(p, dict).get("format") == ARCHITECTURE_FORMAT
+        except read.Unreadable:
+            return False
+
+    try:
+        disk.check_outputs_ours(out.parent, (out.name, architecture_path(out).name), architecture_path(out).name,
+                                is_record)
+        disk.check_replaceable(out)
+    except disk.NotOurs as exc:
+        raise RunError(str(exc)) from None
+
+
 def export_backbone(run: Run | SSLModel | str | Path, out: str | Path, part: str = "backbone", **modules: Any) -> Path:
     """Write the trained backbone (or ``part``) alone as a ``state_dict`` file, and beside it ``OUT.json``
     with its architecture (``architecture``), both atomically.
@@ -218,6 +237,7 @@ def export_backbone(run: Run | SSLModel | str | Path, out: str | Path, part: str
     state = part_state_dict(model, part)
     arch = architecture(config, model, part)
     out = Path(out)
+    check_export_target(out)
     save_checkpoint(out, state)
     atomic_write_json(architecture_path(out), {**arch, "source": str(run.path) if isinstance(run, Run) else None})
     return out

@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 EXAMPLES = int(os.environ.get("NOTHING_LOST_EXAMPLES", "5"))
 SEED = os.environ.get("NOTHING_LOST_SEED", "0")
+EXPLORE = EXAMPLES > 20  # the exploration also runs a grid and a study seed for real
 DEADLINE_S = 120  # one command on the tiny settings takes a few seconds; past this it hangs
 TINY = ["synthetic", "--quiet", "--train-subset", "64", "--batch-size", "32", "--probe-size", "32",
         "--head-width", "16", "--head-out", "8", "--backbone-width", "4", "--image-size", "8", "--no-final-measure",
@@ -101,8 +102,9 @@ PAPER = ["--dataset", "synthetic", "--experiments", "E3E4", "--quick", "--epochs
          "--threads", "1"]
 
 
-def commands(out: Path, outside: Path) -> st.SearchStrategy[tuple[str, list[str]]]:
-    """One command of the CLI with random valid and invalid flags, aimed at ``out``."""
+def commands(out: Path, outside: Path, with_study: bool) -> st.SearchStrategy[tuple[str, list[str]]]:
+    """One command of the CLI with random valid and invalid flags, aimed at ``out``. The expensive runs (a grid, a
+    study's seed) come only where the tree makes them refuse, or in the exploration (``EXPLORE``)."""
     run_dir = str(out / "r")
     new_run = st.tuples(st.just("run"), st.builds(
         lambda overwrite, refused, recipe: ["-m", "scale.run", *TINY, "--out", str(out), "--run-name", "r",
@@ -125,10 +127,11 @@ def commands(out: Path, outside: Path) -> st.SearchStrategy[tuple[str, list[str]
     paper = st.tuples(st.just("paper"), st.builds(
         lambda other, dry: ["-m", "scale.paper", *PAPER, "--out", str(out),
                             *(["--seeds", "2"] if other else []), *(["--dry-run"] if dry else [])],
-        st.booleans(), st.just(True)))
+        st.booleans(), st.booleans() if EXPLORE else st.just(True)))
+    e4_flags = [["--seeds", "0"], ["--seeds", "1", "--probe-images", "1"]]
     e4 = st.tuples(st.just("e4_study"), st.builds(
         lambda extra: ["-m", "scale.e4_study", "--epochs", "1", "--probe-images", "8", "--out", str(out), *extra],
-        st.sampled_from([["--seeds", "0"], ["--seeds", "1", "--probe-images", "1"]])))
+        st.sampled_from([*e4_flags, ["--seeds", "1"]] if with_study or EXPLORE else e4_flags)))
     return st.one_of(new_run, resume, export, analyze, report, paper, e4)
 
 
@@ -204,7 +207,7 @@ def test_no_command_changes_a_file_it_did_not_write(templates, data, tree, with_
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         out, outside, made = build_tree(tmp, tree, with_run, with_grid, with_study, templates)
-        program, argv = data.draw(commands(out, outside), label="command")
+        program, argv = data.draw(commands(out, outside, with_study), label="command")
         before = {str(p.relative_to(tmp)): state(p) for p in made}
         outside_before = snapshot(outside)
         done = run_command(argv, tmp)

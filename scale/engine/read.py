@@ -89,7 +89,7 @@ def _decode(data: bytes, where: str, depth: int) -> Any:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise Unreadable(f"{where} is not JSON text ({first})") from None
+        raise Unreadable(f"{where} is not readable JSON ({first})") from None
 
 
 def kind_name(kind: type | tuple[type, ...]) -> str:

@@ -403,6 +403,21 @@ def _child_argv(args: argparse.Namespace, name: str, device: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m scale.paper``; a file it would write through a link or replace without owning it (exit 2), a
+    grid file it cannot read (exit 1) or an output it cannot write (exit 4) is one line, never a traceback."""
+    from scale.engine import disk, read
+
+    try:
+        return _main(argv)
+    except (disk.NotOurs, read.Unreadable) as exc:
+        print(f"scale.paper: error: {exc}", file=sys.stderr)
+        return exc.code
+    except OSError as exc:
+        print(f"scale.paper: error: cannot write {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 4
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     experiments = _parse_experiments(args.experiments)
     for key in ("seeds", "epochs", "jobs", "threads"):

@@ -8,7 +8,8 @@ Every create, replace and delete here goes through ``scale.engine.disk`` (the on
                                 ends. It is opened with ``O_NOFOLLOW | O_NONBLOCK`` and must be a plain
                                 file of one link (``disk.open_lock``): a symlink, hard link or FIFO named
                                 ``.lock`` is refused (exit 2) and nothing is read from or written through
-                                it; a run directory that is itself a symlink is refused too. The kernel
+                                it; so is a ``.lock`` holding anything but a holder record (a user's
+                                file), and a run directory that is itself a symlink. The kernel
                                 drops the flock when its process dies, so a lock left by a killed run is
                                 taken over (with a note naming the dead holder); a live holder makes the
                                 second run fail at once, naming it. No forked child keeps the lock

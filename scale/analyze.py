@@ -44,7 +44,8 @@ Outputs, written only once everything is measured: ``OUT/analysis.json`` (number
 ``OUT/report.md`` and its figures ``spectrum.png``, ``orbits.png``. ``OUT`` defaults to ``RUN_DIR/analysis``
 or ``<checkpoint stem>-analysis`` beside the checkpoint. Exit codes: 0 done, 1 data missing or corrupt, 2
 bad arguments (a module path that does not import, a checkpoint that does not fit the modules, an empty
-folder, ...): one line on stderr and nothing written.
+folder, an ``OUT`` holding a report.md or figure that no analysis wrote there, ...), 4 an output could not be
+written: one line on stderr and nothing written.
 """
 
 from __future__ import annotations
@@ -426,15 +427,31 @@ def _curvature_section(c: dict[str, Any]) -> list[str]:
     return L
 
 
+ANALYSIS_FILES = ("analysis.json", "report.md", "spectrum.png", "orbits.png")  # what write_report puts in out
+
+
+def is_analysis(path: Path) -> bool:
+    """Whether ``path`` is an analysis.json this command wrote (a JSON object naming its ``source``)."""
+    from scale.engine import read
+
+    try:
+        return "source" in read.read_json(path, dict)
+    except read.Unreadable:
+        return False
+
+
 def write_report(result: dict[str, Any], out: str | Path, source: str) -> Path:
     """analysis.json, report.md and the figures into ``out`` (each file written atomically)."""
+    from scale.engine import disk
+
     out = Path(out)
+    disk.check_outputs_ours(out, ANALYSIS_FILES, "analysis.json", is_analysis)  # a user's report.md stays
     figures = _figures(result)
     text = render_report(result, source)
-    out.mkdir(parents=True, exist_ok=True)
+    disk.make_dirs(out)
     for name, data in figures.items():
         atomic_write_bytes(out / name, data)
-    atomic_write_json(out / "analysis.json", result)
+    atomic_write_json(out / "analysis.json", {**result, "source": source})  # "source": the record of this writer
     atomic_write_text(out / "report.md", text)
     return out / "report.md"
 
@@ -598,6 +615,8 @@ def _predictor_state(model: SSLModel, src: Path) -> dict[str, torch.Tensor]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from scale.engine import disk
+
     args = build_parser().parse_args(argv)
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
                           else "cpu")
@@ -607,17 +626,25 @@ def main(argv: list[str] | None = None) -> int:
                                     head_input=args.head_input, probe_images=args.probe_images,
                                     probes=not args.no_probes, curvature=not args.no_curvature, seed=args.seed)
         model, cfg, data, out, spec_controls = _load(args, device)
+        disk.check_outputs_ours(out, ANALYSIS_FILES, "analysis.json", is_analysis)  # before the work
         result = analyze_model(model.backbone, model.projector, data, cfg, predictor=model.predictor,
                                settings=settings, device=device, spec_controls=spec_controls,
                                log=None if args.quiet else (lambda line: print(line, flush=True)))
-    except (AnalyzeError, ModuleSpecError) as exc:
+    except (AnalyzeError, ModuleSpecError, disk.NotOurs) as exc:
         print(f"scale.analyze: error: {exc}", file=sys.stderr)
         return 2
     except DataError as exc:
         print(f"scale.analyze: data error: {exc}", file=sys.stderr)
         return 1
     result["source"] = str(args.source)
-    report = write_report(result, out, str(args.source))
+    try:
+        report = write_report(result, out, str(args.source))
+    except disk.NotOurs as exc:
+        print(f"scale.analyze: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"scale.analyze: error: cannot write {exc.filename or out}: {exc.strerror or exc}", file=sys.stderr)
+        return 4
     if "curvature" in result:
         c = result["curvature"]
         print(f"H_eff: lambda_min {c['H']['lambda_min']:.4g}, lambda_max {c['H']['lambda_max']:.4g}; "

@@ -32,7 +32,10 @@ model (``scale.replicate`` uses it for E5's heads). Each number is a mean over s
 t interval; ``OUT/results.json`` holds every seed's values (written after each seed: a rerun continues, with
 the seeds whose training config and ``--probe-images`` are this run's, measured again when they predate the
 class probe; a file holding seeds of another plan is refused, exit 2, and one that is not a results file of
-this study, exit 1, each left as it is).
+this study, exit 1, each left as it is). The store is append-only: a rerun with fewer ``--seeds`` reports
+on seeds 0 .. N-1 and keeps every other stored seed in the file; a report.md or e4_study.png in ``OUT``
+without a results file of this study is someone else's and refused (exit 2). Exit codes: 0 done, 1 a
+results file or data that cannot be read, 2 arguments or another plan refused, 4 an output not writable.
 ``OUT/report.md`` and ``OUT/e4_study.png`` are written at the end.
 
 Shapes: orbit features ``(n_orbits, 12, dim)``, sweep features ``(n_orbits, 10, dim)``, probe features
@@ -43,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import math
 import sys
 import time
@@ -70,6 +72,7 @@ from scale.geometry.measure import (
 )
 from scale.geometry.probes import ProbeSettings, features, logistic_probe_accuracy, rotated, train_probe
 from scale.geometry.verdict import t_interval as _t_interval
+from scale.runs.faults import guarded
 
 PROTOCOLS: dict[str, str] = {
     "a_paper": "paper protocol: normalize(head(normalize(z))), BN statistics from training on raw z",
@@ -384,8 +387,14 @@ def figure(summary: dict[str, Any], path: Path) -> None:
         ax.axhline(0.0 if key == "rot_linear_gap" else 1.0, color="k", lw=0.8)
     fig.suptitle("E4 protocol study: mean over seeds, 95 % t interval", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    import io
+
+    from scale.engine import disk
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
+    disk.write_bytes(path, buf.getvalue())  # the one owner of the disk: never through a link
 
 
 def write_report(out: Path, seeds: list[dict[str, Any]], command: str) -> Path:
@@ -480,16 +489,20 @@ def reused_seeds(path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     against ``e3_config`` (``scale.runs.validate.plan_disagreements``) and its ``--probe-images``.
     ``ResultsFileError`` when the file is not a results file of this study; ``ValueError`` naming the seeds of
     another plan otherwise: they are never mixed into this one's intervals, and the file is left as it is."""
-    if not path.is_file():
+    import os
+
+    from scale.engine import read
+
+    if not os.path.lexists(path):
         return []
     try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
+        saved = read.read_json(path, dict)  # bounded, regular files only: a FIFO is refused, not waited on
         seeds = saved["seeds"]
         if not (isinstance(seeds, list) and all(isinstance(s, dict) and type(s.get("seed")) is int
                                                 and isinstance(s.get("config"), dict)
                                                 and isinstance(s.get("protocols"), dict) for s in seeds)):
             raise TypeError("its seeds are not records of this study")
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+    except (read.Unreadable, KeyError, TypeError) as exc:
         raise ResultsFileError(f"{path} is not a results file of scale.e4_study ({type(exc).__name__}: "
                                f"{str(exc)[:120]}); move it away, or choose another --out") from None
     from scale.runs.validate import plan_disagreements
@@ -509,6 +522,20 @@ def reused_seeds(path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     return seeds
 
 
+OUTPUTS = ("report.md", "e4_study.png")  # what the study writes beside results.json
+
+
+def refuse_foreign_outputs(out: Path, results: Path) -> None:
+    """``ValueError`` when ``out`` holds a report.md or e4_study.png but no results file of this study: they are
+    someone else's, and the study would replace them (append-only: another's files are never rewritten)."""
+    import os
+
+    found = [n for n in OUTPUTS if os.path.lexists(out / n)]
+    if found and not results.is_file():
+        raise ValueError(f"{out} holds {', '.join(found)} but no results.json of this study: they are not its "
+                         "own, so nothing was run. Use another --out, or move them away")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m scale.e4_study", description="E4's orbit compression under "
                                 "the paper's protocol and its controls (a-e), several seeds, 95 %% t intervals.")
@@ -523,6 +550,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@guarded("scale.e4_study")  # an output that is a link (exit 2) or cannot be written (exit 4): one line
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     for key in ("seeds", "epochs", "threads"):
@@ -533,6 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe_images < 2:
         print(f"scale.e4_study: error: --probe-images must be >= 2, got {args.probe_images}", file=sys.stderr)
         return 2
+    from scale.engine import disk
     from scale.engine.checkpoint import atomic_write_json
     from scale.engine.data import DataError
 
@@ -541,24 +570,29 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python -m scale.e4_study", *(argv if argv is not None else sys.argv[1:])])
     path = out / "results.json"
     try:
-        # seeds measured before the class probe joined the protocols are measured again
-        seeds = [s for s in reused_seeds(path, args) if s["seed"] < args.seeds
-                 and "class_h" in s["protocols"].get("a_paper", {})]
+        stored = reused_seeds(path, args)
+        refuse_foreign_outputs(out, path)
     except ValueError as exc:
         print(f"scale.e4_study: error: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, ResultsFileError) else 2
+    # the store is append-only: every stored seed stays in results.json; this report uses seeds 0 .. N-1, and
+    # seeds measured before the class probe joined the protocols are measured again (their record replaced)
+    current = {s["seed"]: s for s in stored if "class_h" in s["protocols"].get("a_paper", {})}
     for seed in range(args.seeds):
-        if any(s["seed"] == seed for s in seeds):
+        if seed in current:
             continue
         print(f"scale.e4_study: seed {seed}", flush=True)
         try:
-            seeds.append(one_seed(args.dataset, seed, args.epochs, args.data_dir, args.probe_images, print))
+            current[seed] = one_seed(args.dataset, seed, args.epochs, args.data_dir, args.probe_images, print)
         except DataError as exc:
             print(f"scale.e4_study: data error: {exc}", file=sys.stderr)
             return 1
-        seeds.sort(key=lambda s: s["seed"])
-        out.mkdir(parents=True, exist_ok=True)  # only once a seed has finished: a data error leaves nothing behind
-        atomic_write_json(path, {"dataset": args.dataset, "epochs": args.epochs, "command": command, "seeds": seeds})
+        kept = {s["seed"]: s for s in stored}
+        kept.update(current)
+        disk.make_dirs(out)  # only once a seed has finished: a data error leaves nothing behind
+        atomic_write_json(path, {"dataset": args.dataset, "epochs": args.epochs, "command": command,
+                                 "seeds": [kept[k] for k in sorted(kept)]})
+    seeds = [current[k] for k in sorted(current) if k < args.seeds]
     report = write_report(out, seeds, command)
     print(f"scale.e4_study: report {report}", flush=True)
     return 0

@@ -10,7 +10,8 @@ your own code, ``module.load_state_dict(torch.load(OUT, weights_only=True))`` in
 architecture. A run trained with your own modules (``scale.train``, ``Trainer(backbone=...)``) is read
 with them: ``--backbone``/``--head``/``--predictor`` ``module:callable``, an importable function that
 returns the module when called without arguments (the run's config names the one it recorded). Exit
-codes: 0 written, 2 bad arguments or an unreadable run, with one line saying why (nothing written).
+codes: 0 written, 2 bad arguments, an unreadable run, or an ``OUT`` (or ``OUT.json``) that exists and is not an
+earlier export (a user's file of that name is never replaced), with one line saying why (nothing written).
 """
 
 from __future__ import annotations

@@ -259,6 +259,33 @@ def refuse_other_plans(out: Path, runs: list[PlannedRun]) -> str | None:
             "deleted. Use another --out, or remove those run directories to run them again")
 
 
+def refuse_other_manifest(out: Path, runs: list[PlannedRun]) -> str | None:
+    """One line when ``out/manifest.json`` is not a manifest of scale.paper, or is one of another plan (a planned
+    run it names is not in this plan, or is planned otherwise): the manifest is never rewritten then. A plan
+    that adds runs to the saved one is the same grid, extended."""
+    import os
+
+    from scale.engine import read
+
+    path = out / "manifest.json"
+    if not os.path.lexists(path):
+        return None
+    try:
+        saved = read.read_json(path, dict)
+    except read.Unreadable as exc:
+        return f"{exc}; it was left as it is. Use another --out"
+    planned = {r.name: json.loads(json.dumps(asdict(r))) for r in runs}  # as the manifest holds them
+    records = saved.get("runs")
+    if not isinstance(records, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
+                                                for r in records):
+        return f"{path} is not a manifest of scale.paper; it was left as it is. Use another --out"
+    other = [r["name"] for r in records if planned.get(r["name"]) != r]
+    if other:
+        return (f"{path} is the manifest of another plan ({len(other)} of its runs are not planned so, e.g. "
+                f"{', '.join(other[:3])}); nothing was run or rewritten. Use another --out")
+    return None
+
+
 def deviations(config: dict[str, Any], paper: dict[str, Any], dataset: str, argv: list[str] = ()
                ) -> dict[str, list[Any]]:
     """``{setting: [paper, ours]}`` for every checked setting whose resolved value differs from the paper's;
@@ -295,8 +322,9 @@ def _atomic_json(path: Path, obj: Any) -> None:
 
 
 def _log(out: Path, record: dict[str, Any]) -> None:
-    with open(out / "grid_log.jsonl", "a") as fh:  # append-only log of attempts (one line each)
-        fh.write(json.dumps(record, sort_keys=True) + "\n")
+    from scale.engine import disk
+
+    disk.append_text(out / "grid_log.jsonl", json.dumps(record, sort_keys=True) + "\n")  # append-only: one line each
 
 
 def execute_in_process(run: PlannedRun, out: Path, device: str, threads: int | None = None) -> int:
@@ -375,6 +403,21 @@ def _child_argv(args: argparse.Namespace, name: str, device: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m scale.paper``; a file it would write through a link or replace without owning it (exit 2), a
+    grid file it cannot read (exit 1) or an output it cannot write (exit 4) is one line, never a traceback."""
+    from scale.engine import disk, read
+
+    try:
+        return _main(argv)
+    except (disk.NotOurs, read.Unreadable) as exc:
+        print(f"scale.paper: error: {exc}", file=sys.stderr)
+        return exc.code
+    except OSError as exc:
+        print(f"scale.paper: error: cannot write {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 4
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     experiments = _parse_experiments(args.experiments)
     for key in ("seeds", "epochs", "jobs", "threads"):
@@ -393,15 +436,17 @@ def main(argv: list[str] | None = None) -> int:
         if not runs:
             print(f"scale.paper: error: no run named {args.only!r} in this plan", file=sys.stderr)
             return 2
-    other_plan = refuse_other_plans(out, runs)
+    other_plan = refuse_other_plans(out, runs) or (None if args.only else refuse_other_manifest(out, runs))
     if other_plan:
         print(f"scale.paper: error: {other_plan}", file=sys.stderr)
         return 2
     if args.only:
         return execute_in_process(runs[0], out, args.device, args.threads)
 
-    out.mkdir(parents=True, exist_ok=True)
+    from scale.engine import disk
     from scale.runs.run_report import git_commit, versions
+
+    disk.make_dirs(out)
 
     manifest = {
         "command": " ".join(["python", "-m", "scale.paper", *(argv if argv is not None else sys.argv[1:])]),

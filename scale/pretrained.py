@@ -111,8 +111,10 @@ def resolve_weights(name: str, weights: str | None) -> Path:
     if cached.is_file():
         checksums.verify(cached, published, url)  # truncated, corrupt or replaced since it was downloaded
         return cached
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    from scale.engine import disk
+
+    disk.make_dirs(cached.parent)
+    try:  # torch.hub writes a temporary of its own and renames it: the cache is torch's folder, not the user's
         torch.hub.download_url_to_file(url, str(cached), hash_prefix=published, progress=sys.stderr.isatty())
         checksums.record(cached)
     except RuntimeError as exc:  # torch hub: "invalid hash value" (the partial file is already removed)

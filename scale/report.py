@@ -10,6 +10,11 @@ writes ``DIR/report.md`` with PNG figures beside it:
     e4_orbits.png       E4: 2-D PCA projection of the rotation orbits, backbone z, head h, untrained head
     compression.png     E4/E5: compression factor (spread z / spread h), trained and untrained heads
 
+Exit codes: 0 written; 1 the grid cannot be read (no manifest.json, a file that is not JSON, nests too deep,
+is too large, not a regular file, or holds values of the wrong type; an unreadable run folder), each as one
+line naming the file; 2 usage; 4 the report cannot be written. Every file is read through ``scale.engine.read``
+and written through ``scale.engine.disk``.
+
 Tables carry the paper's reference figure (``docs/paper.md``; CIFAR-10, ResNet-18) next to ours, ours as
 mean +- std over seeds (over orbits where a single seed ran, and then said so). Each claim gets a verdict computed
 from our numbers only; the paper's figure is printed beside it and never enters a result.
@@ -18,8 +23,8 @@ from our numbers only; the paper's figure is printed beside it and never enters 
 from __future__ import annotations
 
 import io
-import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from mini import paper_numbers as paper
+from scale.engine import disk, read
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_text
 from scale.geometry.probes import E3_PROTOCOL, HEADLINE_PROTOCOL
 from scale.runs.run_report import versions_table
@@ -45,31 +51,84 @@ def _paper_e2(key: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text()) if path.is_file() else None
+# Keys of the run files the report reads as numbers: a file whose values there are not numbers is refused.
+METRIC_KEYS = ("h_std", "h_cond", "loss", "epoch")
+# The labels each experiment's section reads, and their types (bool is not a number here).
+LABEL_TYPES: dict[str, tuple[type, ...]] = {"head": (str,), "lr": (int, float), "bn": (bool,), "depth": (int,),
+                                            "init": (str,)}
+LABELS = {"E1": ("head", "bn", "lr"), "E2": ("init", "head"), "E5": ("depth", "head")}
+# The manifest's entries the report reads, with their types (scale.paper writes them).
+MANIFEST: dict[str, Any] = {"dataset": str, "backbone": str, "quick": bool, "command": str, "experiments": list[str],
+                            "assumptions": dict[str, str], "paper_choices": dict[str, dict[str, list[Any]]] | None,
+                            "versions": dict[str, str], "git_commit": str}
+DEVIATIONS = dict[str, tuple[Any, Any]]  # setting -> (paper, ours), deviations.json
+CURVATURE_KEYS = ("lambda_min", "lambda_max", "M_over_H", "n_negative", "n_negative_G", "epoch", "step")
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
+def _read_json(path: Path, kind: type = dict) -> Any:
+    return read.read_json(path, kind) if os.path.lexists(path) else None
+
+
+def _read_jsonl(path: Path, keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    if not os.path.lexists(path):
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [read.numbers(r, keys, f"{path} line {i}") for i, r in enumerate(read.read_jsonl(path), 1)]
+
+
+def _manifest_runs(manifest: dict[str, Any], where: Path) -> list[dict[str, Any]]:
+    """The manifest's run records, each with a plain-name ``name``, a string ``experiment`` and ``labels``."""
+    runs = manifest.get("runs")
+    if not isinstance(runs, list):
+        raise read.Unreadable(f"{where}: 'runs' is {type(runs).__name__} where a list of runs belongs")
+    for i, r in enumerate(runs):
+        ok = (isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("experiment"), str)
+              and isinstance(r.get("labels"), dict) and r["name"] not in ("", ".", "..") and "/" not in r["name"]
+              and "\0" not in r["name"])
+        if not ok:
+            raise read.Unreadable(f"{where}: run {i} is not a record of scale.paper (a plain 'name', an "
+                                  "'experiment' and 'labels')")
+        for key in LABELS.get(r["experiment"], ()):
+            v = r["labels"].get(key)
+            if isinstance(v, bool) is not (LABEL_TYPES[key] == (bool,)) or not isinstance(v, LABEL_TYPES[key]):
+                raise read.Unreadable(f"{where}: run {r['name']!r}: label {key!r} is {type(v).__name__}, not "
+                                      f"{' or '.join(t.__name__ for t in LABEL_TYPES[key])}")
+    for key, kind in MANIFEST.items():
+        if not read.fits(manifest.get(key), kind):
+            raise read.Unreadable(f"{where}: {key!r} is {type(manifest.get(key)).__name__}, not what scale.paper "
+                                  "writes there")
+    return runs
 
 
 def load_grid(out: Path) -> dict[str, Any]:
-    manifest = _read_json(out / "manifest.json")
-    if manifest is None:
+    """The grid in ``out`` as the report reads it; ``read.Unreadable`` (exit 1) with one line for any file that is
+    not what scale.paper writes (not JSON, too deep or large, a FIFO, values of the wrong type, unreadable)."""
+    if not os.path.lexists(out / "manifest.json"):
         raise FileNotFoundError(f"{out} has no manifest.json: not a grid directory of python -m scale.paper")
+    manifest = _read_json(out / "manifest.json")
     runs = []
-    for r in manifest["runs"]:
+    for r in _manifest_runs(manifest, out / "manifest.json"):
         d = out / "runs" / r["name"]
+        if d.is_dir() and not os.access(d, os.R_OK | os.X_OK):
+            raise read.Unreadable(f"{d} cannot be read (permission denied); give it read permission or move it away")
         summary = _read_json(d / "summary.json")
         curvature = _read_json(d / "curvature_summary.json")
         runs.append(dict(r, dir=d, config=_read_json(d / "config.json"),
-                         summary=None if summary is None else RunSummary.from_dict(summary),
-                         metrics=_read_jsonl(d / "metrics.jsonl"), deviations=_read_json(d / "deviations.json"),
-                         curvature=_read_jsonl(d / "curvature.jsonl"),
-                         curvature_summary=None if curvature is None else CurvatureSummary.from_dict(curvature)))
-    return {"manifest": manifest, "runs": runs, "log": _read_jsonl(out / "grid_log.jsonl")}
+                         summary=None if summary is None else read.typed(lambda s=summary: RunSummary.from_dict(s),
+                                                                         str(d / "summary.json")),
+                         metrics=_read_jsonl(d / "metrics.jsonl", METRIC_KEYS),
+                         deviations=_deviations(d / "deviations.json"),
+                         curvature=_read_jsonl(d / "curvature.jsonl", CURVATURE_KEYS),
+                         curvature_summary=None if curvature is None else read.typed(
+                             lambda c=curvature: CurvatureSummary.from_dict(c), str(d / "curvature_summary.json"))))
+    return {"manifest": manifest, "runs": runs,
+            "log": _read_jsonl(out / "grid_log.jsonl", ("seconds", "runs_attempted"))}
+
+
+def _deviations(path: Path) -> dict[str, Any] | None:
+    found = _read_json(path)
+    if found is not None and not read.fits(found, DEVIATIONS):
+        raise read.Unreadable(f"{path} is not a deviations record of scale.paper (setting -> [paper, ours])")
+    return found
 
 
 def _status(r: dict[str, Any]) -> str:
@@ -216,9 +275,16 @@ def _pca2(X: np.ndarray) -> np.ndarray:
 
 
 def figure_orbits(npz: Path) -> bytes | None:
-    if not npz.is_file():
+    if not os.path.lexists(npz):
         return None
-    data = np.load(npz)
+    try:
+        with read.open_regular(npz) as fh:
+            data = dict(np.load(io.BytesIO(fh.read()), allow_pickle=False))
+        if not all(isinstance(data.get(k), np.ndarray) and data[k].ndim == 3 for k in ("z", "h", "h_untrained")) \
+                or data.get("labels") is None or len(data["labels"]) != len(data["z"]):
+            raise ValueError("not the arrays of scale.geometry.measure")
+    except (OSError, ValueError, EOFError, KeyError) as exc:
+        raise read.Unreadable(f"{npz} is not an orbits file of this project ({exc})") from None
     plt = _plt()
     spaces = [("z", "backbone z"), ("h", "head h(z)"), ("h_untrained", "untrained head (control)")]
     fig, axes = plt.subplots(1, 3, figsize=(12, 4))
@@ -276,10 +342,17 @@ def _final(r: dict[str, Any], key: str) -> float | None:
     return r["metrics"][-1].get(key) if r["metrics"] else None
 
 
+REPORT_HEADER = b"# The paper's grid on "  # the first line of every report.md written here
+REPORT_FILES = ("report.md", "e1_variance.png", "e1_condition.png", "e2_curvature.png", "e4_orbits.png",
+                "compression.png")
+
+
 def write_report(out: str | Path, figures: bool = True) -> Path:
     """Write ``out/report.md`` (and, with ``figures``, the PNG figures) from the grid's directories."""
     out = Path(out)
     grid = load_grid(out)
+    # a report.md (or figure) in the grid that this report did not write is someone else's: refused, never replaced
+    disk.check_outputs_ours(out, REPORT_FILES, "report.md", lambda p: p.read_bytes().startswith(REPORT_HEADER))
     man, runs = grid["manifest"], grid["runs"]
     dataset, backbone = man["dataset"], man["backbone"]
     comparable = dataset == "cifar10" and backbone == "resnet18"
@@ -596,9 +669,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args and args[0] in ("-h", "--help") else 2
     try:
         path = write_report(Path(args[0]))
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, read.Unreadable, disk.NotOurs) as exc:
         print(f"scale.report: error: {exc}", file=sys.stderr)
-        return 1
+        return 1 if not isinstance(exc, disk.NotOurs) else exc.code
+    except OSError as exc:
+        print(f"scale.report: error: cannot write in {args[0]}: {exc.strerror or exc}", file=sys.stderr)
+        return 4
     print(f"report: {path}")
     return 0
 

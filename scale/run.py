@@ -418,11 +418,11 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
             lock = rundir.RunLock(run_dir) if rank == 0 else None
             if lock is not None:
                 faults.on_exit(lock.release)
-            notes = [rundir.prepare_new(run_dir, args.overwrite)] if rank == 0 else []
+            # checked now, deleted only once every check of the new run has passed (below)
+            removal = rundir.prepare_new(run_dir, args.overwrite) if rank == 0 else None
+            notes = []
         faults.set_run_dir(run_dir)
-        notes += [lock.note if lock else None, rundir.clean_temporaries(run_dir) if rank == 0 else None]
-        for note in filter(None, notes):
-            say(f"scale.run: {note}", err=True)
+        notes += [lock.note if lock else None]
         tracker = None
         if args.track_hessian_every is not None and rank == 0:
             tracker = hessian_tracker(args.track_hessian_every, run_dir, None if args.quiet else print)
@@ -435,6 +435,11 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
             cfg = trainer.cfg  # with the augmentation path "auto" stood for here (config.json records it)
         except ValueError as exc:
             raise ArgError(str(exc)) from None
+        if rank == 0:
+            notes += [None if args.resume else rundir.apply_removal(run_dir, removal),
+                      rundir.clean_temporaries(run_dir)]
+        for note in filter(None, notes):
+            say(f"scale.run: {note}", err=True)
     except ArgError as exc:
         say(f"scale.run: error: {exc}", err=True)
         return 2
@@ -449,6 +454,8 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
             raise faults.CorruptFile(f"{run_dir}/checkpoint.pt does not fit its config ({unreadable_reason(exc)}); it "
                                      "was left as it is") from None
         say(f"resuming {run_dir} at epoch {trainer.start_epoch + 1}, step {trainer.start_step + 1}")
+    for note in data.notes:  # what loading left out is said even with --quiet
+        say(f"scale.run: note: {note}", err=True)
     if rank == 0:
         if not args.quiet:  # config.json is written by Trainer.fit
             print(f"run directory: {run_dir}", flush=True)

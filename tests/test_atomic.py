@@ -43,7 +43,8 @@ def test_error_leaves_no_temporary_and_the_old_file(tmp_path, monkeypatch) -> No
 
 def test_scale_and_bench_write_through_it() -> None:
     pytest.importorskip("torch")
-    from scale.engine import checkpoint
+    from scale.engine import checkpoint, disk
 
-    assert checkpoint.atomic_write_bytes is atomic.atomic_write_bytes
-    assert checkpoint.atomic_write_text is atomic.atomic_write_text
+    assert checkpoint.atomic_write_bytes is disk.write_bytes  # the one owner of the disk
+    assert checkpoint.atomic_write_text is disk.write_text
+    assert disk.atomic_write_bytes is atomic.atomic_write_bytes  # which writes through the one atomic writer

@@ -658,7 +658,7 @@ def test_ddp_interrupt_stops_every_rank_with_130_and_a_frozen_peer_gives_5(tmp_p
 
 
 def test_stale_temporaries_are_removed_on_resume(interrupted, capsys):
-    stale = [interrupted / ".checkpoint.pt.k2j4h1xz.tmp", interrupted / ".metrics.jsonl.a8d7f6q0.tmp"]
+    stale = [interrupted / ".checkpoint.pt.0a2b4c6d.tmp", interrupted / ".metrics.jsonl.9e8f7a6b.tmp"]
     for p in stale:
         p.write_bytes(b"\0" * 2**20)
     keep = interrupted / "notes.tmp"  # not a name the atomic writer makes

@@ -1,8 +1,8 @@
 """Atomic files and checkpoints.
 
-Every file a run writes goes through ``mini.atomic`` (a temporary file in the same folder, fsync and
-``os.replace``, atomic on POSIX), so a crash or a kill leaves either the old file or the new one, never
-half of one.
+Every file a run writes goes through ``scale.engine.disk`` (the one owner of the disk: an atomic write of a
+fresh temporary beside the file, fsync and ``os.replace``, never through a link), so a crash or a kill
+leaves either the old file or the new one, never half of one.
 Checkpoints hold only tensors and plain Python values and load with ``torch.load(weights_only=True)``:
 loading runs no pickled code.
 """
@@ -10,20 +10,17 @@ loading runs no pickled code.
 from __future__ import annotations
 
 import io
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from mini.atomic import atomic_write_bytes, atomic_write_text
+from scale.engine.disk import write_bytes as atomic_write_bytes
+from scale.engine.disk import write_json as atomic_write_json
+from scale.engine.disk import write_text as atomic_write_text
 
 __all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "load_checkpoint", "save_checkpoint"]
-
-
-def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
@@ -34,8 +31,12 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load with ``weights_only=True`` (tensors and plain values only)."""
-    return torch.load(path, map_location=map_location, weights_only=True)
+    """Load with ``weights_only=True`` (tensors and plain values only), from a regular file only (opened
+    non-blocking and checked first: a FIFO would wait forever; ``scale.engine.read.Unreadable`` otherwise)."""
+    from scale.engine.read import open_regular
+
+    with open_regular(path) as fh:
+        return torch.load(fh, map_location=map_location, weights_only=True)
 
 
 def unreadable_reason(exc: BaseException, limit: int = 160) -> str:

@@ -89,6 +89,7 @@ class Dataset:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     labelled: bool = True  # False: images without labels (every label 0); the class probe is skipped
+    notes: tuple[str, ...] = ()  # what loading left out, said by every run that uses it
 
     @property
     def image_size(self) -> int:
@@ -102,7 +103,7 @@ class Dataset:
     def to(self, device: torch.device | str) -> Dataset:
         return Dataset(
             self.name, self.train_x.to(device), self.train_y.to(device), self.test_x.to(device),
-            self.test_y.to(device), self.classes, self.mean, self.std, self.labelled,
+            self.test_y.to(device), self.classes, self.mean, self.std, self.labelled, self.notes,
         )
 
 
@@ -138,16 +139,18 @@ def _missing_message(spec: CifarArchive, data_dir: Path, why: str) -> str:
 
 
 def _download(spec: CifarArchive, target: Path, timeout: float = 30.0) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(target.suffix + ".part")
-    with urllib.request.urlopen(spec.url, timeout=timeout) as response, open(tmp, "wb") as fh:
+    """The archive into ``target`` through the one owner of the disk (a fresh temporary, renamed only once its
+    MD5 matches: a failed or corrupt download leaves nothing)."""
+    from scale.engine import disk
+
+    digest = hashlib.md5()
+    with urllib.request.urlopen(spec.url, timeout=timeout) as response, disk.writing(target) as fh:
         while block := response.read(1 << 20):
+            digest.update(block)
             fh.write(block)
-    got = md5sum(tmp)
-    if got != spec.md5:
-        tmp.unlink(missing_ok=True)
-        raise DataError(f"downloaded {spec.filename} has MD5 {got}, expected {spec.md5}; try again later")
-    os.replace(tmp, target)
+        if digest.hexdigest() != spec.md5:
+            raise DataError(f"downloaded {spec.filename} has MD5 {digest.hexdigest()}, expected {spec.md5}; try "
+                            "again later")
 
 
 CIFAR_ROW = 3 * 32 * 32  # one image: R (1024) G (1024) B (1024), each 32 x 32 row-major
@@ -364,15 +367,16 @@ def image_files(root: Path, recursive: bool = True) -> list[Path]:
     return sorted(found)
 
 
-def _open_image(path: Path):
-    """``Image.open(path)`` (the header only; nothing decoded yet) if it declares at most ``MAX_IMAGE_PIXELS``;
-    ``DataError`` with one line otherwise (Pillow's own bomb warning, at a larger size, is ours to give here)."""
+def _open_image(fh, path: Path):
+    """``Image.open(fh)`` of the file ``path`` (the header only; nothing decoded yet) if it declares at most
+    ``MAX_IMAGE_PIXELS``; ``DataError`` with one line otherwise (Pillow's own bomb warning, at a larger size, is
+    ours to give here)."""
     from PIL import Image
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
-            im = Image.open(path)
+            im = Image.open(fh)
         except Image.DecompressionBombError:
             w = h = None
         else:
@@ -433,7 +437,13 @@ def read_image(path: Path, size: int) -> torch.Tensor:
     """One image file as ``(3, size, size)`` float32 in [0, 1]: read with Pillow (``image_to_unit``) if it
     declares at most ``MAX_IMAGE_PIXELS`` (``_open_image``), centre-cropped to a square, resized
     (``resize_square``)."""
-    with _open_image(path) as im:
+    from scale.engine.read import Unreadable, open_regular
+
+    try:
+        fh = open_regular(path)  # non-blocking, regular files only: a file swapped for a FIFO cannot hang a run
+    except Unreadable as exc:
+        raise DataError(str(exc)) from None
+    with fh, _open_image(fh, path) as im:
         arr = image_to_unit(im, str(path))
     return resize_square(torch.from_numpy(arr).permute(2, 0, 1)[None], size)[0]
 
@@ -653,7 +663,19 @@ def folder_dataset(path: str | Path, image_size: int = 32, *, test_fraction: flo
     else:
         tx, vx = decode_files(tf, image_size), decode_files(vf, image_size)
     mean, std = channel_stats(tx, seed=seed)
-    return Dataset(f"folder-{root.name}", tx, ty, vx, vy, max(1, len(classes)), mean, std, labelled=labelled)
+    notes = tuple(_unused_images(d) for d in ((root / "train", root / "test") if split else (root,)) if labelled)
+    return Dataset(f"folder-{root.name}", tx, ty, vx, vy, max(1, len(classes)), mean, std, labelled=labelled,
+                   notes=tuple(filter(None, notes)))
+
+
+def _unused_images(folder: Path) -> str | None:
+    """The note that images directly in a labelled ``folder`` (beside its class folders) are not used."""
+    loose = image_files(folder, recursive=False) if folder.is_dir() else []
+    if not loose:
+        return None
+    names = ", ".join(p.name for p in loose[:3]) + (f" and {len(loose) - 3} more" if len(loose) > 3 else "")
+    return (f"{len(loose)} image(s) directly in {folder} ({names}) are not used: with class sub-folders there, only "
+            "the images inside them are read (each sub-folder is a class); move them into one to use them")
 
 
 def _check_test_split(path: str | Path, root: Path, classes: list[str], n_test: int, split: bool) -> None:

@@ -45,6 +45,8 @@ from mini.heads import Head, HeadSpec, parse_head_spec
 
 HEAD_STYLES: tuple[str, ...] = ("grammar", "paper")
 
+MAX_LAYERS = 32  # the depth bound of a head spec (the paper's heads have 1-4 Linear layers)
+
 
 class ElementwiseActivation(nn.Module):
     """A table activation without a native torch module: its array-API ``s`` run on tensors (so
@@ -115,6 +117,9 @@ class MLPHead(nn.Module):
     ) -> None:
         super().__init__()
         self.spec = parse_head_spec(spec)
+        if self.spec.n_layers > MAX_LAYERS:  # every spec read (flags, config.json, OUT.json) passes here
+            raise ValueError(f"head spec {spec!r} has {self.spec.n_layers} Linear layers; at most {MAX_LAYERS} are "
+                             "supported")
         self.style = style
         for name, value in (("d", d), ("k", k)):
             if not isinstance(value, (int, np.integer)) or value < 1:

@@ -8,7 +8,8 @@
                             keeps for its backward (the outputs of every leaf module in one ``meta`` forward
                             of both views of the local batch), the per-epoch statistics (``k x k`` and
                             ``d x d`` float64 covariances and their eigenvalue copies, ``mini.collapse_metrics``)
-                            and the dataset held on the device as uint8 when its size is known by name
+                            and the dataset held on the device as uint8 when its size is known by name,
+                            and ``WORKER_BYTES`` for each augmentation worker process (``--augment-workers``)
     device_memory(device)   what the device has: a CUDA device's total memory; on a CPU the physical memory,
                             or the cgroup's limit where one is lower (a container, a Slurm job)
     check_memory(cfg, ...)  ``ConfigError`` with one line when the need exceeds the device's memory
@@ -31,6 +32,9 @@ DATASET_IMAGES = {"cifar10": (50_000, 10_000), "cifar100": (50_000, 10_000), "di
                   "synthetic": (256, 64)}
 OPTIMIZER_STATES = {"adam": 2, "sgd": 1, "lars": 1}  # tensors of the parameters' size: moments / momentum
 GIB = 2**30
+# What one forked augmentation worker holds of its own at least: the interpreter, torch and NumPy pages it
+# touches after the fork (measured RSS of a worker of scale.engine.workers: 150-300 MiB)
+WORKER_BYTES = 256 * 2**20
 
 
 # The config fields SSLModel builds the model from (scale.engine.train): counts are cached per their values.
@@ -92,10 +96,11 @@ class Need:
     activations: int
     statistics: int
     dataset: int
+    workers: int = 0  # the augmentation worker processes (``WORKER_BYTES`` each; the "workers" path)
 
     @property
     def total(self) -> int:
-        return self.weights + self.activations + self.statistics + self.dataset
+        return self.weights + self.activations + self.statistics + self.dataset + self.workers
 
 
 def need(cfg: Any, world: int = 1) -> Need:
@@ -113,7 +118,8 @@ def need(cfg: Any, world: int = 1) -> Need:
     k = int(cfg.head_out)
     statistics = 2 * 8 * (d * d + k * k)
     images = (train or 0) + test  # loaded whole, --train-subset or not
-    return Need(n, local_batch, 4 * n * copies, activations, statistics, images * 3 * cfg.image_size**2)
+    workers = WORKER_BYTES * cfg.augment_workers if cfg.augment_path in ("workers", "auto") else 0
+    return Need(n, local_batch, 4 * n * copies, activations, statistics, images * 3 * cfg.image_size**2, workers)
 
 
 def device_memory(device: Any) -> int:
@@ -149,6 +155,7 @@ def check_memory(cfg: Any, device: Any, world: int = 1) -> Need | None:
             f"this run needs at least {got.total / GIB:.1f} GiB but the {device} has {have / GIB:.1f} GiB: "
             f"model {got.parameters:,} parameters ({got.weights / GIB:.1f} GiB with gradients and optimiser state), "
             f"activations of {got.batch} x 2 views at {cfg.image_size} px ({got.activations / GIB:.1f} GiB), "
-            f"per-epoch statistics of z and h ({got.statistics / GIB:.1f} GiB), dataset {got.dataset / GIB:.1f} GiB; "
-            "reduce --batch-size, --image-size, --backbone-width, --head-width or --head-out")
+            f"per-epoch statistics of z and h ({got.statistics / GIB:.1f} GiB), dataset {got.dataset / GIB:.1f} GiB, "
+            f"{cfg.augment_workers} augmentation worker(s) ({got.workers / GIB:.1f} GiB); "
+            "reduce --batch-size, --image-size, --backbone-width, --head-width, --head-out or --augment-workers")
     return got

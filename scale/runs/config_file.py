@@ -9,8 +9,9 @@ nothing is executed.
 
 A key that is not a flag, a setting written twice (``head_width`` and ``head-width``), a value of the wrong
 type, or a value outside a flag's choices raises ``ConfigFileError`` with one line naming the key and the
-valid choices (``scale.run`` exits 2); so does a path that is not a regular file (a FIFO would block the
-read), a file over ``MAX_BYTES`` or one that is not UTF-8 text.
+valid choices (``scale.run`` exits 2); so does ``overwrite`` (no setting from a file authorises a deletion:
+``--overwrite`` is given on the command line or not at all), and a path that is not a regular file (a FIFO
+would block the read), a file over ``MAX_BYTES`` or one that is not UTF-8 text.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser from PyPI (a dependency there, see pyproject.toml)
     import tomli as tomllib
 
-NOT_IN_FILES = frozenset({"help", "config", "resume"})  # a recipe describes a new run
+NOT_IN_FILES = frozenset({"help", "config", "resume", "overwrite"})  # a recipe describes a new run
+# Settings that delete something: only the command line may give them (no file authorises a deletion).
+COMMAND_LINE_ONLY = {"overwrite": "--overwrite deletes a previous run; only the command line may authorise a "
+                                  "deletion, so give it there"}
 MAX_BYTES = 1 << 20  # the recipes in configs/ are under 1 kB
 
 
@@ -93,6 +97,8 @@ def read_config_file(path: str | Path, parser: argparse.ArgumentParser) -> dict[
         if isinstance(value, dict):
             raise ConfigFileError(f"--config {path}: [{key}] is a table; a recipe is one flat table, so write its "
                                   "keys at the top of the file")
+        if dest in COMMAND_LINE_ONLY:
+            raise ConfigFileError(f"--config {path}: {key!r} is refused in a recipe: {COMMAND_LINE_ONLY[dest]}")
         if dest not in actions:
             close = difflib.get_close_matches(dest, actions, n=1)
             hint = f" (did you mean {close[0].replace('_', '-')}?)" if close else ""

@@ -27,7 +27,7 @@ rebuilds the part; only the project's builders (``BUILDERS``) are ever called fr
 
 from __future__ import annotations
 
-import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from scale.engine import read
 from scale.engine.backbones import build_backbone
 from scale.engine.checkpoint import atomic_write_json, load_checkpoint, save_checkpoint, unreadable_reason
 from scale.engine.heads import build_head
@@ -97,10 +98,11 @@ def check_state_dict(module: nn.Module, state: dict[str, torch.Tensor], what: st
 
 
 def _read_json(path: Path) -> Any:
+    """A JSON object through the one bounded reader (``scale.engine.read``), its failure as one ``RunError`` line."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise RunError(f"{path} cannot be read as JSON ({exc})") from None
+        return read.read_json(path, dict)
+    except read.Unreadable as exc:
+        raise RunError(str(exc)) from None
 
 
 def load_run(run_dir: str | Path, *, backbone: nn.Module | None = None, head: nn.Module | str | None = None,
@@ -118,8 +120,10 @@ def load_run(run_dir: str | Path, *, backbone: nn.Module | None = None, head: nn
         raise RunError(f"{path} is not a run directory: no checkpoint.pt there")
     try:
         ck = load_checkpoint(ck_path, map_location=device)
-    except OSError as exc:
-        raise RunError(f"{ck_path} cannot be read ({exc.strerror or exc}); check its permissions") from None
+    except (OSError, read.Unreadable) as exc:
+        if exc.strerror is None:  # a FIFO or device where the checkpoint should be
+            raise RunError(str(exc)) from None
+        raise RunError(f"{ck_path} cannot be read ({exc.strerror}); check its permissions") from None
     except Exception as exc:  # torch raises several kinds on a truncated or foreign file
         raise RunError(f"{ck_path} is not a readable checkpoint ({unreadable_reason(exc)})") from None
     if not isinstance(ck, dict) or "model" not in ck or not isinstance(ck.get("config"), dict):
@@ -132,12 +136,12 @@ def load_run(run_dir: str | Path, *, backbone: nn.Module | None = None, head: nn
     load_state_dict_checked(model, ck["model"], str(ck_path))
     model = model.to(device).eval()
     metrics: list[dict[str, Any]] = []
-    if (path / "metrics.jsonl").is_file():
+    if os.path.lexists(path / "metrics.jsonl"):
         try:
-            metrics = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        except (OSError, ValueError) as exc:
-            raise RunError(f"{path / 'metrics.jsonl'} cannot be read as JSON lines ({exc})") from None
-    summary = _read_json(path / "summary.json") if (path / "summary.json").is_file() else None
+            metrics = read.read_jsonl(path / "metrics.jsonl")
+        except read.Unreadable as exc:
+            raise RunError(str(exc)) from None
+    summary = _read_json(path / "summary.json") if os.path.lexists(path / "summary.json") else None
     return Run(path, cfg, model, metrics, summary)
 
 
@@ -201,6 +205,25 @@ def architecture_path(out: str | Path) -> Path:
     return Path(f"{out}.json")
 
 
+def check_export_target(out: Path) -> None:
+    """``RunError`` when ``out`` or ``out.json`` exists but is not an earlier export (a plain ``out.json``
+    architecture record of this format): a user's file of that name is never replaced."""
+    from scale.engine import disk
+
+    def is_record(p: Path) -> bool:
+        try:
+            return read.read_json(p, dict).get("format") == ARCHITECTURE_FORMAT
+        except read.Unreadable:
+            return False
+
+    try:
+        disk.check_outputs_ours(out.parent, (out.name, architecture_path(out).name), architecture_path(out).name,
+                                is_record)
+        disk.check_replaceable(out)
+    except disk.NotOurs as exc:
+        raise RunError(str(exc)) from None
+
+
 def export_backbone(run: Run | SSLModel | str | Path, out: str | Path, part: str = "backbone", **modules: Any) -> Path:
     """Write the trained backbone (or ``part``) alone as a ``state_dict`` file, and beside it ``OUT.json``
     with its architecture (``architecture``), both atomically.
@@ -216,6 +239,7 @@ def export_backbone(run: Run | SSLModel | str | Path, out: str | Path, part: str
     state = part_state_dict(model, part)
     arch = architecture(config, model, part)
     out = Path(out)
+    check_export_target(out)
     save_checkpoint(out, state)
     atomic_write_json(architecture_path(out), {**arch, "source": str(run.path) if isinstance(run, Run) else None})
     return out
@@ -247,14 +271,14 @@ def load_backbone(path: str | Path, module: nn.Module | str | None = None, devic
             raise RunError(f"{path} has no architecture beside it ({arch_file.name}): pass module=<a module of its "
                            "architecture> (or a module:callable spec)")
         arch = _read_json(arch_file)
-        if not isinstance(arch, dict) or arch.get("format") != ARCHITECTURE_FORMAT:
+        if arch.get("format") != ARCHITECTURE_FORMAT:
             raise RunError(f"{arch_file} is not an architecture record of format {ARCHITECTURE_FORMAT}")
         if arch.get("builder") is None:
-            record = arch.get("module") or {}
+            record = arch.get("module") if isinstance(arch.get("module"), dict) else {}
             spec = record.get("spec") or "module:callable"
             raise RunError(f"{path} is a module of your own ({describe(record) if record else 'not recorded'}): pass "
                            f"module=<a module of its architecture> or module=\"{spec}\"")
-        builder = BUILDERS.get(arch["builder"])
+        builder = BUILDERS.get(arch["builder"]) if isinstance(arch["builder"], str) else None
         if builder is None or not isinstance(arch.get("arguments"), dict):
             raise RunError(f"{arch_file}: unknown builder {arch.get('builder')!r}; valid: {', '.join(BUILDERS)}")
         sizes = {k: v for k, v in arch["arguments"].items() if k in ("image_size", "width", "d", "k")}

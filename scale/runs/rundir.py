@@ -1,24 +1,35 @@
 """The run directory: a safe name, one writer at a time, no mixing of two runs, no stale temporaries.
 
+Every create, replace and delete here goes through ``scale.engine.disk`` (the one owner of the disk).
+
     check_run_name(name)        a single path component: no separators, no '.'/'..', nothing hidden
     RunLock(run_dir)            ``.lock`` held with ``fcntl.flock`` while a run writes there; the file
                                 names the holder (pid, host, start time) and is removed when the run
-                                ends. The kernel drops the flock when its process dies, so a lock left
-                                by a killed run is taken over (with a note naming the dead holder); a
-                                live holder makes the second run fail at once, naming it. No forked
-                                child keeps the lock (``scale.engine.workers.private_descriptor``), and
-                                a lock that cannot be written (a full disk) leaves no directory behind
+                                ends. It is opened with ``O_NOFOLLOW | O_NONBLOCK`` and must be a plain
+                                file of one link (``disk.open_lock``): a symlink, hard link or FIFO named
+                                ``.lock`` is refused (exit 2) and nothing is read from or written through
+                                it; so is a ``.lock`` holding anything but a holder record (a user's
+                                file), and a run directory that is itself a symlink. The kernel
+                                drops the flock when its process dies, so a lock left by a killed run is
+                                taken over (with a note naming the dead holder); a live holder makes the
+                                second run fail at once, naming it. No forked child keeps the lock
+                                (``scale.engine.workers.private_descriptor``), and a lock that cannot be
+                                written (a full disk) leaves no directory behind
     run_files(run_dir)          what the directory holds of a run: ``RUN_OUTPUTS`` (every file the project
-                                writes there), the folders of ``RUN_FOLDERS`` with their files, and the
-                                entries a run never writes (``foreign``)
+                                writes there, as plain files), the folders of ``RUN_FOLDERS`` with their
+                                files, and the entries a run never writes (``foreign``: links included)
     is_run(run_dir)             a folder is a run only if its config.json parses as a run's config or its
                                 checkpoint.pt loads as a run's checkpoint; names alone do not make one
     prepare_new(run_dir, ...)   a new run takes an empty directory; it refuses one that holds a run
-                                unless ``overwrite`` (then exactly the run's files are removed, so the
-                                directory never holds files of two runs), and always refuses one that
-                                holds anything a run does not write, naming it: nothing of yours is deleted
-    clean_temporaries(run_dir)  removes ``.NAME.XXXX.tmp`` files that a killed atomic write left behind
-                                (safe only while holding the lock: no live writer can own them)
+                                unless ``overwrite``, and always refuses one that holds anything a run does
+                                not write, naming it: nothing of yours is deleted. It returns the
+                                ``disk.Removal`` of the old run's files, applied by the caller only after
+                                every other check of the new run has passed (``--overwrite`` with a bad
+                                flag keeps the old run)
+    clean_temporaries(run_dir)  removes the atomic writer's temporaries of the run's own outputs
+                                (``.NAME.XXXXXXXX.tmp`` beside ``NAME``, in the run directory and its
+                                ``RUN_FOLDERS`` only) that a killed write left behind (safe only while
+                                holding the lock: no live writer can own them)
 """
 
 from __future__ import annotations
@@ -26,12 +37,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scale.engine import disk
 from scale.engine.workers import private_descriptor, release_descriptor
 from scale.runs.faults import ConfigError
 
@@ -50,8 +62,6 @@ RUN_FOLDERS: dict[str, re.Pattern[str]] = {
     "tensorboard": re.compile(r"^events\.out\.tfevents\..+$"),                   # scale.engine.hooks.TensorBoardLog
     "analysis": re.compile(r"^(analysis\.json|report\.md|spectrum\.png|orbits\.png)$"),  # scale.analyze
 }
-# scale.engine.checkpoint's atomic writer: tempfile.mkstemp(prefix=".NAME.", suffix=".tmp")
-TEMPORARY = re.compile(r"^\..+\.[A-Za-z0-9_]{6,}\.tmp$")
 
 
 def check_run_name(name: str) -> str:
@@ -72,8 +82,15 @@ class RunFiles:
     foreign: list[str] = field(default_factory=list)  # anything else, as paths relative to the directory
 
 
-def _is_temporary(p: Path) -> bool:
-    return p.is_file() and not p.is_symlink() and bool(TEMPORARY.match(p.name))
+def _is_temporary(p: Path, outputs=RUN_OUTPUTS.__contains__) -> bool:
+    """A temporary of the atomic writer for one of the run's outputs (``disk.temporary_of``)."""
+    return disk.temporary_of(p, outputs) and p.is_file() and not p.is_symlink()
+
+
+def _plain(p: Path) -> bool:
+    """A regular file of one link, not a symlink: the only kind of file a run writes."""
+    st = os.lstat(p)
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1
 
 
 def run_files(run_dir: Path) -> RunFiles:
@@ -82,11 +99,11 @@ def run_files(run_dir: Path) -> RunFiles:
     for p in sorted(run_dir.iterdir()):
         if p.name == LOCK_NAME or _is_temporary(p):
             continue
-        if p.name in RUN_OUTPUTS and (p.is_symlink() or p.is_file()):
+        if p.name in RUN_OUTPUTS and _plain(p):
             out.run.append(p)
         elif p.name in RUN_FOLDERS and p.is_dir() and not p.is_symlink():
-            inside = [q for q in sorted(p.iterdir()) if not _is_temporary(q)]
-            strangers = [q for q in inside if not (q.is_file() and RUN_FOLDERS[p.name].match(q.name))]
+            inside = [q for q in sorted(p.iterdir()) if not _is_temporary(q, RUN_FOLDERS[p.name].match)]
+            strangers = [q for q in inside if not (_plain(q) and RUN_FOLDERS[p.name].match(q.name))]
             if strangers:
                 out.foreign += [f"{p.name}/{q.name}{'/' if q.is_dir() and not q.is_symlink() else ''}"
                                 for q in strangers]
@@ -131,18 +148,21 @@ class RunLock:
         import fcntl
 
         self.run_dir = Path(run_dir)
-        # the folders this lock creates (run_dir and any missing parents), removed again if left empty
-        self.created = [d for d in (self.run_dir, *self.run_dir.parents) if not d.exists()]
         self.path, self.fd = self.run_dir / LOCK_NAME, -1
+        if self.run_dir.is_symlink():  # its files would land wherever the link points
+            raise disk.NotOurs(f"{self.run_dir} is a symbolic link; a run writes only into a folder of its own, never "
+                               "through a link: give the folder it points to, or another --run-name")
+        # the folders this lock creates (run_dir and any missing parents), removed again if left empty
+        self.created: list[Path] = []
         try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.created = disk.make_dirs(self.run_dir)
         except OSError:  # a full disk, a read-only or forbidden folder: nothing created stays behind
             self._remove_created()
             raise
         while True:  # a lock file unlinked by its holder's release between our open and our flock: open it again
             try:
-                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError:
+                self.fd = disk.open_lock(self.path)
+            except (OSError, ConfigError):
                 self._remove_created()
                 raise
             private_descriptor(self.fd)  # no forked worker keeps the lock after this process dies
@@ -159,6 +179,11 @@ class RunLock:
                 break
             self._close()
         previous = self._holder()
+        if previous is None:  # a file of the user's named .lock: never rewritten, never removed
+            self._close()
+            self._remove_created()
+            raise disk.NotOurs(f"{self.path} is not a lock of this project (it does not hold a run's pid, host and "
+                               "start time); nothing was written to it. Move it away, or choose another --run-name")
         self.note = (f"took over the lock of a run that ended without releasing it ({previous})"
                      if previous else None)
         record = {"pid": os.getpid(), "host": socket.gethostname(),
@@ -170,7 +195,9 @@ class RunLock:
             self.release()
             raise OSError(exc.errno, exc.strerror, str(self.path)) from None
 
-    def _holder(self) -> str:
+    def _holder(self) -> str | None:
+        """The holder the lock file names; "" for an empty one (just created, or its holder was killed before
+        writing); ``None`` when it holds anything but a holder record: then it is not a lock of this project."""
         try:
             text = os.pread(self.fd, 4096, 0).decode("utf-8", "replace").strip()
         except OSError:
@@ -179,16 +206,17 @@ class RunLock:
             return ""
         try:
             h = json.loads(text)
-            return f"pid {h['pid']} on {h['host']}, started {h['started']}"
+            return f"pid {int(h['pid'])} on {h['host']}, started {h['started']}"
         except (ValueError, KeyError, TypeError):
-            return f"lock file says {text[:80]!r}"
+            return None
 
     def _is_current(self) -> bool:
         """Whether the locked file is still the one at ``path`` (not unlinked by a release meanwhile)."""
         try:
-            return os.fstat(self.fd).st_ino == os.stat(self.path).st_ino
+            own, now = os.fstat(self.fd), os.lstat(self.path)
         except FileNotFoundError:
             return False
+        return (own.st_dev, own.st_ino) == (now.st_dev, now.st_ino)
 
     def _close(self) -> None:
         release_descriptor(self.fd)
@@ -205,8 +233,7 @@ class RunLock:
         if self.fd < 0:
             return
         try:
-            if self._is_current():
-                self.path.unlink()
+            disk.remove_lock(self.path, self.fd)
         except OSError:
             pass
         fcntl.flock(self.fd, fcntl.LOCK_UN)
@@ -215,16 +242,12 @@ class RunLock:
 
     def _remove_created(self) -> None:
         """Remove the folders this lock created, innermost first, while they are empty."""
-        for d in self.created:
-            try:
-                if d.is_dir():
-                    d.rmdir()
-            except OSError:  # not empty: it and the folders above it stay
-                return
+        disk.remove_created(self.created)
 
 
-def prepare_new(run_dir: Path, overwrite: bool) -> str | None:
-    """Check a (locked) directory before a new run writes there; returns a note when old files were removed."""
+def prepare_new(run_dir: Path, overwrite: bool) -> disk.Removal | None:
+    """Check a (locked) directory before a new run writes there; with ``overwrite``, the ``disk.Removal`` of the
+    previous run's files (checked, not yet applied: ``apply_removal`` once the new run's checks have passed)."""
     found = run_files(run_dir)
     if not found.run and not found.foreign:
         return None
@@ -242,12 +265,18 @@ def prepare_new(run_dir: Path, overwrite: bool) -> str | None:
                               "--run-name, or pass --overwrite to delete it and start again")
         raise ConfigError(f"{run_dir} holds a run that stopped before its first checkpoint (nothing to resume); pass "
                           "--overwrite to delete it and start again, or choose another --run-name")
-    for p in found.run:
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
-    return f"--overwrite: removed the previous run's {_names([p.name for p in found.run], limit=20)} from {run_dir}"
+    removal = disk.Removal(files=[p for p in found.run if p.name in RUN_OUTPUTS],
+                           folders=[(p, RUN_FOLDERS[p.name]) for p in found.run if p.name in RUN_FOLDERS])
+    removal.check()
+    return removal
+
+
+def apply_removal(run_dir: Path, removal: disk.Removal | None) -> str | None:
+    """Delete what ``prepare_new`` found of the previous run (still holding the lock); returns the note."""
+    if removal is None:
+        return None
+    removal.apply()
+    return f"--overwrite: removed the previous run's {_names(removal.names(), limit=20)} from {run_dir}"
 
 
 def check_resumable(run_dir: Path) -> None:
@@ -270,11 +299,12 @@ def check_resumable(run_dir: Path) -> None:
 
 
 def clean_temporaries(run_dir: Path) -> str | None:
-    """Delete temporaries of interrupted atomic writes under ``run_dir``; returns a note when any were found."""
-    found = [p for p in run_dir.rglob(".*.tmp") if p.is_file() and TEMPORARY.match(p.name)]
+    """Delete the temporaries of the run's own outputs that interrupted atomic writes left in ``run_dir`` and
+    its ``RUN_FOLDERS``; returns a note when any were found."""
+    folders = {run_dir: RUN_OUTPUTS.__contains__,
+               **{run_dir / name: pattern.match for name, pattern in RUN_FOLDERS.items()}}
+    found = disk.sweep_temporaries(folders)
     if not found:
         return None
-    size = sum(p.stat().st_size for p in found)
-    for p in found:
-        p.unlink(missing_ok=True)
+    size = sum(n for _, n in found)
     return f"removed {len(found)} temporary file(s) ({size / 2**20:.1f} MiB) left by interrupted writes in {run_dir}"

@@ -5,7 +5,8 @@
 non-positive sizes, an ``ema`` outside [0, 1), CIFAR at an image size other than 32 (the data is
 32 x 32), images larger than ``MAX_IMAGE_SIZE``, a head deeper than ``MAX_HEAD_LAYERS`` or with more than
 ``MAX_HEAD_PARAMS`` parameters (counted from the spec), a whole model of more than
-``scale.runs.budget.MAX_MODEL_PARAMS`` (counted on the meta device), a thread count below 1: all before
+``scale.runs.budget.MAX_MODEL_PARAMS`` (counted on the meta device), a thread count below 1, more than
+``MAX_AUGMENT_WORKERS`` augmentation workers: all before
 anything is allocated (the memory a run needs on its device: ``scale.runs.budget``). ``check_log`` does the
 same for ``--log`` (a flag or ``log = ...`` in a --config file), which steers the outputs, not the run:
 a value outside ``LOG_CHOICES``, or ``tensorboard`` without the package installed.
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 from dataclasses import fields
 from pathlib import Path
@@ -38,14 +38,16 @@ from typing import Any
 
 from mini.heads import parse_head_spec
 from scale.engine.checkpoint import unreadable_reason
+from scale.engine.heads import MAX_LAYERS
 from scale.engine.modules import OWN
 from scale.runs.faults import ConfigError, CorruptFile
 
-MAX_HEAD_LAYERS = 32  # the paper's heads have 1-4 Linear layers
+MAX_HEAD_LAYERS = MAX_LAYERS  # scale.engine.heads's bound, checked here before anything is built
 MAX_HEAD_PARAMS = 200_000_000  # projector + predictor; BYOL's 4096-wide head is ~5e6, E1's gelu3 ~1e7
 MAX_WIDTH = 65_536
 MAX_IMAGE_SIZE = 1024  # ImageNet's models take 224; digits at 1024 px already hold 5.6 GB of uint8 images
 MAX_THREADS = 4096
+MAX_AUGMENT_WORKERS = 256  # forked processes; each is also counted in the memory budget (scale.runs.budget)
 RESUME_CHANGEABLE = ("epochs", "device", "threads")
 INVOCATION_FLAGS = ("resume", "quiet", "track_hessian_every", "probe_images", "orbits", "no_final_measure",
                     "data_dir", "no_download", "ddp_timeout", "overwrite", "log")
@@ -130,6 +132,9 @@ def check_config(cfg: Any, source: str = "flags") -> None:
     if cfg.image_size > MAX_IMAGE_SIZE:
         raise ConfigError(f"{name('image_size')} {cfg.image_size} is above the supported maximum {MAX_IMAGE_SIZE} "
                           "(every image is held and augmented at this size)")
+    if cfg.augment_workers > MAX_AUGMENT_WORKERS:
+        raise ConfigError(f"{name('augment_workers')} {cfg.augment_workers} is above {MAX_AUGMENT_WORKERS} (each is a "
+                          "forked process of its own memory); use at most one per CPU core")
     if cfg.threads is not None and cfg.threads > MAX_THREADS:
         raise ConfigError(f"{name('threads')} {cfg.threads} is above {MAX_THREADS}")
     for key in ("lr", "temperature"):
@@ -218,14 +223,14 @@ def check_log(value: str) -> None:
 
 
 def read_config_json(path: Path) -> dict[str, Any]:
-    """config.json as a dict, or ``CorruptFile`` saying what is wrong with it."""
+    """config.json as a dict, or ``CorruptFile`` saying what is wrong with it (the one bounded reader,
+    ``scale.engine.read``: a regular file, its size and nesting bounded)."""
+    from scale.engine import read
+
     try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptFile(f"{path} is not readable JSON ({exc}); the run cannot be resumed from it") from None
-    if not isinstance(saved, dict):
-        raise CorruptFile(f"{path} holds a {type(saved).__name__}, not a config object")
-    return saved
+        return read.read_json(path, dict)
+    except read.Unreadable as exc:
+        raise CorruptFile(f"{exc}; the run cannot be resumed from it") from None
 
 
 def read_checkpoint_config(path: Path) -> tuple[dict[str, Any], int]:

@@ -47,6 +47,7 @@ from scale.runs.run_report import (
     git_commit,
     probe_line,
     small_test_warning,
+    training_lines,
     verdict_line,
     versions,
     write_outputs,
@@ -288,6 +289,7 @@ def record_run(trainer: Trainer, data: Dataset, summary: RunSummary, status: str
         res = final_measurement(trainer, data.to(trainer.device), trainer.run_dir, measure, log)
         summary.class_probe, summary.geometry, summary.rotation_probes = res.class_probe, res.geometry, \
             res.rotation_probes
+        summary.training = res.training
         summary.notes += res.notes
         if res.class_probe is not None and (warn := small_test_warning(res.class_probe.test_images)):
             summary.notes.append(f"headline probe: {warn}")
@@ -303,13 +305,15 @@ def record_run(trainer: Trainer, data: Dataset, summary: RunSummary, status: str
 
 
 def result_lines(summary: RunSummary, dataset: str) -> list[str]:
-    """What a finished run prints: the headline probe (h minus z, intervals), the verdict, the notes."""
-    lines = []
+    """What a finished run prints: first whether it trained (a warning where it did not), then the headline
+    probe (h minus z and the initial backbone, intervals), the verdict, the notes."""
+    lines = training_lines(summary.training)
     if summary.class_probe is not None:
         lines.append(f"linear probe, the headline ({dataset} class labels, logistic regression; test accuracy "
-                     f"[Wilson 95 %]): {probe_line(summary.class_probe)}")
+                     f"[Wilson 95 %], gaps [paired bootstrap 95 %]): {probe_line(summary.class_probe)}")
     if summary.geometry is not None and summary.geometry.verdict is not None:
-        lines.append(verdict_line(summary.geometry.verdict))
+        untrained = summary.training is not None and not summary.training.trained
+        lines.append(verdict_line(summary.geometry.verdict, untrained))
     return lines + [f"note: {note}" for note in summary.notes]
 
 

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from scale.engine import methods
-from scale.engine.backbones import build_backbone
+from scale.engine.backbones import BACKBONES, build_backbone
 from scale.engine.modules import OWN
 from scale.runs.summary import ClassProbe, TrainingCheck
 
@@ -63,7 +63,7 @@ def initial_backbone(cfg: Any, backbone: nn.Module) -> tuple[nn.Module, str]:
     device = next(backbone.parameters()).device
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
-        if getattr(cfg, "backbone", OWN) != OWN:
+        if getattr(cfg, "backbone", OWN) in BACKBONES:
             fresh = build_backbone(cfg.backbone, cfg.image_size, cfg.backbone_width)
             how = f"{cfg.backbone} {INITIAL_SEED_NOTE} (seed {cfg.seed})"
         else:

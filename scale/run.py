@@ -176,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
                    f"{_TORCH_THREADS} here); saved in the config and reused on resume")
     p.add_argument("--ddp-timeout", type=float, default=600.0, help="seconds a rank waits for the others under "
                    "torchrun before it stops with exit code 5 (default: 600)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar and no per-epoch lines")
+    p.add_argument("--quiet", action="store_true", help="no per-step progress (a bar when stderr is a terminal, "
+                   "otherwise one line after the first steps with the epoch's estimated length), no per-epoch lines "
+                   "and no end-of-run phases; the results are printed either way")
     p.add_argument("--log", default="none", metavar="|".join(validate.LOG_CHOICES), help="tensorboard: also write "
                    "metrics.jsonl's scalars and the curvature records to RUN_DIR/tensorboard/ (the tensorboard "
                    "extra: pip install -e '.[tensorboard]'; give it again with --resume) (default: none)")

@@ -144,7 +144,7 @@ def test_the_same_command_seed_and_threads_give_the_same_numbers(seeded):
 
 
 def test_analyze_of_a_run_repeats_its_end_of_run_probes_and_orbits(seeded):
-    out, (summary, printed), _ = seeded
+    out, (summary, _), _ = seeded
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         assert analyze_main([str(out / "a"), "--quiet", "--hessian-images", "4", "--lanczos-iter", "5"]) == 0

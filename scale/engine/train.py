@@ -488,7 +488,7 @@ class Trainer:
             self.builtin_hooks.append(MetricsFile(self.run_dir))
         self.builtin_hooks.append(EpochLog(self.log))
         if self.progress and self.rank == 0:
-            self.builtin_hooks.append(ProgressBar(cfg.log_every))
+            self.builtin_hooks.append(ProgressBar(cfg.log_every, log))
 
     # ---------------------------------------------------------------- checkpoints
 

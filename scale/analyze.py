@@ -3,16 +3,18 @@ r"""``python -m scale.analyze``: the paper's measurements on any model, at the s
     python -m scale.analyze RUN_DIR                                   # a finished python -m scale.run
     python -m scale.analyze model.pt --backbone resnet18 --head gelu3 --data digits
     python -m scale.analyze model.pt --backbone mypkg.nets:backbone --head mypkg.nets:head --data folder:imgs
+    python -m scale.analyze RUN_DIR --recorded-modules                # a run of your own modules, as recorded
 
 ``--backbone`` / ``--head`` take a name of the project (a backbone of ``scale.engine.backbones``, a head spec of
 the grammar, with ``--backbone-width``, ``--head-width``, ``--head-out``, ...) or ``module:callable``, an
 importable function (or class) that returns the ``nn.Module`` when called without arguments. A
 ``module:callable`` imports that module and runs its code, as ``python -c "import module"`` would: give only
-code you trust. It is taken from the command line only; a run directory's config.json names project
-backbones and heads only (anything else is refused by its validation, ``scale.runs.validate``), so reading a
-run never imports a module. The checkpoint is a ``scale.run`` checkpoint, or a state_dict with ``backbone.*``
-and ``projector.*`` (or ``head.*``) keys, loaded with ``torch.load(weights_only=True)``. With a run directory,
-``--backbone`` / ``--head`` are only needed for a run trained with your own modules.
+code you trust. It is taken from the command line, or, for a run trained with your own modules, from the
+specs its config.json recorded when you opt in with ``--recorded-modules`` (each is named as it is
+imported); without that flag reading a run never imports a module. The checkpoint is a ``scale.run``
+checkpoint, or a state_dict with ``backbone.*`` and ``projector.*`` (or ``head.*``) keys, loaded with
+``torch.load(weights_only=True)``. With a run directory, ``--backbone`` / ``--head`` (or
+``--recorded-modules``) are only needed for a run trained with your own modules.
 
 What is measured (each by the project's one implementation of it):
 
@@ -63,6 +65,7 @@ import torch
 from torch import nn
 
 from mini.collapse_metrics import collapse_stats
+from mini.heads import parse_head_spec
 from scale.curvature.blocks import closed_form_operator
 from scale.curvature.lanczos import lanczos
 from scale.curvature.operators import EffectiveHessian, difference
@@ -80,7 +83,7 @@ from scale.engine.data import DataError, Dataset, load_dataset
 from scale.engine.heads import build_head
 from scale.engine.methods import METHODS
 from scale.engine.methods import get as get_method
-from scale.engine.modules import ModuleSpecError, import_module_spec
+from scale.engine.modules import ModuleSpecError, import_module_spec, is_spec, not_a_name_message
 from scale.engine.progress import Phases
 from scale.engine.recipes import DATASET_DEFAULTS, dataset_key
 from scale.engine.train import SSLModel, TrainConfig, output_dim
@@ -534,6 +537,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head", help="a head spec (linear, gelu3, ...) or module:callable (needed with a checkpoint; "
                    "with a run directory, only for a run trained with your own head)")
     p.add_argument("--predictor", help="simsiam/byol: a head spec or module:callable for the predictor")
+    p.add_argument("--recorded-modules", action="store_true", help="with a run directory of your own modules: "
+                   "import the module:callable specs its config.json recorded instead of giving them again (this "
+                   "runs their code; each is named as it is imported)")
     p.add_argument("--data", default=None, help="dataset: digits, cifar10, cifar100, folder:PATH (default: the "
                    "run's; digits with a checkpoint)")
     p.add_argument("--data-dir", help="where the CIFAR archive lives (default: $SCALE_DATA_DIR or "
@@ -588,8 +594,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _is_head_spec(text: str) -> bool:
+    try:
+        parse_head_spec(text)
+    except ValueError:
+        return False
+    return True
+
+
+NAMES = {"--backbone": (lambda t: t in BACKBONES, f"a backbone of the project ({', '.join(BACKBONES)})"),
+         "--head": (_is_head_spec, "a head spec of the grammar (linear, gelu3, ...)"),
+         "--predictor": (_is_head_spec, "a head spec of the grammar (linear, gelu2, ...)")}
+
+
 def _module_or_none(text: str | None, what: str) -> nn.Module | None:
-    return import_module_spec(text, what) if text and ":" in text else None
+    """The module of a ``module:callable`` value, ``None`` for a name of the project; a value that is neither
+    gets its own line (``scale.engine.modules.not_a_name_message``)."""
+    if not text:
+        return None
+    if is_spec(text):
+        return import_module_spec(text, what)
+    valid, names = NAMES[what]
+    if not valid(text):
+        raise AnalyzeError(not_a_name_message(text, what, names))
+    return None
 
 
 @dataclass
@@ -614,7 +642,8 @@ def _load(args: argparse.Namespace, device: torch.device) -> Loaded:
     pred_m = _module_or_none(args.predictor, "--predictor")
     if src.is_dir():
         try:
-            run = load_run(src, backbone=backbone_m, head=head_m, predictor=pred_m)
+            run = load_run(src, backbone=backbone_m, head=head_m, predictor=pred_m,
+                           recorded_modules=args.recorded_modules, log=print)
         except RunError as exc:
             raise AnalyzeError(str(exc)) from None
         cfg, model, out = run.config, run.model, src / "analysis"

@@ -113,7 +113,8 @@ class TrainConfig:
     def with_modules(self, records: dict[str, dict[str, Any]]) -> TrainConfig:
         """This config with the parts in ``records`` (``scale.engine.modules.module_record`` per part) marked
         as your own: ``backbone``/``head``/``predictor`` ``"module"``, the widths they no longer set ``None``
-        (``head_out`` the head's measured output width), and ``modules`` recording each."""
+        (``head_out`` the head's measured output width; ``head_bn`` whether your head holds a BatchNorm, where
+        no predictor is built from these flags), and ``modules`` recording each."""
         if not records:
             return self
         changes: dict[str, Any] = {"modules": {**(self.modules or {}), **records}}
@@ -121,6 +122,11 @@ class TrainConfig:
             changes.update(backbone=OWN, backbone_width=None)
         if "head" in records:
             changes.update(head=OWN, head_width=None, head_out=records["head"]["out_dim"])
+            # BatchNorm as your head has it, where no predictor is built from these flags (they shape it)
+            built_predictor = methods.get(self.method).predictor and "predictor" not in records and \
+                (self.modules or {}).get("predictor") is None
+            if "batchnorm" in records["head"] and not built_predictor:
+                changes.update(head_bn=bool(records["head"]["batchnorm"]), head_out_bn=False)
         if "predictor" in records:
             changes.update(predictor=OWN)
         return replace(self, **changes)

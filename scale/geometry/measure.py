@@ -324,7 +324,8 @@ def measure_orbits(backbone: nn.Module, head: nn.Module, images: torch.Tensor, m
     idx = torch.arange(n) if image_indices is None else image_indices
     res = GeometryResult(
         settings={**asdict(settings), "n_orbits": n, "points_per_orbit": P, "sweep_points": Q,
-                  "head_input": HEAD_INPUTS[settings.head_input], "bn_mode": "eval (running statistics)",
+                  "head_input": HEAD_INPUTS[settings.head_input], "bn_mode": "eval (running statistics)" if any(
+                      isinstance(m, nn.modules.batchnorm._BatchNorm) for m in head.modules()) else "none in the head",
                   "control": control_note},
         **geometry, labels=[int(v) for v in labels.tolist()], image_indices=[int(v) for v in idx.tolist()],
         per_orbit={key: {m: v.cpu().numpy() for m, v in d.items()} for key, d in per_orbit.items()},

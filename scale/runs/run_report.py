@@ -320,8 +320,8 @@ def geometry_section(g: GeometrySummary) -> list[str]:
             f"Compression (mean spread z / mean spread h): **{g.compression:.3g}x**; untrained control "
             f"{g.compression_untrained:.3g}x (without biases {g.compression_untrained_nobias:.3g}x); the head on "
             f"the raw (unnormalised) z it was trained on: {g.compression_raw_input:.3g}x. Mean +- population std "
-            "over orbits (class pairs for D_inter, sweeps for kappa). Head applied to the L2-normalised z, "
-            "BatchNorm in eval mode.", ""]
+            "over orbits (class pairs for D_inter, sweeps for kappa). Head applied to the L2-normalised z; "
+            f"BatchNorm: {s.get('bn_mode', 'eval (running statistics)')}.", ""]
 
 
 def probe_section(class_probe: ClassProbe | None, r: RotationProbes | None) -> list[str]:

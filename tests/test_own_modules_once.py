@@ -17,6 +17,7 @@ from scale.analyze import main as analyze_main
 from scale.engine.data import load_synthetic
 from scale.engine.modules import ModuleSpecError, import_module_spec, not_a_name_message
 from scale.export import main as export_main
+from scale.geometry.measure import EndOfRun
 
 NETS = """from torch import nn
 def backbone():
@@ -35,7 +36,7 @@ def own_run(tmp_path_factory):
         cfg = scale.TrainConfig.resolve("synthetic", epochs=1, threads=1, image_size=8, batch_size=32,
                                         train_subset=64, augment_path="batched", probe_size=32)
         scale.train(cfg, load_synthetic(image_size=8), work / "run", backbone="own_nets_once:backbone",
-                    head="own_nets_once:head", log=None)
+                    head="own_nets_once:head", measure=EndOfRun("2x1", probe_images=16), log=None)
     return work
 
 

@@ -111,3 +111,11 @@ def test_phases_estimate_the_rest_from_the_speed_of_the_same_unit():
     assert math.isclose(left, 6.0) and unknown == ["b"]
     phases.skip("b", "nothing to measure")
     assert lines[0] == "m: 3 phases (a: 100 images; b: 50 products; c: 300 images)" and "skipped" in lines[-1]
+
+
+def test_without_a_terminal_the_first_steps_are_reported_before_the_first_epoch_ends(run):
+    _, printed = run  # pytest's captured stdout and stderr: no terminal, so no bar
+    lines = printed.splitlines()
+    early = next(i for i, li in enumerate(lines) if re.match(r"epoch 1/1: first 1 of 3 steps in \d+\.\d s \(loss "
+                                                              r"\d+\.\d{4}\); about \d+ s per epoch", li))
+    assert early < next(i for i, li in enumerate(lines) if li.startswith("epoch   1/1  loss"))

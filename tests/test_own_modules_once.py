@@ -1,4 +1,5 @@
-"""A run of your own modules is read by the later commands without retyping them: ``--recorded-modules`` (in
+"""Your own modules named once: in the config (``TrainConfig.resolve(..., backbone="pkg.mod:fn")``), and a run
+of them is read by the later commands without retyping them: ``--recorded-modules`` (in
 Python ``recorded_modules=True``) imports the specs the run recorded, naming each, and nothing is imported
 without it; the backbone alone is exported without the head; a dot where the colon belongs and a module not
 on the path each get their own line with the fix; the config and the report describe your head as it is."""
@@ -33,10 +34,13 @@ def own_run(tmp_path_factory):
     (work / "own_nets_once.py").write_text(NETS)
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(work))
-        cfg = scale.TrainConfig.resolve("synthetic", epochs=1, threads=1, image_size=8, batch_size=32,
-                                        train_subset=64, augment_path="batched", probe_size=32)
-        scale.train(cfg, load_synthetic(image_size=8), work / "run", backbone="own_nets_once:backbone",
-                    head="own_nets_once:head", measure=EndOfRun("2x1", probe_images=16), log=None)
+        # the config names your parts from the start (what print(cfg) shows), and train needs them no more
+        cfg = scale.TrainConfig.resolve("synthetic", backbone="own_nets_once:backbone", head="own_nets_once:head",
+                                        epochs=1, threads=1, image_size=8, batch_size=32, train_subset=64,
+                                        augment_path="batched", probe_size=32)
+        assert "backbone='own_nets_once:backbone'" in repr(cfg) and "head='own_nets_once:head'" in repr(cfg)
+        scale.train(cfg, load_synthetic(image_size=8), work / "run", measure=EndOfRun("2x1", probe_images=16),
+                    log=None)
     return work
 
 

@@ -136,7 +136,9 @@ class TrainConfig:
                 device: str | torch.device = "cpu", **values: Any) -> TrainConfig:
         """The config ``python -m scale.run DATASET --method METHOD --backbone BACKBONE`` resolves, with
         ``values`` (fields of this class) in place of flags: yours > the method's per-dataset recipe > the
-        dataset's adjustments > the method's recipe > these defaults (``scale.engine.recipes``)."""
+        dataset's adjustments > the method's recipe > these defaults (``scale.engine.recipes``). ``backbone``,
+        ``head`` and ``predictor`` may be ``module:callable`` specs of your own modules (``SSLModel`` imports
+        them): the config then names them, and ``scale.train`` records them."""
         from scale.engine.recipes import resolve
 
         names = {f.name for f in fields(cls)}
@@ -173,6 +175,11 @@ class SSLModel(nn.Module):
     - ``predictor``: ``(B, k) -> (B, k)`` for simsiam/byol (default: built from ``cfg.predictor``, or
       from the head's spec; a module head needs ``cfg.predictor`` or this).
 
+    A spec may stand in ``cfg`` itself (``TrainConfig.resolve("digits", backbone="pkg.mod:fn",
+    head="pkg.mod:head")``, so that the config you print names your parts): it is imported like one passed
+    here. Such a config comes from your Python code; a config read from a run directory is validated and
+    names only the project's parts or ``"module"``.
+
     ``own`` records the parts that are your own (``module_record``; ``TrainConfig.with_modules`` puts them
     in the config). A ``cfg`` whose parts say ``"module"`` (a run trained with your own modules) needs
     those modules again: without them ``ModuleSpecError`` says which and how to pass them.
@@ -182,6 +189,11 @@ class SSLModel(nn.Module):
     def __init__(self, cfg: TrainConfig, *, backbone: nn.Module | str | None = None,
                  head: nn.Module | str | None = None, predictor: nn.Module | str | None = None) -> None:
         super().__init__()
+        # specs named in the config itself (TrainConfig.resolve(..., backbone="pkg.mod:fn")): a config in your
+        # Python code; one read from a run directory is validated and names project parts or "module" only
+        backbone = cfg.backbone if backbone is None and is_spec(cfg.backbone) else backbone
+        head = cfg.head if head is None and is_spec(cfg.head) else head
+        predictor = cfg.predictor if predictor is None and is_spec(cfg.predictor) else predictor
         backbone, backbone_spec = as_module(backbone, "backbone")
         head, head_spec_own = as_module(head, "head") if is_spec(head) else (head, None)
         predictor, predictor_spec = as_module(predictor, "predictor")

@@ -602,7 +602,7 @@ def _is_head_spec(text: str) -> bool:
     return True
 
 
-NAMES = {"--backbone": (lambda t: t in BACKBONES, f"a backbone of the project ({', '.join(BACKBONES)})"),
+NAMES = {"--backbone": (lambda t: t in BACKBONES, f"a backbone of the project (valid: {', '.join(BACKBONES)})"),
          "--head": (_is_head_spec, "a head spec of the grammar (linear, gelu3, ...)"),
          "--predictor": (_is_head_spec, "a head spec of the grammar (linear, gelu2, ...)")}
 

@@ -100,9 +100,10 @@ def check_training(cfg: Any, history: list[dict[str, Any]], dims: tuple[int, int
                          f"below {SPREAD_FLOOR:g} fewer than 1 % of its dimensions in use)")
     gain = probe.initial_gain if probe is not None else None
     if gain is not None and not math.isnan(gain.low) and gain.low <= 0:
-        other.append(f"the training added nothing measurable to the headline probe of z: {probe.accuracy.z:.2f} % "
-                     f"against {probe.initial_z:.2f} % for the backbone at initialisation (gain "
-                     f"{gain.value:+.2f} points [{gain.low:+.1f}, {gain.high:+.1f}])")
+        what = "lowered the headline probe of z" if gain.high < 0 else "added nothing measurable to the headline " \
+            "probe of z"
+        other.append(f"the training {what}: {probe.accuracy.z:.2f} % against {probe.initial_z:.2f} % for the "
+                     f"backbone at initialisation (gain {gain.value:+.2f} points [{gain.low:+.1f}, {gain.high:+.1f}])")
     return TrainingCheck(
         trained=not untrained, findings=untrained + other, chance_loss=chance, initial_loss=initial,
         final_loss=final, h_spread=h_spread, z_spread=z_spread,

@@ -289,7 +289,7 @@ def _run_section(run_dir: Path, s: RunSummary) -> list[str]:
 
 def training_section(t: TrainingCheck) -> list[str]:
     """The training check of a report: did the run move from its baselines (``scale.geometry.training_check``)."""
-    verdict = "trained" if t.trained else "**did not train**"
+    verdict = "the loss moved from its baselines" if t.trained else "**did not train**"
     text = [f"Training check: {verdict}."] + [f"{f[0].upper()}{f[1:]}." for f in t.findings]
     checked = [li.removeprefix("training check: ") for li in training_lines(t) if li.startswith("training check: ")]
     text += [f"Checked: {c}." for c in checked]

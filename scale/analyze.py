@@ -38,9 +38,15 @@ What is measured (each by the project's one implementation of it):
                 "expander" where it lies below 1, "neither" where it contains 1; beside it the curvature
                 ratio kappa(h) / kappa(z) (the same estimator) and the alignment gain, the mean over orbits
                 of cos(h, h of the unaugmented image) minus that of z, with its t interval
-    probes      on z versus h, at most ``--probe-images`` images per split: the headline class-label probe
-                (``scale.geometry.probes.class_probe``) and E3's 4-way rotation probes, linear and MLP, with the
-                paper's protocol (``scale.geometry.probes.run_rotation_probes``); accuracies in percent
+    probes      on z versus h, at most ``--probe-images`` images per split (a run directory: the run's own
+                end-of-run images, orbits and seed, so that both reports agree on the same weights): the
+                headline class-label probe (``scale.geometry.probes.class_probe``) with the backbone at
+                initialisation beside it, and E3's 4-way rotation probes, linear and MLP, with the paper's
+                protocol (``scale.geometry.probes.run_rotation_probes``); accuracies in percent, each gap h minus
+                z with its paired bootstrap interval
+    training    the run against its baselines (``scale.geometry.training_check``), printed first: the loss
+                against chance and its first step (from the run's metrics.jsonl), the spread of z and h, the
+                probe at initialisation; a verdict of a run that did not train is labelled so
 
 Outputs, written only once everything is measured: ``OUT/analysis.json`` (numbers, settings, versions),
 ``OUT/report.md`` and its figures ``spectrum.png``, ``orbits.png``. ``OUT`` defaults to ``RUN_DIR/analysis``

@@ -58,15 +58,12 @@ folder, ...): one line on stderr and nothing written.
 from __future__ import annotations
 
 import argparse
-import io
-import math
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -79,9 +76,6 @@ from scale.curvature.tracking import hutchinson_ratio, probe_objective, rowwise
 from scale.engine.augment import PRESETS, GPUAugment
 from scale.engine.backbones import BACKBONES, build_backbone
 from scale.engine.checkpoint import (
-    atomic_write_bytes,
-    atomic_write_json,
-    atomic_write_text,
     load_checkpoint,
     unreadable_reason,
 )
@@ -109,23 +103,19 @@ from scale.geometry.orbits import FAMILIES, check_family
 from scale.geometry.probes import plan_probes, run_probes
 from scale.geometry.training_check import check_training, initial_backbone
 from scale.geometry.verdict import orbit_verdict
+from scale.runs.analysis_report import num, write_report
 from scale.runs.load import RunError, load_run, load_state_dict_checked
 from scale.runs.run_report import (
     accuracy_text,
     device_name,
     gap_text,
-    geometry_section,
     git_commit,
     probe_line,
-    probe_section,
     training_lines,
-    training_section,
     verdict_line,
-    verdict_section,
     versions,
-    versions_table,
 )
-from scale.runs.summary import Estimate, RotationProbes, RunSummary, TrainingCheck, Verdict
+from scale.runs.summary import Estimate, RunSummary, TrainingCheck, Verdict
 
 
 class AnalyzeError(ValueError):
@@ -397,116 +387,6 @@ def measure_probes(embed, normalize, data: Dataset, settings: AnalysisSettings, 
 
 
 # --------------------------------------------------------------------------------------------
-# Report
-# --------------------------------------------------------------------------------------------
-
-
-def _fmt(v: float | None, spec: str = ".4g") -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:{spec}}"
-
-
-def _figures(result: dict[str, Any]) -> dict[str, bytes]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figs = {}
-    if "curvature" in result:
-        c = result["curvature"]
-        fig, ax = plt.subplots(figsize=(6, 3))
-        for row, name in enumerate(("H", "G", "M")):
-            vals = np.asarray(c[name]["ritz_values"])
-            ax.scatter(vals, np.full(len(vals), row), s=8)
-        ax.axvline(0.0, color="k", lw=0.5)
-        ax.set_yticks([0, 1, 2], ["H_eff", "G", "M"])
-        ax.set_xlabel("Ritz values (Lanczos)")
-        ax.set_title(f"Spectra at the probe batch (n={c['n']}, d={c['d']})")
-        fig.tight_layout()
-        figs["spectrum.png"] = _png(fig, plt)
-    if "per_orbit" in result:
-        sp = result["per_orbit"]
-        fig, ax = plt.subplots(figsize=(6, 3))
-        x = np.arange(len(sp["z"]["spread"]))
-        for key, label in (("z", "backbone z"), ("h", "head h"), ("h_untrained", "untrained head")):
-            ax.plot(x, sp[key]["spread"], "o-", ms=3, label=label)
-        ax.set_yscale("log")
-        ax.set_xlabel("orbit")
-        ax.set_ylabel("orbit spread")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        figs["orbits.png"] = _png(fig, plt)
-    return figs
-
-
-def _png(fig, plt) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def render_report(result: dict[str, Any], source: str) -> str:
-    method = result["config"]["method"]
-    L = [f"# Analysis of {source}", "",
-         f"Dataset `{result['dataset']}`, method `{method}` "
-         f"{'(its loss defines H_eff)' if 'curvature' in result else '(H_eff not measured)'}, device "
-         f"{result['device']}, {result['seconds']:.1f} s. Measured at the state given; nothing trained.", ""]
-    training = TrainingCheck.from_dict(result["training"]) if result.get("training") else None
-    if training is not None:
-        L += [*training_section(training), ""]
-    if "verdict" in result:
-        L += verdict_section(Verdict.from_dict(result["verdict"]), untrained=training is not None and
-                             not training.trained)
-    L += [f"Note: {note}" for note in result.get("notes", [])] + ([""] if result.get("notes") else [])
-    if "curvature" in result:
-        L += _curvature_section(result["curvature"])
-    # The tables of scale.runs.run_report, from the typed summaries of what was measured here.
-    p = result.get("probes")
-    typed = RunSummary.from_dict({"geometry": result.get("geometry"), "class_probe": p and p["headline"]})
-    if typed.geometry is not None:
-        L += [*geometry_section(typed.geometry), "![orbit spread](orbits.png)", ""]
-    if p is not None:
-        r = p["rotation"]
-        rot = RotationProbes.from_dict({"settings": p["rotation_settings"], "gaps": p.get("rotation_gaps"),
-                                        **{k: {"z": r["z"][k], "h": r["h"][k]} for k in ("linear", "mlp")}})
-        L += probe_section(typed.class_probe, rot)
-    L += ["## Provenance", "", *versions_table(result["versions"], result["git_commit"])]
-    return "\n".join(L)
-
-
-def _curvature_section(c: dict[str, Any]) -> list[str]:
-    s = c["split_at_lambda_min"]
-    L = ["## Curvature: H_eff = G + M at the probe batch", "",
-          f"n = {c['n']} rows (view pairs), d = {c['d']}, k = {c['k']}; BatchNorm {c['bn_mode']}; products "
-          f"{c['hvp_mode']}, {c['dtype']}.", "",
-          "| operator | lambda_min | lambda_max | residual (min, max) | Lanczos steps |", "|---|---|---|---|---|"]
-    for name, label in (("H", "H_eff"), ("G", "G (Gauss-Newton)"), ("M", "M (interaction)")):
-        r = c[name]
-        L.append(f"| {label} | {_fmt(r['lambda_min'])} | {_fmt(r['lambda_max'])} | {_fmt(r['residual_min'], '.1e')}, "
-                 f"{_fmt(r['residual_max'], '.1e')} | {r['n_iter']} |")
-    L += ["", f"Along the lowest Ritz vector v of H_eff: v^T H v = {_fmt(s['vHv'])} = v^T G v ({_fmt(s['vGv'])}) + "
-          f"v^T M v ({_fmt(s['vMv'])}). Share of the negative curvature: G {_fmt(s['share_G'], '.1%')}, "
-          f"M {_fmt(s['share_M'], '.1%')} (shares are max(-v^T X v, 0) over their sum; '-' where neither is "
-          f"negative). |M|_F / |H|_F = {_fmt(c['M_over_H_frobenius'])} (Hutchinson, 8 probes).", "",
-          "![spectra](spectrum.png)", ""]
-    return L
-
-
-def write_report(result: dict[str, Any], out: str | Path, source: str) -> Path:
-    """analysis.json, report.md and the figures into ``out`` (each file written atomically)."""
-    out = Path(out)
-    figures = _figures(result)
-    text = render_report(result, source)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, data in figures.items():
-        atomic_write_bytes(out / name, data)
-    atomic_write_json(out / "analysis.json", result)
-    atomic_write_text(out / "report.md", text)
-    return out / "report.md"
-
-
-# --------------------------------------------------------------------------------------------
 # CLI
 # --------------------------------------------------------------------------------------------
 
@@ -738,8 +618,8 @@ def main(argv: list[str] | None = None) -> int:
     if "curvature" in result:
         c = result["curvature"]
         print(f"H_eff: lambda_min {c['H']['lambda_min']:.4g}, lambda_max {c['H']['lambda_max']:.4g}; "
-              f"negative curvature from G {_fmt(c['split_at_lambda_min']['share_G'], '.1%')}, "
-              f"M {_fmt(c['split_at_lambda_min']['share_M'], '.1%')}")
+              f"negative curvature from G {num(c['split_at_lambda_min']['share_G'], '.1%')}, "
+              f"M {num(c['split_at_lambda_min']['share_M'], '.1%')}")
     training = TrainingCheck.from_dict(result["training"]) if result.get("training") else None
     for line in training_lines(training):
         print(line)

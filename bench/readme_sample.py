@@ -116,12 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join([
         "# The README's sample output and its spread", "", header, "",
         f"The main job, `python -m scale.run {' '.join(JOB)}`" + (" (`--quick`: 1 epoch)" if args.quick else "")
-        + f", at seeds {', '.join(map(str, seeds))} and {' and '.join(map(str, threads))} torch thread(s) (the runs "
-        f"{', '.join(f'{s}:{t}' for s, t in grid)}, seed:threads), each in a fresh process (`OMP_NUM_THREADS` set "
-        "alike). Accuracies in percent on the 450 test images, gaps in points; wall times on the machine as it was "
-        "loaded.", "", *rows, "", "Spread:", "", *spread_lines(runs), "",
-        f"The sample: `{sample['command']}` (the command's default on a 2-core machine is 2 threads), its whole "
-        "output:", "", "```", sample["stdout"].rstrip(), "```", ""])
+        + f", the runs {', '.join(f'seed {s} at {t} torch thread(s)' for s, t in grid)}, each in a fresh process "
+        "(`OMP_NUM_THREADS` set alike; runs kept from an earlier call of this command are read back, `--keep`). "
+        "Accuracies in percent on the 450 test images, gaps in points; wall times on the machine as it was loaded.",
+        "", *rows, "", "Spread:", "", *spread_lines(runs), "",
+        f"The sample: `{sample['command']}` (the command's default on a 2-core machine is 2 threads), its output as "
+        "kept (`stdout.txt` of its run directory):", "", "```", sample["stdout"].rstrip() or "(not kept)", "```", ""])
     write_atomic(OUT, text)
     print(f"wrote {OUT.relative_to(ROOT)}")
     return 0

@@ -647,6 +647,7 @@ class Trainer:
             "epoch": epoch + 1, "step": self.state.global_step, "loss": loss, "lr": self.state.lr,
             "h_std": h_std, "h_cond": h_cond, "z_std": z_std, "z_cond": z_cond,
             "images_per_s": p["images"] * self.world / max(p["seconds"], 1e-9), "epoch_seconds": p["seconds"],
+            **({"initial_loss": p["initial_loss"]} if "initial_loss" in p else {}),  # the first epoch only
         }
 
     def request_stop(self) -> None:
@@ -707,7 +708,7 @@ class Trainer:
             self.augment.prefetch(self.train_x[nxt], _seed_for(cfg.seed, 13, state.global_step + 1, self.rank))
         loss, z, h, target_h = self.step_loss(x)
         if state.global_step == 0:  # the loss before any update: the baseline of scale.geometry.training_check
-            state.metrics["initial_loss"] = float(loss.detach())
+            self.partial["initial_loss"] = float(loss.detach())  # kept in the checkpoint: a resume keeps it
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if step == self.steps_per_epoch - 1:

@@ -21,9 +21,9 @@ is seen on both sides. Accuracies are returned in percent (``scale.runs.summary`
 its paired interval over the same test images (``scale.geometry.verdict.paired_gap``; the four quarter
 turns of a base image resampled together).
 
-One protocol for the rotation probes wherever they run: ``rotation_sizes`` gives the base images per
-split, so that ``scale.analyze`` of a run repeats the run's own end-of-run probes (the same images, the
-same seed) and the two reports agree on the same weights.
+One protocol for the probes wherever they run: ``scale.analyze`` of a run takes the run's recorded image
+counts and seed (``scale.analyze.AnalysisSettings.from_run``), so that it repeats the run's own end-of-run
+probes and the two reports agree on the same weights.
 """
 
 from __future__ import annotations

@@ -322,7 +322,7 @@ def result_lines(summary: RunSummary, dataset: str) -> list[str]:
 def train(cfg: TrainConfig, data: Dataset, run_dir: str | Path | None = None, *,
           device: str | torch.device | None = None, backbone: nn.Module | str | None = None,
           head: nn.Module | str | None = None, predictor: nn.Module | str | None = None, hooks: Sequence[Hook] = (),
-          measure: EndOfRun | None = DEFAULT_MEASURE, resume: bool = False, progress: bool = False,
+          measure: EndOfRun | None = DEFAULT_MEASURE, resume: bool = False, progress: bool = True,
           log: Callable[[str], None] | None = print) -> RunSummary:
     """One run as ``python -m scale.run`` makes it, with your modules and data: ``Trainer.fit`` (``backbone``,
     ``head``, ``predictor``: modules or ``module:callable`` specs, recorded in config.json), then the
@@ -332,7 +332,9 @@ def train(cfg: TrainConfig, data: Dataset, run_dir: str | Path | None = None, *,
     ``python -m scale.export`` and ``scale.load_run`` read it (with ``--backbone``/``backbone=`` for your
     own modules). The directory is locked while the run writes and a new run refuses one that holds a run
     (``resume=True`` continues it from its checkpoint). A non-finite loss or an interruption raises
-    ``NonFiniteLoss`` / ``Interrupted`` after the summary records it. ``cfg``: e.g. ``TrainConfig.resolve``."""
+    ``NonFiniteLoss`` / ``Interrupted`` after the summary records it. ``progress``: a per-step bar when stderr
+    is a terminal, otherwise one line through ``log`` after the first steps. ``cfg``: e.g.
+    ``TrainConfig.resolve``."""
     t_start = time.perf_counter()
     device = torch.device(device if device is not None else cfg.device)
     lock = rundir.RunLock(run_dir) if run_dir is not None else None

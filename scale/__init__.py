@@ -12,13 +12,17 @@ The public surface, imported lazily (``import scale`` does not import torch unti
     load_run, Run, export_backbone         a finished run back into Python; its backbone as a state_dict
     load_backbone                          an exported part rebuilt from its recorded architecture
     EffectiveHessian                       H_eff = G + M of any head at a batch, matrix-free (operators H, G, M)
+    lanczos                                extreme eigenvalues of such an operator (Lanczos, Ritz residuals)
+    nt_xent, info_nce_cross_view, vicreg,  the objectives, ``f(Hb (n, k), ...) -> scalar`` on rows
+    barlow, simsiam, byol, mse_views       ``[view 1; view 2]`` (``scale.engine.objectives``)
     build_head, build_backbone             the project's heads (the grammar of ``mini.heads``) and backbones
     load_dataset, folder_dataset           datasets as uint8 tensors (CIFAR, digits, a folder of class folders)
     analyze_model                          the paper's measurements on any model (``python -m scale.analyze``)
     analyze_orbits                         orbit geometry of z versus h of any model on your own images
 
-Extreme eigenvalues of an operator: ``scale.curvature.lanczos.lanczos`` (a function named like its module, so it
-is not re-exported here: ``scale.curvature.lanczos`` is the module).
+``scale.lanczos`` is the function ``scale.curvature.lanczos.lanczos`` (there is no module ``scale.lanczos``).
+Naming: ``z`` is the backbone's output and ``h`` the head's, the paper's notation (SimCLR's paper and lightly
+call them h and z the other way round).
 """
 
 from __future__ import annotations
@@ -38,6 +42,14 @@ _EXPORTS: dict[str, str] = {
     "load_backbone": "scale.runs.load",
     "train": "scale.run",
     "EffectiveHessian": "scale.curvature.operators",
+    "lanczos": "scale.curvature.lanczos",
+    "nt_xent": "scale.engine.objectives",
+    "info_nce_cross_view": "scale.engine.objectives",
+    "vicreg": "scale.engine.objectives",
+    "barlow": "scale.engine.objectives",
+    "simsiam": "scale.engine.objectives",
+    "byol": "scale.engine.objectives",
+    "mse_views": "scale.engine.objectives",
     "build_head": "scale.engine.heads",
     "build_backbone": "scale.engine.backbones",
     "load_dataset": "scale.engine.data",
@@ -56,22 +68,32 @@ __all__ = [
     "Trainer",
     "analyze_model",
     "analyze_orbits",
+    "barlow",
     "build_backbone",
     "build_head",
+    "byol",
     "export_backbone",
     "folder_dataset",
+    "info_nce_cross_view",
+    "lanczos",
     "load_backbone",
     "load_dataset",
     "load_run",
+    "mse_views",
+    "nt_xent",
+    "simsiam",
     "train",
+    "vicreg",
 ]
 
 if TYPE_CHECKING:
     from scale.analyze import analyze_model, analyze_orbits
+    from scale.curvature.lanczos import lanczos
     from scale.curvature.operators import EffectiveHessian
     from scale.engine.backbones import build_backbone
     from scale.engine.data import folder_dataset, load_dataset
     from scale.engine.heads import build_head
+    from scale.engine.objectives import barlow, byol, info_nce_cross_view, mse_views, nt_xent, simsiam, vicreg
     from scale.engine.train import Hook, SSLModel, TrainConfig, Trainer
     from scale.run import train
     from scale.runs.load import Run, RunError, export_backbone, load_backbone, load_run

@@ -3,16 +3,18 @@ r"""``python -m scale.analyze``: the paper's measurements on any model, at the s
     python -m scale.analyze RUN_DIR                                   # a finished python -m scale.run
     python -m scale.analyze model.pt --backbone resnet18 --head gelu3 --data digits
     python -m scale.analyze model.pt --backbone mypkg.nets:backbone --head mypkg.nets:head --data folder:imgs
+    python -m scale.analyze RUN_DIR --recorded-modules                # a run of your own modules, as recorded
 
 ``--backbone`` / ``--head`` take a name of the project (a backbone of ``scale.engine.backbones``, a head spec of
 the grammar, with ``--backbone-width``, ``--head-width``, ``--head-out``, ...) or ``module:callable``, an
 importable function (or class) that returns the ``nn.Module`` when called without arguments. A
 ``module:callable`` imports that module and runs its code, as ``python -c "import module"`` would: give only
-code you trust. It is taken from the command line only; a run directory's config.json names project
-backbones and heads only (anything else is refused by its validation, ``scale.runs.validate``), so reading a
-run never imports a module. The checkpoint is a ``scale.run`` checkpoint, or a state_dict with ``backbone.*``
-and ``projector.*`` (or ``head.*``) keys, loaded with ``torch.load(weights_only=True)``. With a run directory,
-``--backbone`` / ``--head`` are only needed for a run trained with your own modules.
+code you trust. It is taken from the command line, or, for a run trained with your own modules, from the
+specs its config.json recorded when you opt in with ``--recorded-modules`` (each is named as it is
+imported); without that flag reading a run never imports a module. The checkpoint is a ``scale.run``
+checkpoint, or a state_dict with ``backbone.*`` and ``projector.*`` (or ``head.*``) keys, loaded with
+``torch.load(weights_only=True)``. With a run directory, ``--backbone`` / ``--head`` (or
+``--recorded-modules``) are only needed for a run trained with your own modules.
 
 What is measured (each by the project's one implementation of it):
 
@@ -36,9 +38,15 @@ What is measured (each by the project's one implementation of it):
                 "expander" where it lies below 1, "neither" where it contains 1; beside it the curvature
                 ratio kappa(h) / kappa(z) (the same estimator) and the alignment gain, the mean over orbits
                 of cos(h, h of the unaugmented image) minus that of z, with its t interval
-    probes      on z versus h, at most ``--probe-images`` images per split: the headline class-label probe
-                (``scale.geometry.probes.class_probe``) and E3's 4-way rotation probes, linear and MLP, with the
-                paper's protocol (``scale.geometry.probes.run_rotation_probes``); accuracies in percent
+    probes      on z versus h, at most ``--probe-images`` images per split (a run directory: the run's own
+                end-of-run images, orbits and seed, so that both reports agree on the same weights): the
+                headline class-label probe (``scale.geometry.probes.class_probe``) with the backbone at
+                initialisation beside it, and E3's 4-way rotation probes, linear and MLP, with the paper's
+                protocol (``scale.geometry.probes.run_rotation_probes``); accuracies in percent, each gap h minus
+                z with its paired bootstrap interval
+    training    the run against its baselines (``scale.geometry.training_check``), printed first: the loss
+                against chance and its first step (from the run's metrics.jsonl), the spread of z and h, the
+                probe at initialisation; a verdict of a run that did not train is labelled so
 
 Outputs, written only once everything is measured: ``OUT/analysis.json`` (numbers, settings, versions),
 ``OUT/report.md`` and its figures ``spectrum.png``, ``orbits.png``. ``OUT`` defaults to ``RUN_DIR/analysis``
@@ -51,18 +59,17 @@ written: one line on stderr and nothing written.
 from __future__ import annotations
 
 import argparse
-import io
-import math
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
+from mini.collapse_metrics import collapse_stats
+from mini.heads import parse_head_spec
 from scale.curvature.blocks import closed_form_operator
 from scale.curvature.lanczos import lanczos
 from scale.curvature.operators import EffectiveHessian, difference
@@ -70,9 +77,6 @@ from scale.curvature.tracking import hutchinson_ratio, probe_objective, rowwise
 from scale.engine.augment import PRESETS, GPUAugment
 from scale.engine.backbones import BACKBONES, build_backbone
 from scale.engine.checkpoint import (
-    atomic_write_bytes,
-    atomic_write_json,
-    atomic_write_text,
     load_checkpoint,
     unreadable_reason,
 )
@@ -80,7 +84,7 @@ from scale.engine.data import DataError, Dataset, load_dataset
 from scale.engine.heads import build_head
 from scale.engine.methods import METHODS
 from scale.engine.methods import get as get_method
-from scale.engine.modules import ModuleSpecError, import_module_spec
+from scale.engine.modules import ModuleSpecError, import_module_spec, is_spec, not_a_name_message
 from scale.engine.progress import Phases
 from scale.engine.recipes import DATASET_DEFAULTS, dataset_key
 from scale.engine.train import SSLModel, TrainConfig, output_dim
@@ -98,21 +102,21 @@ from scale.geometry.measure import (
 )
 from scale.geometry.orbits import FAMILIES, check_family
 from scale.geometry.probes import plan_probes, run_probes
+from scale.geometry.training_check import check_training, initial_backbone
 from scale.geometry.verdict import orbit_verdict
+from scale.runs.analysis_report import check_analysis_out, num, write_report
 from scale.runs.load import RunError, load_run, load_state_dict_checked
 from scale.runs.run_report import (
     accuracy_text,
     device_name,
-    geometry_section,
+    gap_text,
     git_commit,
     probe_line,
-    probe_section,
+    training_lines,
     verdict_line,
-    verdict_section,
     versions,
-    versions_table,
 )
-from scale.runs.summary import ProbePair, RotationProbes, RunSummary, Verdict
+from scale.runs.summary import Estimate, RunSummary, TrainingCheck, Verdict
 
 
 class AnalyzeError(ValueError):
@@ -129,6 +133,11 @@ class AnalysisSettings:
     head_input: str = "normalized"  # the head on the normalised z (E4) or on the raw z it was trained on (E6)
     batch: int = 512  # rows per backbone forward pass of the orbits
     probe_images: int | None = 2000  # probes: at most this many base images per split (x 4 rotations)
+    # A run's own probe protocol (``from_run``): the images per split of its headline and rotation probes and
+    # the rotation probes' seed, so that the analysis of its weights repeats its end-of-run probes
+    class_images: tuple[int, int] | None = None
+    rotation_images: tuple[int, int] | None = None
+    rotation_seed: int | None = None
     probes: bool = True
     curvature: bool = True  # H_eff needs the method's loss: off for a head without one of the registry
     seed: int = 0
@@ -151,6 +160,33 @@ class AnalysisSettings:
             check_family(self.family)
         except ValueError as exc:
             raise AnalyzeError(str(exc)) from None
+
+    def from_run(self, summary: dict[str, Any] | None) -> AnalysisSettings:
+        """These settings with the probe protocol of a run's end-of-run measurement (its summary.json): the
+        headline probe on the same images, the rotation probes on the same base images with the same seed.
+        Unchanged where the run recorded none."""
+        typed = RunSummary.from_dict(summary or {})
+        changes: dict[str, Any] = {}
+        if typed.class_probe is not None:
+            changes["class_images"] = (typed.class_probe.train_images, typed.class_probe.test_images)
+        if typed.rotation_probes is not None:
+            rs = typed.rotation_probes.settings
+            changes.update(rotation_images=(rs["train_base_images"], rs["test_base_images"]),
+                           rotation_seed=rs.get("seed", 0))
+        return replace(self, **changes)
+
+    def orbits_of_run(self, summary: dict[str, Any] | None) -> AnalysisSettings:
+        """These settings with the E4 orbits a run's end-of-run measurement asked for (unchanged where none)."""
+        asked = ((summary or {}).get("geometry") or {}).get("settings", {}).get("asked")
+        return replace(self, orbits=asked) if isinstance(asked, str) else self
+
+    def probe_sizes(self, data: Dataset) -> tuple[tuple[int, int], tuple[int, int], int]:
+        """The headline probe's (training, test) images, the rotation probes' base images per split and their
+        seed: the run's protocol where ``from_run`` recorded one, else at most ``probe_images`` per split."""
+        capped = tuple(min(len(x), self.probe_images or len(x)) for x in (data.train_x, data.test_x))
+        fit = lambda sizes: (min(sizes[0], len(data.train_x)), min(sizes[1], len(data.test_x)))  # noqa: E731
+        return (fit(self.class_images or capped), fit(self.rotation_images or capped),
+                self.seed if self.rotation_seed is None else self.rotation_seed)
 
     def geometry(self, classes: int, per_class: int) -> GeometrySettings:
         """The orbit settings: E4's orbits of ``family`` (``GeometrySettings.for_family``), or with ``steps``
@@ -259,6 +295,7 @@ def analyze_orbits(backbone: nn.Module, head: nn.Module, images: torch.Tensor, m
 def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: TrainConfig | None = None, *,
                   predictor: nn.Module | None = None, settings: AnalysisSettings = AnalysisSettings(),
                   device: str | torch.device = "cpu", spec_controls: bool = False,
+                  history: list[dict[str, Any]] | None = None,
                   log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Curvature, orbit geometry with controls, verdict and probes of ``backbone`` + ``head`` on ``data``.
 
@@ -267,9 +304,12 @@ def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: Trai
     (``settings.orbits`` classes x images; without labels, images each their own class); the untrained
     controls are fresh copies of ``head`` (``untrained_copy``), or, with ``spec_controls``, the head that
     ``cfg`` names. ``settings`` says what to skip (``curvature``, ``probes``); the class probe is skipped,
-    with the reason in ``notes``, where the data has no labels or one class. ``log``: each phase announced
-    with its size, its time and an estimate of the rest (``scale.engine.progress``). Returns a JSON-ready
-    dict (``write_report`` turns it into report.md).
+    with the reason in ``notes``, where the data has no labels or one class; beside it the same probe of the
+    backbone at initialisation (``scale.geometry.training_check.initial_backbone``). ``history``: the run's
+    per-epoch records (``metrics.jsonl``), for the training check (``training``: whether the run moved from
+    its baselines; without a history only the probe and the spread of the features are checked). ``log``:
+    each phase announced with its size, its time and an estimate of the rest (``scale.engine.progress``).
+    Returns a JSON-ready dict (``write_report`` turns it into report.md).
     """
     device = torch.device(device)
     cfg = cfg or TrainConfig(method="simclr", augment="e3", image_size=data.image_size)
@@ -281,7 +321,7 @@ def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: Trai
     classes, per_class = parse_orbits(settings.orbits)
     classes, per_class = fit_orbits(data.test_y, classes, per_class) if labelled else (
         min(classes * per_class, len(data.test_x)), 1)
-    n_tr, n_te = (min(len(x), settings.probe_images or len(x)) for x in (data.train_x, data.test_x))
+    n_class, n_rotation, _ = settings.probe_sizes(data)
     phases = Phases("scale.analyze", log)
     if settings.curvature:
         plan_curvature(phases, settings)
@@ -293,7 +333,7 @@ def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: Trai
         out["notes"].append("orbit geometry skipped: the test split has fewer than 2 classes (D_inter needs 2)")
     probes = settings.probes and min(len(data.train_x), len(data.test_x)) >= 2
     if probes:
-        plan_probes(phases, (n_tr, n_te), (n_tr, n_te))
+        plan_probes(phases, n_class, n_rotation, initial=True)
     if settings.curvature:
         out["curvature"] = curvature(model, cfg, data, settings, phases)
     if geometry:
@@ -311,149 +351,40 @@ def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: Trai
             return z, h
 
         normalize = GPUAugment("none", data.image_size, data.mean, data.std).to(device).normalize
-        out["probes"] = measure_probes(embed, normalize, data, settings, phases, out["notes"])
+        start, how = initial_backbone(cfg, model.backbone)
+        out["probes"] = measure_probes(embed, normalize, data, settings, phases, out["notes"], torch.no_grad()(start))
+        with eval_mode(model), torch.no_grad():
+            z, h, _ = model(normalize(data.train_x[: cfg.probe_size]))
+        spreads = {"z_std": collapse_stats(z.double())[0], "h_std": collapse_stats(h.double())[0]}
+        # without a training record the spreads of the analysed features stand in for the last epoch's
+        records = [dict(r) for r in history] if history else [spreads]
+        headline = RunSummary.from_dict({"class_probe": out["probes"]["headline"]}).class_probe
+        out["training"] = asdict(check_training(cfg, records, (z.shape[1], h.shape[1]), headline, how))
     out.update(seconds=phases.elapsed(), device=device_name(device), versions=versions(),
                git_commit=git_commit(), dataset=data.name)
     return out
 
 
 def measure_probes(embed, normalize, data: Dataset, settings: AnalysisSettings, phases: Phases | None = None,
-                   notes: list[str] | None = None) -> dict[str, Any]:
-    """The headline class probe and E3's rotation probes on at most ``settings.probe_images`` images per
-    split, JSON-ready: ``headline`` (a ``ClassProbe``; ``None`` where ``class_probe_skip_reason`` gives a
-    reason, appended to ``notes``), ``rotation[space][kind]`` (test accuracy in percent, space z or h, kind
-    linear or mlp) and the rotation probes' ``rotation_settings``."""
-    n_tr, n_te = (min(len(x), settings.probe_images or len(x)) for x in (data.train_x, data.test_x))
+                   notes: list[str] | None = None, initial: Callable[[torch.Tensor], torch.Tensor] | None = None
+                   ) -> dict[str, Any]:
+    """The headline class probe and E3's rotation probes on the images ``settings.probe_sizes`` gives (a run's
+    own protocol, or at most ``settings.probe_images`` per split), JSON-ready: ``headline`` (a ``ClassProbe``,
+    with the backbone at initialisation ``initial`` probed beside; ``None`` where ``class_probe_skip_reason``
+    gives a reason, appended to ``notes``), ``rotation[space][kind]`` (test accuracy in percent, space z or h,
+    kind linear or mlp), the rotation probes' ``rotation_settings`` and their ``rotation_gaps`` (h minus z per
+    kind, with its paired interval)."""
+    n_class, n_rotation, seed = settings.probe_sizes(data)
     if phases is None:
         phases = Phases("probes", None)
-        plan_probes(phases, (n_tr, n_te), (n_tr, n_te))
-    head, rot = run_probes(embed, normalize, data, (n_tr, n_te), (n_tr, n_te), settings.seed, phases,
-                           notes if notes is not None else [])
+        plan_probes(phases, n_class, n_rotation, initial=initial is not None)
+    head, rot = run_probes(embed, normalize, data, n_class, n_rotation, seed, phases,
+                           notes if notes is not None else [], initial)
     head = asdict(head) if head is not None else None
     return {"headline": head, "rotation_settings": rot.settings,
             "rotation": {space: {kind: getattr(getattr(rot, kind), space) for kind in ("linear", "mlp")}
-                         for space in ("z", "h")}}
-
-
-# --------------------------------------------------------------------------------------------
-# Report
-# --------------------------------------------------------------------------------------------
-
-
-def _fmt(v: float | None, spec: str = ".4g") -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:{spec}}"
-
-
-def _figures(result: dict[str, Any]) -> dict[str, bytes]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figs = {}
-    if "curvature" in result:
-        c = result["curvature"]
-        fig, ax = plt.subplots(figsize=(6, 3))
-        for row, name in enumerate(("H", "G", "M")):
-            vals = np.asarray(c[name]["ritz_values"])
-            ax.scatter(vals, np.full(len(vals), row), s=8)
-        ax.axvline(0.0, color="k", lw=0.5)
-        ax.set_yticks([0, 1, 2], ["H_eff", "G", "M"])
-        ax.set_xlabel("Ritz values (Lanczos)")
-        ax.set_title(f"Spectra at the probe batch (n={c['n']}, d={c['d']})")
-        fig.tight_layout()
-        figs["spectrum.png"] = _png(fig, plt)
-    if "per_orbit" in result:
-        sp = result["per_orbit"]
-        fig, ax = plt.subplots(figsize=(6, 3))
-        x = np.arange(len(sp["z"]["spread"]))
-        for key, label in (("z", "backbone z"), ("h", "head h"), ("h_untrained", "untrained head")):
-            ax.plot(x, sp[key]["spread"], "o-", ms=3, label=label)
-        ax.set_yscale("log")
-        ax.set_xlabel("orbit")
-        ax.set_ylabel("orbit spread")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        figs["orbits.png"] = _png(fig, plt)
-    return figs
-
-
-def _png(fig, plt) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def render_report(result: dict[str, Any], source: str) -> str:
-    method = result["config"]["method"]
-    L = [f"# Analysis of {source}", "",
-         f"Dataset `{result['dataset']}`, method `{method}` "
-         f"{'(its loss defines H_eff)' if 'curvature' in result else '(H_eff not measured)'}, device "
-         f"{result['device']}, {result['seconds']:.1f} s. Measured at the state given; nothing trained.", ""]
-    if "verdict" in result:
-        L += verdict_section(Verdict.from_dict(result["verdict"]))
-    L += [f"Note: {note}" for note in result.get("notes", [])] + ([""] if result.get("notes") else [])
-    if "curvature" in result:
-        L += _curvature_section(result["curvature"])
-    # The tables of scale.runs.run_report, from the typed summaries of what was measured here.
-    p = result.get("probes")
-    typed = RunSummary.from_dict({"geometry": result.get("geometry"), "class_probe": p and p["headline"]})
-    if typed.geometry is not None:
-        L += [*geometry_section(typed.geometry), "![orbit spread](orbits.png)", ""]
-    if p is not None:
-        r = p["rotation"]
-        rot = RotationProbes(p["rotation_settings"], *(ProbePair(r["z"][k], r["h"][k]) for k in ("linear", "mlp")))
-        L += probe_section(typed.class_probe, rot)
-    L += ["## Provenance", "", *versions_table(result["versions"], result["git_commit"])]
-    return "\n".join(L)
-
-
-def _curvature_section(c: dict[str, Any]) -> list[str]:
-    s = c["split_at_lambda_min"]
-    L = ["## Curvature: H_eff = G + M at the probe batch", "",
-          f"n = {c['n']} rows (view pairs), d = {c['d']}, k = {c['k']}; BatchNorm {c['bn_mode']}; products "
-          f"{c['hvp_mode']}, {c['dtype']}.", "",
-          "| operator | lambda_min | lambda_max | residual (min, max) | Lanczos steps |", "|---|---|---|---|---|"]
-    for name, label in (("H", "H_eff"), ("G", "G (Gauss-Newton)"), ("M", "M (interaction)")):
-        r = c[name]
-        L.append(f"| {label} | {_fmt(r['lambda_min'])} | {_fmt(r['lambda_max'])} | {_fmt(r['residual_min'], '.1e')}, "
-                 f"{_fmt(r['residual_max'], '.1e')} | {r['n_iter']} |")
-    L += ["", f"Along the lowest Ritz vector v of H_eff: v^T H v = {_fmt(s['vHv'])} = v^T G v ({_fmt(s['vGv'])}) + "
-          f"v^T M v ({_fmt(s['vMv'])}). Share of the negative curvature: G {_fmt(s['share_G'], '.1%')}, "
-          f"M {_fmt(s['share_M'], '.1%')} (shares are max(-v^T X v, 0) over their sum; '-' where neither is "
-          f"negative). |M|_F / |H|_F = {_fmt(c['M_over_H_frobenius'])} (Hutchinson, 8 probes).", "",
-          "![spectra](spectrum.png)", ""]
-    return L
-
-
-ANALYSIS_FILES = ("analysis.json", "report.md", "spectrum.png", "orbits.png")  # what write_report puts in out
-
-
-def is_analysis(path: Path) -> bool:
-    """Whether ``path`` is an analysis.json this command wrote (a JSON object naming its ``source``)."""
-    from scale.engine import read
-
-    try:
-        return "source" in read.read_json(path, dict)
-    except read.Unreadable:
-        return False
-
-
-def write_report(result: dict[str, Any], out: str | Path, source: str) -> Path:
-    """analysis.json, report.md and the figures into ``out`` (each file written atomically)."""
-    from scale.engine import disk
-
-    out = Path(out)
-    disk.check_outputs_ours(out, ANALYSIS_FILES, "analysis.json", is_analysis)  # a user's report.md stays
-    figures = _figures(result)
-    text = render_report(result, source)
-    disk.make_dirs(out)
-    for name, data in figures.items():
-        atomic_write_bytes(out / name, data)
-    atomic_write_json(out / "analysis.json", {**result, "source": source})  # "source": the record of this writer
-    atomic_write_text(out / "report.md", text)
-    return out / "report.md"
+                         for space in ("z", "h")},
+            "rotation_gaps": {k: asdict(v) for k, v in (rot.gaps or {}).items()}}
 
 
 # --------------------------------------------------------------------------------------------
@@ -493,6 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head", help="a head spec (linear, gelu3, ...) or module:callable (needed with a checkpoint; "
                    "with a run directory, only for a run trained with your own head)")
     p.add_argument("--predictor", help="simsiam/byol: a head spec or module:callable for the predictor")
+    p.add_argument("--recorded-modules", action="store_true", help="with a run directory of your own modules: "
+                   "import the module:callable specs its config.json recorded instead of giving them again (this "
+                   "runs their code; each is named as it is imported)")
     p.add_argument("--data", default=None, help="dataset: digits, cifar10, cifar100, folder:PATH (default: the "
                    "run's; digits with a checkpoint)")
     p.add_argument("--data-dir", help="where the CIFAR archive lives (default: $SCALE_DATA_DIR or "
@@ -520,17 +454,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lanczos-iter", type=int, default=AnalysisSettings.lanczos_iter,
                    help=f"Lanczos steps (Hessian-vector products) for each of H_eff, G and M (default "
                    f"{AnalysisSettings.lanczos_iter}: the extreme eigenvalues converge to their residuals, reported)")
-    p.add_argument("--orbits", default="5x3", help="CLASSESxIMAGES of the test split (default 5x3, the paper's 15 "
-                   "orbits)")
+    p.add_argument("--orbits", default=None, help="CLASSESxIMAGES of the test split (default: with a run directory "
+                   "the run's own end-of-run orbits; otherwise 5x3, the paper's 15 orbits)")
     p.add_argument("--family", choices=tuple(FAMILIES), default="rotation", help="orbit family: E4's rotations "
                    "(0-330 degrees, kappa on 0-45) or an E6 family across its range (default: rotation)")
     p.add_argument("--steps", type=int, help="E6's trajectories: this many values across the family's range "
                    "(rotation: 0-45 degrees), kappa along them (default: E4's orbits)")
     p.add_argument("--head-input", choices=tuple(HEAD_INPUTS), default="normalized", help="the head on the "
                    "L2-normalised z (E4, default) or on the raw z it was trained on (E6)")
-    p.add_argument("--probe-images", type=int, default=AnalysisSettings.probe_images,
-                   help="probes: at most this many images per split, x 4 rotations for E3's (default "
-                   f"{AnalysisSettings.probe_images}: at most 5 x 2 x {AnalysisSettings.probe_images} backbone "
+    p.add_argument("--probe-images", type=int, default=None,
+                   help="probes: at most this many images per split, x 4 rotations for E3's (default: with a run "
+                   "directory the run's own end-of-run probes, the same images and seed, so that both reports agree "
+                   f"on the same weights; otherwise {AnalysisSettings.probe_images}: at most 5 x 2 x "
+                   f"{AnalysisSettings.probe_images} backbone "
                    "forwards, the class probe's one per image and the rotation probes' four, and six probe fits; "
                    "the paper's 10000 costs five times that)")
     p.add_argument("--no-probes", action="store_true", help="skip the class and rotation probes")
@@ -545,22 +481,60 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _is_head_spec(text: str) -> bool:
+    try:
+        parse_head_spec(text)
+    except ValueError:
+        return False
+    return True
+
+
+NAMES = {"--backbone": (lambda t: t in BACKBONES, f"a backbone of the project (valid: {', '.join(BACKBONES)})"),
+         "--head": (_is_head_spec, "a head spec of the grammar (linear, gelu3, ...)"),
+         "--predictor": (_is_head_spec, "a head spec of the grammar (linear, gelu2, ...)")}
+
+
 def _module_or_none(text: str | None, what: str) -> nn.Module | None:
-    return import_module_spec(text, what) if text and ":" in text else None
+    """The module of a ``module:callable`` value, ``None`` for a name of the project; a value that is neither
+    gets its own line (``scale.engine.modules.not_a_name_message``)."""
+    if not text:
+        return None
+    if is_spec(text):
+        return import_module_spec(text, what)
+    valid, names = NAMES[what]
+    if not valid(text):
+        raise AnalyzeError(not_a_name_message(text, what, names))
+    return None
 
 
-def _load(args: argparse.Namespace, device: torch.device) -> tuple[SSLModel, TrainConfig, Dataset, Path, bool]:
+@dataclass
+class Loaded:
+    """What the command analyses: the model, its config and data, where the report goes, whether the controls
+    are rebuilt from the config, and for a run directory its per-epoch records and summary."""
+
+    model: SSLModel
+    cfg: TrainConfig
+    data: Dataset
+    out: Path
+    spec_controls: bool
+    history: list[dict[str, Any]] | None = None
+    summary: dict[str, Any] | None = None
+
+
+def _load(args: argparse.Namespace, device: torch.device) -> Loaded:
     src = Path(args.source)
+    history = summary = None
     backbone_m = _module_or_none(args.backbone, "--backbone")
     head_m = _module_or_none(args.head, "--head")
     pred_m = _module_or_none(args.predictor, "--predictor")
     if src.is_dir():
         try:
-            run = load_run(src, backbone=backbone_m, head=head_m, predictor=pred_m)
+            run = load_run(src, backbone=backbone_m, head=head_m, predictor=pred_m,
+                           recorded_modules=args.recorded_modules, log=print)
         except RunError as exc:
             raise AnalyzeError(str(exc)) from None
         cfg, model, out = run.config, run.model, src / "analysis"
-        spec_controls = head_m is None
+        spec_controls, history, summary = head_m is None, run.metrics, run.summary
         overrides = {k: getattr(args, k) for k in ("method", "augment") if getattr(args, k)}
         cfg = replace(cfg, **overrides)
         dataset = args.data or cfg.dataset
@@ -602,7 +576,7 @@ def _load(args: argparse.Namespace, device: torch.device) -> tuple[SSLModel, Tra
                             image_size=None if dataset in ("cifar10", "cifar100") else cfg.image_size)
     except ValueError as exc:
         raise AnalyzeError(str(exc)) from None
-    return model, cfg, data, Path(args.out) if args.out else out, spec_controls
+    return Loaded(model, cfg, data, Path(args.out) if args.out else out, spec_controls, history, summary)
 
 
 def _predictor_state(model: SSLModel, src: Path) -> dict[str, torch.Tensor]:
@@ -622,13 +596,20 @@ def main(argv: list[str] | None = None) -> int:
                           else "cpu")
     try:
         settings = AnalysisSettings(hessian_images=args.hessian_images, lanczos_iter=args.lanczos_iter,
-                                    orbits=args.orbits, family=args.family, steps=args.steps,
-                                    head_input=args.head_input, probe_images=args.probe_images,
+                                    orbits=args.orbits or AnalysisSettings.orbits, family=args.family, steps=args.steps,
+                                    head_input=args.head_input,
+                                    probe_images=args.probe_images or AnalysisSettings.probe_images,
                                     probes=not args.no_probes, curvature=not args.no_curvature, seed=args.seed)
-        model, cfg, data, out, spec_controls = _load(args, device)
-        disk.check_outputs_ours(out, ANALYSIS_FILES, "analysis.json", is_analysis)  # before the work
-        result = analyze_model(model.backbone, model.projector, data, cfg, predictor=model.predictor,
-                               settings=settings, device=device, spec_controls=spec_controls,
+        got = _load(args, device)
+        out = got.out
+        check_analysis_out(out)  # a user's file of an output name refused before the work
+        if args.probe_images is None:  # a run's own probe protocol: its end-of-run probes repeated on its weights
+            settings = settings.from_run(got.summary)
+        if args.orbits is None and args.family == "rotation" and args.steps is None:  # and its own E4 orbits
+            settings = settings.orbits_of_run(got.summary)
+        result = analyze_model(got.model.backbone, got.model.projector, got.data, got.cfg,
+                               predictor=got.model.predictor, settings=settings, device=device,
+                               spec_controls=got.spec_controls, history=got.history,
                                log=None if args.quiet else (lambda line: print(line, flush=True)))
     except (AnalyzeError, ModuleSpecError, disk.NotOurs) as exc:
         print(f"scale.analyze: error: {exc}", file=sys.stderr)
@@ -648,17 +629,23 @@ def main(argv: list[str] | None = None) -> int:
     if "curvature" in result:
         c = result["curvature"]
         print(f"H_eff: lambda_min {c['H']['lambda_min']:.4g}, lambda_max {c['H']['lambda_max']:.4g}; "
-              f"negative curvature from G {_fmt(c['split_at_lambda_min']['share_G'], '.1%')}, "
-              f"M {_fmt(c['split_at_lambda_min']['share_M'], '.1%')}")
+              f"negative curvature from G {num(c['split_at_lambda_min']['share_G'], '.1%')}, "
+              f"M {num(c['split_at_lambda_min']['share_M'], '.1%')}")
+    training = TrainingCheck.from_dict(result["training"]) if result.get("training") else None
+    for line in training_lines(training):
+        print(line)
     if "verdict" in result:
-        print(verdict_line(Verdict.from_dict(result["verdict"])))
+        print(verdict_line(Verdict.from_dict(result["verdict"]), training is not None and not training.trained))
     if "probes" in result:
         p = result["probes"]
         if p.get("headline") is not None:
             headline = RunSummary.from_dict({"class_probe": p["headline"]}).class_probe
             print(f"headline class probe: {probe_line(headline)}")
-        r, n = p["rotation"], p["rotation_settings"]["rotation_samples"]["test"]
-        print(f"rotation probe, linear: z {accuracy_text(r['z']['linear'], n)}, h {accuracy_text(r['h']['linear'], n)}")
+        r, rs = p["rotation"], p["rotation_settings"]
+        n, gap = rs["rotation_samples"]["test"], (p.get("rotation_gaps") or {}).get("linear")
+        print(f"rotation probe, linear ({rs['test_base_images']} test images x 4 turns, seed {rs['seed']}): z "
+              f"{accuracy_text(r['z']['linear'], n)}, h {accuracy_text(r['h']['linear'], n)} (h minus z: "
+              f"{gap_text(Estimate(**gap) if gap else None, r['h']['linear'] - r['z']['linear'])})")
     for note in result.get("notes", []):
         print(f"note: {note}")
     print(f"report: {report}")

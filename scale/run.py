@@ -47,6 +47,7 @@ from scale.runs.run_report import (
     git_commit,
     probe_line,
     small_test_warning,
+    training_lines,
     verdict_line,
     versions,
     write_outputs,
@@ -175,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
                    f"{_TORCH_THREADS} here); saved in the config and reused on resume")
     p.add_argument("--ddp-timeout", type=float, default=600.0, help="seconds a rank waits for the others under "
                    "torchrun before it stops with exit code 5 (default: 600)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar and no per-epoch lines")
+    p.add_argument("--quiet", action="store_true", help="no per-step progress (a bar when stderr is a terminal, "
+                   "otherwise one line after the first steps with the epoch's estimated length), no per-epoch lines "
+                   "and no end-of-run phases; the results are printed either way")
     p.add_argument("--log", default="none", metavar="|".join(validate.LOG_CHOICES), help="tensorboard: also write "
                    "metrics.jsonl's scalars and the curvature records to RUN_DIR/tensorboard/ (the tensorboard "
                    "extra: pip install -e '.[tensorboard]'; give it again with --resume) (default: none)")
@@ -288,6 +291,7 @@ def record_run(trainer: Trainer, data: Dataset, summary: RunSummary, status: str
         res = final_measurement(trainer, data.to(trainer.device), trainer.run_dir, measure, log)
         summary.class_probe, summary.geometry, summary.rotation_probes = res.class_probe, res.geometry, \
             res.rotation_probes
+        summary.training = res.training
         summary.notes += res.notes
         if res.class_probe is not None and (warn := small_test_warning(res.class_probe.test_images)):
             summary.notes.append(f"headline probe: {warn}")
@@ -303,20 +307,22 @@ def record_run(trainer: Trainer, data: Dataset, summary: RunSummary, status: str
 
 
 def result_lines(summary: RunSummary, dataset: str) -> list[str]:
-    """What a finished run prints: the headline probe (h minus z, intervals), the verdict, the notes."""
-    lines = []
+    """What a finished run prints: first whether it trained (a warning where it did not), then the headline
+    probe (h minus z and the initial backbone, intervals), the verdict, the notes."""
+    lines = training_lines(summary.training)
     if summary.class_probe is not None:
         lines.append(f"linear probe, the headline ({dataset} class labels, logistic regression; test accuracy "
-                     f"[Wilson 95 %]): {probe_line(summary.class_probe)}")
+                     f"[Wilson 95 %], gaps [paired bootstrap 95 %]): {probe_line(summary.class_probe)}")
     if summary.geometry is not None and summary.geometry.verdict is not None:
-        lines.append(verdict_line(summary.geometry.verdict))
+        untrained = summary.training is not None and not summary.training.trained
+        lines.append(verdict_line(summary.geometry.verdict, untrained))
     return lines + [f"note: {note}" for note in summary.notes]
 
 
 def train(cfg: TrainConfig, data: Dataset, run_dir: str | Path | None = None, *,
           device: str | torch.device | None = None, backbone: nn.Module | str | None = None,
           head: nn.Module | str | None = None, predictor: nn.Module | str | None = None, hooks: Sequence[Hook] = (),
-          measure: EndOfRun | None = DEFAULT_MEASURE, resume: bool = False, progress: bool = False,
+          measure: EndOfRun | None = DEFAULT_MEASURE, resume: bool = False, progress: bool = True,
           log: Callable[[str], None] | None = print) -> RunSummary:
     """One run as ``python -m scale.run`` makes it, with your modules and data: ``Trainer.fit`` (``backbone``,
     ``head``, ``predictor``: modules or ``module:callable`` specs, recorded in config.json), then the
@@ -326,7 +332,9 @@ def train(cfg: TrainConfig, data: Dataset, run_dir: str | Path | None = None, *,
     ``python -m scale.export`` and ``scale.load_run`` read it (with ``--backbone``/``backbone=`` for your
     own modules). The directory is locked while the run writes and a new run refuses one that holds a run
     (``resume=True`` continues it from its checkpoint). A non-finite loss or an interruption raises
-    ``NonFiniteLoss`` / ``Interrupted`` after the summary records it. ``cfg``: e.g. ``TrainConfig.resolve``."""
+    ``NonFiniteLoss`` / ``Interrupted`` after the summary records it. ``progress``: a per-step bar when stderr
+    is a terminal, otherwise one line through ``log`` after the first steps. ``cfg``: e.g.
+    ``TrainConfig.resolve``."""
     t_start = time.perf_counter()
     device = torch.device(device if device is not None else cfg.device)
     lock = rundir.RunLock(run_dir) if run_dir is not None else None

@@ -38,8 +38,9 @@ def test_the_end_of_run_measurement_is_announced_phase_by_phase(run):
     _, printed = run
     # measured on the whole dataset (256 + 64 images; --train-subset limits the training), 6 orbits x 23 images,
     # rotation probes on 4 x (256 + 64): the cap is a quarter of the 96 images trained on, but at least 256
-    assert ("end-of-run measurement: 5 phases (orbit geometry: 138 images; class probe: features: 320 images; "
-            "class probe: fits: 2 L-BFGS fits; rotation probes: features: 1,280 images; rotation probes: fits: 4 Adam "
+    # the class probe also probes the backbone at initialisation: twice the images, a third fit
+    assert ("end-of-run measurement: 5 phases (orbit geometry: 138 images; class probe: features: 640 images; "
+            "class probe: fits: 3 L-BFGS fits; rotation probes: features: 1,280 images; rotation probes: fits: 4 Adam "
             "fits)") in printed
     names = ("orbit geometry", "class probe: features", "class probe: fits", "rotation probes: features",
              "rotation probes: fits")
@@ -58,12 +59,15 @@ def test_stdout_and_report_state_the_probe_the_verdict_and_the_warning_the_same_
     a, n = summary["class_probe"]["accuracy"], summary["class_probe"]["test_images"]
     lo, hi = wilson_interval(round(a["z"] / 100 * n), n)
     z_text = f"{a['z']:.2f} % [{100 * lo:.1f}, {100 * hi:.1f}]"
-    gap = f"(h minus z: {a['h'] - a['z']:+.2f} points)"
-    assert z_text in printed and gap in printed and "z minus h" not in printed
+    g = summary["class_probe"]["gap"]  # h minus z, paired over the same test images
+    assert math.isclose(g["value"], a["h"] - a["z"]) and g["low"] <= g["value"] <= g["high"]
+    gap = f"{a['h'] - a['z']:+.2f} points [{g['low']:+.1f}, {g['high']:+.1f}]"
+    assert z_text in printed and f"(h minus z: {gap})" in printed and "z minus h" not in printed
     report = (run_dir / "report.md").read_text()
-    assert z_text in report and f"| h minus z | {a['h'] - a['z']:+.2f} points |" in report
+    assert z_text in report and f"| h minus z [paired bootstrap 95 %] | {gap} |" in report
     v = Verdict.from_dict(summary["geometry"]["verdict"])
-    assert verdict_line(v) in printed
+    untrained = not summary["training"]["trained"]
+    assert verdict_line(v, untrained) in printed
     assert f"**Verdict: {v.verdict}.** Collapse ratio spread(z) / spread(h) = {v.collapse_ratio.fmt()}" in report
     assert f"the untrained head of the same architecture: {v.collapse_ratio_untrained.fmt()}" in report
     assert learned_text(v) in report
@@ -107,3 +111,11 @@ def test_phases_estimate_the_rest_from_the_speed_of_the_same_unit():
     assert math.isclose(left, 6.0) and unknown == ["b"]
     phases.skip("b", "nothing to measure")
     assert lines[0] == "m: 3 phases (a: 100 images; b: 50 products; c: 300 images)" and "skipped" in lines[-1]
+
+
+def test_without_a_terminal_the_first_steps_are_reported_before_the_first_epoch_ends(run):
+    _, printed = run  # pytest's captured stdout and stderr: no terminal, so no bar
+    lines = printed.splitlines()
+    early = next(i for i, li in enumerate(lines) if re.match(r"epoch 1/1: first 1 of 3 steps in \d+\.\d s \(loss "
+                                                              r"\d+\.\d{4}\); about \d+ s per epoch", li))
+    assert early < next(i for i, li in enumerate(lines) if li.startswith("epoch   1/1  loss"))

@@ -133,11 +133,14 @@ def test_a_chapter_renders_with_its_output_and_figures(tmp_path):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "[A test chapter](01_demo.md)" in (tmp_path / "README.md").read_text()
     assert "01_demo: " in proc.stderr and "s CPU" in proc.stderr  # timings on stderr, never in the page
-    assert tour("--dir", str(tmp_path), "--check").returncode == 0  # deterministic: the same page again
+    current = tour("--dir", str(tmp_path), "--check")
+    assert current.returncode == 0  # deterministic: the same page again, and --check says so
+    assert "tour: every page is current (1 chapter(s)" in current.stdout
     # One figure fewer: the stale PNG goes, --check first says the page is not current.
     path.write_text(FIGURE_CHAPTER.format(n=1))
     stale = tour("--dir", str(tmp_path), "--check")
     assert stale.returncode == 1 and "01_demo.md (rendered now)" in stale.stderr
+    assert "every page is current" not in stale.stdout
     assert tour("--dir", str(tmp_path)).returncode == 0
     assert not (tmp_path / "01_demo_fig2.png").exists() and (tmp_path / "01_demo_fig1.png").exists()
 

@@ -158,6 +158,9 @@ plt.show()
 # everywhere except at the kink `a = 0`, which a random batch never hits. So for the same batch and
 # loss, `M` vanishes exactly and `H_eff = G`. That is the "ReLU gap" of Section 4: whatever curvature
 # a ReLU head gives the backbone comes through `G` alone.
+#
+# Each head below is drawn afresh with seed 1, so the `gelu2` row is a different `gelu2` head from the
+# one above (same batch and loss, other weights): its `lambda_min` is not the one printed there.
 
 # %%
 for spec in ("linear", "relu2", "gelu2", "swish2"):

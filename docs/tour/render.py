@@ -407,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
             return 4
     print(f"tour: {len(chosen) - len(failed)} of {len(chosen)} chapters, {total_wall:.1f} s wall, "
           f"{total_cpu:.1f} s CPU", file=sys.stderr)
+    if args.check and not problems and not failed:
+        print(f"tour: every page is current ({len(chosen)} chapter(s) rendered and compared byte for byte, and the "
+              "index)")
     for problem in problems:
         print(problem, file=sys.stderr)
     if failed:

@@ -237,10 +237,23 @@ def _jvp_graph(f: Callable[[Tensor], Tensor], x: Tensor) -> tuple[_GraphProduct,
 
 
 class EffectiveHessian:
-    """``H``, ``G`` and ``M`` of ``z -> L(h(z))`` at a fixed probe batch, as ``Operator`` s.
+    """``H``, ``G`` and ``M`` of ``z -> L(h(z))`` at a fixed probe batch, as ``Operator`` s (eq. (1)):
 
+        H = d^2 L(h(z)) / dz^2 = G + M,   G = J^T (d^2 L / dh^2) J,   M = sum_{i,c} rho_ic d^2 h_ic / dz^2,
+
+    with ``J = dh/dz`` (block-diagonal over rows for a row-wise head) and ``rho = dL/dh`` held fixed. In
+    curvlinops' terms, with the representation ``z`` (all ``n d`` entries) as the parameters and the head as
+    the model: ``G`` is the generalised Gauss-Newton matrix of ``L`` through ``h`` (``GGNLinearOperator``), ``H``
+    the Hessian (``HessianLinearOperator``), and ``M = H - G`` the residual term the GGN drops. ``to_scipy``
+    hands each to SciPy (``eigsh``).
+
+    ``z``: ``(n, d)``, used as given: pass what the head sees in training (the backbone's raw output; nothing
+    is normalised here). Two-view objectives read the rows as ``[view 1; view 2]``: ``n = 2m``, row ``i``
+    pairs with row ``i + m`` (``scale.engine.objectives``; NT-Xent L2-normalises ``h`` itself).
     ``head``: an ``nn.Module`` (copied; see ``bn_mode``) or a callable ``z (n, d) -> h (n, k)``.
-    ``loss``: a callable ``Hb (n, k) -> scalar`` with its fixed data (targets, predictor) bound.
+    ``loss``: a callable ``Hb (n, k) -> scalar`` with its fixed data (targets, predictor) bound: one of the
+    objectives exported by ``scale`` (``nt_xent``, ``info_nce_cross_view``, ``vicreg``, ``barlow``, ``simsiam``,
+    ``byol``, ``mse_views``), e.g. ``lambda Hb: scale.nt_xent(Hb, 0.1)``.
     ``dtype``: the dtype of every product (``z`` and a module head are cast; float64 for exact work).
     ``mode``: ``"double-backward"`` (the gradient's graph built once, one backward per product; every op
     with a backward has it), ``"forward"`` (torch.func's jvp of grad, retraced per product: several times

@@ -64,13 +64,21 @@ class Hook:
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
-class ProgressBar(Hook):
-    """A per-epoch tqdm bar (steps, loss, images/s); disabled when stderr is not a terminal, where the
-    per-epoch line says it all."""
+EARLY_FRACTION = 5  # without a terminal, the first line comes after at most a fifth of the first epoch
 
-    def __init__(self, log_every: int = 10) -> None:
+
+class ProgressBar(Hook):
+    """A per-step tqdm bar (steps, loss, images/s) when stderr is a terminal. Elsewhere (a log file, a pipe,
+    a notebook's captured output) one line through ``log`` after the first ``log_every`` steps of the run (or
+    the first fifth of an epoch, if shorter):
+    their time and the epoch's estimated length, so that a slow machine is seen long before the first
+    epoch line."""
+
+    def __init__(self, log_every: int = 10, log: Callable[[str], None] | None = None) -> None:
         self.log_every = max(1, log_every)
+        self.log = log
         self.bar = None
+        self.early_said = False
 
     def on_epoch_start(self, state: TrainState) -> None:
         from tqdm import tqdm
@@ -78,14 +86,22 @@ class ProgressBar(Hook):
         self.bar = tqdm(total=state.steps_per_epoch, initial=state.first_step,
                         desc=f"epoch {state.epoch + 1}/{state.config.epochs}", leave=False, dynamic_ncols=True,
                         disable=not sys.stderr.isatty())
-        self.t0, self.images = time.perf_counter(), 0
+        self.t0, self.images, self.steps = time.perf_counter(), 0, 0
 
     def on_step_end(self, state: TrainState) -> None:
         self.images += state.x.shape[0] // 2  # rows are [view1; view2]
+        self.steps += 1
         if state.step % self.log_every == 0 or state.step == state.steps_per_epoch - 1:
             rate = self.images * state.world_size / max(time.perf_counter() - self.t0, 1e-9)
             self.bar.set_postfix(loss=f"{float(state.loss):.4f}", img_s=f"{rate:.0f}")
         self.bar.update(1)
+        early = max(1, min(self.log_every, state.steps_per_epoch // EARLY_FRACTION))
+        if self.bar.disable and not self.early_said and self.log is not None and self.steps >= early:
+            self.early_said = True
+            seconds = time.perf_counter() - self.t0
+            per_epoch = seconds / self.steps * state.steps_per_epoch
+            self.log(f"epoch {state.epoch + 1}/{state.config.epochs}: first {self.steps} of {state.steps_per_epoch} "
+                     f"steps in {seconds:.1f} s (loss {float(state.loss):.4f}); about {per_epoch:.0f} s per epoch")
 
     def _close(self) -> None:
         if self.bar is not None:

@@ -23,6 +23,7 @@ Adding a method is one ``register(Method(...))`` (see tests/test_method_registry
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -77,6 +78,10 @@ class Method:
     # The same objective with its closed-form loss curvature attached (scale.engine.loss_curvature), which the
     # tracker's exact paths use; None: the tracker differentiates ``objective`` by autodiff.
     curvature: Callable[[ObjectiveContext], Loss] | None = None
+    # The loss of a representation that tells no view from another, at a global batch of m pairs (a trained run
+    # whose loss sits there learned nothing: scale.geometry.training_check); None where the method has no such
+    # level (its minimum is a collapse, or the level depends on the data)
+    chance_loss: Callable[[int], float] | None = None
 
     def __post_init__(self) -> None:
         if self.hessian not in HESSIAN_STRUCTURES:
@@ -184,14 +189,27 @@ def names() -> tuple[str, ...]:
     return tuple(METHODS)
 
 
+def _nt_xent_chance(m: int) -> float:
+    """NT-Xent over n = 2m rows with every similarity equal: each anchor's softmax is uniform over its 2m - 1
+    others, so the loss is log(2m - 1) (a constant h gives exactly this)."""
+    return math.log(2 * m - 1)
+
+
+def _info_nce_chance(m: int) -> float:
+    """One-direction InfoNCE over m view-2 candidates with equal similarities: log m."""
+    return math.log(m)
+
+
 register(Method(
     "simclr", _simclr, hessian="coupled", recipe_source="the paper, E3", curvature=_simclr_curvature,
+    chance_loss=_nt_xent_chance,
     recipe=dict(augment="e3", optimizer="adam", lr=1e-3, momentum=0.9, weight_decay=0.0, batch_size=512, epochs=50,
                 warmup_epochs=0, head_width=2048, head_out=2048, head_bn=True, head_out_bn=True, head_bias=True,
                 pred_width=512, temperature=0.1),
 ))
 register(Method(  # the paper's official E3 code: one-direction InfoNCE, batch 256, its bias-free heads
     "simclr_paper", _simclr_paper, hessian="coupled", recipe_source="the paper's official E3 code",
+    chance_loss=_info_nce_chance,
     recipe=dict(augment="e3", optimizer="adam", lr=1e-3, momentum=0.9, weight_decay=0.0, batch_size=256, epochs=50,
                 warmup_epochs=0, head_width=2048, head_out=2048, head_bn=True, head_out_bn=True, head_bias=False,
                 head_style="paper", pred_width=512, temperature=0.1),

@@ -90,6 +90,7 @@ def mse_targets(Hb: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def mse_views(Hb: torch.Tensor) -> torch.Tensor:
+    """``1/(2m) sum_i |h_i - h_{i+m}|^2``: the two views of each pair pulled together (rows ``[view1; view2]``)."""
     A, B = split_views(Hb)
     return 0.5 * ((A - B) ** 2).sum() / A.shape[0]
 

@@ -113,7 +113,8 @@ class TrainConfig:
     def with_modules(self, records: dict[str, dict[str, Any]]) -> TrainConfig:
         """This config with the parts in ``records`` (``scale.engine.modules.module_record`` per part) marked
         as your own: ``backbone``/``head``/``predictor`` ``"module"``, the widths they no longer set ``None``
-        (``head_out`` the head's measured output width), and ``modules`` recording each."""
+        (``head_out`` the head's measured output width; ``head_bn`` whether your head holds a BatchNorm, where
+        no predictor is built from these flags), and ``modules`` recording each."""
         if not records:
             return self
         changes: dict[str, Any] = {"modules": {**(self.modules or {}), **records}}
@@ -121,6 +122,11 @@ class TrainConfig:
             changes.update(backbone=OWN, backbone_width=None)
         if "head" in records:
             changes.update(head=OWN, head_width=None, head_out=records["head"]["out_dim"])
+            # BatchNorm as your head has it, where no predictor is built from these flags (they shape it)
+            built_predictor = methods.get(self.method).predictor and "predictor" not in records and \
+                (self.modules or {}).get("predictor") is None
+            if "batchnorm" in records["head"] and not built_predictor:
+                changes.update(head_bn=bool(records["head"]["batchnorm"]), head_out_bn=False)
         if "predictor" in records:
             changes.update(predictor=OWN)
         return replace(self, **changes)
@@ -130,7 +136,9 @@ class TrainConfig:
                 device: str | torch.device = "cpu", **values: Any) -> TrainConfig:
         """The config ``python -m scale.run DATASET --method METHOD --backbone BACKBONE`` resolves, with
         ``values`` (fields of this class) in place of flags: yours > the method's per-dataset recipe > the
-        dataset's adjustments > the method's recipe > these defaults (``scale.engine.recipes``)."""
+        dataset's adjustments > the method's recipe > these defaults (``scale.engine.recipes``). ``backbone``,
+        ``head`` and ``predictor`` may be ``module:callable`` specs of your own modules (``SSLModel`` imports
+        them): the config then names them, and ``scale.train`` records them."""
         from scale.engine.recipes import resolve
 
         names = {f.name for f in fields(cls)}
@@ -167,6 +175,11 @@ class SSLModel(nn.Module):
     - ``predictor``: ``(B, k) -> (B, k)`` for simsiam/byol (default: built from ``cfg.predictor``, or
       from the head's spec; a module head needs ``cfg.predictor`` or this).
 
+    A spec may stand in ``cfg`` itself (``TrainConfig.resolve("digits", backbone="pkg.mod:fn",
+    head="pkg.mod:head")``, so that the config you print names your parts): it is imported like one passed
+    here. Such a config comes from your Python code; a config read from a run directory is validated and
+    names only the project's parts or ``"module"``.
+
     ``own`` records the parts that are your own (``module_record``; ``TrainConfig.with_modules`` puts them
     in the config). A ``cfg`` whose parts say ``"module"`` (a run trained with your own modules) needs
     those modules again: without them ``ModuleSpecError`` says which and how to pass them.
@@ -176,6 +189,11 @@ class SSLModel(nn.Module):
     def __init__(self, cfg: TrainConfig, *, backbone: nn.Module | str | None = None,
                  head: nn.Module | str | None = None, predictor: nn.Module | str | None = None) -> None:
         super().__init__()
+        # specs named in the config itself (TrainConfig.resolve(..., backbone="pkg.mod:fn")): a config in your
+        # Python code; one read from a run directory is validated and names project parts or "module" only
+        backbone = cfg.backbone if backbone is None and is_spec(cfg.backbone) else backbone
+        head = cfg.head if head is None and is_spec(cfg.head) else head
+        predictor = cfg.predictor if predictor is None and is_spec(cfg.predictor) else predictor
         backbone, backbone_spec = as_module(backbone, "backbone")
         head, head_spec_own = as_module(head, "head") if is_spec(head) else (head, None)
         predictor, predictor_spec = as_module(predictor, "predictor")
@@ -488,7 +506,7 @@ class Trainer:
             self.builtin_hooks.append(MetricsFile(self.run_dir))
         self.builtin_hooks.append(EpochLog(self.log))
         if self.progress and self.rank == 0:
-            self.builtin_hooks.append(ProgressBar(cfg.log_every))
+            self.builtin_hooks.append(ProgressBar(cfg.log_every, log))
 
     # ---------------------------------------------------------------- checkpoints
 
@@ -629,6 +647,7 @@ class Trainer:
             "epoch": epoch + 1, "step": self.state.global_step, "loss": loss, "lr": self.state.lr,
             "h_std": h_std, "h_cond": h_cond, "z_std": z_std, "z_cond": z_cond,
             "images_per_s": p["images"] * self.world / max(p["seconds"], 1e-9), "epoch_seconds": p["seconds"],
+            **({"initial_loss": p["initial_loss"]} if "initial_loss" in p else {}),  # the first epoch only
         }
 
     def request_stop(self) -> None:
@@ -688,6 +707,8 @@ class Trainer:
             nxt = self._batch_indices(perm, step + 1)
             self.augment.prefetch(self.train_x[nxt], _seed_for(cfg.seed, 13, state.global_step + 1, self.rank))
         loss, z, h, target_h = self.step_loss(x)
+        if state.global_step == 0:  # the loss before any update: the baseline of scale.geometry.training_check
+            self.partial["initial_loss"] = float(loss.detach())  # kept in the checkpoint: a resume keeps it
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if step == self.steps_per_epoch - 1:

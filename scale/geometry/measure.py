@@ -62,7 +62,7 @@ from scale.engine.progress import Phases
 from scale.geometry.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, check_family, family_parameters, orbit_batch_at
 from scale.geometry.probes import features
 from scale.geometry.verdict import orbit_verdict
-from scale.runs.summary import ClassProbe, GeometrySummary, RotationProbes
+from scale.runs.summary import ClassProbe, GeometrySummary, RotationProbes, TrainingCheck
 
 CONTROL_SEED = 12345  # the untrained control head's initialisation seed (fixed: the same control in every run)
 # What the head is applied to: the paper's E4 protocol, or the input it was trained on (E6's pretrained heads).
@@ -324,7 +324,8 @@ def measure_orbits(backbone: nn.Module, head: nn.Module, images: torch.Tensor, m
     idx = torch.arange(n) if image_indices is None else image_indices
     res = GeometryResult(
         settings={**asdict(settings), "n_orbits": n, "points_per_orbit": P, "sweep_points": Q,
-                  "head_input": HEAD_INPUTS[settings.head_input], "bn_mode": "eval (running statistics)",
+                  "head_input": HEAD_INPUTS[settings.head_input], "bn_mode": "eval (running statistics)" if any(
+                      isinstance(m, nn.modules.batchnorm._BatchNorm) for m in head.modules()) else "none in the head",
                   "control": control_note},
         **geometry, labels=[int(v) for v in labels.tolist()], image_indices=[int(v) for v in idx.tolist()],
         per_orbit={key: {m: v.cpu().numpy() for m, v in d.items()} for key, d in per_orbit.items()},
@@ -376,6 +377,7 @@ class EndOfRunResult:
     class_probe: ClassProbe | None = None
     geometry: GeometrySummary | None = None
     rotation_probes: RotationProbes | None = None
+    training: TrainingCheck | None = None  # the run against its baselines (scale.geometry.training_check)
     notes: list[str] = field(default_factory=list)  # what was skipped and why, warnings
     seconds: float = 0.0
 
@@ -389,6 +391,7 @@ def final_measurement(trainer: Any, data: Any, run_dir: Path | None, settings: E
     class (``class_probe_skip_reason``), geometry with fewer than 2 orbits' classes, probes with fewer than 2
     images per split."""
     from scale.geometry.probes import plan_probes, run_probes
+    from scale.geometry.training_check import check_training, initial_backbone
 
     cfg, model, state = trainer.cfg, trainer.model, trainer.state
     res = EndOfRunResult()
@@ -406,7 +409,7 @@ def final_measurement(trainer: Any, data: Any, run_dir: Path | None, settings: E
     if geometry:
         phases.plan("orbit geometry", classes * per_class * (len(E4_ROTATION_ANGLES) + len(E4_SWEEP_ANGLES) + 1),
                     "images")
-    plan_probes(phases, n_class, n_rotation)
+    plan_probes(phases, n_class, n_rotation, initial=True)
     if geometry:
         with phases.run("orbit geometry", f"{classes * per_class} test images x 12 rotations, z vs h and the "
                         "untrained controls"):
@@ -420,7 +423,11 @@ def final_measurement(trainer: Any, data: Any, run_dir: Path | None, settings: E
         res.notes.append("orbit geometry skipped: the test split has fewer than 2 classes (D_inter needs 2)")
     if settings.geometry and n_rotation is None:
         res.notes.append("rotation probes skipped: fewer than 2 images in a split")
+    start, how = initial_backbone(cfg, model.backbone)
     res.class_probe, res.rotation_probes = run_probes(state.embed, trainer.augment.normalize, data, n_class,
-                                                      n_rotation, cfg.seed, phases, res.notes)
+                                                      n_rotation, cfg.seed, phases, res.notes,
+                                                      initial=torch.no_grad()(start))
+    k = state.embed(state.probe_x[:2])[1].shape[1]
+    res.training = check_training(cfg, state.history, (model.backbone.out_dim, k), res.class_probe, how)
     res.seconds = phases.elapsed()
     return res

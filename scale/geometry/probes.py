@@ -17,19 +17,28 @@ predict the turn (4 classes) with the paper's protocol:
              mini-batches of 256; features standardised with the probe-training statistics
 
 Probe-training images come from the training split, test images from the test split, so no base image
-is seen on both sides. Accuracies are returned in percent (``scale.runs.summary``).
+is seen on both sides. Accuracies are returned in percent (``scale.runs.summary``), each gap h minus z with
+its paired interval over the same test images (``scale.geometry.verdict.paired_gap``; the four quarter
+turns of a base image resampled together).
+
+One protocol for the probes wherever they run: ``scale.analyze`` of a run takes the run's recorded image
+counts and seed (``scale.analyze.AnalysisSettings.from_run``), so that it repeats the run's own end-of-run
+probes and the two reports agree on the same weights.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from scale.engine.progress import Phases
+from scale.geometry.verdict import paired_gap
 from scale.runs.summary import ClassProbe, ProbePair, RotationProbes
 
 HEADLINE_PROTOCOL = "class labels, linear: logistic regression (L-BFGS to convergence, L2 1e-4, standardised features)"
@@ -71,8 +80,9 @@ def rotated(x_uint8: torch.Tensor, limit: int | None = None) -> tuple[torch.Tens
 
 
 def train_probe(Xtr: torch.Tensor, ytr: torch.Tensor, Xte: torch.Tensor, yte: torch.Tensor, n_classes: int,
-                hidden: int | None, settings: ProbeSettings) -> dict[str, float]:
-    """A linear (``hidden=None``) or 2-layer MLP probe trained with the paper's protocol; accuracies in [0, 1]."""
+                hidden: int | None, settings: ProbeSettings) -> dict[str, Any]:
+    """A linear (``hidden=None``) or 2-layer MLP probe trained with the paper's protocol; accuracies in [0, 1]
+    (``train``, ``test``) and ``correct``, the test samples it got right (bool ``(n_test,)``, on the CPU)."""
     mu, sd = Xtr.mean(0), Xtr.std(0).clamp_min(1e-6)
     Xtr, Xte = (Xtr - mu) / sd, (Xte - mu) / sd
     gen = torch.Generator().manual_seed(settings.seed)
@@ -92,8 +102,8 @@ def train_probe(Xtr: torch.Tensor, ytr: torch.Tensor, Xte: torch.Tensor, yte: to
                 loss.backward()
                 opt.step()
     with torch.no_grad():
-        acc = [float((probe(X).argmax(1) == y).float().mean()) for X, y in ((Xtr, ytr), (Xte, yte))]
-    return {"train": acc[0], "test": acc[1]}
+        right = [(probe(X).argmax(1) == y).cpu() for X, y in ((Xtr, ytr), (Xte, yte))]
+    return {"train": float(right[0].float().mean()), "test": float(right[1].float().mean()), "correct": right[1]}
 
 
 def rotated_features(embed, x_uint8, limit: int, normalize, chunk: int = 1024
@@ -116,10 +126,11 @@ CLASS_PHASES = ("class probe: features", "class probe: fits")  # the probes' pha
 ROTATION_PHASES = ("rotation probes: features", "rotation probes: fits")
 
 
-def plan_class_probe(phases: Phases, images: int) -> None:
-    """The headline probe's phases: ``images`` forward passes, then two L-BFGS fits (z and h)."""
-    phases.plan(CLASS_PHASES[0], images, "images")
-    phases.plan(CLASS_PHASES[1], 2, "L-BFGS fits")
+def plan_class_probe(phases: Phases, images: int, initial: bool = False) -> None:
+    """The headline probe's phases: ``images`` forward passes, then two L-BFGS fits (z and h); with
+    ``initial`` the backbone at initialisation too (``images`` more passes, a third fit)."""
+    phases.plan(CLASS_PHASES[0], images * (2 if initial else 1), "images")
+    phases.plan(CLASS_PHASES[1], 3 if initial else 2, "L-BFGS fits")
 
 
 def plan_rotation_probes(phases: Phases, train_images: int, test_images: int) -> None:
@@ -142,18 +153,18 @@ def run_rotation_probes(embed, normalize, train_x: torch.Tensor, test_x: torch.T
     with _phase(phases, ROTATION_PHASES[0], f"4 quarter turns of {n_tr} training and {n_te} test images"):
         ztr, htr, ry_tr = rotated_features(embed, train_x, n_tr, normalize)
         zte, hte, ry_te = rotated_features(embed, test_x, n_te, normalize)
-    acc = {}
+    acc, gaps = {}, {}
+    units = torch.arange(n_te).repeat(len(QUARTER_TURNS)).numpy()  # rotation-major: sample r n + j is image j
     with _phase(phases, ROTATION_PHASES[1], "linear and MLP probes on z and h, the paper's protocol"):
         for kind in ("linear", "mlp"):
-            pair = []
-            for Ftr, Fte, hidden in ((ztr, zte, settings.hidden_z), (htr, hte, settings.hidden_h)):
-                pair.append(100 * train_probe(Ftr, ry_tr, Fte, ry_te, 4, hidden if kind == "mlp" else None,
-                                              settings)["test"])
-            acc[kind] = ProbePair(*pair)
+            fits = [train_probe(Ftr, ry_tr, Fte, ry_te, 4, hidden if kind == "mlp" else None, settings)
+                    for Ftr, Fte, hidden in ((ztr, zte, settings.hidden_z), (htr, hte, settings.hidden_h))]
+            acc[kind] = ProbePair(*(100 * f["test"] for f in fits))
+            gaps[kind] = paired_gap(fits[0]["correct"].numpy(), fits[1]["correct"].numpy(), units)
     return RotationProbes(
         settings={**asdict(settings), "protocol": E3_PROTOCOL, "train_base_images": n_tr, "test_base_images": n_te,
                   "rotation_samples": {"train": len(ry_tr), "test": len(ry_te)}},
-        linear=acc["linear"], mlp=acc["mlp"],
+        linear=acc["linear"], mlp=acc["mlp"], gaps=gaps,
     )
 
 
@@ -178,6 +189,14 @@ def logistic_probe_accuracy(
     train_f: torch.Tensor, train_y: torch.Tensor, test_f: torch.Tensor, test_y: torch.Tensor, classes: int
 ) -> float:
     """Test accuracy (fraction) of the headline probe fitted on ``(train_f, train_y)``."""
+    return float(logistic_probe_correct(train_f, train_y, test_f, test_y, classes).float().mean())
+
+
+def logistic_probe_correct(
+    train_f: torch.Tensor, train_y: torch.Tensor, test_f: torch.Tensor, test_y: torch.Tensor, classes: int
+) -> torch.Tensor:
+    """The test samples the headline probe fitted on ``(train_f, train_y)`` gets right: bool ``(n_test,)``
+    on the CPU."""
     mean, std = train_f.mean(0), train_f.std(0).clamp_min(1e-6)
     xtr, xte = (train_f - mean) / std, (test_f - mean) / std
     # W as (classes, d), nn.Linear's layout: the gradient is then (P - Y)^T X, a (C, n) @ (n, d) product,
@@ -197,7 +216,7 @@ def logistic_probe_accuracy(
     with torch.enable_grad():
         opt.step(closure)
     with torch.no_grad():
-        return float(((xte @ W.T + b).argmax(1) == test_y).float().mean())
+        return ((xte @ W.T + b).argmax(1) == test_y).cpu()
 
 
 def class_probe_skip_reason(data) -> str | None:
@@ -216,32 +235,47 @@ def class_probe_skip_reason(data) -> str | None:
 
 
 def class_probe(embed, normalize, train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
-                test_y: torch.Tensor, classes: int, phases: Phases | None = None) -> ClassProbe:
-    """The headline probe of ``z`` and ``h`` on every training and test image (unaugmented). ``phases``:
-    planned by ``plan_class_probe``, each part announced and timed."""
-    with _phase(phases, CLASS_PHASES[0], f"z and h of {len(train_x)} training and {len(test_x)} test images"):
+                test_y: torch.Tensor, classes: int, phases: Phases | None = None,
+                initial: Callable[[torch.Tensor], torch.Tensor] | None = None) -> ClassProbe:
+    """The headline probe of ``z`` and ``h`` on every training and test image (unaugmented), the gap h minus
+    z paired over the test images; with ``initial`` (the backbone at initialisation: normalised images ->
+    z, eval mode), the same probe of it, the control for what training added. ``phases``: planned by
+    ``plan_class_probe``, each part announced and timed."""
+    with _phase(phases, CLASS_PHASES[0], f"z and h of {len(train_x)} training and {len(test_x)} test images"
+                + (", z of the backbone at initialisation" if initial is not None else "")):
         ztr, htr = features(embed, train_x, normalize)
         zte, hte = features(embed, test_x, normalize)
-    with _phase(phases, CLASS_PHASES[1], f"a logistic regression on z ({ztr.shape[1]}-d) and on h ({htr.shape[1]}-d)"):
-        acc = [100 * logistic_probe_accuracy(Ftr, train_y, Fte, test_y, classes)
-               for Ftr, Fte in ((ztr, zte), (htr, hte))]
-    return ClassProbe(HEADLINE_PROTOCOL, len(ztr), len(zte), ProbePair(*acc))
+        spaces = [(ztr, zte), (htr, hte)]
+        if initial is not None:
+            spaces.append((features(initial, train_x, normalize), features(initial, test_x, normalize)))
+    with _phase(phases, CLASS_PHASES[1], f"a logistic regression on z ({ztr.shape[1]}-d) and on h ({htr.shape[1]}-d)"
+                + (", and on z at initialisation" if initial is not None else "")):
+        right = [logistic_probe_correct(Ftr, train_y, Fte, test_y, classes) for Ftr, Fte in spaces]
+    acc = [100 * float(r.float().mean()) for r in right]
+    ok = [r.numpy() for r in right]
+    return ClassProbe(HEADLINE_PROTOCOL, len(ztr), len(zte), ProbePair(acc[0], acc[1]), paired_gap(ok[0], ok[1]),
+                      initial_z=acc[2] if initial is not None else None,
+                      initial_gain=paired_gap(ok[2], ok[0]) if initial is not None else None)
 
 
-def plan_probes(phases: Phases, n_class: tuple[int, int], n_rotation: tuple[int, int] | None) -> None:
-    """The phases of ``run_probes``: the headline probe on ``n_class`` (training, test) images, E3's rotation
-    probes on ``n_rotation`` base images per split (``None``: not run)."""
-    plan_class_probe(phases, sum(n_class))
+def plan_probes(phases: Phases, n_class: tuple[int, int], n_rotation: tuple[int, int] | None,
+                initial: bool = False) -> None:
+    """The phases of ``run_probes``: the headline probe on ``n_class`` (training, test) images (``initial``:
+    with the backbone at initialisation), E3's rotation probes on ``n_rotation`` base images per split
+    (``None``: not run)."""
+    plan_class_probe(phases, sum(n_class), initial)
     if n_rotation is not None:
         plan_rotation_probes(phases, *n_rotation)
 
 
 def run_probes(embed, normalize, data, n_class: tuple[int, int], n_rotation: tuple[int, int] | None, seed: int,
-               phases: Phases, notes: list[str]) -> tuple[ClassProbe | None, RotationProbes | None]:
+               phases: Phases, notes: list[str], initial: Callable[[torch.Tensor], torch.Tensor] | None = None
+               ) -> tuple[ClassProbe | None, RotationProbes | None]:
     """The probes of one frozen model on ``data`` (a ``scale.engine.data.Dataset``), in the phases that
     ``plan_probes`` planned: the headline class probe on the first ``n_class`` (training, test) images, or
     its skip reason appended to ``notes`` (``class_probe_skip_reason``); E3's rotation probes on at most
-    ``n_rotation`` base images per split (``None``: not run)."""
+    ``n_rotation`` base images per split (``None``: not run); ``initial``: the backbone at initialisation,
+    probed beside (``class_probe``)."""
     head = None
     skip = class_probe_skip_reason(data)
     if skip:
@@ -252,7 +286,7 @@ def run_probes(embed, normalize, data, n_class: tuple[int, int], n_rotation: tup
         (a, b) = n_class
         head = class_probe(embed, normalize, data.train_x[:a] if a < len(data.train_x) else data.train_x,
                            data.train_y[:a], data.test_x[:b] if b < len(data.test_x) else data.test_x,
-                           data.test_y[:b], data.classes, phases)
+                           data.test_y[:b], data.classes, phases, initial)
     rotation = None
     if n_rotation is not None:
         rotation = run_rotation_probes(embed, normalize, data.train_x, data.test_x,

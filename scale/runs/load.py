@@ -39,8 +39,16 @@ from scale.engine import read
 from scale.engine.backbones import build_backbone
 from scale.engine.checkpoint import atomic_write_json, load_checkpoint, save_checkpoint, unreadable_reason
 from scale.engine.heads import build_head
-from scale.engine.modules import OWN, ModuleSpecError, as_module, describe
-from scale.engine.train import SSLModel, TrainConfig, default_predictor
+from scale.engine.modules import (
+    OWN,
+    ModuleSpecError,
+    as_module,
+    describe,
+    import_recorded,
+    missing_modules_message,
+    module_record,
+)
+from scale.engine.train import SSLModel, TrainConfig, default_predictor, output_dim
 from scale.runs.validate import MAX_WIDTH
 
 PARTS: tuple[str, ...] = ("backbone", "projector", "predictor")
@@ -106,15 +114,49 @@ def _read_json(path: Path) -> Any:
 
 
 def load_run(run_dir: str | Path, *, backbone: nn.Module | None = None, head: nn.Module | str | None = None,
-             predictor: nn.Module | None = None, device: str | torch.device = "cpu") -> Run:
+             predictor: nn.Module | None = None, device: str | torch.device = "cpu",
+             recorded_modules: bool = False, log: Any = None) -> Run:
     """Read a run directory: config, model with the checkpoint's weights (eval mode), metrics, summary.
 
     ``backbone``/``head``/``predictor``: modules of the architecture the run was trained with (or
     ``module:callable`` specs that build them), when it was trained with your own modules (their
-    weights are replaced by the checkpoint's). A run directory of ``Trainer`` without config.json (written
-    before the trainer wrote one) is read from the checkpoint's own config.
+    weights are replaced by the checkpoint's). ``recorded_modules=True``: your opt-in to import the specs
+    the run recorded for the parts not given (``scale.engine.modules.import_recorded``; each named through
+    ``log`` as it is imported, and its code runs). A run directory of ``Trainer`` without config.json
+    (written before the trainer wrote one) is read from the checkpoint's own config.
     """
     path = Path(run_dir)
+    ck, cfg = _checkpoint_and_config(path, device)
+    given = {"backbone": backbone, "head": head, "predictor": predictor}
+    if recorded_modules:
+        given.update(_recorded(cfg, [p for p, m in given.items() if m is None], log, path))
+    try:
+        model = SSLModel(cfg, **given)
+    except ModuleSpecError as exc:
+        raise RunError(f"{path}: {exc}") from None
+    load_state_dict_checked(model, ck["model"], str(path / "checkpoint.pt"))
+    model = model.to(device).eval()
+    metrics: list[dict[str, Any]] = []
+    if os.path.lexists(path / "metrics.jsonl"):
+        try:
+            metrics = read.read_jsonl(path / "metrics.jsonl")
+        except read.Unreadable as exc:
+            raise RunError(str(exc)) from None
+    summary = _read_json(path / "summary.json") if os.path.lexists(path / "summary.json") else None
+    return Run(path, cfg, model, metrics, summary)
+
+
+def _recorded(cfg: TrainConfig, parts: list[str], log: Any, path: Path) -> dict[str, nn.Module]:
+    """The run's own modules among ``parts``, imported from their recorded specs (the opt-in)."""
+    own = [p for p in parts if getattr(cfg, p) == OWN]
+    try:
+        return import_recorded(cfg.modules, own, log)
+    except ModuleSpecError as exc:
+        raise RunError(f"{path}: {exc}") from None
+
+
+def _checkpoint_and_config(path: Path, device: str | torch.device) -> tuple[dict[str, Any], TrainConfig]:
+    """A run directory's checkpoint and its checked config (``checked_config``)."""
     ck_path = path / "checkpoint.pt"
     if not ck_path.is_file():
         raise RunError(f"{path} is not a run directory: no checkpoint.pt there")
@@ -128,21 +170,7 @@ def load_run(run_dir: str | Path, *, backbone: nn.Module | None = None, head: nn
         raise RunError(f"{ck_path} is not a readable checkpoint ({unreadable_reason(exc)})") from None
     if not isinstance(ck, dict) or "model" not in ck or not isinstance(ck.get("config"), dict):
         raise RunError(f"{ck_path} is not a scale.run checkpoint (no 'model' and 'config' entries)")
-    cfg = checked_config(path, ck["config"], str(torch.device(device)))
-    try:
-        model = SSLModel(cfg, backbone=backbone, head=head, predictor=predictor)
-    except ModuleSpecError as exc:
-        raise RunError(f"{path}: {exc}") from None
-    load_state_dict_checked(model, ck["model"], str(ck_path))
-    model = model.to(device).eval()
-    metrics: list[dict[str, Any]] = []
-    if os.path.lexists(path / "metrics.jsonl"):
-        try:
-            metrics = read.read_jsonl(path / "metrics.jsonl")
-        except read.Unreadable as exc:
-            raise RunError(str(exc)) from None
-    summary = _read_json(path / "summary.json") if os.path.lexists(path / "summary.json") else None
-    return Run(path, cfg, model, metrics, summary)
+    return ck, checked_config(path, ck["config"], str(torch.device(device)))
 
 
 def checked_config(path: Path, checkpointed: dict[str, Any], device: str) -> TrainConfig:
@@ -178,10 +206,16 @@ def architecture(config: TrainConfig, model: SSLModel, part: str = "backbone") -
         raise RunError(f"unknown part {part!r}; valid: {', '.join(PARTS)}")
     own = getattr(config, CONFIG_PART[part]) == OWN or CONFIG_PART[part] in model.own
     record = (config.modules or {}).get(CONFIG_PART[part]) or model.own.get(CONFIG_PART[part])
+    return _architecture(config, part, record if own else None, model.backbone.out_dim, model.predictor is not None)
+
+
+def _architecture(config: TrainConfig, part: str, own: dict[str, Any] | None, d: int, has_predictor: bool
+                  ) -> dict[str, Any]:
+    """``architecture`` from the parts it reads: ``own`` the record of a module of your own (else ``None``),
+    ``d`` the backbone's output width."""
     out: dict[str, Any] = {"format": ARCHITECTURE_FORMAT, "part": part, "builder": None, "arguments": None,
-                           "module": record if own else None}
-    d = model.backbone.out_dim
-    if own:
+                           "module": own}
+    if own is not None:
         pass  # your own module: rebuilt by you (load_backbone's module=)
     elif part == "backbone":
         out.update(builder="build_backbone", arguments={"name": config.backbone, "image_size": config.image_size,
@@ -190,7 +224,7 @@ def architecture(config: TrainConfig, model: SSLModel, part: str = "backbone") -
         out.update(builder="build_head", arguments={
             "spec": config.head, "d": d, "k": config.head_out, "width": config.head_width, "bias": config.head_bias,
             "batchnorm": config.head_bn, "out_batchnorm": config.head_out_bn, "style": config.head_style})
-    elif model.predictor is None:
+    elif not has_predictor:
         raise RunError("this model has no predictor (only simsiam and byol have one)")
     else:  # as SSLModel builds it: k -> pred_width -> k, the projector's bias, BatchNorm and style
         k = config.head_out
@@ -232,6 +266,8 @@ def export_backbone(run: Run | SSLModel | str | Path, out: str | Path, part: str
     (``modules`` as for ``load_run``). The file loads with ``torch.load(out, weights_only=True)`` into a
     module of the same architecture, or whole with ``load_backbone(out)``.
     """
+    if isinstance(run, (str, Path)) and part == "backbone":  # the backbone alone: the head is not needed
+        return _export_run_backbone(Path(run), Path(out), **modules)
     if isinstance(run, (str, Path)):
         run = load_run(run, **modules)
     model = run.model if isinstance(run, Run) else run
@@ -242,6 +278,32 @@ def export_backbone(run: Run | SSLModel | str | Path, out: str | Path, part: str
     check_export_target(out)
     save_checkpoint(out, state)
     atomic_write_json(architecture_path(out), {**arch, "source": str(run.path) if isinstance(run, Run) else None})
+    return out
+
+
+def _export_run_backbone(path: Path, out: Path, backbone: nn.Module | str | None = None, recorded_modules: bool = False,
+                         log: Any = None, **others: Any) -> Path:
+    """``export_backbone`` of a run directory's backbone: only the backbone is built and loaded (a run of your own
+    head exports its backbone without it); ``others`` (the other parts) are not needed."""
+    ck, cfg = _checkpoint_and_config(path, "cpu")
+    if backbone is None and cfg.backbone == OWN:
+        if not recorded_modules:
+            raise RunError(f"{path}: {missing_modules_message(cfg.modules, ['backbone'])}")
+        backbone = _recorded(cfg, ["backbone"], log, path)["backbone"]
+    try:
+        module, spec = as_module(backbone, "backbone")
+        module = module if module is not None else build_backbone(cfg.backbone, cfg.image_size, cfg.backbone_width)
+        d = output_dim(module, (2, 3, cfg.image_size, cfg.image_size))
+    except (ModuleSpecError, ValueError) as exc:
+        raise RunError(f"{path}: {exc}") from None
+    prefix = "backbone."
+    state = {k[len(prefix):]: v for k, v in ck["model"].items() if k.startswith(prefix)}
+    load_state_dict_checked(module, state, f"{path / 'checkpoint.pt'} (its backbone.* weights)")
+    own = None  # the record of a backbone of your own: the run's, or of the module given here
+    if cfg.backbone == OWN or backbone is not None:
+        own = (cfg.modules or {}).get("backbone") or module_record(module, spec, d)
+    save_checkpoint(out, {k: v.detach().cpu().clone() for k, v in module.state_dict().items()})
+    atomic_write_json(architecture_path(out), {**_architecture(cfg, "backbone", own, d, False), "source": str(path)})
     return out
 
 

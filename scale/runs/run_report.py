@@ -9,6 +9,7 @@ tracked (E2), and the versions. Accuracies in percent, each probe named by its p
 from __future__ import annotations
 
 import io
+import math
 import platform
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from scale.runs.summary import (
     GeometrySummary,
     RotationProbes,
     RunSummary,
+    TrainingCheck,
     Verdict,
 )
 
@@ -116,11 +118,49 @@ def small_test_warning(n: int, what: str = "test images") -> str | None:
             "Wilson 95 % intervals")
 
 
+def gap_text(gap: Estimate | None, value: float) -> str:
+    """``-14.22 points [-18.1, -10.3]``: a gap in percentage points with its paired 95 % interval (the value
+    alone for summaries written before the interval was measured)."""
+    if gap is None:
+        return f"{value:+.2f} points"
+    return f"{gap.value:+.2f} points" + ("" if math.isnan(gap.low) else f" [{gap.low:+.1f}, {gap.high:+.1f}]")
+
+
 def probe_line(c: ClassProbe) -> str:
-    """The headline probe on one line, h minus z (the sign of every report), intervals beside."""
+    """The headline probe on one line, h minus z (the sign of every report) with its paired interval,
+    intervals beside; the backbone at initialisation where it was probed."""
     a = c.accuracy
-    return (f"backbone z {accuracy_text(a.z, c.test_images)}  head h {accuracy_text(a.h, c.test_images)}  "
-            f"(h minus z: {a.gap:+.2f} points)")
+    line = (f"backbone z {accuracy_text(a.z, c.test_images)}  head h {accuracy_text(a.h, c.test_images)}  "
+            f"(h minus z: {gap_text(c.gap, a.gap)})")
+    if c.initial_z is not None:
+        line += (f"; z at initialisation {accuracy_text(c.initial_z, c.test_images)} (training added "
+                 f"{gap_text(c.initial_gain, a.z - c.initial_z)})")
+    return line
+
+
+UNTRAINED_LABEL = "of an untrained representation"  # every verdict of a run that did not train says so
+
+
+def training_lines(t: TrainingCheck | None) -> list[str]:
+    """The run against its baselines, printed before anything else of its results: a warning where it did not
+    train, then what was checked."""
+    if t is None:
+        return []
+    lines = []
+    if not t.trained:
+        lines.append("WARNING: this run did not train: " + "; ".join(t.findings[:2]) + ". The probes and the "
+                     "verdict below describe an untrained representation.")
+    lines += [f"note: {f}" for f in (t.findings if t.trained else t.findings[2:])]
+    checked = []
+    if t.final_loss is not None:
+        base = [f"first step {t.initial_loss:.4f}" if t.initial_loss is not None else None,
+                f"chance {t.chance_loss:.4f}" if t.chance_loss is not None else None]
+        base_text = ", ".join(b for b in base if b)
+        checked.append(f"loss {t.final_loss:.4f}" + (f" ({base_text})" if base_text else ""))
+    spreads = [f"{name} {v:.2f}" for name, v in (("h", t.h_spread), ("z", t.z_spread)) if v is not None]
+    if spreads:
+        checked.append("spread " + ", ".join(spreads) + " (1: spread evenly over the sphere, 0: one point)")
+    return lines + (["training check: " + "; ".join(checked)] if checked else [])
 
 
 def ratio_text(est: Estimate) -> str:
@@ -131,32 +171,71 @@ def ratio_text(est: Estimate) -> str:
     return est.fmt() + (f" ({est.excluded} degenerate orbits left out)" if est.excluded else "")
 
 
-def verdict_line(v: Verdict) -> str:
-    """The verdict on one line (stdout of ``scale.run`` and ``scale.analyze``)."""
-    return (f"verdict: {v.verdict} (collapse ratio {ratio_text(v.collapse_ratio)}; untrained head "
-            f"{ratio_text(v.collapse_ratio_untrained)}, {v.verdict_untrained}){learned_text(v, short=True)}")
+_EFFECT = {"compressor": "compresses", "expander": "expands"}
+
+
+def control_text(v: Verdict) -> str:
+    """The head against its untrained control, as a comparison with both collapse ratios and the paired ratio
+    R / R_0: "as much" only where R / R_0's interval contains 1 (``scale.geometry.verdict.comparison``)."""
+    r, r0 = ratio_text(v.collapse_ratio), ratio_text(v.collapse_ratio_untrained)
+    ours = "also a " + v.verdict_untrained if v.verdict_untrained == v.verdict and v.verdict != "neither" else \
+        v.verdict_untrained
+    head = f"untrained head: {ours}, collapse ratio {r0}"
+    est = v.versus_untrained
+    cmp = None if est is None or est.n == 0 or math.isnan(est.low) else (
+        "more" if est.low > 1.0 else "less" if est.high < 1.0 else "as much")
+    if cmp is None:
+        return head + (f" against {r}" if est is None else "")
+    paired = f"trained / untrained {ratio_text(est)}"
+    if cmp == "as much":
+        said = "the trained head's collapse ratio is that of the untrained head (the interval contains 1)"
+    else:
+        said = (f"the trained head's collapse ratio is {'higher' if cmp == 'more' else 'lower'} than the untrained "
+                f"head's ({v.collapse_ratio.value:.3g} vs {v.collapse_ratio_untrained.value:.3g})")
+    return f"{head}; {paired}: {said}"
+
+
+def verdict_line(v: Verdict, untrained: bool = False) -> str:
+    """The verdict on one line (stdout of ``scale.run`` and ``scale.analyze``); ``untrained``: the run did not
+    train, and the verdict says so."""
+    label = f"verdict ({UNTRAINED_LABEL})" if untrained else "verdict"
+    return (f"{label}: {v.verdict} (collapse ratio {ratio_text(v.collapse_ratio)}); {control_text(v)}"
+            f"{learned_text(v, short=True)}")
 
 
 def learned_text(v: Verdict, short: bool = False) -> str:
     """Whether the head's verdict is learned, read against its untrained control."""
     if v.verdict == "neither":
         return "" if short else "Neither: the collapse ratio's interval contains 1."
+    effect = _EFFECT[v.verdict]
     if v.verdict_untrained == v.verdict:
-        return ("; not learned: the untrained head does the same" if short else
-                "The untrained control gets the same verdict: at this state the effect is not learned by the head "
-                "(the bias-free control and the head on the raw z in the orbit table below separate out the "
-                "biases' share).")
+        est = v.versus_untrained
+        more = est is not None and est.n > 0 and not math.isnan(est.low) and (
+            est.low > 1.0 if v.verdict == "compressor" else est.high < 1.0)
+        if more:
+            return ("; the effect is there untrained, training strengthened it" if short else
+                    f"The untrained control is also a {v.verdict}: the effect is there before training, and the "
+                    f"trained head {effect} more than its control (the ratio of the two excludes 1).")
+        return ("; not learned: the untrained head already " + effect + (" as much or more" if est is None else "")
+                if short else
+                f"The untrained control is also a {v.verdict} and {effect} at least as much: at this state the "
+                "effect is not learned by the head (the bias-free control and the head on the raw z in the orbit "
+                "table below separate out the biases' share).")
     return (f"; the untrained head is {v.verdict_untrained}: learned" if short else
             f"The untrained control is {v.verdict_untrained}: the {v.verdict} effect comes with training.")
 
 
-def verdict_section(v: Verdict) -> list[str]:
+def verdict_section(v: Verdict, untrained: bool = False) -> list[str]:
     """The verdict paragraph of a report (``scale.run``'s and ``scale.analyze``'s)."""
-    return [f"**Verdict: {v.verdict}.** Collapse ratio spread(z) / spread(h) = {ratio_text(v.collapse_ratio)} "
+    label = f" ({UNTRAINED_LABEL})" if untrained else ""
+    paired = "" if v.versus_untrained is None else (
+        f" Trained against untrained on the same orbits, R / R_0 = {ratio_text(v.versus_untrained)} (paired over "
+        "orbits, 95 % t interval; the two are called the same only where it contains 1).")
+    return [f"**Verdict{label}: {v.verdict}.** Collapse ratio spread(z) / spread(h) = {ratio_text(v.collapse_ratio)} "
             f"(geometric mean over orbits, 95 % t interval); the untrained head of the same architecture: "
-            f"{ratio_text(v.collapse_ratio_untrained)} ({v.verdict_untrained}). Curvature ratio kappa(h) / kappa(z) "
-            f"= {ratio_text(v.curvature_ratio)}; alignment gain (mean cosine to the unaugmented image, h minus z) = "
-            f"{v.alignment_gain.fmt('+.3f')}.", "", learned_text(v), ""]
+            f"{ratio_text(v.collapse_ratio_untrained)} ({v.verdict_untrained}).{paired} Curvature ratio kappa(h) / "
+            f"kappa(z) = {ratio_text(v.curvature_ratio)}; alignment gain (mean cosine to the unaugmented image, h "
+            f"minus z) = {v.alignment_gain.fmt('+.3f')}.", "", learned_text(v), ""]
 
 
 def parts_text(c: dict) -> str:
@@ -173,8 +252,9 @@ def parts_text(c: dict) -> str:
 
 def _run_section(run_dir: Path, s: RunSummary) -> list[str]:
     c, last = s.config, s.final or {}
+    warning = [li for li in training_lines(s.training) if li.startswith("WARNING")]
     lines = [
-        f"# Run {run_dir.name}", "", f"`{s.command}`", "",
+        f"# Run {run_dir.name}", "", *(f"**{w}**" for w in warning), *([""] if warning else []), f"`{s.command}`", "",
         f"{c['method']} on {c['dataset']}, {parts_text(c)}, init {c['init']}, {c['epochs']} epochs, batch "
         f"{c['batch_size']}, {c['optimizer']} lr {c['lr']:g}, augmentation {c['augment']}, {s.device}.", "",
         "| quantity | value |", "|---|---|",
@@ -187,7 +267,11 @@ def _run_section(run_dir: Path, s: RunSummary) -> list[str]:
         a, n = s.class_probe.accuracy, s.class_probe.test_images
         lines += [f"| headline probe on z (backbone), test accuracy [Wilson 95 %] | {accuracy_text(a.z, n)} |",
                   f"| headline probe on h (head), test accuracy [Wilson 95 %] | {accuracy_text(a.h, n)} |",
-                  f"| h minus z | {a.gap:+.2f} points |"]
+                  f"| h minus z [paired bootstrap 95 %] | {gap_text(s.class_probe.gap, a.gap)} |"]
+        if s.class_probe.initial_z is not None:
+            lines += [f"| headline probe on z at initialisation | {accuracy_text(s.class_probe.initial_z, n)} |",
+                      f"| z trained minus z at initialisation | "
+                      f"{gap_text(s.class_probe.initial_gain, a.z - s.class_probe.initial_z)} |"]
     lines += [f"| wall time | {s.wall_seconds:.1f} s |"]
     if s.end_of_run_seconds is not None:
         lines += [f"| of which the end-of-run measurement | {s.end_of_run_seconds:.1f} s |"]
@@ -195,10 +279,23 @@ def _run_section(run_dir: Path, s: RunSummary) -> list[str]:
     if s.class_probe is not None:
         lines += [f"Headline probe: {s.class_probe.protocol}, {s.class_probe.train_images} training and "
                   f"{s.class_probe.test_images} test images.", ""]
+    if s.training is not None:
+        lines += [*training_section(s.training), ""]
     lines += [f"Note: {note}" for note in s.notes] + ([""] if s.notes else [])
     if s.geometry is not None and s.geometry.verdict is not None:
-        lines += verdict_section(s.geometry.verdict)
+        lines += verdict_section(s.geometry.verdict, untrained=s.training is not None and not s.training.trained)
     return [*lines, "![loss and variance](curves.png)", ""]
+
+
+def training_section(t: TrainingCheck) -> list[str]:
+    """The training check of a report: did the run move from its baselines (``scale.geometry.training_check``)."""
+    verdict = "the loss moved from its baselines" if t.trained else "**did not train**"
+    text = [f"Training check: {verdict}."] + [f"{f[0].upper()}{f[1:]}." for f in t.findings]
+    checked = [li.removeprefix("training check: ") for li in training_lines(t) if li.startswith("training check: ")]
+    text += [f"Checked: {c}." for c in checked]
+    if t.initialisation:
+        text.append(f"The backbone at initialisation: {t.initialisation}.")
+    return [" ".join(text)]
 
 
 def geometry_section(g: GeometrySummary) -> list[str]:
@@ -223,8 +320,8 @@ def geometry_section(g: GeometrySummary) -> list[str]:
             f"Compression (mean spread z / mean spread h): **{g.compression:.3g}x**; untrained control "
             f"{g.compression_untrained:.3g}x (without biases {g.compression_untrained_nobias:.3g}x); the head on "
             f"the raw (unnormalised) z it was trained on: {g.compression_raw_input:.3g}x. Mean +- population std "
-            "over orbits (class pairs for D_inter, sweeps for kappa). Head applied to the L2-normalised z, "
-            "BatchNorm in eval mode.", ""]
+            "over orbits (class pairs for D_inter, sweeps for kappa). Head applied to the L2-normalised z; "
+            f"BatchNorm: {s.get('bn_mode', 'eval (running statistics)')}.", ""]
 
 
 def probe_section(class_probe: ClassProbe | None, r: RotationProbes | None) -> list[str]:
@@ -232,23 +329,27 @@ def probe_section(class_probe: ClassProbe | None, r: RotationProbes | None) -> l
     test samples; also ``scale.analyze``'s."""
     rows = []
     if class_probe is not None:
-        rows.append((f"headline: {class_probe.protocol}", class_probe.accuracy, class_probe.test_images))
+        rows.append((f"headline: {class_probe.protocol}", class_probe.accuracy, class_probe.test_images,
+                     class_probe.gap))
     if r is not None:
-        n = r.settings["rotation_samples"]["test"]
-        rows += [(f"rotation, linear ({r.settings['protocol']})", r.linear, n),
+        n, gaps = r.settings["rotation_samples"]["test"], r.gaps or {}
+        rows += [(f"rotation, linear ({r.settings['protocol']}; seed {r.settings.get('seed', 0)})", r.linear, n,
+                  gaps.get("linear")),
                  (f"rotation, MLP (hidden {r.settings['hidden_z']} on z, {r.settings['hidden_h']} on h; same protocol)",
-                  r.mlp, n)]
+                  r.mlp, n, gaps.get("mlp"))]
     if not rows:
         return []
     title = "### Probes on frozen features (headline; E3)"
     if r is not None:
         title += (f": rotation 4-way on {r.settings['rotation_samples']['train']} train / "
                   f"{r.settings['rotation_samples']['test']} test rotated images")
-    lines = [title, "", "| probe (test accuracy [Wilson 95 %]) | backbone z | head h | h minus z |",
+    lines = [title, "", "| probe (test accuracy [Wilson 95 %]) | backbone z | head h | h minus z [paired 95 %] |",
              "|---|---|---|---|"]
-    lines += [f"| {label} | {accuracy_text(a.z, n)} | {accuracy_text(a.h, n)} | {a.gap:+.2f} points |"
-              for label, a, n in rows]
-    warnings = {w for _, _, n in rows if (w := small_test_warning(n, "test samples")) is not None}
+    lines += [f"| {label} | {accuracy_text(a.z, n)} | {accuracy_text(a.h, n)} | {gap_text(gap, a.gap)} |"
+              for label, a, n, gap in rows]
+    lines += ["", "Gaps: the percentile interval of a paired bootstrap over the test images (2,000 draws; the four "
+              "quarter turns of an image drawn together), so both probes are read on the same images."]
+    warnings = {w for _, _, n, _ in rows if (w := small_test_warning(n, "test samples")) is not None}
     return [*lines, "", *(f"Warning: {w}." for w in sorted(warnings)), *([""] if warnings else [])]
 
 

@@ -4,15 +4,20 @@ back by the report builders (``scale.runs.run_report`` for the run, ``scale.repo
     RunSummary
       provenance      command, config, device, world size, versions, git commit
       outcome         status, wall seconds, epochs done, the last epoch's record
-      class_probe     ProbePair: the headline probe (scale.geometry.probes.HEADLINE_PROTOCOL) on the class labels
-      rotation_probes RotationProbes: E3's rotation probes with the paper's protocol (linear, MLP)
+      training        TrainingCheck: the run against its own baselines (loss at chance, the representation's
+                      spread, the probe of the backbone at initialisation): whether it trained
+      class_probe     ClassProbe: the headline probe (scale.geometry.probes.HEADLINE_PROTOCOL) on the class
+                      labels, its h minus z gap with a paired interval
+      rotation_probes RotationProbes: E3's rotation probes with the paper's protocol (linear, MLP), gaps likewise
       geometry        GeometrySummary: E4's orbit metrics of z, h and the untrained controls, and the
                       compressor / expander verdict (Verdict: Estimates with their intervals)
       curvature       CurvatureSummary: the Hessian tracker's summary and last record (E2)
       notes           what was not measured, and why (one class: no class probe; ...)
 
 Units: accuracies in percent (``ProbePair.z = 84.67`` is 84.67 %), gaps in percentage points (h - z,
-the paper's sign); geometry as measured. ``from_dict`` reads what ``to_dict`` wrote; a part that was
+the paper's sign) with the paired bootstrap interval of ``scale.geometry.verdict.paired_gap``; geometry as
+measured. Naming: ``z`` is the backbone's output and ``h`` the head's (the paper's notation; SimCLR's paper
+and lightly call them h and z the other way round). ``from_dict`` reads what ``to_dict`` wrote; a part that was
 not measured is ``None``.
 """
 
@@ -55,29 +60,85 @@ class Verdict:
     verdict_untrained: str
     curvature_ratio: Estimate
     alignment_gain: Estimate
+    # R / R_0: the head's collapse ratio over its untrained control's, paired over the same orbits (None in
+    # summaries written before it was measured)
+    versus_untrained: Estimate | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Verdict:
         return cls(**{k: (Estimate(**v) if isinstance(v, dict) else v) for k, v in d.items()})
 
 
+def _estimate(d: dict[str, Any] | None) -> Estimate | None:
+    return Estimate(**d) if isinstance(d, dict) else None
+
+
 @dataclass(frozen=True)
 class ClassProbe:
-    """The headline probe on the class labels: its protocol, the images it saw, the accuracies."""
+    """The headline probe on the class labels: its protocol, the images it saw, the accuracies, the gap h
+    minus z with its paired interval over the test images, and the control: the same probe of the backbone
+    at initialisation (``initial_z``) and the trained z minus it (``initial_gain``), paired likewise. The
+    optional parts are ``None`` where not measured (or in summaries written before them)."""
 
     protocol: str
     train_images: int
     test_images: int
     accuracy: ProbePair
+    gap: Estimate | None = None
+    initial_z: float | None = None
+    initial_gain: Estimate | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ClassProbe:
+        return cls(**{**d, "accuracy": ProbePair(**d["accuracy"]), "gap": _estimate(d.get("gap")),
+                      "initial_gain": _estimate(d.get("initial_gain"))})
 
 
 @dataclass(frozen=True)
 class RotationProbes:
-    """E3: quarter-turn (4-way) probes with the paper's protocol; ``settings`` as run."""
+    """E3: quarter-turn (4-way) probes with the paper's protocol; ``settings`` as run; ``gaps``: h minus z of
+    each kind (``linear``, ``mlp``) with its paired interval over the test base images."""
 
     settings: dict[str, Any]
     linear: ProbePair
     mlp: ProbePair
+    gaps: dict[str, Estimate] | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RotationProbes:
+        gaps = {k: Estimate(**v) for k, v in d["gaps"].items()} if d.get("gaps") else None
+        return cls(d["settings"], ProbePair(**d["linear"]), ProbePair(**d["mlp"]), gaps)
+
+
+@dataclass(frozen=True)
+class TrainingCheck:
+    """A run against its own baselines (``scale.runs.training_check``), read before its verdict:
+
+    chance_loss      the loss of a representation that tells no view from another (``None`` where the
+                     method has no such level: its minimum is a collapse)
+    initial_loss     the loss of the first step, before any update; ``final_loss`` the last epoch's mean
+    h_spread         the head's spread: mean per-dimension std of the normalised rows times sqrt(k), 1 for
+                     rows spread evenly over the sphere, 0 for one point; ``z_spread`` the backbone's
+    initial_probe    the headline probe of the backbone at initialisation (percent), and ``probe_gain``
+                     the trained backbone minus it, paired over the test images
+    trained          False where the run did not move from its baselines; ``findings`` say why, first
+    """
+
+    trained: bool
+    findings: list[str]
+    chance_loss: float | None = None
+    initial_loss: float | None = None
+    final_loss: float | None = None
+    h_spread: float | None = None
+    z_spread: float | None = None
+    initial_probe: float | None = None
+    probe_gain: Estimate | None = None
+    initialisation: str = ""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainingCheck:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: (_estimate(v) if k == "probe_gain" else v) for k, v in d.items() if k in names})
 
 
 def _geometry(d: dict[str, Any] | None) -> OrbitGeometry | None:
@@ -153,6 +214,7 @@ class RunSummary:
     end_of_run_seconds: float | None = None  # the linear probe and, unless skipped, geometry and rotation probes
     epochs_done: int = 0
     final: dict[str, float] | None = None
+    training: TrainingCheck | None = None
     class_probe: ClassProbe | None = None
     rotation_probes: RotationProbes | None = None
     geometry: GeometrySummary | None = None
@@ -168,11 +230,11 @@ class RunSummary:
         names = {f.name for f in fields(cls)}
         out = {k: v for k, v in d.items() if k in names}
         if out.get("class_probe") is not None:
-            cp = dict(out["class_probe"])
-            out["class_probe"] = ClassProbe(**{**cp, "accuracy": ProbePair(**cp["accuracy"])})
+            out["class_probe"] = ClassProbe.from_dict(out["class_probe"])
         if out.get("rotation_probes") is not None:
-            rp = out["rotation_probes"]
-            out["rotation_probes"] = RotationProbes(rp["settings"], ProbePair(**rp["linear"]), ProbePair(**rp["mlp"]))
+            out["rotation_probes"] = RotationProbes.from_dict(out["rotation_probes"])
+        if out.get("training") is not None:
+            out["training"] = TrainingCheck.from_dict(out["training"])
         if out.get("geometry") is not None:
             out["geometry"] = GeometrySummary.from_dict(out["geometry"])
         if out.get("curvature") is not None:

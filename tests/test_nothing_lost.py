@@ -230,27 +230,39 @@ PROGRAM = {"resume": "run"}  # the documented exit codes of each command are its
 REPLICATE = ["-m", "scale.replicate", "--quick", "--threads", "1"]
 
 
-@pytest.mark.xfail(strict=True, reason="scale.replicate's save() writes this invocation's plan only and deletes "
-                   "the stored units of other plans and shards (the ledger store being rebuilt append-only fixes it; "
-                   "strict: this marker must go when it holds)")
 @_seeded
 @settings(**{**_profile, "max_examples": max(1, EXAMPLES // 5), "phases": [Phase.explicit, Phase.generate]})
-@given(shard=st.sampled_from(["5/64", "0/64"]), seeds=st.sampled_from([None, "1"]))
-def test_replicate_keeps_every_stored_unit(shard, seeds):
-    """``scale.replicate`` into an ``--out`` holding the committed ledger (``docs/replication``: another plan, full
-    seeds) with ``--quick``, a shard, or fewer seeds: every stored unit is still in results.json afterwards."""
+@given(first=st.sampled_from(["5/64", "0/64"]), second=st.sampled_from(["1/2", "0/64"]),
+       seeds=st.sampled_from([None, "1"]))
+def test_replicate_keeps_every_stored_unit(first, second, seeds):
+    """``scale.replicate`` into an ``--out`` holding a ledger of another plan (the committed first-format ledger,
+    ``docs/replication/v1``: 5 seeds, 160 units in one results.json) with ``--quick``, a shard, or fewer seeds, twice:
+    every stored unit is still there afterwards, as a unit file of its plan, and no unit file written by the first
+    invocation is rewritten or removed by the second."""
     with tempfile.TemporaryDirectory() as name:
         out = Path(name) / "ledger"
-        shutil.copytree(ROOT / "docs" / "replication", out)
+        shutil.copytree(ROOT / "docs" / "replication" / "v1", out)
         (out / "notes.txt").write_text("mine")
         stored = units(out / "results.json")
-        assert len(stored) == 160  # the committed ledger: 5 seeds of every unit
-        argv = [*REPLICATE, "--out", str(out), "--shard", shard, *(["--seeds", seeds] if seeds else [])]
-        done = run_command(argv, Path(name))
-        assert done.returncode in (0, 1, 2, 4), done.stderr[-2000:]
-        assert (out / "notes.txt").read_text() == "mine"
-        lost = stored - units(out / "results.json")
-        assert not lost, f"{len(lost)} of {len(stored)} stored units lost, e.g. {sorted(lost)[:3]}"
+        assert len(stored) == 160  # the committed first-format ledger: 5 seeds of every unit
+        after: dict[str, bytes] = {}
+        for shard in (first, second):
+            argv = [*REPLICATE, "--out", str(out), "--shard", shard, *(["--seeds", seeds] if seeds else [])]
+            done = run_command(argv, Path(name))
+            assert done.returncode in (0, 1, 2, 4), done.stderr[-2000:]
+            assert (out / "notes.txt").read_text() == "mine"
+            files = unit_files(out)
+            rewritten = sorted(k for k, v in after.items() if files.get(k) != v)
+            assert not rewritten, f"unit files rewritten or removed by a later invocation: {rewritten[:3]}"
+            after = files
+            lost = stored - {k.split("--")[1] for k in files if k.startswith("v1--")}
+            assert not lost, f"{len(lost)} of {len(stored)} stored units lost, e.g. {sorted(lost)[:3]}"
+
+
+def unit_files(out: Path) -> dict[str, bytes]:
+    """The ledger store's unit files (``scale.ledger.store``: OUT/units/<plan>--<unit>--<where>--<key>.json)."""
+    folder = out / "units"
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
 
 
 def units(results_json: Path) -> set[str]:

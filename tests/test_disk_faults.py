@@ -249,3 +249,23 @@ def test_report_never_replaces_a_report_it_did_not_write(tmp_path, capsys):
     before = snapshot(out)
     assert report.main([str(out)]) == EXIT_USAGE
     assert "not its own" in capsys.readouterr().err and snapshot(out) == before
+
+
+def test_write_once_never_replaces_nor_follows_what_stands_at_its_name(tmp_path):
+    """The append-only stores' primitive: an existing file, a symlink to a user's file, or a dangling symlink at
+    the name is left as it is (False); a fresh name is written whole; no temporary is left beside either."""
+    from scale.engine import disk
+
+    user = tmp_path / "user.txt"
+    user.write_text("mine")
+    store = tmp_path / "units"
+    store.mkdir()
+    (store / "a.json").write_text("stored")
+    (store / "b.json").symlink_to(user)
+    (store / "c.json").symlink_to(tmp_path / "nowhere")
+    for name in ("a.json", "b.json", "c.json"):
+        assert disk.write_once(store / name, b"new") is False
+    assert (store / "a.json").read_text() == "stored" and user.read_text() == "mine"
+    assert not (tmp_path / "nowhere").exists()
+    assert disk.write_once(store / "d.json", b"new") is True and (store / "d.json").read_bytes() == b"new"
+    assert sorted(p.name for p in store.iterdir()) == ["a.json", "b.json", "c.json", "d.json"]

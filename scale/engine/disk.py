@@ -28,6 +28,7 @@ import errno
 import json
 import os
 import re
+import secrets
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from typing import Any, BinaryIO
 from mini.atomic import UnsafeTarget, atomic_write_bytes, atomic_writer
 from mini.atomic import check_replaceable as _check
 from mini.atomic import describe_kind as _kind
+
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 # The atomic writer's temporaries: ``.NAME.`` + 8 hex digits + ``.tmp``, created beside ``NAME``.
 TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{8}\.tmp$")
@@ -119,6 +122,33 @@ def writing(path: str | Path) -> Iterator[BinaryIO]:
             yield fh
     except UnsafeTarget as exc:
         raise NotOurs(str(exc)) from None
+
+
+def write_once(path: str | Path, data: bytes) -> bool:
+    """Create ``path`` holding ``data`` unless the name exists (anything there, a link included); True if written.
+    The store's primitive (append-only stores, rule 4): the data go to a fresh ``O_EXCL | O_NOFOLLOW`` temporary,
+    are fsynced and hard-linked to ``path`` (``link`` fails on an existing name, so nothing is ever replaced and
+    the file appears whole or not at all); the temporary, ours alone, is removed either way."""
+    path = Path(path)
+    make_dirs(path.parent)
+    with contextlib.ExitStack() as stack:
+        while True:  # a fresh name: one already taken (ours or not) is never opened, nor removed
+            tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+            try:
+                fd = os.open(tmp, _CREATE, 0o644)
+                break
+            except FileExistsError:
+                continue
+        stack.callback(tmp.unlink, missing_ok=True)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path, follow_symlinks=False)
+        except FileExistsError:
+            return False
+        return True
 
 
 def write_text(path: str | Path, text: str) -> None:

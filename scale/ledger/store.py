@@ -24,7 +24,6 @@ registration ``v1`` (the file itself is left in place until the view replaces it
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -37,40 +36,37 @@ class StoreError(ValueError):
 
 
 def write_once(path: Path, obj: Any) -> bool:
-    """Write ``obj`` as JSON at ``path`` unless the name exists; True if written. Atomic and never replacing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write ``obj`` as JSON at ``path`` unless the name exists; True if written. Atomic and never replacing
+    (``scale.engine.disk.write_once``)."""
+    from scale.engine import disk
+
+    data = json.dumps(obj, indent=1, sort_keys=True, default=str).encode("utf-8")
     try:
-        with open(tmp, "x", encoding="utf-8") as fh:
-            json.dump(obj, fh, indent=1, sort_keys=True, default=str)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        return True
-    finally:
-        if tmp.exists():  # our own temporary name, made with "x" above
-            tmp.unlink()
+        return disk.write_once(path, data)
+    except NotADirectoryError as exc:
+        raise StoreError(f"{exc.filename} is not a folder; the ledger stores its files there: move it away") from None
 
 
 def replace_view(path: Path, text: str) -> None:
-    """A view (results.json, report.md): rebuilt from the store, replaced through the project's one atomic writer
-    (``mini.atomic``); never through a symbolic link."""
-    from mini.atomic import atomic_write_text
+    """A view (results.json, report.md): rebuilt from the store and replaced through the one owner of the disk,
+    which refuses a symbolic link, a hard link or anything but a regular file there."""
+    from scale.engine import disk
 
-    if path.is_symlink():
-        raise StoreError(f"{path} is a symbolic link; the ledger writes no view through one: move it away")
-    atomic_write_text(path, text)
+    try:
+        disk.write_text(path, text)
+    except disk.NotOurs as exc:
+        raise StoreError(f"{exc}; the ledger writes no view over it: move it away") from None
 
 
 def read_json(path: Path) -> Any:
+    """A ledger file through the bounded reader (regular files only, size and nesting capped)."""
+    from scale.engine import read
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StoreError(f"{path} is not readable as a ledger file ({type(exc).__name__}); move it away or choose "
-                         "another --out") from None
+        return read.read_json(path, (dict, list))
+    except (OSError, read.Unreadable) as exc:
+        raise StoreError(f"{path} is not readable as a ledger file ({exc}); move it away or choose another --out") \
+            from None
 
 
 def unit_filename(plan: str, name: str, device: str, threads: int, key: str) -> str:

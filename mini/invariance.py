@@ -210,6 +210,16 @@ def sweep_curvature(S: Array) -> Array:
     return xp.mean(xp.sqrt(xp.sum(d2 * d2, axis=-1)), axis=1)
 
 
+def sweep_step(S: Array) -> Array:
+    """Per-sweep mean step length ``mean_i |r_{i+1} - r_i|`` (n_sweeps,): the sweep's own scale. ``kappa`` scales
+    with it (doubling every point doubles both), so ``mean kappa / mean step`` is a curvature free of the
+    orbit's size (the discrete ``|r''| / |r'|``, the turning per step of a path at constant speed)."""
+    xp = _xp(S)
+    _check_orbits(S, "S", min_points=2)
+    d1 = S[:, 1:, :] - S[:, :-1, :]  # (n_sweeps, n_steps - 1, dim)
+    return xp.mean(xp.sqrt(xp.sum(d1 * d1, axis=-1)), axis=1)
+
+
 @dataclass(frozen=True)
 class OrbitGeometry:
     """E4's orbit metrics of one feature space (mean +- std; see the module docstring).

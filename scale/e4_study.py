@@ -16,6 +16,11 @@ sizes) and measures the same trained model under several protocols, seed by seed
     e  trained-on-normalised
                     as a, for a second model trained with the head fed normalize(z) (same seed, same
                     batches), so that the protocol is the one it was trained under
+    f  untrained, BN re-estimated
+                    the untrained head without biases under c's protocol (BatchNorm statistics estimated on
+                    the normalised z it is measured on): trained (c) against untrained (f) under one protocol
+    g  untrained, raw, BN re-estimated
+                    the same on raw z (statistics from raw z): the untrained twin of b
 
 Every protocol gets the E4 numbers (compression = mean spread(z) / mean spread(h), D_intra, D_inter, their
 ratio, kappa along the 0-45 degree sweep; ``mini.invariance`` through the helpers of ``scale.geometry.measure``) and
@@ -51,7 +56,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from mini.invariance import compression, l2_normalize, orbit_geometry
+from mini.invariance import compression, l2_normalize, orbit_geometry, sweep_step
 from scale.engine.heads import build_head
 from scale.geometry.measure import (
     CONTROL_SEED,
@@ -75,6 +80,10 @@ PROTOCOLS: dict[str, str] = {
     "d_untrained_nobias": "untrained head without biases (the paper's layers), paper protocol",
     "d_untrained_bias": "untrained head of the same layers with biases, paper protocol",
     "e_trained_normalized": "head trained on normalised z, paper protocol",
+    "f_untrained_bn_renorm": "untrained head without biases, BN statistics estimated on normalised z of the training "
+                             "images, paper protocol: the untrained twin of c (one protocol for both heads)",
+    "g_untrained_raw_renorm": "untrained head without biases on raw z, BN statistics estimated on raw z of the "
+                              "training images: the untrained twin of b (the trained head's statistics are from raw z)",
 }
 METRICS: tuple[str, ...] = ("compression", "d_intra_factor", "d_inter_factor", "ratio_h", "ratio_z", "kappa_factor",
                             "rot_linear_z", "rot_linear_h", "rot_mlp_z", "rot_mlp_h", "class_z", "class_h")
@@ -144,16 +153,17 @@ def close_augment(trainer) -> None:
 
 
 @torch.no_grad()
-def renormalized_bn(head: nn.Module, z_train: torch.Tensor) -> nn.Module:
+def renormalized_bn(head: nn.Module, z_train: torch.Tensor, normalized: bool = True) -> nn.Module:
     """A copy of ``head`` whose BatchNorm running statistics are re-estimated (cumulative average over
-    batches of 256) on ``normalize(z_train)``; weights and affine parameters unchanged."""
+    batches of 256) on ``normalize(z_train)`` (``normalized=False``: on ``z_train`` itself); weights and affine
+    parameters unchanged."""
     out = copy.deepcopy(head).float()
     norms = [m for m in out.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     for m in norms:
         m.reset_running_stats()
         m.momentum = None  # cumulative moving average: every batch weighs the same
     out.train()
-    zn = l2_normalize(z_train.float())
+    zn = l2_normalize(z_train.float()) if normalized else z_train.float()
     for i in range(0, len(zn), 256):
         if len(zn[i : i + 256]) > 1:
             out(zn[i : i + 256])
@@ -198,7 +208,12 @@ def measure(fn: Callable[[torch.Tensor], torch.Tensor], normalized: bool, f: dic
             probe: ProbeSettings, z_probes: dict[str, float]) -> dict[str, float]:
     """E4 numbers, rotation probes and the class probe of one protocol: ``h = normalize(fn(normalize(z)))``
     when ``normalized``, else ``normalize(fn(z))``; the probes see ``fn``'s output unnormalised (``fn``: a head
-    as ``scale.geometry.measure.head_fn`` wraps it)."""
+    as ``scale.geometry.measure.head_fn`` wraps it).
+
+    Beside the paper's kappa, a curvature free of the orbit's size (E4.4): ``kappa_rel = mean kappa / mean step``
+    over the sweeps (``mini.invariance.sweep_step``: the mean distance between neighbouring sweep points), so
+    ``kappa_factor = kappa_rel_factor * step_factor`` exactly; ``step_factor`` is the part that is the sweep
+    being longer in h than in z."""
     def h_of(X: torch.Tensor) -> torch.Tensor:  # (..., d) -> normalised (..., k)
         return head_features(fn, X, "normalized" if normalized else "raw")
 
@@ -206,8 +221,10 @@ def measure(fn: Callable[[torch.Tensor], torch.Tensor], normalized: bool, f: dic
         return (fn(l2_normalize(X)) if normalized else fn(X)).float()
 
     with torch.no_grad():
-        zg = orbit_geometry(l2_normalize(f["Z"]), f["labels"], sweep=l2_normalize(f["S"]))
-        hg = orbit_geometry(h_of(f["Z"]), f["labels"], sweep=h_of(f["S"]))
+        zs, hs = l2_normalize(f["S"]), h_of(f["S"])
+        zg = orbit_geometry(l2_normalize(f["Z"]), f["labels"], sweep=zs)
+        hg = orbit_geometry(h_of(f["Z"]), f["labels"], sweep=hs)
+        step_z, step_h = float(sweep_step(zs).mean()), float(sweep_step(hs).mean())
         htr, hte = probe_in(f["ztr"]), probe_in(f["zte"])
         hc_tr, hc_te = probe_in(f["z_cls"]), probe_in(f["z_test"])
     class_h = logistic_probe_accuracy(hc_tr, f["y_cls"], hc_te, f["y_test"], f["classes"])
@@ -221,6 +238,9 @@ def measure(fn: Callable[[torch.Tensor], torch.Tensor], normalized: bool, f: dic
         "d_intra_factor": zg.d_intra.mean / hg.d_intra.mean, "d_inter_factor": zg.d_inter.mean / hg.d_inter.mean,
         "ratio_z": zg.ratio.mean, "ratio_h": hg.ratio.mean,
         "kappa_z": zg.kappa.mean, "kappa_h": hg.kappa.mean, "kappa_factor": hg.kappa.mean / zg.kappa.mean,
+        "step_z": step_z, "step_h": step_h, "step_factor": step_h / step_z,
+        "kappa_rel_z": zg.kappa.mean / step_z, "kappa_rel_h": hg.kappa.mean / step_h,
+        "kappa_rel_factor": (hg.kappa.mean / step_h) / (zg.kappa.mean / step_z),
         "rot_linear_z": z_probes["linear"], "rot_mlp_z": z_probes["mlp"],
         "rot_linear_h": rot["linear"], "rot_mlp_h": rot["mlp"],
         "class_z": z_probes["class"], "class_h": class_h,
@@ -238,14 +258,17 @@ def z_probes(f: dict[str, Any], probe: ProbeSettings) -> dict[str, float]:
     return out
 
 
-MODEL_PROTOCOLS = ("a_paper", "b_raw", "c_bn_renorm", "d_untrained_nobias", "d_untrained_bias")  # one model each
+MODEL_PROTOCOLS = ("a_paper", "b_raw", "c_bn_renorm", "d_untrained_nobias", "d_untrained_bias",
+                   "f_untrained_bn_renorm", "g_untrained_raw_renorm")  # one model each
 
 
 def measure_model(model: nn.Module, cfg, data, probe: ProbeSettings, control_seed: int,
                   protocols: tuple[str, ...] = MODEL_PROTOCOLS) -> dict[str, dict[str, float]]:
     """The numbers of ``protocols`` (a subset of ``MODEL_PROTOCOLS``) for one trained model (``data`` on its
-    device): the trained head as it is (a, b), with re-estimated BatchNorm statistics (c), and the untrained
-    heads of its architecture drawn from ``control_seed`` (d)."""
+    device): the trained head as it is (a, b), with re-estimated BatchNorm statistics (c), the untrained
+    heads of its architecture drawn from ``control_seed`` (d), and the untrained head without biases with its
+    BatchNorm statistics estimated on the inputs it is measured on (f: normalised z, the twin of c; g: raw z, the
+    twin of b): trained against untrained under one protocol (``orbit_record``)."""
     unknown = set(protocols) - set(MODEL_PROTOCOLS)
     if unknown:
         raise ValueError(f"unknown protocol(s) {sorted(unknown)}; valid: {', '.join(MODEL_PROTOCOLS)}")
@@ -259,6 +282,10 @@ def measure_model(model: nn.Module, cfg, data, probe: ProbeSettings, control_see
     if any(p.startswith("d_") for p in protocols):
         controls = untrained_heads(cfg, model.backbone.out_dim, control_seed)
         heads.update({name: (head_fn(c.to(data.train_x.device)), True) for name, c in controls.items()})
+    if "f_untrained_bn_renorm" in protocols or "g_untrained_raw_renorm" in protocols:
+        bare = control_head(cfg, model.backbone.out_dim, seed=control_seed, bias=False).to(data.train_x.device)
+        heads["f_untrained_bn_renorm"] = (head_fn(renormalized_bn(bare, f["z_bn"])), True)
+        heads["g_untrained_raw_renorm"] = (head_fn(renormalized_bn(bare, f["z_bn"], normalized=False)), False)
     return {p: measure(*heads[p], f, probe, zp) for p in protocols}
 
 
@@ -321,8 +348,9 @@ def derived(m: dict[str, float]) -> dict[str, float]:
 
 def summarize(seeds: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
     rows = [{p: derived(m) for p, m in s["protocols"].items()} for s in seeds]
-    keys = list(rows[0]["a_paper"])
-    return {p: {k: t_interval([r[p][k] for r in rows]) for k in keys} for p in PROTOCOLS}
+    keys = [k for k in rows[0]["a_paper"] if all(k in r["a_paper"] for r in rows)]  # older seeds: fewer numbers
+    present = [p for p in PROTOCOLS if all(p in r for r in rows)]  # older seeds: fewer protocols
+    return {p: {k: t_interval([r[p][k] for r in rows]) for k in keys} for p in present}
 
 
 def _cell(s: dict[str, float], pct: bool = False) -> str:
@@ -338,7 +366,7 @@ def figure(summary: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(PROTOCOLS)
+    names = list(summary)
     fig, axes = plt.subplots(1, 4, figsize=(19, 4.4))
     panels = ((axes[0], "compression", "orbit compression spread(z)/spread(h)", True, 1.0),
               (axes[1], "relative_compression", "relative compression (against class separation)", False, 1.0),
@@ -396,12 +424,12 @@ def write_report(out: Path, seeds: list[dict[str, Any]], command: str) -> Path:
         "",
         "## Protocols", "",
     ]
-    L += [f"- **{p}**: {text}" for p, text in PROTOCOLS.items()]
+    L += [f"- **{p}**: {text}" for p, text in PROTOCOLS.items() if p in summary]
     L += ["", "## Orbit geometry", "",
           "| protocol | compression | D_intra z/h | D_inter z/h | D_inter/D_intra of h | its factor h/z | relative "
           "compression | kappa h/z |",
           "|---|---|---|---|---|---|---|---|"]
-    for p in PROTOCOLS:
+    for p in summary:
         s = summary[p]
         L.append(f"| {p} | {_cell(s['compression'])} | {_cell(s['d_intra_factor'])} | {_cell(s['d_inter_factor'])} "
                  f"| {_cell(s['ratio_h'])} | {_cell(s['ratio_factor'])} | {_cell(s['relative_compression'])} | "
@@ -414,7 +442,7 @@ def write_report(out: Path, seeds: list[dict[str, Any]], command: str) -> Path:
           "", "## Rotation probes (test accuracy, %)", "",
           "| protocol | linear on z | linear on h | h minus z | MLP on z | MLP on h | h minus z |",
           "|---|---|---|---|---|---|---|"]
-    for p in PROTOCOLS:
+    for p in summary:
         s = summary[p]
         L.append(f"| {p} | {_cell(s['rot_linear_z'], True)} | {_cell(s['rot_linear_h'], True)} | "
                  f"{_cell(s['rot_linear_gap'], True)} | {_cell(s['rot_mlp_z'], True)} | {_cell(s['rot_mlp_h'], True)} "
@@ -424,7 +452,7 @@ def write_report(out: Path, seeds: list[dict[str, Any]], command: str) -> Path:
           "features) on the unaugmented training images, scored on the test split (at most `--probe-images` of "
           "each); the paper reports no class probe.",
           "", "| protocol | on z | on h | h minus z |", "|---|---|---|---|"]
-    for p in PROTOCOLS:
+    for p in summary:
         s = summary[p]
         L.append(f"| {p} | {_cell(s['class_z'], True)} | {_cell(s['class_h'], True)} | "
                  f"{_cell(s['class_gap'], True)} |")

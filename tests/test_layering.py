@@ -18,6 +18,9 @@ ALLOWED = {  # package -> the scale packages its modules may import (besides its
     "runs": {"engine"},
     "curvature": {"engine"},
     "geometry": {"engine", "runs"},
+    # the ledger runs the experiments of two commands (scale.paper's plan, scale.e4_study's protocols): it sits
+    # beside the commands, and only the command scale.replicate imports it
+    "ledger": {"engine", "runs", "curvature", "geometry", "paper", "e4_study"},
 }
 COMMANDS = {p.stem for p in SCALE.glob("*.py") if p.stem != "__init__"}
 

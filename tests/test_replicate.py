@@ -1,12 +1,14 @@
-"""scale.replicate and scale.geometry.ledger: the ledger's statistics and rules against hand-computed values on
-fixed small inputs, the claims' per-seed statistics on a hand-built ledger, and the --quick pipeline end to end
-(killed for real mid-way, then resumed)."""
+"""scale.ledger and scale.replicate: the claims' per-seed statistics on hand-built units, the claims as data
+(each pointing to its line of docs/paper.md), the store (write once, never lose a unit, another plan ignored and
+reported, a v1 ledger converted), registration and amendments, the plan and its cost, and the --quick pipeline
+end to end (killed for real mid-way, then resumed)."""
 
 from __future__ import annotations
 
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,88 +19,24 @@ import numpy as np
 import pytest
 
 from scale import replicate as R
-from scale.geometry.ledger import (
-    INCONCLUSIVE,
-    NOT_MEASURED,
-    NOT_REPRODUCED,
-    REPRODUCED,
-    VERDICTS,
-    Rule,
-    cell,
-    fraction,
-    interval,
-    log10_ratio,
-)
-from scale.geometry.verdict import Estimate
+from scale.ledger import claims, plan, report, runner, store
+from scale.ledger import readers as rd
+from scale.ledger.claims import CLAIMS
+from scale.ledger.evaluate import evaluate
+from scale.ledger.probe import range_condition
+from scale.ledger.verdicts import INCONCLUSIVE, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, VERDICTS
 
-T975_4 = 2.7764451051977934  # t_{0.975, 4} (tables: 2.776)
-T975_2 = 4.302652729749462  # t_{0.975, 2} (tables: 4.303)
+T975_4 = 2.7764451051977934  # t_{0.975, 4}
 ROOT = Path(__file__).resolve().parent.parent
-
-
-# --------------------------------------------------------------------------------------------
-# scale.geometry.ledger
-# --------------------------------------------------------------------------------------------
-
-
-def test_interval_is_the_student_t_interval_by_hand():
-    est = interval([1.0, 2.0, 3.0, 4.0, 5.0])  # mean 3, s^2 = 2.5
-    half = T975_4 * math.sqrt(2.5) / math.sqrt(5)
-    assert est.n == 5 and est.excluded == 0 and est.value == 3.0
-    assert math.isclose(est.low, 3 - half, rel_tol=1e-9) and math.isclose(est.high, 3 + half, rel_tol=1e-9)
-    # non-finite values and None are left out and counted: the interval of [0.2, 0.4, 0.9]
-    est = interval([0.2, None, 0.4, math.nan, 0.9, math.inf])
-    s = float(np.std([0.2, 0.4, 0.9], ddof=1))
-    assert est.n == 3 and est.excluded == 3 and math.isclose(est.value, 0.5)
-    assert math.isclose(est.high - est.value, T975_2 * s / math.sqrt(3), rel_tol=1e-9)
-    one, none = interval([7.0]), interval([math.nan])
-    assert one.n == 1 and one.value == 7.0 and math.isnan(one.low)
-    assert none.n == 0 and none.excluded == 1 and cell(none) == "-"
-    assert cell(interval([1.0, 2.0, 3.0, 4.0, 5.0, None])) == "3 [1.04, 4.96] (n = 5, 1 excluded)"
-    same = interval([0.25, 0.25, 0.25])  # no spread: the interval is the point
-    assert same.low == same.high == 0.25
-
-
-def test_rules_map_intervals_to_verdicts_at_their_edges():
-    above, below = Rule(">", 0.0), Rule("<", 0.1)
-    band = Rule("within", band=(0.5, 0.9))
-
-    def at(low, high, n=5):  # an interval with the given ends
-        return Estimate((low + high) / 2, low, high, n)
-
-    assert above.verdict(at(0.01, 2.0)) == REPRODUCED
-    assert above.verdict(at(-2.0, -0.01)) == NOT_REPRODUCED
-    assert above.verdict(at(-0.01, 2.0)) == INCONCLUSIVE
-    assert below.verdict(at(0.0, 0.09)) == REPRODUCED
-    assert below.verdict(at(0.11, 1.0)) == NOT_REPRODUCED
-    assert below.verdict(at(0.05, 0.2)) == INCONCLUSIVE
-    assert band.verdict(at(0.5, 0.9)) == REPRODUCED  # the band's ends belong to it
-    assert band.verdict(at(0.91, 1.0)) == NOT_REPRODUCED and band.verdict(at(0.1, 0.49)) == NOT_REPRODUCED
-    assert band.verdict(at(0.6, 0.95)) == INCONCLUSIVE and band.verdict(at(0.4, 1.0)) == INCONCLUSIVE
-    assert above.verdict(interval([3.0])) == INCONCLUSIVE  # one seed: no interval
-    assert above.verdict(interval([])) == NOT_MEASURED
-    # the hand-computed interval of 1..5 (low 1.0368) lies above 0.9 and straddles 3
-    assert Rule(">", 0.9).verdict(interval([1, 2, 3, 4, 5])) == REPRODUCED
-    assert Rule(">", 3.0).verdict(interval([1, 2, 3, 4, 5])) == INCONCLUSIVE
-    assert "above 0" in above.text() and "within [0.5, 0.9]" in band.text()
-    with pytest.raises(ValueError, match="direction"):
-        Rule("=", 0.0)
-    with pytest.raises(ValueError, match="band"):
-        Rule("within", band=(0.9, 0.5))
-
-
-def test_per_seed_statistic_helpers():
-    assert math.isclose(log10_ratio(200.0, 2.0), 2.0)
-    assert math.isnan(log10_ratio(0.0, 1.0)) and math.isnan(log10_ratio(1.0, None))
-    assert math.isnan(log10_ratio(math.nan, 1.0))
-    assert fraction([True, False, True, True]) == 0.75 and math.isnan(fraction([]))
+V1_RESULTS = ROOT / "docs" / "replication" / "v1" / "results.json"
+ONE_UNIT = "E1-linear-bn0-lr0.05-collapsed"  # a --quick unit of about a second
 
 
 def test_range_condition_by_hand():
     eig = np.array([[-4.0, 2.0, 1e-9, 0.5],  # range: |-4|, 2, 0.5 (1e-9 < 1e-6 x 4 is flat): kappa 8, dim 3
                     [0.0, 0.0, 0.0, 0.0],  # no range
                     [3.0, 3.0, -3.0, 3.0]])  # isotropic up to sign: kappa 1
-    kappa, dim = R.range_condition(eig)
+    kappa, dim = range_condition(eig)
     assert kappa[0] == 8.0 and dim[0] == 3
     assert math.isnan(kappa[1]) and dim[1] == 0
     assert kappa[2] == 1.0 and dim[2] == 4
@@ -115,20 +53,20 @@ def _e1(h_start: float, h_end: float, cond_end: float = 0.0, cond_start: float =
 
 
 def test_e1_statistics_by_hand():
-    res = {R.e1_name("linear", False, 0.05, "collapsed", 0): _e1(1e-2, 1e-3),
-           R.e1_name("gelu2", False, 0.05, "collapsed", 0): _e1(1e-3, 1e-1)}
-    assert math.isclose(R.escape(res, R.e1_name("linear", False, 0.05, "collapsed", 0)), -1.0)
-    assert math.isclose(R.escape(res, R.e1_name("gelu2", False, 0.05, "collapsed", 0)), 2.0)
-    assert math.isnan(R.escape(res, "absent"))
+    res = {rd.e1_name("linear", False, 0.05, "collapsed", 0): _e1(1e-2, 1e-3),
+           rd.e1_name("gelu2", False, 0.05, "collapsed", 0): _e1(1e-3, 1e-1)}
+    assert math.isclose(rd.escape(res, rd.e1_name("linear", False, 0.05, "collapsed", 0)), -1.0)
+    assert math.isclose(rd.escape(res, rd.e1_name("gelu2", False, 0.05, "collapsed", 0)), 2.0)
+    assert math.isnan(rd.escape(res, "absent"))
     # ReLU gap: relu 1e-3, linear 2e-3, gelu 1e-1, swish 1e-3 -> smooth = 1e-2
     finals = {"relu2": 1e-3, "linear": 2e-3, "gelu2": 1e-1, "swish2": 1e-3}
-    res = {R.e1_name(h, False, 0.005, "collapsed", 3): _e1(1.0, v) for h, v in finals.items()}
-    assert math.isclose(R.relu_like_linear(res, False, 0.005, 3), 1.0 - math.log10(2.0))
-    res[R.e1_name("swish2", False, 0.005, "collapsed", 3)]["status"] = "non-finite loss"  # a diverged run
-    assert math.isnan(R.relu_like_linear(res, False, 0.005, 3))
-    res = {R.e1_name("relu2", False, 0.05, "normal", 1): _e1(1.0, 1.0, cond_end=-0.5, cond_start=0.25)}
-    assert R.conditioning(res, R.e1_name("relu2", False, 0.05, "normal", 1)) == -0.5
-    assert R.conditioning(res, R.e1_name("relu2", False, 0.05, "normal", 1), "start") == 0.25
+    res = {rd.e1_name(h, False, 0.005, "collapsed", 3): _e1(1.0, v) for h, v in finals.items()}
+    assert math.isclose(rd.relu_like_linear(res, False, 0.005, 3), 1.0 - math.log10(2.0))
+    res[rd.e1_name("swish2", False, 0.005, "collapsed", 3)]["status"] = "non-finite loss"  # a diverged run
+    assert math.isnan(rd.relu_like_linear(res, False, 0.005, 3))
+    res = {rd.e1_name("relu2", False, 0.05, "normal", 1): _e1(1.0, 1.0, cond_end=-0.5, cond_start=0.25)}
+    assert rd.conditioning(res, rd.e1_name("relu2", False, 0.05, "normal", 1)) == -0.5
+    assert rd.conditioning(res, rd.e1_name("relu2", False, 0.05, "normal", 1), "start") == 0.25
 
 
 def _e2(negatives: list[bool], z_std: list[float], z_cond: list[float], cov_min: list[float]) -> dict:
@@ -143,90 +81,258 @@ def test_e2_statistics_by_hand():
     run = _e2([True, True, False, True, False], [0, 0.1, 0.3, 0.2, 0.4], [0, 5.0, 7.0, 9.0, 8.0],
               [0, 1e-8, 1e-3, 1e-8, 0.5])
     res = {"E2-collapsed-relu2-s0": run}
-    assert R.negative_fraction(res, "E2-collapsed-relu2-s0") == 0.5  # epochs 1..4: 2 of 4
-    assert R.negative_fraction(res, "E2-collapsed-relu2-s0", first_epoch=2) == 1 / 3
-    assert R.negative_fraction(res, "E2-collapsed-relu2-s0", "negative_G", 0) == 1.0
+    assert rd.negative_fraction(res, "E2-collapsed-relu2-s0") == 0.5  # epochs 1..4: 2 of 4
+    assert rd.negative_fraction(res, "E2-collapsed-relu2-s0", first_epoch=2) == 1 / 3
+    assert rd.negative_fraction(res, "E2-collapsed-relu2-s0", "negative_G", 0) == 1.0
     # epochs 2..4: z_std (0.3, 0.2, 0.4) ranks (2, 1, 3); clamped cond (7, 9, 8) ranks (1, 3, 2);
     # rank differences (1, -2, 1): rho = 1 - 6 * 6 / (3 * 8) = -0.5
-    assert math.isclose(R.spearman_e2(res, "E2-collapsed-relu2-s0"), -0.5)
+    assert math.isclose(rd.spearman_e2(res, "E2-collapsed-relu2-s0"), -0.5)
     # unclamped cond = 1 / cov_min: (1e3, 1e8, 2) ranks (2, 3, 1); rank differences (0, -2, 2) -> 1 - 6 * 8 / 24
-    assert math.isclose(R.spearman_e2(res, "E2-collapsed-relu2-s0", clamped=False), -1.0)
-    assert R.clamp_fraction(res, "E2-collapsed-relu2-s0") == 1 / 3  # only epoch 3 (1e-8 < 1e-7)
+    assert math.isclose(rd.spearman_e2(res, "E2-collapsed-relu2-s0", clamped=False), -1.0)
+    assert rd.clamp_fraction(res, "E2-collapsed-relu2-s0") == 1 / 3  # only epoch 3 (1e-8 < 1e-7)
     run["curvature"][2]["z_cov_min"] = 0.0  # a singular covariance: no unclamped condition number
-    assert math.isnan(R.spearman_e2(res, "E2-collapsed-relu2-s0", clamped=False))
+    assert math.isnan(rd.spearman_e2(res, "E2-collapsed-relu2-s0", clamped=False))
+
+
+def test_degenerate_correlation_is_not_measurable():
+    """Every epoch at the 1e-7 clamp: the clamped condition number is lambda_max / 1e-7, a variance, correlated with
+    the std by construction (the v1 --quick ledger reported it as rho 1 [1, 1], reproduced): NaN, not measurable."""
+    res = {}
+    for s in range(3):
+        run = _e2([True] * 5, [0, 0.1, 0.3, 0.2, 0.4], [0, 5.0, 7.0, 9.0, 8.0], [1e-8] * 5)
+        res[f"E2-normal-swish2-s{s}"] = dict(run, seed=s, experiment="E2")
+    assert math.isnan(rd.spearman_e2(res, "E2-normal-swish2-s0"))
+    row = evaluate(next(c for c in CLAIMS if c.id == "E2.4"), res)
+    assert row["verdict"] == NOT_MEASURABLE and row["interval"]["n"] == 0
+
+
+def _e3e4(gaps, controls) -> dict:
+    res = {}
+    for s, (g, c) in enumerate(zip(gaps, controls)):
+        protocols = {"b_raw": {"rot_linear_z": 0.60, "rot_linear_h": 0.60 - g / 100},
+                     "d_untrained_nobias": {"rot_linear_z": 0.60, "rot_linear_h": 0.60 - c / 100}}
+        res[f"E3E4-s{s}"] = {"status": "finished", "seed": s, "experiment": "E3E4", "protocols": protocols}
+    return res
 
 
 def test_a_claim_is_evaluated_from_its_per_seed_values():
     """E3.1 (h - z of the linear rotation probe < 0) on five hand-made seeds: values -2, -4, -6, -8, -10 points ->
-    mean -6, interval -6 +- t s / sqrt 5 with s^2 = 10, reproduced; the control's values read the same way."""
-    claim = next(c for c in R.CLAIMS if c.id == "E3.1")
-    res = {}
-    for s, (gap, control) in enumerate(zip((2, 4, 6, 8, 10), (-1, 1, -1, 1, 0))):
-        protocols = {"b_raw": {"rot_linear_z": 0.60, "rot_linear_h": 0.60 - gap / 100},
-                     "d_untrained_nobias": {"rot_linear_z": 0.60, "rot_linear_h": 0.60 - control / 100}}
-        res[f"E3E4-s{s}"] = {"status": "finished", "seed": s, "experiment": "E3E4", "protocols": protocols}
-    row = R.evaluate(claim, res)
+    mean -6, interval -6 +- t s / sqrt 5 with s^2 = 10, reproduced and stable; the opposite sign: not reproduced."""
+    claim = next(c for c in CLAIMS if c.id == "E3.1")
+    res = _e3e4((2, 4, 6, 8, 10), (-1, 1, -1, 1, 0))
+    row = evaluate(claim, res)
     half = T975_4 * math.sqrt(10) / math.sqrt(5)
     assert row["seeds"] == [0, 1, 2, 3, 4] and np.allclose(row["values"], [-2, -4, -6, -8, -10])
     assert math.isclose(row["interval"]["value"], -6.0) and math.isclose(row["interval"]["high"], -6 + half)
-    assert row["verdict"] == REPRODUCED
-    assert math.isclose(row["controls"][0]["interval"]["value"], 0.0, abs_tol=1e-12)
-    for s in range(5):  # the opposite sign everywhere: not reproduced
-        p = res[f"E3E4-s{s}"]["protocols"]["b_raw"]
+    assert row["verdict"] == REPRODUCED and row["stability"] == "stable" and row["seeds_needed"] is None
+    assert math.isclose(row["control_results"][0]["interval"]["value"], 0.0, abs_tol=1e-12)
+    for r in res.values():
+        p = r["protocols"]["b_raw"]
         p["rot_linear_h"] = 1.2 - p["rot_linear_h"]
-    assert R.evaluate(claim, res)["verdict"] == NOT_REPRODUCED
+    assert evaluate(claim, res)["verdict"] == NOT_REPRODUCED
 
 
-def test_the_report_names_the_ledger_command_without_its_shard():
-    cmd = "python -m scale.replicate --dataset digits --shard 1/3 --out d"
-    assert R.ledger_command(cmd) == ("python -m scale.replicate --dataset digits --out d",
-                                     " (in 3 processes, `--shard 0/3` to `--shard 2/3`)")
-    assert R.ledger_command("python -m scale.replicate --quick") == ("python -m scale.replicate --quick", "")
+def test_leave_one_seed_out_flags_a_fragile_verdict_and_inconclusive_rows_get_seeds_needed():
+    claim = next(c for c in CLAIMS if c.id == "E3.1")
+    # three seeds at -1, -1.2, -0.8 points: mean -1, half-width 4.303 x 0.2 / sqrt 3 = 0.50, reproduced; any two of
+    # them: half-width 12.71 x s / sqrt 2 > 1, inconclusive, so every seed's removal changes the verdict
+    row = evaluate(claim, _e3e4((1, 1.2, 0.8), (0,) * 3))
+    assert row["verdict"] == REPRODUCED and row["stability"] == "fragile (without seed 0, 1, 2)"
+    row = evaluate(claim, _e3e4((1, -1, 2), (0, 0, 0)))  # mean -0.667 points, s = 1.528: inconclusive
+    assert row["verdict"] == INCONCLUSIVE
+    n = row["seeds_needed"]  # by hand: the first n with t_{0.975, n-1} s / sqrt(n) < 0.667
+    s = float(np.std([-1, 1, -2], ddof=1))
+    from scipy.stats import t
+    want = next(m for m in range(4, 51) if t.ppf(0.975, m - 1) * s / math.sqrt(m) < 2 / 3)
+    assert n == want
 
 
-def test_every_claim_has_a_rule_and_a_unique_id():
-    ids = [c.id for c in R.CLAIMS]
+def test_a_protocol_control_that_fails_the_rule_qualifies_the_verdict():
+    """E4.1 holds under protocol a and fails under c (BatchNorm re-estimated): reproduced only under the paper's
+    protocol, naming c."""
+    claim = next(c for c in CLAIMS if c.id == "E4.1")
+    res = {}
+    for s, (a, c) in enumerate(((50.0, 0.12), (55.0, 0.11), (48.0, 0.13))):
+        prot = {"a_paper": {"compression": a}, "c_bn_renorm": {"compression": c}, "b_raw": {"compression": c},
+                "e_trained_normalized": {"compression": c}}
+        res[f"E3E4-s{s}"] = {"status": "finished", "seed": s, "experiment": "E3E4", "protocols": prot}
+    row = evaluate(claim, res)
+    assert row["verdict"] == "reproduced only under the paper's protocol"
+    assert "BatchNorm re-estimated (c)" in row["contradicting"]
+
+
+def test_every_claim_is_data_pointing_to_its_line_of_the_paper():
+    lines = (ROOT / "docs" / "paper.md").read_text().splitlines()
+    ids = [c.id for c in CLAIMS]
     assert len(ids) == len(set(ids))
-    assert {c.experiment for c in R.CLAIMS} == {"E1", "E2", "E3", "E4", "E5", "S3"}
-    assert all(c.rule.direction in (">", "<", "within") for c in R.CLAIMS)
-    assert set(R.NOT_RUN) == {"E6"}
+    for c in CLAIMS:
+        file, line, phrase = c.source
+        assert file == "docs/paper.md" and phrase in lines[line - 1], (c.id, line, phrase)
+        assert c.known, c.id
+    tables = {c.table for c in CLAIMS}
+    assert tables == {"paper", "mechanism", "project"}
+    assert {c.id for c in CLAIMS if c.table == "project"} == {"S3.1", "S3.2", "S3.3", "S3.4", "E3.3"}
+    data = claims.rules_data()
+    assert json.loads(json.dumps(data)) == data  # plain data
+    assert claims.rules_hash() == plan.digest(data) and len(claims.rules_hash()) == 64
 
 
-def test_plan_is_seed_major_and_keeps_the_paper_settings(capsys, tmp_path, monkeypatch):
+def _only(names):
+    """A plan_units keeping only the units whose name starts with one of ``names``."""
+    full = plan.plan_units
+
+    def chosen(*a, **k):
+        return [u for u in full(*a, **k) if any(u.name.startswith(n) for n in names)]
+    return chosen
+
+
+def _unit_files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (out / "units").glob("*.json")}
+
+
+def test_a_rerun_with_fewer_seeds_loses_no_unit(tmp_path, monkeypatch):
+    """--seeds 2, then --seeds 1 into the same OUT: seed 1's unit stays in the store and in results.json (the first
+    ledger format dropped it: its results.json held only the current plan's seeds)."""
+    monkeypatch.setattr(plan, "plan_units", _only([ONE_UNIT]))
+    out = tmp_path / "ledger"
+    assert R.main(["--quick", "--seeds", "2", "--out", str(out)]) == 0
+    files = _unit_files(out)
+    assert len(files) == 2
+    assert R.main(["--quick", "--seeds", "1", "--out", str(out)]) == 0
+    assert _unit_files(out) == files  # nothing rewritten, nothing lost
+    view = json.loads((out / "results.json").read_text())
+    assert set(view["units"]) == {f"{ONE_UNIT}-s0", f"{ONE_UNIT}-s1"}
+    assert view["registration"]["rules_hash"] == claims.rules_hash()
+
+
+def test_a_v1_ledger_is_converted_and_another_plan_never_loses_it(tmp_path):
+    """A copy of the v1 ledger (160 units in one results.json) given `--quick --shard 5/64`: the first format kept
+    1 of 160 units. Now every v1 unit becomes a unit file first, the quick plan adds its own, and the view of the
+    quick plan lists the 160 as another plan's."""
+    out = tmp_path / "replication"
+    out.mkdir()
+    shutil.copy(V1_RESULTS, out / "results.json")
+    v1 = json.loads(V1_RESULTS.read_text())["units"]
+    assert R.main(["--quick", "--shard", "5/64", "--out", str(out)]) == 0
+    files = _unit_files(out)
+    converted = {n: json.loads(b) for n, b in files.items() if n.startswith("v1--")}
+    assert len(converted) == len(v1) == 160
+    for rec in converted.values():
+        assert {k: v for k, v in rec.items() if k not in ("plan", "key_hash")} == v1[rec["name"]]
+    view = json.loads((out / "results.json").read_text())
+    assert len(view["units"]) == 1 and sum("plan v1" in line for line in view["ignored"]) == 160
+    assert R.main(["--report-only", "--plan", "v1", "--out", str(out)]) == 0
+    v1_view = json.loads((out / "v1-reread" / "results.json").read_text())
+    assert len(v1_view["units"]) == 160
+    assert "v1 data read under today's rules" in (out / "v1-reread" / "report.md").read_text()
+    assert _unit_files(out) == files
+
+
+def test_units_of_another_thread_count_are_never_mixed_and_files_are_written_once(tmp_path):
+    out = tmp_path / "s"
+    keys = {"E1-a-s0": "k0"}
+    assert store.write_once(out / "units" / store.unit_filename("p", "E1-a-s0", "cpu", 1, "k0"), {"v": 1})
+    assert not store.write_once(out / "units" / store.unit_filename("p", "E1-a-s0", "cpu", 1, "k0"), {"v": 2})
+    store.write_once(out / "units" / store.unit_filename("p", "E1-a-s0", "cpu", 2, "k0"), {"v": 3})
+    store.write_once(out / "units" / store.unit_filename("p", "E1-a-s0", "cpu", 1, "stale"), {"v": 4})
+    units, ignored = store.load_units(out, "p", keys, "cpu", 1)
+    assert units == {"E1-a-s0": {"v": 1}} and len(ignored) == 2
+    assert any("2 threads" in line for line in ignored) and any("key" in line for line in ignored)
+    assert not list((out / "units").glob(".*"))  # no temporary file left
+
+
+def test_registration_precedes_the_first_unit_and_a_changed_rule_needs_an_amendment(tmp_path, monkeypatch, capsys):
+    from scale.ledger import units as unit_runner
+
+    out = tmp_path / "ledger"
+    monkeypatch.setattr(plan, "plan_units", _only([ONE_UNIT]))
+    seen = []
+    real = unit_runner.run_unit
+
+    def spy(*a, **k):
+        seen.append(json.loads((out / "results.json").read_text()))
+        return real(*a, **k)
+
+    monkeypatch.setattr(unit_runner, "run_unit", spy)
+    assert R.main(["--quick", "--seeds", "1", "--out", str(out)]) == 0
+    assert seen and seen[0]["units"] == {} and seen[0]["registration"]["rules_hash"] == claims.rules_hash()
+    assert seen[0]["registration"]["code_commit"]
+    monkeypatch.setattr(claims, "rules_hash", lambda: "0" * 64)  # the rules changed after registration
+    capsys.readouterr()
+    assert R.main(["--quick", "--seeds", "1", "--out", str(out), "--report-only"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--amend" in err
+    assert R.main(["--quick", "--seeds", "1", "--out", str(out), "--report-only", "--amend", "a bar fixed"]) == 0
+    text = (out / "report.md").read_text()
+    assert "a bar fixed" in text and "-> 000000000000" in text
+    assert R.main(["--quick", "--seeds", "1", "--out", str(out), "--report-only"]) == 0  # logged: accepted now
+
+
+def test_dry_run_costs_every_unit_on_any_device_and_writes_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    units = R.plan_units("digits", 2, quick=False)
+    assert R.main(["--dry-run", "--device", "cuda", "--dataset", "cifar10", "--seeds", "1",
+                   "--experiments", "E2,E5"]) == 0
+    out = capsys.readouterr().out
+    assert "6 units" in out and "assumed" in out and "estimated:" in out and claims.rules_hash() in out
+    assert all(f"  {c.id} " in out for c in CLAIMS)
+    assert not list(tmp_path.iterdir())
+
+
+def test_plan_is_seed_major_keeps_the_paper_settings_and_takes_epochs():
+    units = plan.plan_units("digits", 2, quick=False)
     per_seed = len(units) // 2
     assert all(u.seed == 0 for u in units[:per_seed]) and all(u.seed == 1 for u in units[per_seed:])
-    names = {u.name for u in units}
-    assert len(names) == len(units)
-    e1 = [u for u in units if u.experiment == "E1" and u.seed == 0]
-    assert len(e1) == 21 + 4  # the paper's grid (linear: BatchNorm off) and four normal-start controls
-    gelu = next(u for u in units if u.name == "E1-gelu2-bn0-lr0.05-normal-s1")
-    args = list(gelu.argv)
+    assert len({u.name for u in units}) == len(units)
+    assert len([u for u in units if u.experiment == "E1" and u.seed == 0]) == 21 + 4
+    a = list(next(u for u in units if u.name == "E1-gelu2-bn0-lr0.05-normal-s1").argv)
+    assert a[a.index("--lr") + 1] == "0.05" and "--no-head-bias" in a and a[-a[::-1].index("--init")] == "normal"
+    short = plan.plan_units("digits", 1, quick=False, epochs=plan.parse_epochs("E2=3"), experiments=("E2",))
+    assert len(short) == 3 and all(u.epochs == 3 for u in short)
+    assert short[0].key_hash() != plan.plan_units("digits", 1, False, experiments=("E2",))[0].key_hash()
+    for bad in ("0", "E9=2", "x"):
+        with pytest.raises(ValueError, match="--epochs"):
+            plan.parse_epochs(bad)
 
-    def last(flag):
-        return args[len(args) - 1 - args[::-1].index(flag) + 1]
 
-    assert last("--init") == "normal" and last("--seed") == "1" and last("--epochs") == str(R.DIGITS_EPOCHS["E1"])
-    assert last("--method") == "simsiam" and last("--lr") == "0.05" and "--no-head-bias" in args
-    assert R.main(["--dry-run", "--dataset", "cifar10", "--seeds", "1"]) == 0  # prints, writes nothing
-    printed = capsys.readouterr().out
-    assert "32 units (cifar10, 1 seeds)" in printed and all(f"  {c.id} " in printed for c in R.CLAIMS)
-    assert not list(tmp_path.iterdir())
-    cifar = R.plan_units("cifar10", 1, quick=False)
-    e2 = next(u for u in cifar if u.name == "E2-collapsed-relu2-s0")
-    assert "--track-hessian-every" not in e2.argv  # the ledger measures itself (LedgerProbe)
-    a = list(e2.argv)
-    assert a[a.index("--epochs") + 1] == "100" and a[a.index("--batch-size") + 1] == "256"
+def test_bad_input_is_one_line_and_leaves_files_alone(tmp_path, capsys):
+    for argv, words in ((["--seeds", "0"], "--seeds must be a positive integer"),
+                        (["--experiments", "E9"], "--experiments E9: unknown E9; valid: E1, E2, E3E4, E5"),
+                        (["--epochs", "E1=x"], "--epochs takes N"), (["--shard", "2/2"], "--shard K/N"),
+                        (["--budget-s", "-1"], "must not be negative")):
+        assert R.main([*argv, "--out", str(tmp_path / "a")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err, err
+    assert not (tmp_path / "a").exists()
+    bad = tmp_path / "b"
+    bad.mkdir()
+    (bad / "results.json").write_text("[1, 2")  # not JSON
+    assert R.main(["--quick", "--out", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not readable" in err and (bad / "results.json").read_text() == "[1, 2"
+    (bad / "results.json").write_text('{"runs": []}')  # JSON, but not a ledger
+    assert R.main(["--quick", "--out", str(bad)]) == 2
+    assert "not a ledger written by scale.replicate" in capsys.readouterr().err
+    assert R.main(["--report-only", "--out", str(tmp_path / "empty")]) == 1
+    assert "nothing to report" in capsys.readouterr().err and not (tmp_path / "empty").exists()
+
+
+def test_quick_report_has_its_banner_and_no_bold_verdict():
+    reg = {"plan": "quick-x", "plan_hash": "0" * 64, "rules_hash": claims.rules_hash(), "code_commit": "c",
+           "registered_at": "now", "command": "python -m scale.replicate --quick",
+           "settings": runner.plan_settings("digits", True, None, "cpu", 1)}
+    res = _e3e4((2, 4, 6), (0, 0, 0))
+    for r in res.values():
+        r.update(git_commit="c", seconds=1.0)
+    view, text = report.build(Path("/nonexistent-figures"), reg, [], res, [])
+    assert report.BANNER == "pipeline check: not evidence" and report.BANNER in text and view["banner"]
+    assert "**" not in text
+    assert "--quick: digits, 64 training images" in text  # its own settings in the deviations
+    assert "## The project's own questions" in text and "## The mechanism" in text
 
 
 # --------------------------------------------------------------------------------------------
 # The --quick pipeline, end to end: killed for real after some units, resumed, reported
 # --------------------------------------------------------------------------------------------
-
-
-def _units(path: Path) -> dict:
-    return json.loads(path.read_text())["units"] if path.is_file() else {}
 
 
 def _processes_of(out: Path) -> list[int]:
@@ -244,13 +350,11 @@ def _processes_of(out: Path) -> list[int]:
 
 
 def _quick_ledger_until(out: Path, units: int, sig: int) -> subprocess.Popen:
-    """Start ``python -m scale.replicate --quick --out OUT`` in a subprocess, wait until ``results.json`` holds
-    ``units`` units (or the process ended, or 240 s passed), then send it ``sig``."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "scale.replicate", "--quick", "--out", str(out)], cwd=out.parent,
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 240
-    while len(_units(out / "results.json")) < units and time.time() < deadline and proc.poll() is None:
+    while len(list((out / "units").glob("*.json"))) < units and time.time() < deadline and proc.poll() is None:
         time.sleep(0.1)
     proc.send_signal(sig)
     return proc
@@ -259,114 +363,85 @@ def _quick_ledger_until(out: Path, units: int, sig: int) -> subprocess.Popen:
 @pytest.mark.slow
 def test_quick_pipeline_killed_resumed_and_reported(tmp_path):
     out = tmp_path / "ledger"
-    proc = _quick_ledger_until(out, 3, signal.SIGKILL)  # a real kill, mid-unit most likely
+    proc = _quick_ledger_until(out, 3, signal.SIGKILL)
     proc.wait()
     for pid in _processes_of(out):  # its augmentation workers outlive a SIGKILL: end them here
         os.kill(pid, signal.SIGKILL)
-    before = _units(out / "results.json")
-    assert len(before) >= 3, proc.stderr.read().decode()[-2000:]  # results.json is whole: written atomically
-    assert not list(out.glob("*.tmp*"))
-
+    before = _unit_files(out)
+    assert len(before) >= 3, proc.stderr.read().decode()[-2000:]
     assert R.main(["--quick", "--out", str(out)]) == 0
-    saved = json.loads((out / "results.json").read_text())
-    units = saved["units"]
-    plan = R.plan_units("digits", R.QUICK_SEEDS, quick=True, threads=2)
-    assert set(units) == {u.name for u in plan}
-    for name, rec in before.items():  # what the killed run finished was reused, not run again
-        assert units[name]["finished_at"] == rec["finished_at"]
-    assert all(r["git_commit"] not in ("", "unknown") and r["versions"]["torch"] for r in units.values())
-    assert all(r["status"] in ("finished", "non-finite loss") for r in units.values())
-    rows = {c["id"]: c for c in saved["claims"]}
-    assert set(rows) == {c.id for c in R.CLAIMS}
-    assert all(r["verdict"] in VERDICTS and len(r["values"]) == R.QUICK_SEEDS for r in rows.values())
-    report = (out / "report.md").read_text()
-    assert all(f"**{c.id}**" in report for c in R.CLAIMS) and "**E6**" in report
+    after = _unit_files(out)
+    assert all(after[n] == b for n, b in before.items())  # what the killed run finished was kept, not rerun
+    view = json.loads((out / "results.json").read_text())
+    assert len(view["units"]) == len(plan.plan_units("digits", plan.QUICK_SEEDS, True)) == len(after)
+    assert all(r["verdict"] in VERDICTS for r in view["claims"]) and len(view["claims"]) == len(CLAIMS)
+    assert all(r["interval"]["n"] == 0 or r["kind"] != "fraction" or 0 <= r["interval"]["low"] <= 1
+               for r in view["claims"] if r["interval"]["n"] > 1)
+    text = (out / "report.md").read_text()
+    assert report.BANNER in text and "**" not in text
     for fig in ("e1_std.png", "e2_curvature.png", "e5_depth.png", "e4_study/report.md"):
         assert (out / fig).is_file(), fig
-    e2 = units["E2-collapsed-relu2-s0"]["curvature"]
-    assert len(e2) == R.QUICK_EPOCHS["E2"] + 1 and all(c["M_over_H"] == 0.0 for c in e2)  # ReLU: M = 0 exactly
-
-    # a second run has nothing to do; --report-only rebuilds the same table from results.json
-    mtime = (out / "results.json").stat().st_mtime_ns
-    table = report[report.index("## The ledger"):report.index("## E1")]
     assert R.main(["--quick", "--out", str(out), "--report-only"]) == 0
-    new = (out / "report.md").read_text()
-    assert new[new.index("## The ledger"):new.index("## E1")] == table
-    assert (out / "results.json").stat().st_mtime_ns >= mtime
-
-
-def test_bad_input_is_one_line_and_leaves_files_alone(tmp_path, capsys):
-    assert R.main(["--seeds", "0", "--out", str(tmp_path / "a")]) == 2
-    assert "--seeds must be a positive integer" in capsys.readouterr().err
-    assert R.main(["--redo", "E9", "--out", str(tmp_path / "a")]) == 2
-    assert "--redo E9: unknown; valid: E1, E2, E3E4, E5" in capsys.readouterr().err
-    assert not (tmp_path / "a").exists()
-    bad = tmp_path / "b"
-    bad.mkdir()
-    (bad / "results.json").write_text("[1, 2")  # not JSON
-    assert R.main(["--quick", "--out", str(bad)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not readable as a ledger" in err
-    assert (bad / "results.json").read_text() == "[1, 2"
-    (bad / "results.json").write_text('{"runs": []}')  # JSON, but not a ledger
-    assert R.main(["--quick", "--out", str(bad), "--report-only"]) == 2
-    assert "not a ledger written by scale.replicate" in capsys.readouterr().err
-    assert R.main(["--report-only", "--out", str(tmp_path / "empty")]) == 1
-    assert "nothing to report" in capsys.readouterr().err
-    assert not (tmp_path / "empty").exists()
-
-
-def test_an_unwritable_output_folder_is_exit_code_4(tmp_path, capsys, monkeypatch):
-    """A real filesystem fault (the output folder would sit under a plain file): one line, exit code 4."""
-    blocker = tmp_path / "file.txt"
-    blocker.write_text("not a folder")
-    plan = R.plan_units
-    monkeypatch.setattr(R, "plan_units", lambda *a, **k: [u for u in plan(*a, **k) if u.name == "E1-linear-bn0-lr0.05-"
-                                                          "collapsed-s0"])
-    assert R.main(["--quick", "--out", str(blocker / "ledger")]) == 4
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "cannot write" in err
-    assert blocker.read_text() == "not a folder"
-
-
-def test_shards_share_one_ledger(tmp_path, monkeypatch, capsys):
-    """``--shard 0/2`` runs the plan's even units only and merges its results into what another shard wrote (under
-    the file lock), never over it; a bad ``--shard`` is refused in one line."""
-    assert R.parse_shard("1/3") == (1, 3)
-    for bad in ("2/2", "-1/2", "1", "a/b"):
-        with pytest.raises(ValueError, match="--shard"):
-            R.parse_shard(bad)
-    assert R.main(["--shard", "2/2", "--out", str(tmp_path / "x")]) == 2 and "--shard" in capsys.readouterr().err
-    plan = R.plan_units
-    names = ("E1-linear-bn0-lr0.05-collapsed-s0", "E1-linear-bn0-lr0.05-normal-s0")
-    monkeypatch.setattr(R, "plan_units", lambda *a, **k: [u for u in plan(*a, **k) if u.name in names])
-    other = next(u for u in plan("digits", 1, True, threads=1) if u.name == names[1])
-    out = tmp_path / "ledger"
-    out.mkdir()
-    theirs = {"status": "finished", "key": other.key(), "seed": 0, "experiment": "E1", "labels": other.labels,
-              "start": {"h_std": 1.0}, "history": [{"epoch": 1, "h_std": 1.0}], "curvature": [], "git_commit": "x",
-              "versions": {}, "seconds": 0.0, "finished_at": "another shard"}
-    stale = dict(theirs, key=dict(other.key(), argv=["--epochs", "999"]), finished_at="a stale plan")
-    (out / "results.json").write_text(json.dumps({"units": {names[1]: stale}}))
-    assert R.main(["--quick", "--seeds", "1", "--shard", "0/2", "--out", str(out)]) == 0
-    units = json.loads((out / "results.json").read_text())["units"]
-    assert set(units) == {names[0]} and units[names[0]]["status"] == "finished"  # the stale unit is not carried
-    ours = units[names[0]]
-    (out / "results.json").write_text(json.dumps({"units": {names[0]: ours, names[1]: theirs}}))
-    assert R.main(["--quick", "--seeds", "1", "--shard", "0/2", "--out", str(out)]) == 0  # nothing left to run
-    units = json.loads((out / "results.json").read_text())["units"]
-    assert units[names[1]]["finished_at"] == "another shard" and units[names[0]] == ours
+    assert (out / "report.md").read_text().split("## Alternatives")[0] == text.split("## Alternatives")[0]
 
 
 def test_sigterm_stops_the_ledger_with_exit_code_130(tmp_path):
-    """A real SIGTERM mid-unit: the trainer's signal handler stops the unit, the ledger stops too (it does not record
-    the interruption as the unit's result and go on), exit code 130, and the finished units stay in results.json."""
     out = tmp_path / "ledger"
     proc = _quick_ledger_until(out, 1, signal.SIGTERM)
     assert proc.wait(timeout=120) == 130
     err = proc.stderr.read().decode()
     assert "interrupted" in err and "rerun the same command to continue" in err
-    units = _units(out / "results.json")
-    assert units and all(r["status"] == "finished" for r in units.values())
+    assert list((out / "units").glob("*.json"))
     time.sleep(1.0)
-    assert _processes_of(out) == [] or sys.platform != "linux"  # no augmentation worker is left behind
+    assert _processes_of(out) == [] or sys.platform != "linux"
+
+
+def test_mechanism_readers_by_hand():
+    """E5's depth slope (x = 1, 2, 3: (y3 - y1) / 2), the mechanism record at the start and the end of a run, and a
+    section of a unit's record; absent values are NaN."""
+    res = {f"E5-depth{d}-s0": {"status": "finished", "protocols": {"b_raw": {"rot_linear_h": h, "rot_linear_z": 0.5}}}
+           for d, h in ((1, 0.50), (2, 0.46), (3, 0.40))}
+    slope = rd.depth_slope(res, 0, lambda name: rd.gap(res, name, "b_raw", "rot_linear"))
+    assert math.isclose(slope, (-10.0 - 0.0) / 2)
+    del res["E5-depth2-s0"]
+    assert math.isnan(rd.depth_slope(res, 0, lambda name: rd.gap(res, name, "b_raw", "rot_linear")))
+    run = {"status": "finished", "timescale": {"log10_drift_ratio": 2.5},
+           "curvature": [{"epoch": 0, "mechanism": {"rho_rel": 0.3}}, {"epoch": 5, "mechanism": {"rho_rel": 1e-6}}]}
+    res = {"E1-gelu2-bn0-lr0.05-collapsed-s0": run}
+    assert rd.section(res, "E1-gelu2-bn0-lr0.05-collapsed-s0", "timescale", "log10_drift_ratio") == 2.5
+    assert math.isnan(rd.section(res, "E1-gelu2-bn0-lr0.05-collapsed-s0", "tangent", "log10_tangent_gain"))
+    assert rd.mechanism_at(res, "E1-gelu2-bn0-lr0.05-collapsed-s0", "rho_rel", "start") == 0.3
+    assert rd.mechanism_at(res, "E1-gelu2-bn0-lr0.05-collapsed-s0", "rho_rel", "end") == 1e-6
+    m8 = next(c for c in CLAIMS if c.id == "M.8")
+    assert math.isclose(m8.value(res, 0), -6.0)  # rho_rel 1e-6 at the end: below the floor 1e-3 (log10 -3)
+    assert m8.rule.outcome(-6.5, -5.5) == "fails"
+
+
+def test_budget_stops_starting_units_and_the_next_invocation_continues(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(plan, "plan_units", _only([ONE_UNIT]))
+    out = tmp_path / "ledger"
+    assert R.main(["--quick", "--seeds", "1", "--budget-s", "0", "--out", str(out)]) == 0
+    assert "--budget-s 0 spent; 1 units left" in capsys.readouterr().out
+    assert not _unit_files(out) and json.loads((out / "results.json").read_text())["registration"]
+    assert R.main(["--quick", "--seeds", "1", "--out", str(out)]) == 0
+    assert len(_unit_files(out)) == 1
+
+
+def test_determinism_rows_compare_the_same_units_at_another_thread_count(tmp_path):
+    """Two plans that differ only in threads, each with unit E3E4-s0: the report's determinism rows give each claim's
+    per-seed difference (E3.1: h - z of the rotation probe, 2 points against 3.5 points: -2 - (-3.5) = +1.5)."""
+    out = tmp_path / "ledger"
+    one, two = (runner.plan_settings("digits", True, None, "cpu", t) for t in (1, 2))
+    key = runner.expected_keys(one, 1)["E3E4-s0"]
+    assert key == runner.expected_keys(two, 1)["E3E4-s0"]  # where a unit ran is not in its key
+    res = {}
+    for settings, g in ((one, 2.0), (two, 3.5)):
+        pid = runner.plan_id(settings)
+        store.register(out, pid, {"plan": pid, "settings": settings})
+        rec = _e3e4((g,), (0.0,))["E3E4-s0"]
+        store.save_unit(out, pid, "E3E4-s0", "cpu", settings["threads"], key, rec)
+        res[settings["threads"]] = rec
+    mine, _ = store.load_units(out, runner.plan_id(one), {"E3E4-s0": key}, "cpu", 1)
+    rows = report.determinism(out, one, mine)
+    e31 = next(r for r in rows if r.startswith("| E3.1 |"))
+    assert "threads 1 vs 2" in e31 and "+1.5" in e31

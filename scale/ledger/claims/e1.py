@@ -1,0 +1,87 @@
+r"""E1 (collapse dynamics, SimSiam): the paper's claims about escaping pseudo-collapse, with their premise.
+
+Statistic of E1.1-E1.3: ``log10(h std at the end / before training)`` of the normalised projector output
+(> 0: the head left where it started). Their premise: the pseudo-collapsed start is collapsed in that same
+statistic, ``log10(h std before training, collapsed start / normal start) < -0.3`` (at least 2x lower); the
+v1 ledger measured it equal at both starts (the std of a normalised output does not see a weight scale).
+"""
+
+from __future__ import annotations
+
+from scale.ledger.claims.base import (
+    LOG10,
+    NEGATIVE,
+    PAPER,
+    PAPER_MD,
+    POSITIVE,
+    Claim,
+    Control,
+    Premise,
+)
+from scale.ledger.readers import e1_name, escape, h_std_final, relu_like_linear, start_h_std
+from scale.ledger.stats import log10_ratio
+from scale.ledger.verdicts import Rule
+
+COLLAPSED_BY = -0.3  # the premise: the collapsed start's h std at least 2x (10^0.3) below the normal start's
+E1_TRANSFER = ("scale-dependent", "E1's dynamics depend on steps, width and learning rate: a CIFAR run must show "
+               "the same signs at the paper's 50 epochs, batch 512, width 2048")
+
+
+def _escape(head: str, bn: bool = False, lr: float = 0.05, init: str = "collapsed"):
+    return lambda res, s: escape(res, e1_name(head, bn, lr, init, s))
+
+
+def _bn_gain(head: str, lr: float):
+    return lambda res, s: log10_ratio(h_std_final(res, e1_name(head, True, lr, "collapsed", s)),
+                                      h_std_final(res, e1_name(head, False, lr, "collapsed", s)))
+
+
+def _collapsed_start(head: str):
+    return lambda res, s: log10_ratio(start_h_std(res, e1_name(head, False, 0.05, "collapsed", s)),
+                                      start_h_std(res, e1_name(head, False, 0.05, "normal", s)))
+
+
+def _premise(head: str) -> Premise:
+    return Premise("the pseudo-collapsed start is collapsed in the measured statistic (h std at least 2x below "
+                   "the normal start's)", f"log10(h std before training: collapsed / normal start), {head}",
+                   _collapsed_start(head), Rule("<", COLLAPSED_BY))
+
+
+V1_PREMISE = "v1: the premise statistic was 0 at every seed (the two starts have the same h std)"
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("E1.1", "E1", PAPER, "a linear head does not leave pseudo-collapse",
+          (PAPER_MD, 88, "linear heads have `M = 0`"), "qualitative (Thm 4.1 (1))",
+          "log10(h std at the end / before training), linear, BN off, lr 0.05", LOG10, NEGATIVE, _escape("linear"),
+          controls=(Control("normal start", _escape("linear", init="normal")),), premise=_premise("linear"),
+          transfer=E1_TRANSFER, known=f"v1 (5 seeds): -2.16 [-2.26, -2.06], 'reproduced'; {V1_PREMISE}"),
+    Claim("E1.2", "E1", PAPER, "a GELU head leaves pseudo-collapse",
+          (PAPER_MD, 89, "smooth heads put negative curvature"), "qualitative (Thm 4.1 (2))",
+          "log10(h std at the end / before training), gelu2, BN off, lr 0.05", LOG10, POSITIVE, _escape("gelu2"),
+          controls=(Control("normal start", _escape("gelu2", init="normal")), Control("linear head",
+                                                                                       _escape("linear"))),
+          premise=_premise("gelu2"), transfer=E1_TRANSFER,
+          known=f"v1: -1.89 [-2.01, -1.76], 'not reproduced'; {V1_PREMISE}"),
+    Claim("E1.3", "E1", PAPER, "a Swish head leaves pseudo-collapse",
+          (PAPER_MD, 89, "smooth heads put negative curvature"), "qualitative (Thm 4.1 (2))",
+          "log10(h std at the end / before training), swish2, BN off, lr 0.05", LOG10, POSITIVE, _escape("swish2"),
+          controls=(Control("normal start", _escape("swish2", init="normal")), Control("linear head",
+                                                                                        _escape("linear"))),
+          premise=_premise("swish2"), transfer=E1_TRANSFER,
+          known=f"v1: -1.80 [-1.89, -1.70], 'not reproduced'; {V1_PREMISE}"),
+    Claim("E1.4", "E1", PAPER, "without BatchNorm, at the smallest step, ReLU behaves like linear",
+          (PAPER_MD, 90, "ReLU heads have `M = 0` off the kinks"), "qualitative (ReLU gap)",
+          "abs(log10(relu / smooth)) - abs(log10(relu / linear)) of the final h std, BN off, lr 0.005 (smooth: "
+          "geometric mean of gelu2, swish2)", "log10 units", POSITIVE,
+          lambda res, s: relu_like_linear(res, False, 0.005, s),
+          controls=(Control("lr 0.05", lambda res, s: relu_like_linear(res, False, 0.05, s)),
+                    Control("lr 0.5", lambda res, s: relu_like_linear(res, False, 0.5, s))),
+          transfer=E1_TRANSFER, known="v1: 0.131 [-0.077, 0.339], inconclusive; at lr 0.05: 0.317 [0.21, 0.425]"),
+    Claim("E1.5", "E1", PAPER, "BatchNorm is the way out for ReLU",
+          (PAPER_MD, 90, "they escape only through finite steps and BatchNorm"), "qualitative (ReLU gap)",
+          "log10(final h std with BN / without), relu2, lr 0.005", LOG10, POSITIVE, _bn_gain("relu2", 0.005),
+          controls=(Control("gelu2 (BN's effect on a smooth head)", _bn_gain("gelu2", 0.005)),
+                    Control("relu2 at lr 0.05", _bn_gain("relu2", 0.05))),
+          transfer=E1_TRANSFER, known="v1: 2.07 [1.58, 2.57], 'reproduced'; the gelu2 control 1.83 [1.68, 1.99] "
+          "(BatchNorm lifts every head, not only ReLU)"),
+)

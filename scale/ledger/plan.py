@@ -1,0 +1,173 @@
+r"""The ledger's plan: its units (one run of ``scale.paper``'s plan at one seed each), their sizes, their keys,
+and an estimate of each unit's cost on any device.
+
+    E1    SimSiam, projector and predictor of one activation, no bias: heads linear, relu2, gelu2, swish2 x
+          BatchNorm off/on (linear: off) x lr {0.005, 0.05, 0.5}, from the pseudo-collapsed start (projector
+          weights x 0.1); the normal start for BatchNorm off at lr 0.05 (the controls of E1 and Section 3).
+    E2    SimSiam, no BatchNorm, lr 0.05: normal/swish2, collapsed/swish2, collapsed/relu2, curvature every epoch.
+    E3E4  ``scale.e4_study``'s seed: the E3 model trained twice (head on raw z; on normalised z), protocols a-e.
+    E5    the E3 set-up with a Swish + BatchNorm head of depth 1, 2, 3, protocols a-d.
+
+A unit's ``key`` is everything that shapes its numbers (its ``scale.run`` arguments, the measurement settings,
+experiment and seed); ``key_hash`` names its file in the store. Where it ran (device, threads) is not in the key:
+the store keeps it in the file's name and the report never mixes two of them.
+
+Cost (``estimate_seconds``): seconds = epochs x seconds per epoch of the experiment on digits, CPU, one thread,
+measured on the v1 ledger's 160 units (median over each experiment's units of seconds / epochs, with the
+measurements inside), times a size factor for CIFAR (images per epoch x pixels x backbone width squared against
+digits': a FLOP-proportional extrapolation, not a measurement), divided by a device factor (CUDA: an assumed
+throughput ratio, no GPU measured here). The estimate says which of these it rests on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+CIFAR = ("cifar10", "cifar100")
+EXPERIMENTS = ("E1", "E2", "E3E4", "E5")
+# Epochs on digits (10 steps of 128 images per epoch): chosen by pilot runs so that one seed of the whole ledger
+# fits about 50 minutes of one CPU thread; on CIFAR every experiment keeps the paper's (None: scale.paper's plan).
+DIGITS_EPOCHS: dict[str, int] = {"E1": 20, "E2": 50, "E3E4": 50, "E5": 50}
+# --quick: the pipeline, not the numbers (2 seeds, tiny model, 2 steps an epoch)
+QUICK_EPOCHS: dict[str, int] = {"E1": 1, "E2": 4, "E3E4": 1, "E5": 1}
+QUICK_FLAGS = ("--train-subset", "64", "--batch-size", "32", "--backbone-width", "8", "--head-width", "32",
+               "--head-out", "16", "--pred-width", "8")
+QUICK_SEEDS, QUICK_PROBE_IMAGES, QUICK_PROBE_PAIRS = 2, 32, 4
+PROBE_IMAGES = 10_000  # rotation probes: base images per split (all of digits)
+E1_NORMAL_START = ((False, 0.05),)  # (BatchNorm, lr) of E1's normal-start controls, every head
+PROBE_PAIRS = 16  # view pairs of the curvature probe (32 rows), as scale.curvature.tracking's
+PROBE_SEED = 2024  # the curvature probe's views, fixed for a run
+RANGE_FLOOR = 1e-6  # Section 3: eigenvalues below this fraction of a block's largest |eigenvalue| count as flat
+CONTROL_SEED = 12345  # the untrained heads' seed offset (scale.geometry.measure's)
+# E1's pseudo-collapsed start, then collapsed in the measured statistic (scale.geometry.mechanism.collapsed_start_:
+# the head reads z along its mean direction plus 1e-3 of the rest); the paper's x 0.1 alone leaves h std unchanged
+E1_COLLAPSE = "mean direction, eps 1e-3"
+TANGENT_IMAGES = 64  # E5: test images whose rotation tangents measure Proposition 5.2
+
+# Cost model (module docstring). Seconds per epoch, digits, CPU, 1 thread: the v1 ledger's median seconds / epochs.
+SECONDS_PER_EPOCH = {"E1": 3.3, "E2": 2.7, "E3E4": 4.2, "E5": 3.1}
+QUICK_SECONDS = {"E1": 3.0, "E2": 6.0, "E3E4": 8.0, "E5": 4.0}  # --quick units, measured on this CPU
+CIFAR_SIZE_FACTOR = (50_000 / 1_347) * (32 * 32 / (16 * 16)) * (64 / 16) ** 2  # images x pixels x width^2
+DEVICE_FACTOR = {"cpu": (1.0, "measured (v1 ledger, 1 thread)"),
+                 "cuda": (50.0, "assumed 50x a CPU thread (no GPU measured)")}
+
+
+@dataclass(frozen=True)
+class Unit:
+    name: str
+    experiment: str  # E1, E2, E3E4, E5
+    seed: int
+    argv: tuple[str, ...]  # scale.run arguments (E3E4: the flags appended to scale.e4_study's run)
+    paper: dict[str, Any]  # the paper's value of each checked setting (scale.paper.PlannedRun.paper)
+    labels: dict[str, Any] = field(default_factory=dict)
+    measure: dict[str, Any] = field(default_factory=dict)  # the settings outside argv that shape its numbers
+    epochs: int | None = None
+
+    def key(self) -> dict[str, Any]:
+        """What must match for a stored result to count for this unit."""
+        return {"argv": list(self.argv), "experiment": self.experiment, "seed": self.seed, "measure": self.measure}
+
+    def key_hash(self) -> str:
+        return digest(self.key())[:12]
+
+
+def digest(obj: Any) -> str:
+    """SHA-256 of ``obj``'s canonical JSON (sorted keys, no spaces)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def epochs_of(dataset: str, quick: bool, override: dict[str, int] | None = None) -> dict[str, int | None]:
+    base: dict[str, int | None] = dict(QUICK_EPOCHS if quick else ({} if dataset in CIFAR else DIGITS_EPOCHS))
+    return {e: (override or {}).get(e, base.get(e)) for e in EXPERIMENTS}
+
+
+def parse_epochs(text: str) -> dict[str, int]:
+    """``--epochs``: ``N`` (every experiment) or ``E1=5,E2=10``; ValueError with the valid forms otherwise."""
+    text = text.strip()
+    try:
+        if "=" not in text:
+            n = int(text)
+            out = {e: n for e in EXPERIMENTS}
+        else:
+            out = {}
+            for part in text.split(","):
+                k, v = part.split("=")
+                if k.strip() not in EXPERIMENTS:
+                    raise KeyError(k.strip())
+                out[k.strip()] = int(v)
+    except KeyError as exc:
+        raise ValueError(f"--epochs {text}: unknown experiment {exc}; valid: {', '.join(EXPERIMENTS)}") from None
+    except ValueError:
+        raise ValueError(f"--epochs takes N or E1=N,E2=N,... (experiments {', '.join(EXPERIMENTS)}), got "
+                         f"{text!r}") from None
+    if any(v < 1 for v in out.values()):
+        raise ValueError(f"--epochs must be positive, got {text!r}")
+    return out
+
+
+def plan_units(dataset: str, seeds: int, quick: bool, data_dir: str | None = None,
+               epochs: dict[str, int] | None = None, experiments: tuple[str, ...] = EXPERIMENTS) -> list[Unit]:
+    """Every unit of ``experiments``, seed-major (all of seed 0 first), so that a ledger stopped early has every
+    claim at fewer seeds rather than some claims at none. ``data_dir`` is where the data is, not what it is: it
+    is left out of the keys."""
+    from scale.paper import plan
+
+    ep = epochs_of(dataset, quick, epochs)
+    curv = {"probe_pairs": QUICK_PROBE_PAIRS if quick else PROBE_PAIRS, "probe_seed": PROBE_SEED,
+            "range_floor": RANGE_FLOOR}
+    probes = {"probe_images": QUICK_PROBE_IMAGES if quick else PROBE_IMAGES, "control_seed": CONTROL_SEED}
+    tail: list[str] = list(QUICK_FLAGS) if quick else []
+    by_seed: dict[int, list[Unit]] = {s: [] for s in range(seeds)}
+
+    def argv_of(run, seed: int, *extra: str) -> tuple[str, ...]:
+        keep = [a for a in run.argv if a not in ("--track-hessian-every", "epoch")]
+        return (*keep, "--seed", str(seed), *extra, *tail)  # argparse: the last occurrence of a flag wins
+
+    def epochs_in(argv: tuple[str, ...]) -> int | None:
+        return int(argv[argv.index("--epochs") + 1]) if "--epochs" in argv else None
+
+    for seed in range(seeds):
+        if "E1" in experiments:
+            for run in plan(dataset, "resnet18", False, ("E1",), seeds=1, epochs=ep["E1"]):
+                lab = run.labels
+                name = f"E1-{lab['head']}-bn{int(lab['bn'])}-lr{lab['lr']:g}"
+                a = argv_of(run, seed)
+                by_seed[seed].append(Unit(f"{name}-collapsed-s{seed}", "E1", seed, a, run.paper,
+                                          dict(lab, init="collapsed"), dict(curv, collapse=E1_COLLAPSE),
+                                          epochs_in(a)))
+                if (lab["bn"], lab["lr"]) in E1_NORMAL_START:
+                    a = argv_of(run, seed, "--init", "normal")
+                    by_seed[seed].append(Unit(f"{name}-normal-s{seed}", "E1", seed, a, dict(run.paper, init="normal"),
+                                              dict(lab, init="normal"), curv, epochs_in(a)))
+        if "E2" in experiments:
+            for run in plan(dataset, "resnet18", False, ("E2",), seeds=1, epochs=ep["E2"]):
+                lab = run.labels
+                a = argv_of(run, seed)
+                by_seed[seed].append(Unit(f"E2-{lab['init']}-{lab['head']}-s{seed}", "E2", seed, a, run.paper,
+                                          dict(lab), curv, epochs_in(a)))
+        if "E3E4" in experiments:
+            e3 = plan(dataset, "resnet18", False, ("E3E4",), seeds=1, epochs=ep["E3E4"])[0]
+            by_seed[seed].append(Unit(f"E3E4-s{seed}", "E3E4", seed, tuple(tail), e3.paper, dict(e3.labels),
+                                      dict(probes, epochs=ep["E3E4"]), epochs_in(tuple(e3.argv))))
+        if "E5" in experiments:
+            for run in plan(dataset, "resnet18", False, ("E5",), seeds=1, epochs=ep["E5"]):
+                a = argv_of(run, seed)
+                by_seed[seed].append(Unit(f"E5-depth{run.labels['depth']}-s{seed}", "E5", seed, a, run.paper,
+                                          dict(run.labels), dict(probes, tangent_images=TANGENT_IMAGES),
+                                          epochs_in(a)))
+    return [u for s in range(seeds) for u in by_seed[s]]
+
+
+def estimate_seconds(unit: Unit, dataset: str, quick: bool, device: str) -> tuple[float, str]:
+    """(seconds, what the estimate rests on) for one unit (module docstring); no device is needed."""
+    factor, device_basis = DEVICE_FACTOR[device]
+    if quick:
+        return QUICK_SECONDS[unit.experiment] / factor, f"--quick units on this CPU; device: {device_basis}"
+    per_epoch = SECONDS_PER_EPOCH[unit.experiment]
+    size, size_basis = (CIFAR_SIZE_FACTOR, "CIFAR: FLOP-proportional extrapolation from digits") \
+        if dataset in CIFAR else (1.0, "digits")
+    epochs = unit.epochs or DIGITS_EPOCHS[unit.experiment]
+    return epochs * per_epoch * size / factor, f"{size_basis}; device: {device_basis}"

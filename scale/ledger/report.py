@@ -1,0 +1,266 @@
+r"""The ledger's views of one plan, rebuilt from its store: ``OUT/results.json`` (the registration, the amendments,
+every unit's record, every row) and ``OUT/report.md`` (the paper's claims, the mechanism and the project's
+questions in separate tables, alternatives, what was known, determinism, deviations, per-seed values).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from scale.ledger import store
+from scale.ledger.claims import CLAIMS, NOT_RUN
+from scale.ledger.claims.base import MECHANISM, PAPER, PROJECT, Results
+from scale.ledger.evaluate import evaluate_all, seeds_of
+from scale.ledger.stats import SEEDS_CAP, cell, estimate
+from scale.ledger.verdicts import VERDICTS
+from scale.runs.summary import Estimate
+
+BANNER = "pipeline check: not evidence"
+TITLES = {PAPER: "The paper's claims", MECHANISM: "The mechanism: the paper's theory, measured",
+          PROJECT: "The project's own questions (outside the paper's tally)"}
+
+
+def _cell(est: dict[str, Any]) -> str:
+    return cell(Estimate(**est))
+
+
+def md(text: str) -> str:
+    """Text for a table cell: a ``|`` of the math (``|M| / |H_eff|``) would end the cell."""
+    return str(text).replace("|", "\\|")
+
+
+def row_cells(row: dict[str, Any]) -> str:
+    ctrl = "; ".join(f"{md(c['label'])}{' (protocol)' if c['protocol'] else ''}: {_cell(c['interval'])}"
+                     for c in row["control_results"]) or "-"
+    pr = row["premise_result"]
+    premise = "-" if pr is None else f"{md(row['premise']['text'])}: {_cell(pr['interval'])} ({pr['outcome']})"
+    verdict = row["verdict"]
+    if row["contradicting"] and verdict.startswith("reproduced only"):
+        verdict += f" (contradicted by: {', '.join(row['contradicting'])})"
+    if verdict == "not measurable":
+        verdict += f" ({md(row['degenerate'] or 'no seed gave a value: the units lack this measurement')})"
+    needed = "-" if row["verdict"] != "inconclusive" else (
+        f"{row['seeds_needed']}" if row["seeds_needed"] else f"> {SEEDS_CAP} (or no spread yet)")
+    holm = "-" if not math.isfinite(row["p_holm"]) else f"{row['verdict_holm']} (p {row['p_holm']:.2g})"
+    file, line, phrase = row["source"]
+    return (f"| {row['id']} {md(row['claim'])} | {file}:{line} \"{md(phrase)}\" | {md(row['paper'])} | "
+            f"{md(row['statistic'])} ({row['unit']}) | {_cell(row['interval'])} | {ctrl} | {premise} | "
+            f"{row['rule_text']} | {verdict} | {holm} | {row['stability']} | {needed} | {row['transfer'][0]}: "
+            f"{md(row['transfer'][1])} |")
+
+
+TABLE_HEAD = ("| claim | tests | paper | statistic (unit) | ours: mean [95 % interval] (n) | controls | premise | "
+              "rule | verdict | after Holm | leave-one-seed-out | seeds needed | transfer to CIFAR |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def tally(rows: list[dict[str, Any]], key: str = "verdict") -> str:
+    counts = {v: sum(r[key] == v for r in rows) for v in VERDICTS}
+    return ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+
+
+def determinism(out: Path, settings: dict[str, Any], res: Results) -> list[str]:
+    """Per claim, the differences of its per-seed value between this plan's units and the same units of a plan
+    that differs only in threads, device or repeat (run-to-run and thread-to-thread spread)."""
+    from scale.ledger.runner import expected_keys
+
+    folder = out / "registrations"
+    L: list[str] = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        other = store.read_json(path)
+        s = other.get("settings", {})
+        if other.get("plan") == store.V1 or s == settings:
+            continue
+        diff = {k for k in set(s) | set(settings) if s.get(k) != settings.get(k)}
+        if not diff or not diff <= {"threads", "device", "repeat"}:
+            continue
+        seeds = max(seeds_of(res), default=-1) + 1
+        theirs, _ = store.load_units(out, other["plan"], expected_keys(s, seeds), s["device"], s["threads"])
+        both = {k: v for k, v in res.items() if k in theirs}
+        if not both:
+            continue
+        what = ", ".join(f"{k} {settings.get(k)} vs {s.get(k)}" for k in sorted(diff))
+        for c in CLAIMS:
+            d = [c.value(both, sd) - c.value(theirs, sd) for sd in seeds_of(both)]
+            d = [x for x in d if math.isfinite(x)]
+            if d:
+                L.append(f"| {c.id} | {what} | {len(d)} | {max(abs(x) for x in d):.3g} | "
+                         f"{', '.join(f'{x:+.3g}' for x in d)} |")
+    return L
+
+
+def deviations(settings: dict[str, Any], n_seeds: int, v1: bool = False) -> list[str]:
+    ep = settings["epochs"]
+    if settings["quick"]:
+        sizes = ("--quick: digits, 64 training images, batch 32, ResNet-18 of base width 8, head 32 wide / 16 out, "
+                 f"predictor 8; probes of {settings['probe_images']} images, curvature on {settings['probe_pairs']} "
+                 "view pairs")
+    elif settings["dataset"] == "digits":
+        sizes = ("digits (1,347 training images, 16 x 16, ResNet-18 of base width 16, head 256 wide / 128 out, "
+                 "predictor 64, batch 128) instead of CIFAR-10 at the paper's sizes")
+    else:
+        sizes = f"{settings['dataset']} at the paper's sizes"
+    return [
+        sizes + "; each run's settings against the paper's are listed per experiment below",
+        f"epochs: E1 {ep['E1']} (paper 50), E2 {ep['E2']} (paper 100), E3/E4 {ep['E3E4']} (paper 50), E5 {ep['E5']} "
+        f"(paper 50); None: the paper's",
+        f"{n_seeds} seeds (the paper: 3 for E1, one run each for E2)",
+        "E1's h std (and E2's z statistics) on the trainer's fixed unaugmented probe images at each epoch end; the "
+        "official code averages them over the epoch's training batches",
+        "E1's normal start only at BatchNorm off, lr 0.05 (the control of E1's premise and of Section 3)",
+        "E1's pseudo-collapsed start (projector weights x 0.1, the paper's) is then collapsed in the measured "
+        "statistic: the head's first layer reads z along its mean direction plus 1e-3 of the rest "
+        "(scale.geometry.mechanism.collapsed_start_); x 0.1 alone leaves a bias-free head's normalised output, "
+        "hence h std, unchanged" + (" (not so in v1's units, read here: they have the paper's start only)" if v1
+                                     else ""),
+        f"E2's curvature exactly (per-sample blocks, float64) on {settings['probe_pairs']} view pairs drawn before "
+        "training, at the start and every epoch end; the paper's 20 + 20 power iterations (float32) run beside it",
+        "E3's probes: every training image x 4 quarter turns for fitting, the test split for scoring; the class "
+        "probe is this project's",
+        "E5 measured under E4's protocols a-d (protocol e, a second training per depth, is cut)",
+    ]
+
+
+def _deviation_rows(res: Results) -> list[str]:
+    rows: dict[tuple[str, str], tuple[str, set[str]]] = {}
+    for r in res.values():
+        for k, (p, o) in (r.get("deviations") or {}).items():
+            exp = "E3/E4" if r["experiment"] == "E3E4" else r["experiment"]
+            rows.setdefault((exp, k), (str(p), set()))[1].add(str(o))
+    return [f"| {e} | {k} | {p} | {', '.join(sorted(o))} |" for (e, k), (p, o) in sorted(rows.items())]
+
+
+def _e2_table(res: Results) -> list[str]:
+    from scale.ledger.readers import curvature
+
+    L = ["| run | lambda_min(H) < 0 | lambda_min(G) < 0 | loss Hessian indefinite | power iteration < 0 | "
+         "median abs(M)/abs(H) |", "|---|---|---|---|---|---|"]
+    seeds = seeds_of(res)
+    for init, head in (("normal", "swish2"), ("collapsed", "swish2"), ("collapsed", "relu2")):
+        recs = [curvature(res, f"E2-{init}-{head}-s{s}") for s in seeds]
+
+        def frac(key, recs=recs):
+            return cell(estimate("fraction", [sum(bool(c[key]) for c in cs) / len(cs) if cs else math.nan
+                                              for cs in recs]))
+
+        med = cell(estimate("nonnegative", [sorted(c["M_over_H"] for c in cs)[len(cs) // 2] if cs else math.nan
+                                            for cs in recs]))
+        L.append(f"| {init}/{head} | {frac('negative')} | {frac('negative_G')} | {frac('loss_indefinite')} | "
+                 f"{frac('power_negative')} | {med} |")
+    return L
+
+
+def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res: Results, ignored: list[str],
+          store_dir: Path | None = None) -> tuple[dict[str, Any], str]:
+    """(results.json, report.md) of the plan registered as ``reg``, from its units ``res``; figures in ``out``,
+    other plans (determinism) from ``store_dir`` (default ``out``)."""
+    from scale.ledger.figures import figure_e1, figure_e2, figure_e5
+
+    settings = reg["settings"]
+    rows = evaluate_all(CLAIMS, res)
+    seeds = seeds_of(res)
+    quick = settings["quick"]
+    if any(r["experiment"] in ("E1", "E2", "E5") for r in res.values()):
+        out.mkdir(parents=True, exist_ok=True)
+    figs = {name: fn(res, out / name) for name, fn in (("e1_std.png", figure_e1), ("e2_curvature.png", figure_e2),
+                                                       ("e5_depth.png", figure_e5))} if res else {}
+    commits = sorted({r["git_commit"] for r in res.values()})
+    seconds = sum(r["seconds"] for r in res.values())
+    by_table = {t: [r for r in rows if r["table"] == t] for t in TITLES}
+    L = [f"# The paper's claims, replicated on {settings['dataset']}: {len(seeds)} seed{'s' * (len(seeds) != 1)}", ""]
+    if reg.get("v1"):
+        L += ["> v1 data read under today's rules: these units ran under the first ledger's rules (`v1`, no hash "
+              "recorded), and today's rules were written after seeing them. Not a registered test: a view of old "
+              "data in the new categories. Rows that read a measurement v1 did not take (E1's start collapsed in "
+              "h std, rho, M on null(G), parameter drift, protocols f and g, the size-free kappa, the tangent gain) "
+              "are 'not measurable' here for that reason.", ""]
+    if quick:
+        L += [f"> {BANNER}. A --quick ledger runs tiny models for 1-4 epochs to check that every part works; its "
+              "numbers are not comparable with the paper's and its verdicts are not findings.", ""]
+    L += [f"Plan `{reg['plan']}` (hash {reg['plan_hash'][:16]}), registered {reg['registered_at']} at code commit "
+          f"{reg['code_commit']} by `{reg['command']}`; rules hash `{reg['rules_hash'][:16]}` (the rules as data: "
+          "`scale/ledger/claims/`; the full hash and the rules themselves in `results.json`). Units computed at "
+          f"{', '.join(commits) or '-'}; {len(res)} units, {seconds:.0f} s summed ({seconds / 3600:.2f} h), on "
+          f"{settings['device']} with {settings['threads']} thread{'s' * (settings['threads'] != 1)} each (units of "
+          "any other device or thread count are never mixed in).", ""]
+    L += ["## Amendments", ""]
+    L += [f"- {a['number']}. {a['date']}: {a['reason']} (claims {', '.join(a['claims_changed']) or '-'}; rules "
+          f"{a['from_hash'][:12]} -> {a['to_hash'][:12]})" for a in amendments] or ["None: the rules are the "
+                                                                                   "registered ones."]
+    L += ["", "## Verdicts", "", f"The paper's claims: {tally(by_table[PAPER]) or 'none evaluated'}; after Holm "
+          f"across every row of the ledger: {tally(by_table[PAPER], 'verdict_holm') or '-'}. The mechanism: "
+          f"{tally(by_table[MECHANISM]) or '-'}. The project's questions: {tally(by_table[PROJECT]) or '-'}. "
+          f"{len(NOT_RUN)} not run (E6).", "",
+          "How a row is read (`scale/ledger/verdicts.py`, `scale/ledger/stats.py`): one statistic per seed; a "
+          "Student t interval for unbounded statistics, Fisher z for correlations, a Wilson interval for fractions "
+          "(each inside its statistic's range); the rule applied to that interval; the premise first (its failure: "
+          "the run is not a test); a protocol control that fails the same rule makes a holding claim 'reproduced "
+          "only under the paper's protocol'. 'After Holm': the verdict with Holm's step-down correction over "
+          "every row's p-value (the smallest level at which its interval stays decisive). Leave-one-seed-out: "
+          "whether dropping any one seed changes the verdict. Seeds needed: the fewest seeds at which the "
+          "observed mean and spread would give a decisive interval. Transfer: whether the mechanism is "
+          "scale-independent, and what a CIFAR run must show; every number here is digits, ResNet-18 at 1/4 width "
+          "unless the plan says otherwise.", ""]
+    for table, title in TITLES.items():
+        L += [f"## {title}", "", *TABLE_HEAD, *(row_cells(r) for r in by_table[table])]
+        if table == PAPER:
+            L += [f"| {e} {c} | - | {p} | - | - | - | - | - | {why} | - | - | - | - |"
+                  for e, (c, p, why) in NOT_RUN.items()]
+        L.append("")
+    L += ["## Alternatives considered (secondary rows, outside every tally)", "",
+          "| claim | alternative | statistic | rule | ours | verdict |", "|---|---|---|---|---|---|"]
+    L += [f"| {r['id']} | {md(a['label'])} | {md(a['statistic'])} | {a['rule']} | {_cell(a['interval'])} | "
+          f"{a['verdict']} |" for r in rows for a in r["alternative_results"]]
+    L += ["", "## What was known when each rule was written", "", "| claim | known |", "|---|---|"]
+    L += [f"| {r['id']} | {md(r['known']) or '-'} |" for r in rows]
+    det = [] if reg.get("v1") else determinism(store_dir or out, settings, res)
+    L += ["", "## Determinism: the same units at another thread count, device or repeat", ""]
+    L += (["| claim | compared | seeds | largest difference | per seed |", "|---|---|---|---|---|", *det] if det else
+          ["Not measured in this store: rerun a few units with `--threads 2` (thread to thread) or `--repeat 1` "
+           "(run to run) into the same --out and rebuild the report."])
+    if figs.get("e1_std.png"):
+        L += ["", "## E1: h std per seed", "", "![E1 h std](e1_std.png)"]
+    if figs.get("e2_curvature.png"):
+        L += ["", "## E2: lambda_min of H_eff, G and M", "", "Fractions of the measurements (start and every epoch "
+              "end), mean [Wilson interval] over seeds.", "", *_e2_table(res), "", "![E2 curvature](e2_curvature.png)"]
+    if figs.get("e5_depth.png"):
+        L += ["", "## E5: probes and compression against depth", "", "![E5 depth](e5_depth.png)"]
+    devs = deviations(settings, len(seeds), bool(reg.get("v1")))
+    L += ["", "## Deviations from the paper's set-up", "", *(f"- {d}" for d in devs), "",
+          "| experiment | setting | paper | ours |", "|---|---|---|---|", *_deviation_rows(res), ""]
+    L += ["## Per-seed values", "", "| claim | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+          "|---|" + "---|" * len(seeds)]
+    L += [f"| {r['id']} | " + " | ".join("-" if not math.isfinite(v) else f"{v:.3g}" for v in r["values"]) + " |"
+          for r in rows]
+    if ignored:
+        L += ["", f"## Unit files left out of this view ({len(ignored)})", "",
+              *(f"- {line}" for line in ignored[:50]), *([f"- ... and {len(ignored) - 50} more"]
+                                                         if len(ignored) > 50 else [])]
+    L.append("")
+    view = {"format": 2, "plan": reg["plan"], "registration": reg, "amendments": amendments, "quick": quick,
+            "banner": BANNER if quick else None, "claims": rows, "ignored": ignored, "units": res}
+    return view, "\n".join(L)
+
+
+def write(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res: Results, ignored: list[str],
+          with_report: bool = True, store_dir: Path | None = None) -> Path:
+    """Replace the views; the E4 study's own report of the E3/E4 units in ``OUT/e4_study``."""
+    view, text = build(out, reg, amendments, res, ignored, store_dir) if with_report else (
+        {"format": 2, "plan": reg["plan"], "registration": reg, "amendments": amendments, "units": res,
+         "ignored": ignored}, "")
+    store.replace_view(out / "results.json", json.dumps(view, indent=1, sort_keys=True, default=str))
+    if with_report:
+        store.replace_view(out / "report.md", text)
+        e4 = sorted((r for r in res.values() if r["experiment"] == "E3E4"), key=lambda r: r["seed"])
+        if e4:
+            from scale.e4_study import write_report as e4_report
+
+            study = [{k: r[k] for k in ("seed", "config", "git_commit", "protocols", "seconds")} for r in e4]
+            store.replace_view(out / "e4_study" / "results.json",
+                               json.dumps({"dataset": reg["settings"]["dataset"], "seeds": study,
+                                           "command": reg["command"]}, indent=1, default=str))
+            e4_report(out / "e4_study", study, reg["command"] + "  (the ledger's E3/E4 units)")
+    return out / "report.md"

@@ -1,0 +1,160 @@
+r"""The ledger's runner: register the plan, then run its units not yet in the store, one file each.
+
+The plan (``plan_settings``): dataset, --quick, the epochs per experiment, the measurement sizes, the device
+and the thread count, and a repeat number (``--repeat``: the same units again, for the run-to-run spread). Its
+hash names the plan in the store. ``--seeds``, ``--experiments`` and ``--shard`` choose which of its units this
+invocation runs; they are not part of the plan, so invocations that differ only there share one ledger.
+
+Before the first unit: the registration (``scale.ledger.store.register``: the rules' data and hash and the code
+commit) and a results.json view holding it. Rules that differ from the registered ones are refused unless the
+change is logged as an amendment (``--amend REASON``). ``--budget-s`` stops starting units once that many
+seconds have passed (a unit started runs to its end).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from scale.ledger import claims, plan, store
+from scale.ledger.store import StoreError
+
+DONE = ("finished", "non-finite loss")  # a unit in another state (an error) is run again by the next invocation
+
+
+def code_commit() -> str:
+    """HEAD, with ``+dirty`` when the code that produces the numbers (``mini/``, ``scale/``, ``pyproject.toml``)
+    differs from it; ``unknown`` outside git."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "mini", "scale", "pyproject.toml"], cwd=root,
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if sha.returncode:
+        return "unknown"
+    return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def plan_settings(dataset: str, quick: bool, epochs: dict[str, int] | None, device: str, threads: int,
+                  repeat: int = 0) -> dict[str, Any]:
+    return {"dataset": dataset, "quick": quick, "epochs": plan.epochs_of(dataset, quick, epochs),
+            "probe_images": plan.QUICK_PROBE_IMAGES if quick else plan.PROBE_IMAGES,
+            "probe_pairs": plan.QUICK_PROBE_PAIRS if quick else plan.PROBE_PAIRS, "device": device,
+            "threads": threads, "repeat": repeat, "format": 2}
+
+
+def plan_id(settings: dict[str, Any]) -> str:
+    return ("quick-" if settings["quick"] else "") + plan.digest(settings)[:12]
+
+
+def registration_record(settings: dict[str, Any], command: str) -> dict[str, Any]:
+    return {"plan": plan_id(settings), "settings": settings, "plan_hash": plan.digest(settings),
+            "rules": claims.rules_data(), "rules_hash": claims.rules_hash(), "code_commit": code_commit(),
+            "registered_at": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": command}
+
+
+def check_rules(out: Path, pid: str, reg: dict[str, Any], amend: str | None) -> list[dict[str, Any]]:
+    """The plan's amendments; when the code's rules differ from the last registered or amended ones, log an
+    amendment with ``amend`` as its reason, or refuse (``StoreError``) without one."""
+    logged = store.amendments(out, pid)
+    current = logged[-1]["to_hash"] if logged else reg["rules_hash"]
+    now = claims.rules_hash()
+    if now == current:
+        return logged
+    if not amend:
+        raise StoreError(f"the rules changed since plan {pid} was registered (registered {current[:12]}, now "
+                         f"{now[:12]}): log the change with --amend 'REASON', or use another --out")
+    before = {c["id"]: c for c in (logged[-1]["rules"] if logged else reg["rules"])["claims"]}
+    after = {c["id"]: c for c in claims.rules_data()["claims"]}
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    store.amend(out, pid, {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "reason": amend, "from_hash": current,
+                           "to_hash": now, "claims_changed": changed, "code_commit": code_commit(),
+                           "rules": claims.rules_data()})
+    return store.amendments(out, pid)
+
+
+def register(out: Path, settings: dict[str, Any], command: str, amend: str | None) -> dict[str, Any]:
+    """The plan's registration (written now if there is none) after checking the rules against it."""
+    pid = plan_id(settings)
+    reg = store.register(out, pid, registration_record(settings, command))
+    check_rules(out, pid, reg, amend)
+    return reg
+
+
+def expected_keys(settings: dict[str, Any], seeds: int) -> dict[str, str]:
+    units = plan.plan_units(settings["dataset"], seeds, settings["quick"],
+                            epochs={k: v for k, v in settings["epochs"].items() if v is not None})
+    return {u.name: u.key_hash() for u in units}
+
+
+def stored_seeds(out: Path, pid: str) -> int:
+    """One more than the largest seed among the plan's unit files (0 without any)."""
+    seeds = [int(m["name"].rsplit("-s", 1)[1]) for p in store.unit_files(out)
+             if (m := store.parse_name(p)) and m["plan"] == pid and m["name"].rsplit("-s", 1)[-1].isdigit()]
+    return max(seeds) + 1 if seeds else 0
+
+
+def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Callable[[str], None] = print
+        ) -> None:
+    """Run every unit of this invocation's share of the plan that the store does not hold; ``on_change`` rebuilds
+    the views after the registration and after every unit."""
+    import torch
+
+    from scale.engine.data import DataError, load_dataset
+    from scale.engine.signals import stop_on_signals
+    from scale.engine.train import Interrupted
+    from scale.ledger.units import run_unit
+    from scale.paper import deviations
+    from scale.runs.run_report import versions
+
+    out, pid = Path(args.out), plan_id(settings)
+    units = plan.plan_units(args.dataset, args.seeds, args.quick, args.data_dir, args.epochs, args.experiments)
+    k, n = args.shard
+    share = [u for i, u in enumerate(units) if i % n == k]
+    have, _ = store.load_units(out, pid, {u.name: u.key_hash() for u in share}, args.device, args.threads) \
+        if out.is_dir() else ({}, [])
+    todo = [u for u in share if u.name not in have or have[u.name].get("status") not in DONE]
+    log(f"scale.replicate: plan {pid}: {len(units)} units chosen, {len(share)} in this share, {len(todo)} to run")
+    if not todo:
+        return
+    data = load_dataset(args.dataset, args.data_dir, image_size=16 if args.dataset == "digits" else None)
+    register(out, settings, args.command, args.amend)
+    on_change()  # the registration is in results.json before the first unit runs
+    commit = code_commit()
+    probe_flag = ["--probe-images", str(settings["probe_images"])] if settings["probe_images"] != plan.PROBE_IMAGES \
+        else []
+    t_all = time.perf_counter()
+    stop: list[bool] = []
+    with stop_on_signals(lambda: stop.append(True)):
+        for i, u in enumerate(todo):
+            if stop:
+                raise Interrupted(f"stopped before unit {u.name}")
+            if args.budget_s is not None and time.perf_counter() - t_all > args.budget_s:
+                log(f"scale.replicate: --budget-s {args.budget_s:g} spent; {len(todo) - i} units left for the next "
+                    "invocation")
+                break
+            t0 = time.perf_counter()
+            try:
+                rec = run_unit(u, args.dataset, data, args.device, args.quick, args.data_dir, log)
+            except (KeyboardInterrupt, Interrupted, OSError, DataError):
+                raise
+            except Exception as exc:  # one broken unit must not lose the rest; recorded, retried next time
+                import traceback
+
+                traceback.print_exc()
+                rec = {"status": f"error: {type(exc).__name__}: {exc}", "config": {}}
+            rec.update(name=u.name, experiment=u.experiment, seed=u.seed, labels=u.labels, key=u.key(),
+                       git_commit=commit, versions=versions(), seconds=time.perf_counter() - t0,
+                       torch_threads=torch.get_num_threads(), finished_at=time.strftime("%Y-%m-%d %H:%M:%S"),
+                       deviations=deviations(rec["config"], u.paper, args.dataset, probe_flag) if rec["config"]
+                       else {})
+            if rec["status"] in DONE:
+                store.save_unit(out, pid, u.name, args.device, args.threads, u.key_hash(), rec)
+                on_change()
+            log(f"  [{i + 1}/{len(todo)}] {u.name}: {rec['status']}, {rec['seconds']:.1f} s")
+    log(f"scale.replicate: {len(todo)} units in {time.perf_counter() - t_all:.0f} s")

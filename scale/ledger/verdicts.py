@@ -1,0 +1,113 @@
+r"""The ledger's verdicts: a ``Rule`` reads an interval; ``decide`` adds the premise, the contradicting controls,
+the degenerate cases, Holm's correction and the leave-one-seed-out stability.
+
+A ``Rule`` (fixed before the runs) maps an interval ``[low, high]`` to one of three outcomes:
+
+    ">"  bar b        holds if low > b; fails if high < b; otherwise open
+    "<"  bar b        holds if high < b; fails if low > b; otherwise open
+    "within" [a, b]   holds if a <= low and high <= b; fails if high < a or low > b; otherwise open
+
+``decide`` turns the outcome into one of ``VERDICTS``, in this order of precedence:
+
+    not measured        no unit gave a value (nothing ran)
+    not measurable      units ran but no seed gave a usable value (a degenerate statistic: a correlation of a
+                        constant series, a condition number at its clamp; the reason is named)
+    premise not met     the claim's premise, a rule of its own on its own statistic, fails: the run is not a
+                        test of the claim (a premise whose interval is open makes the row inconclusive)
+    reproduced only under the paper's protocol
+                        the claim holds, and a protocol control read with the same rule fails (it is named)
+    reproduced / not reproduced / inconclusive
+                        the rule's outcome; an inconclusive row carries the seeds its observed spread needs
+                        (``scale.ledger.stats.seeds_needed``)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scale.runs.summary import Estimate
+
+HOLDS, FAILS, OPEN = "holds", "fails", "open"
+REPRODUCED = "reproduced"
+ONLY_PAPER_PROTOCOL = "reproduced only under the paper's protocol"
+NOT_REPRODUCED = "not reproduced"
+PREMISE_NOT_MET = "premise not met"
+INCONCLUSIVE = "inconclusive"
+NOT_MEASURABLE = "not measurable"
+NOT_MEASURED = "not measured"
+VERDICTS = (REPRODUCED, ONLY_PAPER_PROTOCOL, NOT_REPRODUCED, PREMISE_NOT_MET, INCONCLUSIVE, NOT_MEASURABLE,
+            NOT_MEASURED)
+DECISIVE = (REPRODUCED, ONLY_PAPER_PROTOCOL, NOT_REPRODUCED)
+DIRECTIONS = (">", "<", "within")
+FAMILY_ALPHA = 0.05  # Holm's family-wise level across the ledger's rows
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What is claimed about a statistic: ``direction`` ">" or "<" a ``bar``, or "within" ``band``."""
+
+    direction: str
+    bar: float = 0.0
+    band: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"rule direction must be one of {DIRECTIONS}, got {self.direction!r}")
+        if self.direction == "within" and (self.band is None or not self.band[0] < self.band[1]):
+            raise ValueError(f"a 'within' rule needs a band (a, b) with a < b, got {self.band!r}")
+
+    def text(self) -> str:
+        if self.direction == "within":
+            a, b = self.band
+            return f"interval within [{a:g}, {b:g}]"
+        return f"interval {'above' if self.direction == '>' else 'below'} {self.bar:g}"
+
+    def outcome(self, low: float, high: float) -> str:
+        """``HOLDS``, ``FAILS`` or ``OPEN`` for the interval ``[low, high]`` (NaN ends: open)."""
+        if math.isnan(low) or math.isnan(high):
+            return OPEN
+        if self.direction == ">":
+            return HOLDS if low > self.bar else FAILS if high < self.bar else OPEN
+        if self.direction == "<":
+            return HOLDS if high < self.bar else FAILS if low > self.bar else OPEN
+        a, b = self.band
+        if a <= low and high <= b:
+            return HOLDS
+        return FAILS if high < a or low > b else OPEN
+
+    def decisive(self, low: float, high: float) -> bool:
+        return self.outcome(low, high) != OPEN
+
+    def as_data(self) -> dict:
+        return {"direction": self.direction, "bar": self.bar, "band": list(self.band) if self.band else None}
+
+
+def outcome_of(rule: Rule, est: Estimate) -> str:
+    return rule.outcome(est.low, est.high)
+
+
+def decide(rule: Rule, est: Estimate, ran: bool, premise: str | None = None,
+           contradicting: tuple[str, ...] = ()) -> str:
+    """The row's verdict (module docstring): ``ran`` whether any unit of the row ran; ``premise`` the outcome of
+    the premise's rule (None: no premise); ``contradicting`` the labels of protocol controls that fail the rule."""
+    if not ran:
+        return NOT_MEASURED
+    if est.n == 0:
+        return NOT_MEASURABLE
+    if premise == FAILS:
+        return PREMISE_NOT_MET
+    out = outcome_of(rule, est)
+    if premise == OPEN:
+        return INCONCLUSIVE
+    if out == HOLDS:
+        return ONLY_PAPER_PROTOCOL if contradicting else REPRODUCED
+    return NOT_REPRODUCED if out == FAILS else INCONCLUSIVE
+
+
+def after_holm(verdict: str, adjusted_p: float) -> str:
+    """The verdict beside Holm's correction: a decisive verdict whose adjusted p is not below ``FAMILY_ALPHA``
+    becomes inconclusive; every other verdict stays."""
+    if verdict in DECISIVE and not adjusted_p < FAMILY_ALPHA:
+        return INCONCLUSIVE
+    return verdict

@@ -35,7 +35,9 @@ def _children(pid: int) -> list[int]:
 
 
 def _unit_files(out: Path, name: str) -> list[Path]:
-    return [p for p in (out / "units").glob(f"*--{name}--*.json") if not p.name.startswith(".")]
+    """This plan's files of unit ``name`` (not the other plan's, nor a writer's hidden temporary)."""
+    return [p for p in (out / "units").glob(f"*--{name}--*.json")
+            if not p.name.startswith(".") and p.name != OTHER_PLAN]
 
 
 def _wait(cond, what: str) -> None:

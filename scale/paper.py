@@ -20,9 +20,10 @@ a constant learning rate (it has no schedule) and its E3 augmentation (crop scal
 Each run is one ``python -m scale.run`` in ``OUT/runs/NAME``: in this process (``--launcher local``), or as
 one job each through submitit (``--launcher slurm``: a Slurm array; ``local-jobs``: this machine, one job per
 ``--node-gpus`` device; ``scale.launch``, docs/launch.md). A finished run gets one immutable unit file in
-``OUT/units/`` (``scale.runs.grid_units``); ``OUT/results.json`` is rebuilt from those files, and ``--collect``
-names the runs without one and the one command that runs only them (exit 3). A run whose summary.json says it finished (or stopped on a non-finite loss, a
-result in itself) is skipped; one with a checkpoint but no summary is resumed (``--resume``). Either only
+``OUT/units/`` (``scale.ledger.grid_units``); ``OUT/results.json`` is rebuilt from those files, and ``--collect``
+names the runs without one and the one command that runs only them (exit 3). A run whose summary.json says it
+finished (or stopped on a non-finite loss, a result in itself) is skipped; one with a checkpoint but no summary
+is resumed (``--resume``; a timed-out or preempted job is requeued and resumes so). Either only
 if it is the planned run: a saved config.json that differs from what the plan resolves to (another
 dataset, epochs, head, ...; not the device or thread count), or a finished run measured with other
 ``--probe-images``, stops the grid before anything runs (exit 2, naming the runs and the differences;
@@ -322,16 +323,16 @@ def execute_in_process(run: PlannedRun, out: Path, device: str, threads: int | N
 
 
 def _grid_plan(args: argparse.Namespace) -> str:
-    from scale.runs import grid_units
+    from scale.ledger import grid_units
 
     return grid_units.plan_id(args.dataset, args.backbone, args.quick, args.epochs)
 
 
 def record_unit(run: PlannedRun, out: Path, args: argparse.Namespace) -> None:
-    """The run's deviations.json and, once it is done, its one immutable unit file (``scale.runs.grid_units``)."""
+    """The run's deviations.json and, once it is done, its one immutable unit file (``scale.ledger.grid_units``)."""
     import torch
 
-    from scale.runs import grid_units
+    from scale.ledger import grid_units
 
     run_dir = out / "runs" / run.name
     if not (run_dir / "config.json").is_file():
@@ -442,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_here(runs, out, args)
 
     from scale.engine import disk
-    from scale.runs import grid_units
+    from scale.ledger import grid_units
     from scale.runs.run_report import git_commit, versions
 
     states = {r.name: run_state(out / "runs" / r.name) for r in runs}

@@ -21,7 +21,7 @@ from scale.launch.resources import LaunchError, Resources, without
 # Two --quick E1 units (about a second of training each on an idle CPU).
 UNITS = ("E1-linear-bn0-lr0.05-collapsed-s0", "E1-relu2-bn0-lr0.05-collapsed-s0")
 PLAN_FLAGS = ["--quick", "--seeds", "1", "--experiments", "E1", "--threads", "1"]
-LAUNCH_FLAGS = ["--launcher", "local-jobs", "--parallel", "2", "--time-min", "10"]
+LAUNCH_FLAGS = ["--launcher", "slurm", "--partition", "test", "--time-min", "10"]
 OTHER_PLAN = "quick-000000000000--E1-linear-bn0-lr0.05-collapsed-s0--cpu-t1--0123456789ab.json"
 WAIT_S = 300  # a generous bound on a loaded CI machine; each job ends in seconds on an idle one
 
@@ -50,7 +50,10 @@ def _wait(cond, what: str) -> None:
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds a job's worker process through /proc")
 def test_jobs_killed_mid_run_are_named_and_rerun_alone(tmp_path, capsys, monkeypatch):
+    """``--launcher slurm`` with submitit's AutoExecutor on its local engine (``SLURM_CLUSTER``): the same job
+    array of the same pickled submissions, run as real subprocesses."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setattr(J, "SLURM_CLUSTER", "local")
     out = tmp_path / "L"
     other = out / "units" / OTHER_PLAN
     other.parent.mkdir(parents=True)
@@ -60,7 +63,7 @@ def test_jobs_killed_mid_run_are_named_and_rerun_alone(tmp_path, capsys, monkeyp
 
     assert R.main([*base, "--units", ",".join(UNITS), "--no-wait"]) == 0
     record = json.loads(next((out / "launch").glob("*.json")).read_text())
-    assert set(record["jobs"]) == set(UNITS) and record["launcher"] == "local-jobs"
+    assert set(record["jobs"]) == set(UNITS) and (record["launcher"], record["engine"]) == ("slurm", "local")
     survivor, victim = (int(record["jobs"][u]) for u in UNITS)
 
     # Mid-run: the victim's job process has begun its unit (its log says so) and its file does not exist yet.
@@ -81,7 +84,7 @@ def test_jobs_killed_mid_run_are_named_and_rerun_alone(tmp_path, capsys, monkeyp
     capsys.readouterr()
     assert R.main([*base, "--units", ",".join(UNITS), "--collect"]) == 3
     said = capsys.readouterr().out
-    assert f"1 unit(s) missing: {UNITS[1]} (local-jobs job {victim}: ended)" in said
+    assert f"1 unit(s) missing: {UNITS[1]} (slurm job {victim}: ended)" in said
     rerun = said.split("run only them: ", 1)[1].splitlines()[0]
     argv = shlex.split(rerun)
     assert argv[:3] == ["python", "-m", "scale.replicate"] and argv[argv.index("--units") + 1] == UNITS[1]

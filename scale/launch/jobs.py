@@ -29,6 +29,9 @@ import submitit
 from scale.launch.resources import LAUNCH_ONLY, LaunchError, Resources, node_gpus, without
 
 POLL_S = 1.0
+# submitit's name of the engine behind --launcher slurm. The tests set "local": AutoExecutor then builds the same
+# array of the same pickled submissions and runs it with its local executor (real subprocesses, no Slurm).
+SLURM_CLUSTER = "slurm"
 
 
 class CommandJob(submitit.helpers.Checkpointable):
@@ -60,7 +63,7 @@ def rerun_command(module: str, raw: list[str], units: list[str]) -> str:
 
 def _slurm_executor(folder: Path, res: Resources, name: str) -> Any:
     try:
-        ex = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=res.requeues)
+        ex = submitit.AutoExecutor(folder=folder, cluster=SLURM_CLUSTER, slurm_max_num_timeout=res.requeues)
     except RuntimeError as exc:  # submitit: no sbatch/srun here
         raise LaunchError(f"--launcher slurm: no Slurm on this machine ({exc}); valid here: local, local-jobs "
                           "(--dry-run needs none)") from None
@@ -69,7 +72,7 @@ def _slurm_executor(folder: Path, res: Resources, name: str) -> Any:
                                   slurm_array_parallelism=res.array_parallelism)
     if res.gpus:
         params["gpus_per_node"] = res.gpus
-    if res.partition:
+    if res.partition:  # slurm_* parameters: the Slurm executor's (ignored by the local one in tests)
         params["slurm_partition"] = res.partition
     if res.account:
         params["slurm_account"] = res.account
@@ -99,7 +102,7 @@ def submit(launcher: str, folder: Path, res: Resources, commands: list[tuple[str
             jobs = [(u, ex.submit(CommandJob(m, a))) for u, m, a in commands]
         out = {u: j for u, j in jobs}
         for u, j in jobs:
-            log(f"  submitted {u}: slurm job {j.job_id}")
+            log(f"  submitted {u}: {ex.cluster} job {j.job_id}")
         if wait:
             wait_all(out, log)
         return out
@@ -151,8 +154,10 @@ def record_submission(out: Path, launcher: str, folder: Path, res: Resources, jo
         n += 1
         path = out / "launch" / f"{stamp}-{os.getpid()}-{n}.json"
     disk.make_dirs(path.parent)
-    disk.write_json(path, {"launcher": launcher, "folder": str(folder), "resources": res.to_dict(), "command": command,
-                           "submitted_at": stamp, "jobs": {u: str(j.job_id) for u, j in jobs.items()}})
+    engine = "slurm" if launcher == "slurm" and SLURM_CLUSTER == "slurm" else "local"
+    disk.write_json(path, {"launcher": launcher, "engine": engine, "folder": str(folder), "resources": res.to_dict(),
+                           "command": command, "submitted_at": stamp,
+                           "jobs": {u: str(j.job_id) for u, j in jobs.items()}})
     return path
 
 
@@ -171,7 +176,7 @@ def job_states(out: Path) -> dict[str, str]:
         except (OSError, read.Unreadable):
             continue
         for unit, job_id in (rec.get("jobs") or {}).items():
-            if rec.get("launcher") == "slurm":
+            if rec.get("engine") == "slurm":
                 try:
                     state = submitit.SlurmJob(folder=rec["folder"], job_id=str(job_id)).state
                 except Exception as exc:  # sacct unreachable: say so rather than guess

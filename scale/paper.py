@@ -359,7 +359,8 @@ def run_here(runs: list[PlannedRun], out: Path, args: argparse.Namespace) -> int
             code = 1
         record_unit(r, out, args)
         seconds = time.perf_counter() - t
-        _log(out, {"name": r.name, "exit_code": code, "seconds": seconds, "time": time.time()})
+        if not args.as_job:  # concurrent appends are not atomic on network filesystems: a job's time is in its files
+            _log(out, {"name": r.name, "exit_code": code, "seconds": seconds, "time": time.time()})
         print(f"  {r.name}: exit {code}, {seconds:.1f} s", flush=True)
         if code == 130:
             print("scale.paper: interrupted; rerun the same command to resume", file=sys.stderr)
@@ -409,14 +410,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(raw)
     args.raw = raw
     experiments = _parse_experiments(args.experiments)
-    for key in ("seeds", "epochs", "threads", "parallel"):
+    for key in ("seeds", "epochs", "threads"):
         v = getattr(args, key)
         if v is not None and v < 1:
             print(f"scale.paper: error: --{key} must be a positive integer, got {v}", file=sys.stderr)
             return 2
     try:
-        launch_flags.resources(args)
-        launch_flags.node_gpus(args.node_gpus)
+        launch_flags.check(args)
     except LaunchError as exc:
         print(f"scale.paper: error: {exc}", file=sys.stderr)
         return 2

@@ -235,10 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc), 2)
     settings = runner.plan_settings(args.dataset, args.quick, args.epochs, args.device, args.threads, args.repeat)
     try:
-        launch_flags.resources(args)
-        launch_flags.node_gpus(args.node_gpus)
-        if args.parallel is not None and args.parallel < 1:
-            raise LaunchError(f"--parallel must be a positive integer, got {args.parallel}")
+        launch_flags.check(args)
         if args.dry_run:
             print_plan(args, settings)
             return 0

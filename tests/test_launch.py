@@ -143,6 +143,7 @@ def test_resources_from_a_recipe_and_flags(tmp_path):
     (["--launcher", "local-jobs", "--parallel", "0"], "--parallel must be a positive integer"),
     (["--units", "E9-nothing"], "--units: E9-nothing not a unit of this plan"),
     (["--cpus-per-job", "0"], "cpus must be positive"),
+    (["--no-wait"], "--no-wait needs a job launcher"),
 ])
 def test_bad_launch_flags_are_one_line(flags, says, tmp_path, capsys):
     assert R.main(["--quick", "--dry-run", "--out", str(tmp_path / "L"), *flags]) == 2
@@ -160,3 +161,26 @@ def test_dry_run_names_the_jobs_and_gpu_hours(capsys, tmp_path):
     assert "H100: not measured" in said and "will be requeued from its checkpoint" in said
     assert "--launcher local --units E2-normal-swish2-s0 --as-job" in said
     assert not (tmp_path / "L").exists()
+
+
+def test_a_unit_killed_inside_its_write_leaves_no_unit_file(tmp_path):
+    """A node dying mid-write: the writer SIGKILLed after its temporary is written and fsynced, before the link
+    that names it. No unit file appears (the hidden temporary is not read as one), and the unit is written whole
+    by the next attempt."""
+    import subprocess
+    import sys
+
+    from scale.ledger import store
+
+    code = ("import os, signal, sys\nfrom pathlib import Path\nfrom scale.ledger import store\n"
+            "os.link = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "store.save_unit(Path(sys.argv[1]), 'p1', 'E1-x-s0', 'cpu', 1, 'k' * 12, {'status': 'finished'})\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL
+    left = sorted(p.name for p in (tmp_path / "units").iterdir())
+    assert len(left) == 1 and left[0].startswith(".") and left[0].endswith(".tmp")  # the temporary, nothing named
+    assert store.unit_files(tmp_path) == [] and store.load_units(tmp_path, "p1", {"E1-x-s0": "k" * 12}, "cpu", 1) \
+        == ({}, [])
+    store.save_unit(tmp_path, "p1", "E1-x-s0", "cpu", 1, "k" * 12, {"status": "finished"})
+    units, ignored = store.load_units(tmp_path, "p1", {"E1-x-s0": "k" * 12}, "cpu", 1)
+    assert units["E1-x-s0"]["status"] == "finished" and not ignored

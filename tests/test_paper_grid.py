@@ -67,6 +67,9 @@ def test_job_command_and_bad_arguments(tmp_path, capsys):
     assert paper.main(["--dataset", "digits", "--out", out, "--units", "E9-nothing"]) == 2
     assert "--units: no run named E9-nothing" in capsys.readouterr().err
     assert paper.main(["--dataset", "digits", "--out", out, "--launcher", "local-jobs", "--parallel", "0"]) == 2
+    assert "--parallel must be a positive integer" in capsys.readouterr().err
+    assert paper.main(["--dataset", "digits", "--out", out, "--no-wait"]) == 2
+    assert "--no-wait needs a job launcher" in capsys.readouterr().err
     assert paper.main(["--dataset", "digits", "--out", out, "--seeds", "0"]) == 2
     with pytest.raises(SystemExit, match="unknown experiment"):
         paper.main(["--experiments", "E1,E7", "--out", out])

@@ -140,6 +140,17 @@ def without(raw: list[str], flags: dict[str, int]) -> list[str]:
     return out
 
 
+def check(args: argparse.Namespace) -> Resources:
+    """Every launch flag checked before anything is written; the job resources."""
+    res = resources(args)
+    node_gpus(args.node_gpus)
+    if args.parallel is not None and args.parallel < 1:
+        raise LaunchError(f"--parallel must be a positive integer, got {args.parallel}")
+    if args.no_wait and args.launcher == "local":
+        raise LaunchError("--no-wait needs a job launcher: --launcher slurm or local-jobs (local runs here and waits)")
+    return res
+
+
 def node_gpus(text: str | None) -> list[int]:
     if not text:
         return []

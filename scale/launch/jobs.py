@@ -91,16 +91,21 @@ def _local_executor(folder: Path, res: Resources, gpu: int | None) -> Any:
 
 def submit(launcher: str, folder: Path, res: Resources, commands: list[tuple[str, str, list[str]]],
            gpus: str | None = None, parallel: int | None = None, wait: bool = True,
-           log: Callable[[str], None] = print) -> dict[str, Any]:
+           log: Callable[[str], None] = print,
+           submitted: Callable[[dict[str, Any]], None] = lambda jobs: None) -> dict[str, Any]:
     """Submit ``commands`` (unit, module, argv), one job each; with ``wait``, return once every job ended.
-    ``{unit: job}``. ``local-jobs`` keeps at most one job per ``gpus`` slot (or ``parallel``) running, so
-    ``wait=False`` there needs every job to start at once."""
-    folder.mkdir(parents=True, exist_ok=True)
+    ``{unit: job}``; ``submitted`` is called with each batch as soon as it is submitted (the array; each local
+    job). ``local-jobs`` keeps at most one job per ``gpus`` slot (or ``parallel``) running, so ``wait=False``
+    there needs every job to start at once."""
+    from scale.engine import disk
+
+    disk.make_dirs(folder)
     if launcher == "slurm":
         ex = _slurm_executor(folder, res, f"{commands[0][1]}" if commands else "scale")
         with ex.batch():  # one array
             jobs = [(u, ex.submit(CommandJob(m, a))) for u, m, a in commands]
         out = {u: j for u, j in jobs}
+        submitted(out)
         for u, j in jobs:
             log(f"  submitted {u}: {ex.cluster} job {j.job_id}")
         if wait:
@@ -124,6 +129,7 @@ def submit(launcher: str, folder: Path, res: Resources, commands: list[tuple[str
             j = _local_executor(folder, res, slots[i]).submit(CommandJob(m, a))
             running[i] = (u, j)
             out[u] = j
+            submitted({u: j})
             where = f" on GPU {slots[i]}" if slots[i] is not None else ""
             log(f"  submitted {u}: local job {j.job_id}{where}")
         if not wait and not pending:
@@ -211,8 +217,9 @@ def launch(args: Any, module: str, raw: list[str], units: list[str], out: Path, 
         return
     commands = [(u, module, job_command(module, raw, u)) for u in units]
     folder = out / "jobs"
-    jobs = submit(args.launcher, folder, res, commands, args.node_gpus, args.parallel, wait=not args.no_wait, log=log)
-    path = record_submission(out, args.launcher, folder, res, jobs, shlex.join(["python", "-m", module, *raw]))
+    command = shlex.join(["python", "-m", module, *raw])
+    jobs = submit(args.launcher, folder, res, commands, args.node_gpus, args.parallel, wait=not args.no_wait, log=log,
+                  submitted=lambda batch: record_submission(out, args.launcher, folder, res, batch, command))
     if args.no_wait:
-        log(f"{module}: {len(jobs)} jobs submitted (recorded in {path}); collect with: "
+        log(f"{module}: {len(jobs)} jobs submitted (recorded in {out / 'launch'}); collect with: "
             f"{shlex.join(['python', '-m', module, *without(raw, {'--no-wait': 0}), '--collect'])}")

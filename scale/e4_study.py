@@ -23,10 +23,11 @@ sizes) and measures the same trained model under several protocols, seed by seed
                     the same on raw z (statistics from raw z): the untrained twin of b
 
 Every protocol gets the E4 numbers (compression = mean spread(z) / mean spread(h), D_intra, D_inter, their
-ratio, kappa along the 0-45 degree sweep; ``mini.invariance`` through the helpers of ``scale.geometry.measure``) and
+ratio, kappa along the 0-45 degree sweep and kappa divided by the sweep's mean step, a curvature free of the
+orbit's size; ``mini.invariance`` through the helpers of ``scale.geometry.measure``) and
 the E3 rotation probes on z and on that protocol's h (linear and MLP, ``scale.geometry.probes.train_probe``; the
 official probes use the raw head output, protocol b), and the class probe of the headline protocol
-(``scale.geometry.probes.logistic_probe_accuracy``). ``measure_model`` measures protocols a-d of any trained
+(``scale.geometry.probes.logistic_probe_accuracy``). ``measure_model`` measures protocols a-d, f, g of any trained
 model (``scale.replicate`` uses it for E5's heads). Each number is a mean over seeds with a 95 %
 t interval; ``OUT/results.json`` holds every seed's values (written after each seed: a rerun continues, with
 the seeds whose training config and ``--probe-images`` are this run's, measured again when they predate the

@@ -106,16 +106,24 @@ def print_plan(args: argparse.Namespace, settings: dict) -> None:
 
     units = runner.share_of(args, plan.plan_units(args.dataset, args.seeds, args.quick, args.data_dir, args.epochs,
                                                   args.experiments))
-    basis = "no units"
+    bases: set[str] = set()
+    measured: dict[str, list[float]] = {}
+    pid = runner.plan_id(settings)
+    for path in store.unit_files(Path(args.out)):
+        meta = store.parse_name(path)
+        if meta and meta["plan"] == pid:
+            rec = store.read_json(path)
+            measured.setdefault(rec.get("experiment", ""), []).append(float(rec.get("seconds", 0.0)))
     print(f"scale.replicate: plan {runner.plan_id(settings)} ({args.dataset}, {args.seeds} seeds, "
           f"{args.device}, {args.threads} thread{'s' * (args.threads != 1)}{', quick' if args.quick else ''}): "
           f"{len(units)} units; rules hash {claims.rules_hash()}")
     costs = []
     for u in units:
-        sec, basis = plan.estimate_seconds(u, args.dataset, args.quick, args.device)
+        sec, basis = plan.estimate_seconds(u, args.dataset, args.quick, args.device, measured)
+        bases.add(basis)
         costs.append((u.name, sec))
-    print_cost("scale.replicate", args.raw, costs, basis, args.device, args.launcher, launch_flags.resources(args),
-               args.gpu_name)
+    print_cost("scale.replicate", args.raw, costs, "; ".join(sorted(bases)) or "no units", args.device,
+               args.launcher, launch_flags.resources(args), args.gpu_name)
     print(f"rules ({len(claims.CLAIMS)} rows):")
     for c in claims.CLAIMS:
         print(f"  {c.id} [{c.table}] {c.claim}: {c.statistic}; {c.rule.text()}")

@@ -172,8 +172,9 @@ def start_record(normal: Mapping[str, float], collapsed: Mapping[str, float]) ->
 
 
 class ParameterDrift(Hook):
-    """A trainer hook: adds ``drift_head`` and ``drift_backbone`` to each
-    epoch's history record, ``|w_e - w_{e-1}| / |w_{e-1}|`` over the module's parameters (float64 norms)."""
+    """A trainer hook: adds ``drift_head`` and ``drift_backbone`` to each epoch's history record,
+    ``|w_e - w_{e-1}| / |w_{e-1}|`` over the module's parameters (float64 norms; BatchNorm buffers excluded). The
+    whole epoch's movement, where the trainer's ``rel_update_*`` is one step's ``lr |g| / |w|``."""
 
     def __init__(self) -> None:
         self.last: dict[str, torch.Tensor] = {}
@@ -201,7 +202,7 @@ class ParameterDrift(Hook):
             self.last[k] = now
 
 
-TIMESCALE_KEYS = ("drift_head", "drift_backbone", "rel_update_head", "rel_update_backbone")
+TIMESCALE_KEYS = ("drift_head", "drift_backbone", "rel_update_head", "rel_update_backbone")  # history keys it reads
 
 
 def _log_ratios(history: Sequence[Mapping[str, Any]], a: str, b: str) -> np.ndarray:

@@ -15,7 +15,7 @@ from typing import Any
 
 from scale.ledger import stats
 from scale.ledger.claims.base import Claim, Results
-from scale.ledger.verdicts import FAILS, INCONCLUSIVE, after_holm, decide, outcome_of
+from scale.ledger.verdicts import FAILS, HOLDS, INCONCLUSIVE, OPEN, after_holm, decide, outcome_of
 
 
 def seeds_of(res: Results) -> list[int]:
@@ -31,11 +31,13 @@ def ran(claim: Claim, res: Results) -> bool:
 def _verdict(claim: Claim, res: Results, seeds: list[int]) -> dict[str, Any]:
     values = [claim.value(res, s) for s in seeds]
     est = stats.estimate(claim.kind, values)
-    premise = None
-    if claim.premise is not None:
-        pv = [claim.premise.value(res, s) for s in seeds]
-        pest = stats.estimate(claim.premise.kind, pv)
-        premise = {"values": pv, "interval": asdict(pest), "outcome": outcome_of(claim.premise.rule, pest)}
+    premises = []
+    for p in claim.premises:
+        pv = [p.value(res, s) for s in seeds]
+        pest = stats.estimate(p.kind, pv)
+        premises.append({"values": pv, "interval": asdict(pest), "outcome": outcome_of(p.rule, pest)})
+    outcomes = {p["outcome"] for p in premises}
+    premise = FAILS if FAILS in outcomes else OPEN if OPEN in outcomes else HOLDS if premises else None
     controls, contradicting = [], []
     for c in claim.controls:
         cv = [c.value(res, s) for s in seeds]
@@ -44,8 +46,8 @@ def _verdict(claim: Claim, res: Results, seeds: list[int]) -> dict[str, Any]:
                          "outcome": outcome_of(claim.rule, cest)})
         if c.protocol and outcome_of(claim.rule, cest) == FAILS:
             contradicting.append(c.label)
-    verdict = decide(claim.rule, est, ran(claim, res), premise and premise["outcome"], tuple(contradicting))
-    return {"values": values, "estimate": est, "premise": premise, "controls": controls,
+    verdict = decide(claim.rule, est, ran(claim, res), premise, tuple(contradicting))
+    return {"values": values, "estimate": est, "premises": premises, "controls": controls,
             "contradicting": contradicting, "verdict": verdict}
 
 
@@ -70,7 +72,7 @@ def evaluate(claim: Claim, res: Results) -> dict[str, Any]:
         alternatives.append({"label": a.label, "statistic": a.statistic, "rule": a.rule.text(), "values": av,
                              "interval": asdict(aest), "verdict": decide(a.rule, aest, ran(claim, res))})
     return {**claim.as_data(), "seeds": seeds, "values": v["values"], "interval": asdict(est),
-            "premise_result": v["premise"], "control_results": v["controls"], "contradicting": v["contradicting"],
+            "premise_results": v["premises"], "control_results": v["controls"], "contradicting": v["contradicting"],
             "verdict": v["verdict"], "p": p, "stability": stability, "seeds_needed": needed,
             "alternative_results": alternatives}
 

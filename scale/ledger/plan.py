@@ -16,7 +16,8 @@ Cost (``estimate_seconds``): seconds = epochs x seconds per epoch of the experim
 measured on the v1 ledger's 160 units (median over each experiment's units of seconds / epochs, with the
 measurements inside), times a size factor for CIFAR (images per epoch x pixels x backbone width squared against
 digits': a FLOP-proportional extrapolation, not a measurement), divided by a device factor (CUDA: an assumed
-throughput ratio, no GPU measured here). The estimate says which of these it rests on.
+throughput ratio, no GPU measured here); where the store already holds units of the plan, the median of their
+seconds per experiment instead. The estimate says which of these it rests on.
 """
 
 from __future__ import annotations
@@ -161,8 +162,13 @@ def plan_units(dataset: str, seeds: int, quick: bool, data_dir: str | None = Non
     return [u for s in range(seeds) for u in by_seed[s]]
 
 
-def estimate_seconds(unit: Unit, dataset: str, quick: bool, device: str) -> tuple[float, str]:
-    """(seconds, what the estimate rests on) for one unit (module docstring); no device is needed."""
+def estimate_seconds(unit: Unit, dataset: str, quick: bool, device: str,
+                     measured: dict[str, list[float]] | None = None) -> tuple[float, str]:
+    """(seconds, what the estimate rests on) for one unit (module docstring); no device is needed. ``measured``:
+    seconds of this plan's stored units per experiment, whose median is used where there is one."""
+    if measured and measured.get(unit.experiment):
+        secs = sorted(measured[unit.experiment])
+        return secs[len(secs) // 2], f"median of {len(secs)} stored units of this plan"
     factor, device_basis = DEVICE_FACTOR[device]
     if quick:
         return QUICK_SECONDS[unit.experiment] / factor, f"--quick units on this CPU; device: {device_basis}"

@@ -136,7 +136,10 @@ class LedgerProbe(Hook):
             from scale.geometry.mechanism import collapsed_start_
 
             before = self._stats(state)
-            collapsed = {"h_std_paper_start": before["h_std"], **collapsed_start_(state.model, state.probe_x)}
+            # factor 1: the run's --init collapsed has applied the paper's x 0.1 already (the projection is linear
+            # in the weights, so the order of the two does not matter)
+            collapsed = {"h_std_paper_start": before["h_std"],
+                         **collapsed_start_(state.model, state.probe_x, factor=1.0)}
         self.start = {"epoch": 0, **self._stats(state), **collapsed}
         self._measure(state, 0)
         self.records[-1].update({k: v for k, v in self.start.items() if k.startswith("z_cov")})

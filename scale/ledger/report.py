@@ -35,8 +35,8 @@ def md(text: str) -> str:
 def row_cells(row: dict[str, Any]) -> str:
     ctrl = "; ".join(f"{md(c['label'])}{' (protocol)' if c['protocol'] else ''}: {_cell(c['interval'])}"
                      for c in row["control_results"]) or "-"
-    pr = row["premise_result"]
-    premise = "-" if pr is None else f"{md(row['premise']['text'])}: {_cell(pr['interval'])} ({pr['outcome']})"
+    premise = "; ".join(f"{md(p['text'])}: {_cell(r['interval'])} ({r['outcome']})"
+                        for p, r in zip(row["premises"], row["premise_results"])) or "-"
     verdict = row["verdict"]
     if row["contradicting"] and verdict.startswith("reproduced only"):
         verdict += f" (contradicted by: {', '.join(row['contradicting'])})"

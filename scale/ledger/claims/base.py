@@ -67,7 +67,7 @@ class Claim:
     value: Statistic
     kind: str = "mean"  # the interval (scale.ledger.stats.KINDS)
     controls: tuple[Control, ...] = ()
-    premise: Premise | None = None
+    premises: tuple[Premise, ...] = ()  # each must hold for the run to test the claim
     transfer: tuple[str, str] = ("scale-dependent", "")  # (TRANSFERS entry, what a CIFAR run must show)
     known: str = ""  # what was already known when the rule was written
     alternatives: tuple[Alternative, ...] = ()
@@ -88,9 +88,8 @@ class Claim:
             "source": list(self.source), "paper": self.paper, "statistic": self.statistic, "unit": self.unit,
             "kind": self.kind, "rule": self.rule.as_data(), "rule_text": self.rule.text(),
             "controls": [{"label": c.label, "protocol": c.protocol, "kind": c.kind} for c in self.controls],
-            "premise": None if self.premise is None else {
-                "text": self.premise.text, "statistic": self.premise.statistic, "kind": self.premise.kind,
-                "rule": self.premise.rule.as_data()},
+            "premises": [{"text": p.text, "statistic": p.statistic, "kind": p.kind, "rule": p.rule.as_data()}
+                         for p in self.premises],
             "transfer": list(self.transfer), "known": self.known, "degenerate": self.degenerate,
             "alternatives": [{"label": a.label, "statistic": a.statistic, "kind": a.kind, "rule": a.rule.as_data()}
                              for a in self.alternatives],

@@ -3,7 +3,8 @@ r"""E1 (collapse dynamics, SimSiam): the paper's claims about escaping pseudo-co
 Statistic of E1.1-E1.3: ``log10(h std at the end / before training)`` of the normalised projector output
 (> 0: the head left where it started). Their premise: the pseudo-collapsed start is collapsed in that same
 statistic, ``log10(h std before training, collapsed start / normal start) < -0.3`` (at least 2x lower); the
-v1 ledger measured it equal at both starts (the std of a normalised output does not see a weight scale).
+v1 ledger measured it equal at both starts (the std of a normalised output does not see a weight scale). E1.2
+and E1.3 (escape through M) also need rho = grad_h L non-zero at that start (``rho_rel`` above 1e-3).
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ from scale.ledger.claims.base import (
     Control,
     Premise,
 )
-from scale.ledger.readers import e1_name, escape, h_std_final, relu_like_linear, start_h_std
+from scale.ledger.claims.mechanism import RHO_RULE
+from scale.ledger.readers import (
+    e1_name,
+    escape,
+    h_std_final,
+    log10_of_value,
+    mechanism_at,
+    relu_like_linear,
+    start_h_std,
+)
 from scale.ledger.stats import log10_ratio
 from scale.ledger.verdicts import Rule
 
@@ -47,27 +57,34 @@ def _premise(head: str) -> Premise:
                    _collapsed_start(head), Rule("<", COLLAPSED_BY))
 
 
+def _rho_premise(head: str) -> Premise:
+    return Premise("rho = grad_h L is non-zero at the collapsed start (Theorem 4.1 (2)'s premise; rho_rel above "
+                   "1e-3)", f"log10 rho_rel at the collapsed start, {head}",
+                   lambda res, s: log10_of_value(mechanism_at(res, e1_name(head, False, 0.05, "collapsed", s),
+                                                              "rho_rel", "start")), RHO_RULE)
+
+
 V1_PREMISE = "v1: the premise statistic was 0 at every seed (the two starts have the same h std)"
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("E1.1", "E1", PAPER, "a linear head does not leave pseudo-collapse",
           (PAPER_MD, 88, "linear heads have `M = 0`"), "qualitative (Thm 4.1 (1))",
           "log10(h std at the end / before training), linear, BN off, lr 0.05", LOG10, NEGATIVE, _escape("linear"),
-          controls=(Control("normal start", _escape("linear", init="normal")),), premise=_premise("linear"),
+          controls=(Control("normal start", _escape("linear", init="normal")),), premises=(_premise("linear"),),
           transfer=E1_TRANSFER, known=f"v1 (5 seeds): -2.16 [-2.26, -2.06], 'reproduced'; {V1_PREMISE}"),
     Claim("E1.2", "E1", PAPER, "a GELU head leaves pseudo-collapse",
           (PAPER_MD, 89, "smooth heads put negative curvature"), "qualitative (Thm 4.1 (2))",
           "log10(h std at the end / before training), gelu2, BN off, lr 0.05", LOG10, POSITIVE, _escape("gelu2"),
           controls=(Control("normal start", _escape("gelu2", init="normal")), Control("linear head",
                                                                                        _escape("linear"))),
-          premise=_premise("gelu2"), transfer=E1_TRANSFER,
+          premises=(_premise("gelu2"), _rho_premise("gelu2")), transfer=E1_TRANSFER,
           known=f"v1: -1.89 [-2.01, -1.76], 'not reproduced'; {V1_PREMISE}"),
     Claim("E1.3", "E1", PAPER, "a Swish head leaves pseudo-collapse",
           (PAPER_MD, 89, "smooth heads put negative curvature"), "qualitative (Thm 4.1 (2))",
           "log10(h std at the end / before training), swish2, BN off, lr 0.05", LOG10, POSITIVE, _escape("swish2"),
           controls=(Control("normal start", _escape("swish2", init="normal")), Control("linear head",
                                                                                         _escape("linear"))),
-          premise=_premise("swish2"), transfer=E1_TRANSFER,
+          premises=(_premise("swish2"), _rho_premise("swish2")), transfer=E1_TRANSFER,
           known=f"v1: -1.80 [-1.89, -1.70], 'not reproduced'; {V1_PREMISE}"),
     Claim("E1.4", "E1", PAPER, "without BatchNorm, at the smallest step, ReLU behaves like linear",
           (PAPER_MD, 90, "ReLU heads have `M = 0` off the kinks"), "qualitative (ReLU gap)",

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 
+from scale.curvature.mechanism import RHO_FLOOR
 from scale.ledger.claims.base import LOG10, MECHANISM, NEGATIVE, PAPER_MD, POSITIVE, Alternative, Claim, Control
 from scale.ledger.readers import e1_name, log10_of_value, mechanism_at, section, timescale
 from scale.ledger.verdicts import Rule
 
-RHO_FLOOR = 1e-3  # scale.curvature.mechanism's: rho_rel below it is a cosine at its float32 optimum (rho = 0)
-RHO_RULE = Rule(">", math.log10(RHO_FLOOR))
+RHO_RULE = Rule(">", math.log10(RHO_FLOOR))  # rho != 0: rho_rel above scale.curvature.mechanism's floor
 E1_TRANSFER = ("scale-dependent", "where SimSiam's training ends depends on steps and widths; a CIFAR run must show "
                "whether rho stays non-zero at the paper's sizes")
 

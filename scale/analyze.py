@@ -430,18 +430,28 @@ def _curvature_section(c: dict[str, Any]) -> list[str]:
 ANALYSIS_FILES = ("analysis.json", "report.md", "spectrum.png", "orbits.png")  # what write_report puts in out
 
 
+def is_analysis(path: Path) -> bool:
+    """Whether ``path`` is an analysis.json this command wrote (a JSON object naming its ``source``)."""
+    from scale.engine import read
+
+    try:
+        return "source" in read.read_json(path, dict)
+    except read.Unreadable:
+        return False
+
+
 def write_report(result: dict[str, Any], out: str | Path, source: str) -> Path:
     """analysis.json, report.md and the figures into ``out`` (each file written atomically)."""
     from scale.engine import disk
 
     out = Path(out)
-    disk.check_outputs_ours(out, ANALYSIS_FILES, "analysis.json")  # a user's report.md is never replaced
+    disk.check_outputs_ours(out, ANALYSIS_FILES, "analysis.json", is_analysis)  # a user's report.md stays
     figures = _figures(result)
     text = render_report(result, source)
     disk.make_dirs(out)
     for name, data in figures.items():
         atomic_write_bytes(out / name, data)
-    atomic_write_json(out / "analysis.json", result)
+    atomic_write_json(out / "analysis.json", {**result, "source": source})  # "source": the record of this writer
     atomic_write_text(out / "report.md", text)
     return out / "report.md"
 
@@ -616,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
                                     head_input=args.head_input, probe_images=args.probe_images,
                                     probes=not args.no_probes, curvature=not args.no_curvature, seed=args.seed)
         model, cfg, data, out, spec_controls = _load(args, device)
-        disk.check_outputs_ours(out, ANALYSIS_FILES, "analysis.json")  # before the work: a user's report.md stays
+        disk.check_outputs_ours(out, ANALYSIS_FILES, "analysis.json", is_analysis)  # before the work
         result = analyze_model(model.backbone, model.projector, data, cfg, predictor=model.predictor,
                                settings=settings, device=device, spec_controls=spec_controls,
                                log=None if args.quiet else (lambda line: print(line, flush=True)))

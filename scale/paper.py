@@ -259,6 +259,33 @@ def refuse_other_plans(out: Path, runs: list[PlannedRun]) -> str | None:
             "deleted. Use another --out, or remove those run directories to run them again")
 
 
+def refuse_other_manifest(out: Path, runs: list[PlannedRun]) -> str | None:
+    """One line when ``out/manifest.json`` is not a manifest of scale.paper, or is one of another plan (a planned
+    run it names is not in this plan, or is planned otherwise): the manifest is never rewritten then. A plan
+    that adds runs to the saved one is the same grid, extended."""
+    import os
+
+    from scale.engine import read
+
+    path = out / "manifest.json"
+    if not os.path.lexists(path):
+        return None
+    try:
+        saved = read.read_json(path, dict)
+    except read.Unreadable as exc:
+        return f"{exc}; it was left as it is. Use another --out"
+    planned = {r.name: json.loads(json.dumps(asdict(r))) for r in runs}  # as the manifest holds them
+    records = saved.get("runs")
+    if not isinstance(records, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
+                                                for r in records):
+        return f"{path} is not a manifest of scale.paper; it was left as it is. Use another --out"
+    other = [r["name"] for r in records if planned.get(r["name"]) != r]
+    if other:
+        return (f"{path} is the manifest of another plan ({len(other)} of its runs are not planned so, e.g. "
+                f"{', '.join(other[:3])}); nothing was run or rewritten. Use another --out")
+    return None
+
+
 def deviations(config: dict[str, Any], paper: dict[str, Any], dataset: str, argv: list[str] = ()
                ) -> dict[str, list[Any]]:
     """``{setting: [paper, ours]}`` for every checked setting whose resolved value differs from the paper's;
@@ -386,9 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: auto")
     p.add_argument("--threads", type=int, help="torch CPU threads per run (default: scale.run's choice)")
     p.add_argument("--data-dir", help="folder with the CIFAR archive (passed to scale.run)")
-    p.add_argument("--dry-run", action="store_true", help="print the plan, its estimated "
+    p.add_argument("--dry-run", action="store_true", help="write the manifest and print the plan, its estimated "
                    "cost (GPU-hours on --gpu-name with --device cuda) and the jobs --launcher would submit; run "
-                   "or write nothing")
+                   "nothing")
     p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
     launch_flags.add_arguments(p)
     return p
@@ -435,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
                   "them)", file=sys.stderr)
             return 2
         runs = [r for r in planned if r.name in wanted]
-    other_plan = refuse_other_plans(out, runs)
+    # a job writes no manifest: the invocation that submitted it checked and wrote the plan's
+    other_plan = refuse_other_plans(out, runs) or (None if args.as_job else refuse_other_manifest(out, planned))
     if other_plan:
         print(f"scale.paper: error: {other_plan}", file=sys.stderr)
         return 2
@@ -451,13 +479,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"scale.paper: {len(runs)} runs in {out} ({len(runs) - len(todo)} done, "
           f"{sum(states[r.name] == 'resume' for r in todo)} to resume, "
           f"{sum(states[r.name] == 'new' for r in todo)} new)", flush=True)
-    if args.dry_run:
-        try:
-            grid_units.print_cost(runs, states, args)
-        except LaunchError as exc:
-            print(f"scale.paper: error: {exc}", file=sys.stderr)
-            return 2
-        return 0
     disk.make_dirs(out)
     manifest = {
         "command": " ".join(["python", "-m", "scale.paper", *raw]),
@@ -469,6 +490,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not args.collect:
         _atomic_json(out / "manifest.json", manifest)
+    if args.dry_run:
+        grid_units.print_cost(runs, states, args)
+        return 0
     t0 = time.perf_counter()
     code = 0
     if args.collect:

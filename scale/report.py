@@ -342,10 +342,17 @@ def _final(r: dict[str, Any], key: str) -> float | None:
     return r["metrics"][-1].get(key) if r["metrics"] else None
 
 
+REPORT_HEADER = b"# The paper's grid on "  # the first line of every report.md written here
+REPORT_FILES = ("report.md", "e1_variance.png", "e1_condition.png", "e2_curvature.png", "e4_orbits.png",
+                "compression.png")
+
+
 def write_report(out: str | Path, figures: bool = True) -> Path:
     """Write ``out/report.md`` (and, with ``figures``, the PNG figures) from the grid's directories."""
     out = Path(out)
     grid = load_grid(out)
+    # a report.md (or figure) in the grid that this report did not write is someone else's: refused, never replaced
+    disk.check_outputs_ours(out, REPORT_FILES, "report.md", lambda p: p.read_bytes().startswith(REPORT_HEADER))
     man, runs = grid["manifest"], grid["runs"]
     dataset, backbone = man["dataset"], man["backbone"]
     comparable = dataset == "cifar10" and backbone == "resnet18"

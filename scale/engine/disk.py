@@ -10,7 +10,8 @@ The rules (``docs/disk.md`` states them for users, with the tests that hold each
 2. Only names the project wrote are deleted: a ``Removal`` lists the files and folders a caller's writers
    produce, and removes a regular file of one link only; a folder only when every entry in it matches its
    writer's pattern. Temporaries of interrupted writes are removed only where they are a
-   project output's own (``.NAME.XXXXXXXX.tmp`` beside ``NAME``, ``temporary_of``).
+   project output's own (``.NAME.XXXXXXXX.tmp`` beside ``NAME``, ``temporary_of``). A command writing into a
+   folder you name replaces its outputs there only beside its own record (``check_outputs_ours``).
 3. Check first, delete after: the callers compute a ``Removal`` (what would go), run every check they can,
    and only then ``Removal.apply()``.
 4. Stores of results are append-only: a command of another plan refuses (``scale.paper``'s and

@@ -1,0 +1,248 @@
+"""Nothing lost, over every command: a property test of the rules of the disk (``docs/disk.md``).
+
+Hypothesis builds a random tree of a user's files in and around ``--out`` and a run directory (notes, a ``.git``
+folder, symlinks and hard links to files outside, named like run files and ``.lock``, names like the atomic
+writer's temporaries, FIFOs, nested folders, an existing run, a grid, a study's results), then runs one random
+command of the project's CLI, as a user would (a subprocess, with a deadline: a hang is a failure), with random
+valid and invalid flags: a new run (``--overwrite``, a recipe, settings that are refused), a resume (with flags
+it refuses), ``scale.export``, ``scale.analyze``, ``scale.report``, ``scale.paper``, ``scale.e4_study``. Then:
+
+* every entry the user made is as it was: a file byte for byte, a link pointing where it pointed, a FIFO a FIFO;
+* nothing outside ``--out`` changed (the folder ``outside`` holds the link targets: compared whole);
+* the exit code is one the command documents.
+
+``scale.replicate`` is covered by its own test function (``test_replicate_keeps_every_stored_unit``), selectable
+alone (``-k replicate``).
+
+Budget: the suite's deterministic profile (seed 0) runs ``NOTHING_LOST_EXAMPLES`` examples (default 5: about a
+minute of wall time on an idle core, most of it starting Python and torch; the replicate test one example of
+about 45 s); the exploration runs many more with fresh seeds:
+
+    NOTHING_LOST_EXAMPLES=200 NOTHING_LOST_SEED=random python -m pytest tests/test_nothing_lost.py -x
+
+(a falsifying example is printed with the ``@reproduce_failure`` blob that replays it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+EXAMPLES = int(os.environ.get("NOTHING_LOST_EXAMPLES", "5"))
+SEED = os.environ.get("NOTHING_LOST_SEED", "0")
+EXPLORE = EXAMPLES > 20  # the exploration also runs a grid and a study seed for real
+DEADLINE_S = 120  # one command on the tiny settings takes a few seconds; past this it hangs
+TINY = ["synthetic", "--quiet", "--train-subset", "64", "--batch-size", "32", "--probe-size", "32",
+        "--head-width", "16", "--head-out", "8", "--backbone-width", "4", "--image-size", "8", "--no-final-measure",
+        "--threads", "1", "--epochs", "1"]
+# The exit codes each command documents (its module docstring or --help).
+CODES = {"run": {0, 1, 2, 4, 130}, "export": {0, 2}, "analyze": {0, 1, 2, 4}, "report": {0, 1, 2, 4},
+         "paper": {0, 1, 2, 4}, "e4_study": {0, 1, 2, 4}}
+# Names a user's file may have: the project's own output names, its lock, its temporaries' look, and plain ones.
+NAMES = ["notes.txt", "config.json", "summary.json", "report.md", "checkpoint.pt", "metrics.jsonl", "curves.png",
+         ".lock", "manifest.json", "results.json", "analysis.json", "grid_log.jsonl", ".x.abcdef.tmp",
+         ".config.json.0a1b2c3d.tmp", ".summary.json.0a1b2c3d.tmp", "backbone.pt", "backbone.pt.json", "e4_study.png"]
+PLACES = ["out", "out/r", "out/r/drafts", "out/r/analysis", "out/notes", "out/.git", "out/runs"]
+KINDS = ["file", "symlink", "hardlink", "fifo"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    place: str
+    name: str
+    kind: str
+
+
+def state(p: Path) -> tuple[str, bytes | str | None]:
+    """What a user's entry is, without following it."""
+    st_ = os.lstat(p)
+    if stat.S_ISLNK(st_.st_mode):
+        return "symlink", os.readlink(p)
+    if stat.S_ISFIFO(st_.st_mode):
+        return "fifo", None
+    if stat.S_ISDIR(st_.st_mode):
+        return "dir", None
+    return "file", p.read_bytes()
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, bytes | str | None]]:
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = Path(dirpath) / name
+            out[str(p.relative_to(root))] = state(p)
+    return out
+
+
+@pytest.fixture(scope="module")
+def templates(tmp_path_factory) -> dict[str, Path]:
+    """A finished tiny run and a grid manifest (``scale.paper --dry-run``), copied into the examples that use them."""
+    base = tmp_path_factory.mktemp("templates")
+    subprocess.run([sys.executable, "-m", "scale.run", *TINY, "--out", str(base), "--run-name", "r"], env=ENV,
+                   check=True, timeout=DEADLINE_S, capture_output=True)
+    subprocess.run([sys.executable, "-m", "scale.paper", *PAPER, "--out", str(base / "grid"), "--dry-run"], env=ENV,
+                   check=True, timeout=DEADLINE_S, capture_output=True)
+    return {"run": base / "r", "grid": base / "grid"}
+
+
+PAPER = ["--dataset", "synthetic", "--experiments", "E3E4", "--quick", "--epochs", "1", "--device", "cpu",
+         "--threads", "1"]
+
+
+def commands(out: Path, outside: Path, with_study: bool) -> st.SearchStrategy[tuple[str, list[str]]]:
+    """One command of the CLI with random valid and invalid flags, aimed at ``out``. The expensive runs (a grid, a
+    study's seed) come only where the tree makes them refuse, or in the exploration (``EXPLORE``)."""
+    run_dir = str(out / "r")
+    new_run = st.tuples(st.just("run"), st.builds(
+        lambda overwrite, refused, recipe: ["-m", "scale.run", *TINY, "--out", str(out), "--run-name", "r",
+                                            *(["--overwrite"] if overwrite else []),
+                                            *(["--batch-size", "128"] if refused else []),
+                                            *(["--config", str(outside / "recipe.toml")] if recipe else [])],
+        st.booleans(), st.booleans(), st.booleans()))
+    resume = st.tuples(st.just("run"), st.builds(
+        lambda extra: ["-m", "scale.run", "--resume", run_dir, "--quiet", *extra],
+        st.sampled_from([[], ["--epochs", "2"], ["--lr", "0.5"], ["--threads", "1"]])))
+    export = st.tuples(st.just("export"), st.builds(
+        lambda name: ["-m", "scale.export", run_dir, str(out / name)], st.sampled_from(["backbone.pt", "notes.txt",
+                                                                                        "r/config.json"])))
+    analyze = st.tuples(st.just("analyze"), st.builds(
+        lambda where: ["-m", "scale.analyze", run_dir, "--quiet", "--no-curvature", "--no-probes", "--orbits", "2x1",
+                       *(["--out", str(out / where)] if where else [])],
+        st.sampled_from([None, "notes", "r"])))
+    report = st.tuples(st.just("report"), st.builds(lambda where: ["-m", "scale.report", str(out / where)],
+                                                    st.sampled_from(["", "r", "notes"])))
+    paper = st.tuples(st.just("paper"), st.builds(
+        lambda other, dry: ["-m", "scale.paper", *PAPER, "--out", str(out),
+                            *(["--seeds", "2"] if other else []), *(["--dry-run"] if dry else [])],
+        st.booleans(), st.booleans() if EXPLORE else st.just(True)))
+    e4_flags = [["--seeds", "0"], ["--seeds", "1", "--probe-images", "1"]]
+    e4 = st.tuples(st.just("e4_study"), st.builds(
+        lambda extra: ["-m", "scale.e4_study", "--epochs", "1", "--probe-images", "8", "--out", str(out), *extra],
+        st.sampled_from([*e4_flags, ["--seeds", "1"]] if with_study or EXPLORE else e4_flags)))
+    return st.one_of(new_run, resume, export, analyze, report, paper, e4)
+
+
+def build_tree(tmp: Path, entries: list[Entry], with_run: bool, with_grid: bool, with_study: bool,
+               templates: dict[str, Path]) -> tuple[Path, Path, list[Path]]:
+    """The user's world: ``outside`` (targets of links, a recipe), ``out`` with the chosen entries; returns the
+    paths of the entries the user made (every one must survive as it was)."""
+    outside, out = tmp / "outside", tmp / "out"
+    outside.mkdir()
+    (outside / "bashrc").write_bytes(b"export PATH=$HOME/bin:$PATH\n")
+    (outside / "recipe.toml").write_text("overwrite = true\nepochs = 1\n")
+    out.mkdir()
+    if with_run:
+        shutil.copytree(templates["run"], out / "r")
+    if with_grid:
+        shutil.copy2(templates["grid"] / "manifest.json", out / "manifest.json")
+    if with_study:  # the results of another plan (7 epochs): scale.e4_study must refuse them, never rewrite
+        (out / "results.json").write_text(json.dumps({"dataset": "digits", "epochs": 7, "command": "x", "seeds": [
+            {"seed": 0, "config": {"epochs": 7}, "protocols": {}}]}))
+    made = []
+    for e in entries:
+        p = tmp / e.place / e.name
+        if os.path.lexists(p) or (p.parent.exists() and not p.parent.is_dir()):
+            continue
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if e.kind == "file":
+            p.write_bytes(f"{e.place}/{e.name}: the user's\n".encode())
+        elif e.kind == "symlink":
+            p.symlink_to(outside / "bashrc")
+        elif e.kind == "hardlink":
+            os.link(outside / "bashrc", p)
+        else:
+            os.mkfifo(p)
+        made.append(p)
+    return out, outside, made
+
+
+entries = st.lists(st.builds(Entry, st.sampled_from(PLACES), st.sampled_from(NAMES), st.sampled_from(KINDS)),
+                   max_size=6, unique_by=lambda e: (e.place, e.name))
+
+
+def run_command(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run([sys.executable, *argv], cwd=cwd, env=ENV, capture_output=True, text=True,
+                              timeout=DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"hung for {DEADLINE_S} s: python {' '.join(argv)}")
+
+
+def check_nothing_lost(tmp: Path, out: Path, outside: Path, made: list[Path], before: dict, outside_before: dict,
+                       program: str, done: subprocess.CompletedProcess[str]) -> None:
+    what = f"python {' '.join(done.args[1:])}\nexit {done.returncode}\n{done.stderr[-2000:]}"
+    assert done.returncode in CODES[program], f"undocumented exit code: {what}"
+    assert "Traceback" not in done.stderr, what
+    changed = [str(p.relative_to(tmp)) for p in made if not os.path.lexists(p)
+               or state(p) != before[str(p.relative_to(tmp))]]
+    assert not changed, f"the user's entries changed or went: {changed}\n{what}"
+    assert snapshot(outside) == outside_before, f"something outside --out changed\n{what}"
+
+
+_profile = dict(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False,
+                database=None)
+
+
+def _seeded(test):
+    return test if SEED == "random" else seed(int(SEED))(test)
+
+
+@_seeded
+@settings(**_profile)
+@given(data=st.data(), tree=entries, with_run=st.booleans(), with_grid=st.booleans(), with_study=st.booleans())
+def test_no_command_changes_a_file_it_did_not_write(templates, data, tree, with_run, with_grid, with_study):
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        out, outside, made = build_tree(tmp, tree, with_run, with_grid, with_study, templates)
+        program, argv = data.draw(commands(out, outside, with_study), label="command")
+        before = {str(p.relative_to(tmp)): state(p) for p in made}
+        outside_before = snapshot(outside)
+        done = run_command(argv, tmp)
+        check_nothing_lost(tmp, out, outside, made, before, outside_before, program, done)
+
+
+REPLICATE = ["-m", "scale.replicate", "--quick", "--threads", "1"]
+
+
+@pytest.mark.xfail(strict=True, reason="scale.replicate's save() writes this invocation's plan only and deletes "
+                   "the stored units of other plans and shards (the ledger store being rebuilt append-only fixes it; "
+                   "strict: this marker must go when it holds)")
+@_seeded
+@settings(**{**_profile, "max_examples": max(1, EXAMPLES // 5), "phases": [Phase.explicit, Phase.generate]})
+@given(shard=st.sampled_from(["5/64", "0/64"]), seeds=st.sampled_from([None, "1"]))
+def test_replicate_keeps_every_stored_unit(shard, seeds):
+    """``scale.replicate`` into an ``--out`` holding the committed ledger (``docs/replication``: another plan, full
+    seeds) with ``--quick``, a shard, or fewer seeds: every stored unit is still in results.json afterwards."""
+    with tempfile.TemporaryDirectory() as name:
+        out = Path(name) / "ledger"
+        shutil.copytree(ROOT / "docs" / "replication", out)
+        (out / "notes.txt").write_text("mine")
+        stored = units(out / "results.json")
+        assert len(stored) == 160  # the committed ledger: 5 seeds of every unit
+        argv = [*REPLICATE, "--out", str(out), "--shard", shard, *(["--seeds", seeds] if seeds else [])]
+        done = run_command(argv, Path(name))
+        assert done.returncode in (0, 1, 2, 4), done.stderr[-2000:]
+        assert (out / "notes.txt").read_text() == "mine"
+        lost = stored - units(out / "results.json")
+        assert not lost, f"{len(lost)} of {len(stored)} stored units lost, e.g. {sorted(lost)[:3]}"
+
+
+def units(results_json: Path) -> set[str]:
+    """The names of the units a ledger's results.json stores (none when it is gone or unreadable)."""
+    try:
+        return set(json.loads(results_json.read_text())["units"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()

@@ -184,3 +184,38 @@ def test_a_unit_killed_inside_its_write_leaves_no_unit_file(tmp_path):
     store.save_unit(tmp_path, "p1", "E1-x-s0", "cpu", 1, "k" * 12, {"status": "finished"})
     units, ignored = store.load_units(tmp_path, "p1", {"E1-x-s0": "k" * 12}, "cpu", 1)
     assert units["E1-x-s0"]["status"] == "finished" and not ignored
+
+
+SLOW_THEN_DONE = '''
+import time
+from pathlib import Path
+
+
+def main(argv):
+    marker = Path(argv[0])
+    if not marker.exists():  # the first attempt: outlives its time limit
+        marker.write_text("first attempt")
+        time.sleep(600)
+        return 1
+    marker.write_text("second attempt")
+    return 0
+'''
+
+
+def test_a_timed_out_job_is_requeued_with_its_command(tmp_path, monkeypatch):
+    """submitit's timeout signal (USR2) to a real ``CommandJob``: requeued, its command runs again and finishes.
+    (A grid run resumes there from its checkpoint; tests/test_paper_grid.py holds the resume.)"""
+    import submitit
+
+    (tmp_path / "slow_then_done.py").write_text(SLOW_THEN_DONE)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    ex = submitit.LocalExecutor(folder=tmp_path / "jobs", max_num_timeout=1)
+    ex.update_parameters(timeout_min=0.5, signal_delay_s=20)  # USR2 about 10 s after the start
+    job = ex.submit(J.CommandJob("slow_then_done", [str(tmp_path / "marker")]))
+    t0 = time.monotonic()
+    while not job.done() and time.monotonic() - t0 < WAIT_S:
+        time.sleep(0.2)
+    assert job.result() == 0
+    assert (tmp_path / "marker").read_text() == "second attempt"
+    log = Path(job.paths.stdout).read_text() + Path(job.paths.stderr).read_text()
+    assert "Requeued job" in log and log.count("Starting with JobEnvironment") == 2

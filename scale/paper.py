@@ -443,7 +443,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"scale.paper: error: --{key} must be a positive integer, got {v}", file=sys.stderr)
             return 2
     try:
-        launch_flags.check(args)
+        import torch
+
+        from scale.launch.jobs import check_gpus
+
+        check_gpus(args.launcher, launch_flags.check(args), args.node_gpus,
+                   args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()))
     except LaunchError as exc:
         print(f"scale.paper: error: {exc}", file=sys.stderr)
         return 2
@@ -467,6 +472,10 @@ def main(argv: list[str] | None = None) -> int:
     if other_plan:
         print(f"scale.paper: error: {other_plan}", file=sys.stderr)
         return 2
+    if args.collect and not (out / "manifest.json").is_file():
+        print(f"scale.paper: error: {out} holds no grid (manifest.json): nothing submitted there to collect",
+              file=sys.stderr)
+        return 1
     if args.as_job:  # one unit of a launch: its run and unit file; the collecting invocation writes the views
         return run_here(runs, out, args)
 
@@ -501,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         from scale.launch.jobs import launch
 
         try:
-            launch(args, "scale.paper", raw, [r.name for r in todo], out)
+            launch(args, "scale.paper", raw, [r.name for r in todo], out)  # GPUs checked above
         except LaunchError as exc:
             print(f"scale.paper: error: {exc}", file=sys.stderr)
             return 2

@@ -39,6 +39,7 @@ import sys
 from pathlib import Path
 
 from scale.launch import resources as launch_flags
+from scale.launch.jobs import check_gpus
 from scale.launch.resources import LaunchError
 from scale.ledger import plan, runner, store
 from scale.ledger.plan import EXPERIMENTS, QUICK_SEEDS, parse_epochs
@@ -219,7 +220,7 @@ def launch_units(args: argparse.Namespace, settings: dict, views) -> int:
     _, _, todo = runner.chosen_units(args, settings)
     runner.register(out, settings, args.command, args.amend)
     views()  # the registration is in results.json before any job runs
-    launch(args, "scale.replicate", args.raw, [u.name for u in todo], out)
+    launch(args, "scale.replicate", args.raw, [u.name for u in todo], out)  # GPUs checked in main
     return 0 if args.no_wait else collect(args, settings)
 
 
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc), 2)
     settings = runner.plan_settings(args.dataset, args.quick, args.epochs, args.device, args.threads, args.repeat)
     try:
-        launch_flags.check(args)
+        check_gpus(args.launcher, launch_flags.check(args), args.node_gpus, args.device == "cuda")
         if args.dry_run:
             print_plan(args, settings)
             return 0

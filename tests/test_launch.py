@@ -144,6 +144,8 @@ def test_resources_from_a_recipe_and_flags(tmp_path):
     (["--units", "E9-nothing"], "--units: E9-nothing not a unit of this plan"),
     (["--cpus-per-job", "0"], "cpus must be positive"),
     (["--no-wait"], "--no-wait needs a job launcher"),
+    (["--launcher", "slurm", "--device", "cuda"], "give --gpus-per-job N"),
+    (["--launcher", "local-jobs", "--device", "cuda"], "name the node's devices with --node-gpus"),
 ])
 def test_bad_launch_flags_are_one_line(flags, says, tmp_path, capsys):
     assert R.main(["--quick", "--dry-run", "--out", str(tmp_path / "L"), *flags]) == 2

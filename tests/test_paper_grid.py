@@ -190,6 +190,9 @@ def test_grid_runs_as_local_jobs_and_collects_from_unit_files(tmp_path, capsys, 
     other.write_text("{}")
     before = (other.read_bytes(), other.stat().st_mtime_ns)
     flags = ["--launcher", "local-jobs", "--no-report"]
+    assert _grid(tmp_path, *flags, "--collect") == 1  # no grid there yet
+    assert "holds no grid (manifest.json): nothing submitted there to collect" in capsys.readouterr().err
+    assert _grid(tmp_path, *flags, "--dry-run") == 0  # the plan's manifest
     assert _grid(tmp_path, *flags, "--collect") == 3
     said = capsys.readouterr().out
     assert "1 run(s) missing: E3E4-relu2-s0 (no job recorded)" in said

@@ -85,6 +85,8 @@ def _local_executor(folder: Path, res: Resources, gpu: int | None) -> Any:
     params: dict[str, Any] = dict(timeout_min=res.time_min, tasks_per_node=1, nodes=1)
     if gpu is not None:
         params.update(gpus_per_node=1, visible_gpus=(gpu,))
+    elif res.gpus:  # no --node-gpus: every job sees devices 0 .. gpus-1 (submitit hides the others)
+        params.update(gpus_per_node=res.gpus)
     ex.update_parameters(**params)
     return ex
 
@@ -206,12 +208,26 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def launch(args: Any, module: str, raw: list[str], units: list[str], out: Path, log: Callable[[str], None] = print
-           ) -> None:
-    """Submit ``units`` of this invocation as jobs (``args``: the launch flags); wait unless ``--no-wait``."""
+def check_gpus(launcher: str, res: Resources, gpus: str | None, wants_gpu: bool) -> None:
+    """A unit that runs on CUDA gets a GPU in its job: submitit's local engine hides every device a job did not ask
+    for, and a Slurm job without --gpus-per-job has none."""
+    if not wants_gpu or res.gpus or (launcher == "local-jobs" and gpus):
+        return
+    if launcher == "local-jobs":
+        raise LaunchError("--launcher local-jobs on CUDA: name the node's devices with --node-gpus 0,1,... (one job "
+                          "per device) or give --gpus-per-job N; without them a job sees no GPU")
+    if launcher == "slurm":
+        raise LaunchError("--launcher slurm on CUDA: give --gpus-per-job N (N >= 1); without it a job gets no GPU")
+
+
+def launch(args: Any, module: str, raw: list[str], units: list[str], out: Path, wants_gpu: bool = False,
+           log: Callable[[str], None] = print) -> None:
+    """Submit ``units`` of this invocation as jobs (``args``: the launch flags); wait unless ``--no-wait``.
+    ``wants_gpu``: the units run on CUDA (``check_gpus``)."""
     from scale.launch.resources import resources
 
     res = resources(args)
+    check_gpus(args.launcher, res, args.node_gpus, wants_gpu)  # the commands check it before writing anything
     if not units:
         log(f"{module}: nothing to submit: every chosen unit is stored")
         return

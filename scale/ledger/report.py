@@ -257,7 +257,7 @@ def write(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
     why it has no file, with ``rerun`` the command that runs only those."""
     view, text = build(out, reg, amendments, res, ignored, store_dir, missing, rerun) if with_report else (
         {"format": 2, "plan": reg["plan"], "registration": reg, "amendments": amendments, "units": res,
-         "ignored": ignored}, "")
+         "ignored": ignored, "missing": missing or {}, "rerun": rerun}, "")
     store.replace_view(out / "results.json", json.dumps(view, indent=1, sort_keys=True, default=str))
     if with_report:
         store.replace_view(out / "report.md", text)

@@ -48,6 +48,7 @@ def _wait(cond, what: str) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds a job's worker process through /proc")
 def test_jobs_killed_mid_run_are_named_and_rerun_alone(tmp_path, capsys, monkeypatch):
     """``--launcher slurm`` with submitit's AutoExecutor on its local engine (``SLURM_CLUSTER``): the same job
@@ -204,6 +205,7 @@ def main(argv):
 '''
 
 
+@pytest.mark.slow
 def test_a_timed_out_job_is_requeued_with_its_command(tmp_path, monkeypatch):
     """submitit's timeout signal (USR2) to a real ``CommandJob``: requeued, its command runs again and finishes.
     (A grid run resumes there from its checkpoint; tests/test_paper_grid.py holds the resume.)"""

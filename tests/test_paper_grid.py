@@ -180,6 +180,7 @@ def test_report_verdicts_follow_the_measured_numbers(tmp_path, smooth_escapes):
     shutil.rmtree(tmp_path / "runs")
 
 
+@pytest.mark.slow
 def test_grid_runs_as_local_jobs_and_collects_from_unit_files(tmp_path, capsys, monkeypatch):
     """One run as a submitit LocalExecutor job (a real subprocess): --collect before it names it with the one
     command that runs it (exit 3); the launch waits and collects; another plan's unit file is listed, untouched."""

@@ -177,7 +177,7 @@ def v1_registration(reg: dict) -> dict:
     settings = {"dataset": s.get("dataset", "digits"), "quick": bool(s.get("quick")), "device": s.get("device", "cpu"),
                 "threads": int(s.get("threads") or 1), "epochs": dict(s.get("epochs") or {}),
                 "probe_images": s.get("probe_images"), "probe_pairs": plan.PROBE_PAIRS, "repeat": 0}
-    return {"plan": store.V1, "settings": settings, "plan_hash": "none (v1 recorded none)",
+    return {"plan": store.V1, "settings": settings, "plan_hash": "none recorded",
             "rules_hash": claims.rules_hash(), "code_commit": "see the units", "command": s.get("command", "?"),
             "registered_at": "never: v1 data read under today's rules, not a registered test of them",
             "v1": True}

@@ -445,3 +445,15 @@ def test_determinism_rows_compare_the_same_units_at_another_thread_count(tmp_pat
     rows = report.determinism(out, one, mine)
     e31 = next(r for r in rows if r.startswith("| E3.1 |"))
     assert "threads 1 vs 2" in e31 and "+1.5" in e31
+
+
+def test_the_committed_v2_registration_holds_todays_rules():
+    """docs/replication's v2 registration was written before any of its units: a change of the rules since then must
+    be logged as an amendment (``--amend``), whose last hash is then today's."""
+    regs = sorted((ROOT / "docs" / "replication" / "registrations").glob("*.json"))
+    assert regs, "no registration committed"
+    for path in regs:
+        reg = json.loads(path.read_text())
+        logged = store.amendments(ROOT / "docs" / "replication", reg["plan"])
+        assert (logged[-1]["to_hash"] if logged else reg["rules_hash"]) == claims.rules_hash(), path.name
+        assert reg["rules_hash"] == plan.digest(reg["rules"])  # the hash is of the rules it holds

@@ -181,8 +181,10 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
     if quick:
         L += [f"> {BANNER}. A --quick ledger runs tiny models for 1-4 epochs to check that every part works; its "
               "numbers are not comparable with the paper's and its verdicts are not findings.", ""]
-    L += [f"Plan `{reg['plan']}` (hash {reg['plan_hash'][:16]}), registered {reg['registered_at']} at code commit "
-          f"{reg['code_commit']} by `{reg['command']}`; rules hash `{reg['rules_hash'][:16]}` (the rules as data: "
+    origin = (f"the first ledger's units, by `{reg['command']}`, read under today's rules" if reg.get("v1") else
+              f"registered {reg['registered_at']} at code commit {reg['code_commit']} by `{reg['command']}`")
+    L += [f"Plan `{reg['plan']}` (hash {reg['plan_hash'][:16]}), {origin}; rules hash `{reg['rules_hash'][:16]}` "
+          "(the rules as data: "
           "`scale/ledger/claims/`; the full hash and the rules themselves in `results.json`). Units computed at "
           f"{', '.join(commits) or '-'}; {len(res)} units, {seconds:.0f} s summed ({seconds / 3600:.2f} h), on "
           f"{settings['device']} with {settings['threads']} thread{'s' * (settings['threads'] != 1)} each (units of "

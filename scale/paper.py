@@ -430,6 +430,26 @@ def _parse_experiments(text: str) -> tuple[str, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m scale.paper``; a file it would write through a link or replace without owning it (exit 2), a
+    grid file it cannot read (exit 1) or an output it cannot write (exit 4) is one line, never a traceback; so is
+    a unit file of the store it cannot read (exit 2, left as it is)."""
+    from scale.engine import disk, read
+    from scale.ledger.store import StoreError
+
+    try:
+        return _main(argv)
+    except (disk.NotOurs, read.Unreadable) as exc:
+        print(f"scale.paper: error: {exc}", file=sys.stderr)
+        return exc.code
+    except StoreError as exc:
+        print(f"scale.paper: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"scale.paper: error: cannot write {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 4
+
+
+def _main(argv: list[str] | None = None) -> int:
     from scale.launch import resources as launch_flags
     from scale.launch.resources import LaunchError
 

@@ -211,3 +211,35 @@ def test_e4_study_refuses_an_out_with_a_report_not_its_own(tmp_path, capsys):
     assert e4_study.main(["--seeds", "1", "--epochs", "1", "--probe-images", "8", "--out", str(out)]) == EXIT_USAGE
     assert "not its own" in capsys.readouterr().err
     assert snapshot(out) == before
+
+
+PAPER = ["--dataset", "synthetic", "--experiments", "E3E4", "--quick", "--epochs", "1", "--device", "cpu",
+         "--threads", "1", "--dry-run"]
+
+
+def test_paper_never_rewrites_the_manifest_of_another_plan(tmp_path, capsys):
+    from scale import paper
+
+    out = tmp_path / "grid"
+    assert paper.main([*PAPER, "--out", str(out)]) == 0
+    before = snapshot(out)
+    other = [*PAPER, "--epochs", "2"]  # the last --epochs counts: every run planned otherwise
+    assert paper.main([*other, "--out", str(out)]) == EXIT_USAGE
+    assert "another plan" in capsys.readouterr().err and snapshot(out) == before
+    assert paper.main([*PAPER, "--seeds", "2", "--out", str(out)]) == 0  # more seeds: the same grid, extended
+    (out / "manifest.json").write_text("my notes, not a manifest")
+    mine = snapshot(out)
+    assert paper.main([*PAPER, "--out", str(out)]) != 0
+    assert snapshot(out) == mine and set(before) == set(mine)
+
+
+def test_report_never_replaces_a_report_it_did_not_write(tmp_path, capsys):
+    from scale import paper, report
+
+    out = tmp_path / "grid"
+    assert paper.main([*PAPER, "--out", str(out)]) == 0
+    assert report.main([str(out)]) == 0 and report.main([str(out)]) == 0  # its own report: replaced
+    (out / "report.md").write_text("# my own notes\n")
+    before = snapshot(out)
+    assert report.main([str(out)]) == EXIT_USAGE
+    assert "not its own" in capsys.readouterr().err and snapshot(out) == before

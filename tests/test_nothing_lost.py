@@ -20,7 +20,8 @@ about 45 s); the exploration runs many more with fresh seeds:
 
     NOTHING_LOST_EXAMPLES=200 NOTHING_LOST_SEED=random python -m pytest tests/test_nothing_lost.py -x
 
-(a falsifying example is printed with the ``@reproduce_failure`` blob that replays it).
+(a falsifying example is printed with the ``@reproduce_failure`` blob that replays it;
+``--hypothesis-show-statistics`` counts the commands that ran).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, Phase, event, given, seed, settings
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,6 +209,7 @@ def test_no_command_changes_a_file_it_did_not_write(templates, data, tree, with_
         tmp = Path(name)
         out, outside, made = build_tree(tmp, tree, with_run, with_grid, with_study, templates)
         program, argv = data.draw(commands(out, outside, with_study), label="command")
+        event(program)  # --hypothesis-show-statistics counts the commands run
         before = {str(p.relative_to(tmp)): state(p) for p in made}
         outside_before = snapshot(outside)
         done = run_command(argv, tmp)

@@ -41,6 +41,7 @@ class Unreadable(ValueError):
     (``scale.runs.faults`` turns it into one line)."""
 
     code = 1
+    strerror: str | None = None  # the system's reason where the file could not be opened (permissions, ...)
 
 
 def open_regular(path: str | Path) -> BinaryIO:
@@ -48,7 +49,9 @@ def open_regular(path: str | Path) -> BinaryIO:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise Unreadable(f"{path} cannot be read ({exc.strerror or exc})") from None
+        err = Unreadable(f"{path} cannot be read ({exc.strerror or exc})")
+        err.strerror = exc.strerror
+        raise err from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -86,7 +89,7 @@ def _decode(data: bytes, where: str, depth: int) -> Any:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise Unreadable(f"{where} is not JSON text ({first})") from None
+        raise Unreadable(f"{where} is not readable JSON ({first})") from None
 
 
 def kind_name(kind: type | tuple[type, ...]) -> str:

@@ -4,11 +4,14 @@
     1    an input file is missing, corrupt, unsafe or unreadable: dataset files (bad checksum, a pickle
          that would run code or corrupt NumPy's memory, a batch outside the official layout, a file or
          folder without read permission, an image of more than 50 megapixels), a run directory's
-         checkpoint.pt or config.json that cannot be read
+         checkpoint.pt or config.json that cannot be read, an image or checkpoint that is not a regular
+         file (a FIFO put where a streamed image was: ``scale.engine.read``, never waited on)
     2    arguments or configuration refused: a bad flag or config value (from flags, a recipe or a saved
          config.json), a run needing more memory than its device has, an unusable recipe file, a folder
          dataset whose test split would be empty, an unsafe --run-name, a run directory that already holds
          a run (without --overwrite), holds anything a run does not write, or is locked by a live run, a
+         ``.lock``, output or run directory that is a symlink, hard link or FIFO (``scale.engine.disk``:
+         nothing is written through it), ``overwrite`` in a recipe, a
          --resume with nothing to resume, flags given with --resume that would change the run,
          config.json disagreeing with checkpoint.pt
     3    non-finite loss or model outputs (the last good checkpoint is kept)
@@ -17,7 +20,8 @@
          run that could not start leaves no directory or lock behind
     5    a distributed peer stopped answering within --ddp-timeout, or died
     130  interrupted by SIGINT (Ctrl-C) or SIGTERM (schedulers): the step finishes, a checkpoint is saved,
-         continue with --resume; a second signal stops at once, keeping the last checkpoint written
+         continue with --resume; a second signal stops at once, keeping the last checkpoint written (so does
+         a first SIGINT outside the training loop, e.g. while a resume loads: named as such)
 
 After ``kill -9`` (or the OOM killer) there is no code: ``--resume`` continues from the last checkpoint,
 taking over the dead run's lock (``scale.runs.rundir.RunLock``), whose augmentation workers ended with it

@@ -120,8 +120,10 @@ def load_run(run_dir: str | Path, *, backbone: nn.Module | None = None, head: nn
         raise RunError(f"{path} is not a run directory: no checkpoint.pt there")
     try:
         ck = load_checkpoint(ck_path, map_location=device)
-    except OSError as exc:
-        raise RunError(f"{ck_path} cannot be read ({exc.strerror or exc}); check its permissions") from None
+    except (OSError, read.Unreadable) as exc:
+        if exc.strerror is None:  # a FIFO or device where the checkpoint should be
+            raise RunError(str(exc)) from None
+        raise RunError(f"{ck_path} cannot be read ({exc.strerror}); check its permissions") from None
     except Exception as exc:  # torch raises several kinds on a truncated or foreign file
         raise RunError(f"{ck_path} is not a readable checkpoint ({unreadable_reason(exc)})") from None
     if not isinstance(ck, dict) or "model" not in ck or not isinstance(ck.get("config"), dict):

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 from dataclasses import fields
 from pathlib import Path
@@ -224,14 +223,14 @@ def check_log(value: str) -> None:
 
 
 def read_config_json(path: Path) -> dict[str, Any]:
-    """config.json as a dict, or ``CorruptFile`` saying what is wrong with it."""
+    """config.json as a dict, or ``CorruptFile`` saying what is wrong with it (the one bounded reader,
+    ``scale.engine.read``: a regular file, its size and nesting bounded)."""
+    from scale.engine import read
+
     try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptFile(f"{path} is not readable JSON ({exc}); the run cannot be resumed from it") from None
-    if not isinstance(saved, dict):
-        raise CorruptFile(f"{path} holds a {type(saved).__name__}, not a config object")
-    return saved
+        return read.read_json(path, dict)
+    except read.Unreadable as exc:
+        raise CorruptFile(f"{exc}; the run cannot be resumed from it") from None
 
 
 def read_checkpoint_config(path: Path) -> tuple[dict[str, Any], int]:

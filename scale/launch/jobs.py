@@ -10,8 +10,10 @@ keeps no checkpoint, from its start), at most ``Resources.requeues`` times.
     local-jobs  ``submitit.LocalExecutor``: real subprocesses on this machine, the same pickled submission; one
                 job per ``--node-gpus`` device (``CUDA_VISIBLE_DEVICES`` set to it) or ``--parallel`` jobs at once
 
-submitit keeps its own files (the pickled submission, logs, results) in ``OUT/jobs``; it unpickles only what
-this command submitted there. Each submission is recorded, written once, in ``OUT/launch/`` (the launcher, the
+submitit keeps its own files (the pickled submission, logs, results) in ``OUT/jobs``; a job unpickles its
+submission from there (submitit's design: OUT must be writable by its owner alone). A SIGTERM (a preemption's
+first signal on many clusters) reaches ``scale.run``'s handler instead: a checkpoint, exit 130, the job failed,
+and ``--collect``'s rerun command resumes it. Each submission is recorded, written once, in ``OUT/launch/`` (the launcher, the
 resources, unit -> job id, the command), so a later ``--collect`` names the jobs of missing units.
 """
 

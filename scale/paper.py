@@ -349,28 +349,15 @@ def execute_in_process(run: PlannedRun, out: Path, device: str, threads: int | N
         sys.argv = saved
 
 
-def _grid_plan(args: argparse.Namespace) -> str:
-    from scale.ledger import grid_units
-
-    return grid_units.plan_id(args.dataset, args.backbone, args.quick, args.epochs)
-
-
 def record_unit(run: PlannedRun, out: Path, args: argparse.Namespace) -> None:
     """The run's deviations.json and, once it is done, its one immutable unit file (``scale.ledger.grid_units``)."""
-    import torch
-
     from scale.ledger import grid_units
 
     run_dir = out / "runs" / run.name
-    if not (run_dir / "config.json").is_file():
-        return
-    dev = deviations(json.loads((run_dir / "config.json").read_text()), run.paper, args.dataset, run.argv)
-    _atomic_json(run_dir / "deviations.json", dev)
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    grid_units.record(out, _grid_plan(args), run.name, grid_units.keys([run])[run.name], run_dir, device,
-                      args.threads or torch.get_num_threads(),
-                      {"experiment": run.experiment, "seed": run.seed, "labels": run.labels, "argv": run.argv,
-                       "deviations": dev})
+    if (run_dir / "config.json").is_file():
+        dev = deviations(json.loads((run_dir / "config.json").read_text()), run.paper, args.dataset, run.argv)
+        _atomic_json(run_dir / "deviations.json", dev)
+        grid_units.record_run(out, run, args, dev)
 
 
 def run_here(runs: list[PlannedRun], out: Path, args: argparse.Namespace) -> int:
@@ -544,7 +531,7 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"scale.paper: {len(todo)} runs attempted in {wall:.1f} s", flush=True)
     for r in runs:  # runs finished before unit files existed, or by a job that died after its summary
         record_unit(r, out, args)
-    missing = grid_units.collect(runs, out, _grid_plan(args), raw)
+    missing = grid_units.collect(runs, out, grid_units.grid_plan(args), raw)
     if not args.no_report and (out / "manifest.json").is_file():
         from scale.report import write_report
 

@@ -13,8 +13,9 @@ keeps no checkpoint, from its start), at most ``Resources.requeues`` times.
 submitit keeps its own files (the pickled submission, logs, results) in ``OUT/jobs``; a job unpickles its
 submission from there (submitit's design: OUT must be writable by its owner alone). A SIGTERM (a preemption's
 first signal on many clusters) reaches ``scale.run``'s handler instead: a checkpoint, exit 130, the job failed,
-and ``--collect``'s rerun command resumes it. Each submission is recorded, written once, in ``OUT/launch/`` (the launcher, the
-resources, unit -> job id, the command), so a later ``--collect`` names the jobs of missing units.
+and ``--collect``'s rerun command resumes it. Each submission is recorded, written once, in ``OUT/launch/``
+(the launcher, the resources, unit -> job id, the command), so a later ``--collect`` names the jobs of missing
+units.
 """
 
 from __future__ import annotations

@@ -34,6 +34,22 @@ def plan_id(dataset: str, backbone: str, quick: bool, epochs: int | None) -> str
     return "grid-" + digest({"dataset": dataset, "backbone": backbone, "quick": quick, "epochs": epochs})[:12]
 
 
+def grid_plan(args: Any) -> str:
+    """The plan of ``scale.paper``'s arguments."""
+    return plan_id(args.dataset, args.backbone, args.quick, args.epochs)
+
+
+def record_run(out: Path, run: Any, args: Any, deviations: dict[str, Any]) -> Path | None:
+    """``record`` of a ``scale.paper.PlannedRun`` run by ``args`` (where it ran: the resolved device, the threads)."""
+    import torch
+
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    return record(out, grid_plan(args), run.name, keys([run])[run.name], out / "runs" / run.name, device,
+                  args.threads or torch.get_num_threads(), {"experiment": run.experiment, "seed": run.seed,
+                                                            "labels": run.labels, "argv": run.argv,
+                                                            "deviations": deviations})
+
+
 def run_key(argv: list[str], paper: dict[str, Any], track_hessian: bool) -> str:
     from scale.ledger.plan import digest
 

@@ -93,28 +93,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="local: in this process, one unit after another (default); local-jobs: each unit a job of "
                    "submitit's LocalExecutor on this machine (one per --node-gpus slot at a time); slurm: each unit "
                    "a job of a Slurm array through submitit")
-    g.add_argument("--no-wait", action="store_true", help="submit and return; a later --collect (or the same "
-                   "command again) reads the results")
+    g.add_argument("--no-wait", action="store_true", help="submit and return; a later --collect (the same command "
+                   "with --collect instead) reads the results")
     g.add_argument("--collect", action="store_true", help="submit nothing: rebuild the results and report from "
                    "the unit files, name the missing units and the one command that runs only them (exit 3 if any)")
-    g.add_argument("--units", help="comma-separated unit names of the plan: run only these")
+    g.add_argument("--units", metavar="NAMES", help="comma-separated unit names of the plan: run only these")
     g.add_argument("--as-job", action="store_true", help="set in each job's command by the launcher: the unit's "
-                   "file and results.json, no report (the collecting invocation writes it)")
+                   "file, no report (the invocation that collects writes it)")
     g.add_argument("--resources", metavar="FILE.toml", help="a recipe of the job resources below")
-    g.add_argument("--gpus-per-job", dest="job_gpus", type=int, help="GPUs per job (default 0)")
-    g.add_argument("--cpus-per-job", dest="job_cpus", type=int, help="CPUs per job (default 1)")
-    g.add_argument("--mem-gb", dest="job_mem_gb", type=float, help="memory per job in GB (default 8)")
-    g.add_argument("--time-min", dest="job_time_min", type=int, help="wall time per job attempt, minutes "
-                   "(default 240; a timed-out job is requeued from its checkpoint)")
-    g.add_argument("--partition", dest="job_partition", help="Slurm partition")
-    g.add_argument("--account", dest="job_account", help="Slurm account")
-    g.add_argument("--array-parallelism", dest="job_array_parallelism", type=int,
+    g.add_argument("--gpus-per-job", metavar="N", dest="job_gpus", type=int, help="GPUs per job (default 0)")
+    g.add_argument("--cpus-per-job", metavar="N", dest="job_cpus", type=int, help="CPUs per job (default 1)")
+    g.add_argument("--mem-gb", metavar="GB", dest="job_mem_gb", type=float, help="memory per job in GB (default 8)")
+    g.add_argument("--time-min", metavar="MIN", dest="job_time_min", type=int, help="wall time per job attempt, "
+                   "minutes (default 240; a timed-out job is requeued from its checkpoint)")
+    g.add_argument("--partition", metavar="NAME", dest="job_partition", help="Slurm partition")
+    g.add_argument("--account", metavar="NAME", dest="job_account", help="Slurm account")
+    g.add_argument("--array-parallelism", metavar="N", dest="job_array_parallelism", type=int,
                    help="Slurm: jobs of the array running at once (default 64)")
-    g.add_argument("--node-gpus", help="local-jobs: comma-separated CUDA device ids of this node; one job per "
-                   "device at a time (a single multi-GPU node)")
-    g.add_argument("--parallel", type=int, help="local-jobs without --node-gpus: jobs at once (default 1)")
-    g.add_argument("--gpu-name", default="A100", help="--dry-run: the GPU the GPU-hours are estimated for "
-                   "(default A100)")
+    g.add_argument("--node-gpus", metavar="IDS", help="local-jobs: comma-separated CUDA device ids of this node; one "
+                   "job per device at a time (a single multi-GPU node)")
+    g.add_argument("--parallel", metavar="N", type=int, help="local-jobs without --node-gpus: jobs at once "
+                   "(default 1)")
+    g.add_argument("--gpu-name", metavar="NAME", default="A100", help="--dry-run: the GPU the GPU-hours are "
+                   "estimated for (default A100)")
 
 
 # The flags a job's own command line leaves out: the launch itself, and what chose this invocation's share.

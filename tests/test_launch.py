@@ -223,3 +223,18 @@ def test_a_timed_out_job_is_requeued_with_its_command(tmp_path, monkeypatch):
     assert (tmp_path / "marker").read_text() == "second attempt"
     log = Path(job.paths.stdout).read_text() + Path(job.paths.stderr).read_text()
     assert "Requeued job" in log and log.count("Starting with JobEnvironment") == 2
+
+
+def test_a_unit_whose_job_has_not_ended_is_not_submitted_again(tmp_path, capsys):
+    """Launching again while a recorded job runs (here: this test's own process stands for its controller)
+    submits nothing for that unit; --collect names the job as running."""
+    out = tmp_path / "L"
+    (out / "launch").mkdir(parents=True)
+    (out / "launch" / "20260101-000000-1.json").write_text(json.dumps(
+        {"launcher": "local-jobs", "engine": "local", "folder": str(out / "jobs"), "jobs": {UNITS[0]: os.getpid()}}))
+    assert J.active_units(out) == {UNITS[0]: f"local-jobs job {os.getpid()}: running"}
+    args = R.build_parser().parse_args([*PLAN_FLAGS, "--out", str(out), "--launcher", "local-jobs"])
+    J.launch(args, "scale.replicate", [], [UNITS[0]], out)
+    said = capsys.readouterr().out
+    assert f"{UNITS[0]}: not submitted again, its job has not ended" in said and "  submitted " not in said
+    assert not (out / "jobs").exists()

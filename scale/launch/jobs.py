@@ -172,13 +172,27 @@ def record_submission(out: Path, launcher: str, folder: Path, res: Resources, jo
     return path
 
 
+ACTIVE = frozenset({"running", "PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED",
+                    "RESIZING"})  # a local job's controller alive, or Slurm's states of a job not yet ended
+
+
 def job_states(out: Path) -> dict[str, str]:
     """The last recorded job of each unit and its state as submitit reads it now (Slurm: sacct; a local job: its
-    controller process alive or not). Empty without records."""
+    controller process alive or not), as ``"LAUNCHER job ID: STATE"``. Empty without records."""
+    return {u: f"{launcher} job {job_id}: {state}" for u, (launcher, job_id, state) in _jobs(out).items()}
+
+
+def active_units(out: Path) -> dict[str, str]:
+    """The units whose last recorded job has not ended (``ACTIVE``), with that job's line."""
+    return {u: f"{launcher} job {job_id}: {state}" for u, (launcher, job_id, state) in _jobs(out).items()
+            if state in ACTIVE}
+
+
+def _jobs(out: Path) -> dict[str, tuple[str, str, str]]:
     from scale.engine import read
 
     folder = out / "launch"
-    states: dict[str, str] = {}
+    states: dict[str, tuple[str, str, str]] = {}
     if not folder.is_dir():
         return states
     for path in sorted(folder.glob("*.json")):
@@ -194,7 +208,7 @@ def job_states(out: Path) -> dict[str, str]:
                     state = f"unknown ({type(exc).__name__})"
             else:
                 state = "running" if _alive(int(job_id)) else "ended"
-            states[unit] = f"{rec.get('launcher')} job {job_id}: {state}"
+            states[unit] = (str(rec.get("launcher")), str(job_id), state)
     return states
 
 
@@ -231,8 +245,12 @@ def launch(args: Any, module: str, raw: list[str], units: list[str], out: Path, 
 
     res = resources(args)
     check_gpus(args.launcher, res, args.node_gpus, wants_gpu)  # the commands check it before writing anything
+    active = active_units(out)
+    for u in [u for u in units if u in active]:
+        log(f"  {u}: not submitted again, its job has not ended ({active[u]})")
+    units = [u for u in units if u not in active]
     if not units:
-        log(f"{module}: nothing to submit: every chosen unit is stored")
+        log(f"{module}: nothing to submit: every chosen unit is stored or has a job that has not ended")
         return
     commands = [(u, module, job_command(module, raw, u)) for u in units]
     folder = out / "jobs"

@@ -181,9 +181,18 @@ def test_report_verdicts_follow_the_measured_numbers(tmp_path, smooth_escapes):
 
 
 @pytest.mark.slow
-def test_grid_runs_as_local_jobs_and_collects_from_unit_files(tmp_path, capsys, monkeypatch):
-    """One run as a submitit LocalExecutor job (a real subprocess): --collect before it names it with the one
-    command that runs it (exit 3); the launch waits and collects; another plan's unit file is listed, untouched."""
+def test_grid_run_as_a_job_killed_named_and_rerun(tmp_path, capsys, monkeypatch):
+    """One run as a submitit LocalExecutor job (a real subprocess), SIGKILLed mid-run: --collect names it with its
+    job and the one command that runs it (exit 3); that command runs it to the end; another plan's unit file is
+    listed, untouched."""
+    import os
+    import shlex
+    import signal
+    import time
+    from pathlib import Path
+
+    from scale.launch import jobs
+
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     out = tmp_path / "grid"
     other = out / "units" / "grid-000000000000--E3E4-relu2-s0--cpu-t1--0123456789ab.json"
@@ -193,15 +202,27 @@ def test_grid_runs_as_local_jobs_and_collects_from_unit_files(tmp_path, capsys, 
     flags = ["--launcher", "local-jobs", "--no-report"]
     assert _grid(tmp_path, *flags, "--collect") == 1  # no grid there yet
     assert "holds no grid (manifest.json): nothing submitted there to collect" in capsys.readouterr().err
-    assert _grid(tmp_path, *flags, "--dry-run") == 0  # the plan's manifest
+    assert _grid(tmp_path, *flags, "--no-wait") == 0
+    job = int(json.loads(next((out / "launch").glob("*.json")).read_text())["jobs"]["E3E4-relu2-s0"])
+    t0 = time.monotonic()
+    while not (out / "runs" / "E3E4-relu2-s0" / "config.json").is_file():  # scale.run has begun the run
+        assert time.monotonic() - t0 < 300 and jobs._alive(job), "the job ended before it could be killed"
+        time.sleep(0.05)
+    for task in Path(f"/proc/{job}/task").iterdir():  # the job's worker: its controller's child
+        for pid in (task / "children").read_text().split():
+            os.kill(int(pid), signal.SIGKILL)
+    while jobs._alive(job):
+        time.sleep(0.05)
+    assert [p.name for p in (out / "units").glob("*.json")] == [other.name]  # no unit file of the run, nor a part
+    capsys.readouterr()
     assert _grid(tmp_path, *flags, "--collect") == 3
     said = capsys.readouterr().out
-    assert "1 run(s) missing: E3E4-relu2-s0 (no job recorded)" in said
+    assert f"1 run(s) missing: E3E4-relu2-s0 (local-jobs job {job}: ended)" in said
     rerun = said.split("run only them: ", 1)[1].splitlines()[0]
     assert rerun.endswith("--launcher local-jobs --no-report --units E3E4-relu2-s0")
-    assert _grid(tmp_path, *flags) == 0
+    assert paper.main(shlex.split(rerun)[3:]) == 0
     said = capsys.readouterr().out
-    assert "submitted E3E4-relu2-s0: local job" in said and "1 of 1 runs stored" in said
+    assert said.count("  submitted ") == 1 and "1 of 1 runs stored" in said
     view = json.loads((out / "results.json").read_text())
     assert view["units"]["E3E4-relu2-s0"]["status"] == "finished" and not view["missing"]
     assert view["ignored"] == [f"{other.name}: plan grid-000000000000"]

@@ -171,8 +171,15 @@ def build_tree(tmp: Path, entries: list[Entry], with_run: bool, with_grid: bool,
     return out, outside, made
 
 
-entries = st.lists(st.builds(Entry, st.sampled_from(PLACES), st.sampled_from(NAMES), st.sampled_from(KINDS)),
-                   max_size=6, unique_by=lambda e: (e.place, e.name))
+# Where data was lost before: a link, hard link or FIFO under a run file's name or ``.lock`` in the run directory,
+# or a file named like a temporary or an output where a command writes; every tree holds at least one of them.
+HAZARD = st.builds(Entry, st.sampled_from(["out/r", "out", "out/notes", "out/r/analysis"]),
+                   st.sampled_from([".lock", "config.json", "summary.json", "report.md", "manifest.json",
+                                    ".metrics.jsonl.0a1b2c3d.tmp", ".x.abcdef.tmp", "analysis.json"]),
+                   st.sampled_from(KINDS))
+entries = st.builds(lambda first, rest: [first, *rest], HAZARD,
+                    st.lists(st.builds(Entry, st.sampled_from(PLACES), st.sampled_from(NAMES), st.sampled_from(KINDS)),
+                             max_size=5))
 
 
 def run_command(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:

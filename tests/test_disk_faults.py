@@ -63,12 +63,18 @@ def outside(tmp_path) -> Path:
     return home / ".bashrc"
 
 
-@pytest.mark.parametrize("how", ["symlink", "hard link"])
+@pytest.mark.parametrize("how", ["symlink", "hard link", "a file of the user's"])
 @pytest.mark.parametrize("command", ["new run", "resume", "refused resume"])
 def test_a_planted_lock_is_never_written_through(run, outside, command, how, capsys):
-    """``ln -s ~/.bashrc RUN/.lock`` (or a hard link): no command opens, truncates or quotes the file."""
+    """``ln -s ~/.bashrc RUN/.lock`` (or a hard link, or a file of the user's named ``.lock``, found by
+    ``test_nothing_lost``): no command opens it for writing, truncates, removes or quotes it."""
     lock = run / ".lock"
-    os.symlink(outside, lock) if how == "symlink" else os.link(outside, lock)
+    if how == "symlink":
+        os.symlink(outside, lock)
+    elif how == "hard link":
+        os.link(outside, lock)
+    else:
+        lock.write_bytes(SECRET)
     before = snapshot(run, outside.parent)
     argv = {"new run": [*TINY, "--out", str(run.parent), "--run-name", "r", "--overwrite"],
             "resume": ["--resume", str(run), "--quiet"],

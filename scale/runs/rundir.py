@@ -8,7 +8,8 @@ Every create, replace and delete here goes through ``scale.engine.disk`` (the on
                                 ends. It is opened with ``O_NOFOLLOW | O_NONBLOCK`` and must be a plain
                                 file of one link (``disk.open_lock``): a symlink, hard link or FIFO named
                                 ``.lock`` is refused (exit 2) and nothing is read from or written through
-                                it; a run directory that is itself a symlink is refused too. The kernel
+                                it; so is a ``.lock`` holding anything but a holder record (a user's
+                                file), and a run directory that is itself a symlink. The kernel
                                 drops the flock when its process dies, so a lock left by a killed run is
                                 taken over (with a note naming the dead holder); a live holder makes the
                                 second run fail at once, naming it. No forked child keeps the lock
@@ -178,6 +179,11 @@ class RunLock:
                 break
             self._close()
         previous = self._holder()
+        if previous is None:  # a file of the user's named .lock: never rewritten, never removed
+            self._close()
+            self._remove_created()
+            raise disk.NotOurs(f"{self.path} is not a lock of this project (it does not hold a run's pid, host and "
+                               "start time); nothing was written to it. Move it away, or choose another --run-name")
         self.note = (f"took over the lock of a run that ended without releasing it ({previous})"
                      if previous else None)
         record = {"pid": os.getpid(), "host": socket.gethostname(),
@@ -189,7 +195,9 @@ class RunLock:
             self.release()
             raise OSError(exc.errno, exc.strerror, str(self.path)) from None
 
-    def _holder(self) -> str:
+    def _holder(self) -> str | None:
+        """The holder the lock file names; "" for an empty one (just created, or its holder was killed before
+        writing); ``None`` when it holds anything but a holder record: then it is not a lock of this project."""
         try:
             text = os.pread(self.fd, 4096, 0).decode("utf-8", "replace").strip()
         except OSError:
@@ -198,9 +206,9 @@ class RunLock:
             return ""
         try:
             h = json.loads(text)
-            return f"pid {h['pid']} on {h['host']}, started {h['started']}"
+            return f"pid {int(h['pid'])} on {h['host']}, started {h['started']}"
         except (ValueError, KeyError, TypeError):
-            return f"lock file says {text[:80]!r}"
+            return None
 
     def _is_current(self) -> bool:
         """Whether the locked file is still the one at ``path`` (not unlinked by a release meanwhile)."""

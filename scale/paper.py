@@ -17,9 +17,13 @@ a constant learning rate (it has no schedule) and its E3 augmentation (crop scal
     E5    the E3 setup at batch 512 with a Swish + BatchNorm head of depth 1, 2, 3 = Linear layers (the
           official depth: depth 1 is Linear-BN, no activation): linear+BN, swish2, swish3
 
-Each run is one ``python -m scale.run`` (in this process, or one subprocess per device with ``--gpus``)
-in ``OUT/runs/NAME``. A run whose summary.json says it finished (or stopped on a non-finite loss, a
-result in itself) is skipped; one with a checkpoint but no summary is resumed (``--resume``). Either only
+Each run is one ``python -m scale.run`` in ``OUT/runs/NAME``: in this process (``--launcher local``), or as
+one job each through submitit (``--launcher slurm``: a Slurm array; ``local-jobs``: this machine, one job per
+``--node-gpus`` device; ``scale.launch``, docs/launch.md). A finished run gets one immutable unit file in
+``OUT/units/`` (``scale.ledger.grid_units``); ``OUT/results.json`` is rebuilt from those files, and ``--collect``
+names the runs without one and the one command that runs only them (exit 3). A run whose summary.json says it
+finished (or stopped on a non-finite loss, a result in itself) is skipped; one with a checkpoint but no summary
+is resumed (``--resume``; a timed-out or preempted job is requeued and resumes so). Either only
 if it is the planned run: a saved config.json that differs from what the plan resolves to (another
 dataset, epochs, head, ...; not the device or thread count), or a finished run measured with other
 ``--probe-images``, stops the grid before anything runs (exit 2, naming the runs and the differences;
@@ -40,11 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import queue
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -311,7 +311,7 @@ def deviations(config: dict[str, Any], paper: dict[str, Any], dataset: str, argv
 
 
 # --------------------------------------------------------------------------------------------
-# Execution
+# Execution: each run in this process (--launcher local) or as a job (scale.launch); one unit file per run
 # --------------------------------------------------------------------------------------------
 
 
@@ -328,7 +328,7 @@ def _log(out: Path, record: dict[str, Any]) -> None:
 
 
 def execute_in_process(run: PlannedRun, out: Path, device: str, threads: int | None = None) -> int:
-    """One run through ``scale.run.main`` in this process (a subprocess per device calls this too)."""
+    """One run through ``scale.run.main`` in this process (a job of the launcher calls this too)."""
     from scale import run as scale_run
 
     run_dir = out / "runs" / run.name
@@ -349,17 +349,42 @@ def execute_in_process(run: PlannedRun, out: Path, device: str, threads: int | N
         sys.argv = saved
 
 
-def _finish_record(run: PlannedRun, out: Path, code: int, seconds: float, dataset: str) -> dict[str, Any]:
+def record_unit(run: PlannedRun, out: Path, args: argparse.Namespace) -> None:
+    """The run's deviations.json and, once it is done, its one immutable unit file (``scale.ledger.grid_units``)."""
+    from scale.ledger import grid_units
+
     run_dir = out / "runs" / run.name
-    rec: dict[str, Any] = {"name": run.name, "exit_code": code, "seconds": seconds, "time": time.time()}
-    cfg_path = run_dir / "config.json"
-    if cfg_path.is_file():
-        cfg = json.loads(cfg_path.read_text())
-        _atomic_json(run_dir / "deviations.json", deviations(cfg, run.paper, dataset, run.argv))
-    return rec
+    if (run_dir / "config.json").is_file():
+        dev = deviations(json.loads((run_dir / "config.json").read_text()), run.paper, args.dataset, run.argv)
+        _atomic_json(run_dir / "deviations.json", dev)
+        grid_units.record_run(out, run, args, dev)
+
+
+def run_here(runs: list[PlannedRun], out: Path, args: argparse.Namespace) -> int:
+    """Each of ``runs`` in this process, one after another; 130 when interrupted (rerun to resume)."""
+    for r in runs:
+        t = time.perf_counter()
+        try:
+            code = execute_in_process(r, out, args.device, args.threads)
+        except KeyboardInterrupt:
+            code = 130
+        except Exception as exc:  # one broken run must not lose the rest of the grid
+            print(f"  {r.name}: failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            code = 1
+        record_unit(r, out, args)
+        seconds = time.perf_counter() - t
+        if not args.as_job:  # concurrent appends are not atomic on network filesystems: a job's time is in its files
+            _log(out, {"name": r.name, "exit_code": code, "seconds": seconds, "time": time.time()})
+        print(f"  {r.name}: exit {code}, {seconds:.1f} s", flush=True)
+        if code == 130:
+            print("scale.paper: interrupted; rerun the same command to resume", file=sys.stderr)
+            return 130
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from scale.launch import resources as launch_flags
+
     p = argparse.ArgumentParser(prog="python -m scale.paper", description="Run the paper's experiment grid E1-E5 "
                                 "with its defaults (docs/paper.md and the official code) and write the side-by-side "
                                 "report.", epilog=_choices_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -372,14 +397,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, help="seeds per configuration (default: 3; --quick 1)")
     p.add_argument("--epochs", type=int, help="override every run's epochs (a recorded deviation)")
     p.add_argument("--out", default=None, help="grid directory (default: paper-DATASET-BACKBONE[-quick])")
-    p.add_argument("--gpus", help="comma-separated CUDA device ids: one subprocess per device at a time")
-    p.add_argument("--jobs", type=int, default=1, help="CPU: parallel subprocesses (default 1: in this process)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: auto")
     p.add_argument("--threads", type=int, help="torch CPU threads per run (default: scale.run's choice)")
     p.add_argument("--data-dir", help="folder with the CIFAR archive (passed to scale.run)")
-    p.add_argument("--only", help="run only the named run of the plan (used for subprocesses)")
-    p.add_argument("--dry-run", action="store_true", help="write the manifest and print the plan; run nothing")
+    p.add_argument("--dry-run", action="store_true", help="write the manifest and print the plan, its estimated "
+                   "cost (GPU-hours on --gpu-name with --device cuda) and the jobs --launcher would submit; run "
+                   "nothing")
     p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    launch_flags.add_arguments(p)
     return p
 
 
@@ -391,146 +416,128 @@ def _parse_experiments(text: str) -> tuple[str, ...]:
     return names
 
 
-def _child_argv(args: argparse.Namespace, name: str, device: str) -> list[str]:
-    argv = [sys.executable, "-m", "scale.paper", "--dataset", args.dataset, "--backbone", args.backbone,
-            "--experiments", args.experiments, "--out", str(args.out), "--only", name, "--device", device,
-            "--no-report"]
-    for flag, value in (("--seeds", args.seeds), ("--epochs", args.epochs), ("--threads", args.threads),
-                        ("--data-dir", args.data_dir)):
-        if value is not None:
-            argv += [flag, str(value)]
-    return argv + (["--quick"] if args.quick else [])
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m scale.paper``; a file it would write through a link or replace without owning it (exit 2), a
-    grid file it cannot read (exit 1) or an output it cannot write (exit 4) is one line, never a traceback."""
+    grid file it cannot read (exit 1) or an output it cannot write (exit 4) is one line, never a traceback; so is
+    a unit file of the store it cannot read (exit 2, left as it is)."""
     from scale.engine import disk, read
+    from scale.ledger.store import StoreError
 
     try:
         return _main(argv)
     except (disk.NotOurs, read.Unreadable) as exc:
         print(f"scale.paper: error: {exc}", file=sys.stderr)
         return exc.code
+    except StoreError as exc:
+        print(f"scale.paper: error: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"scale.paper: error: cannot write {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
         return 4
 
 
 def _main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from scale.launch import resources as launch_flags
+    from scale.launch.resources import LaunchError
+
+    raw = list(argv if argv is not None else sys.argv[1:])
+    args = build_parser().parse_args(raw)
+    args.raw = raw
     experiments = _parse_experiments(args.experiments)
-    for key in ("seeds", "epochs", "jobs", "threads"):
+    for key in ("seeds", "epochs", "threads"):
         v = getattr(args, key)
         if v is not None and v < 1:
             print(f"scale.paper: error: --{key} must be a positive integer, got {v}", file=sys.stderr)
             return 2
+    try:
+        import torch
+
+        from scale.launch.jobs import check_gpus
+
+        check_gpus(args.launcher, launch_flags.check(args), args.node_gpus,
+                   args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()))
+    except LaunchError as exc:
+        print(f"scale.paper: error: {exc}", file=sys.stderr)
+        return 2
     out = Path(args.out or f"paper-{args.dataset}-{args.backbone}{'-quick' if args.quick else ''}")
     args.out = out
-    runs = plan(args.dataset, args.backbone, args.quick, experiments, args.seeds, args.epochs)
+    planned = plan(args.dataset, args.backbone, args.quick, experiments, args.seeds, args.epochs)
     if args.data_dir:
-        for r in runs:
+        for r in planned:
             r.argv += ["--data-dir", args.data_dir]
-    if args.only:
-        runs = [r for r in runs if r.name == args.only]
-        if not runs:
-            print(f"scale.paper: error: no run named {args.only!r} in this plan", file=sys.stderr)
+    runs = planned
+    if args.units:
+        wanted = [n.strip() for n in args.units.split(",") if n.strip()]
+        unknown = [n for n in wanted if n not in {r.name for r in planned}] or ([] if wanted else ["(none given)"])
+        if unknown:
+            print(f"scale.paper: error: --units: no run named {', '.join(unknown)} in this plan (--dry-run lists "
+                  "them)", file=sys.stderr)
             return 2
-    other_plan = refuse_other_plans(out, runs) or (None if args.only else refuse_other_manifest(out, runs))
+        runs = [r for r in planned if r.name in wanted]
+    # a job writes no manifest: the invocation that submitted it checked and wrote the plan's
+    other_plan = refuse_other_plans(out, runs) or (None if args.as_job else refuse_other_manifest(out, planned))
     if other_plan:
         print(f"scale.paper: error: {other_plan}", file=sys.stderr)
         return 2
-    if args.only:
-        return execute_in_process(runs[0], out, args.device, args.threads)
+    if args.collect and not (out / "manifest.json").is_file():
+        print(f"scale.paper: error: {out} holds no grid (manifest.json): nothing submitted there to collect",
+              file=sys.stderr)
+        return 1
+    if args.as_job:  # one unit of a launch: its run and unit file; the collecting invocation writes the views
+        return run_here(runs, out, args)
 
     from scale.engine import disk
+    from scale.ledger import grid_units
     from scale.runs.run_report import git_commit, versions
 
-    disk.make_dirs(out)
-
-    manifest = {
-        "command": " ".join(["python", "-m", "scale.paper", *(argv if argv is not None else sys.argv[1:])]),
-        "dataset": args.dataset, "backbone": args.backbone, "quick": args.quick, "experiments": list(experiments),
-        "quick_settings": QUICK if args.quick else None, "assumptions": {e: ASSUMPTIONS[e] for e in experiments},
-        "paper_settings": {e: PAPER_SETTINGS[e] for e in experiments},
-        "paper_choices": {e: paper_choices(e) for e in experiments},
-        "runs": [asdict(r) for r in runs], "git_commit": git_commit(), "versions": versions(),
-    }
-    _atomic_json(out / "manifest.json", manifest)
     states = {r.name: run_state(out / "runs" / r.name) for r in runs}
     todo = [r for r in runs if states[r.name] != "done"]
     print(f"scale.paper: {len(runs)} runs in {out} ({len(runs) - len(todo)} done, "
           f"{sum(states[r.name] == 'resume' for r in todo)} to resume, "
-          f"{sum(states[r.name] == 'new' for r in todo)} new)",
-          flush=True)
+          f"{sum(states[r.name] == 'new' for r in todo)} new)", flush=True)
+    disk.make_dirs(out)
+    manifest = {
+        "command": " ".join(["python", "-m", "scale.paper", *raw]),
+        "dataset": args.dataset, "backbone": args.backbone, "quick": args.quick, "experiments": list(experiments),
+        "quick_settings": QUICK if args.quick else None, "assumptions": {e: ASSUMPTIONS[e] for e in experiments},
+        "paper_settings": {e: PAPER_SETTINGS[e] for e in experiments},
+        "paper_choices": {e: paper_choices(e) for e in experiments},
+        "runs": [asdict(r) for r in planned], "git_commit": git_commit(), "versions": versions(),
+    }
+    if not args.collect:
+        _atomic_json(out / "manifest.json", manifest)
     if args.dry_run:
-        for r in runs:
-            print(f"  [{states[r.name]:6s}] {r.name}: python -m scale.run {' '.join(r.argv)}")
+        grid_units.print_cost(runs, states, args)
         return 0
-
     t0 = time.perf_counter()
-    interrupted = False
-    if args.gpus or args.jobs > 1:
-        slots = ([("cuda", g.strip()) for g in args.gpus.split(",") if g.strip()] if args.gpus
-                 else [("cpu", None)] * args.jobs)
-        jobs: queue.Queue[PlannedRun] = queue.Queue()
-        for r in todo:
-            jobs.put(r)
-        lock = threading.Lock()
+    code = 0
+    if args.collect:
+        pass
+    elif args.launcher != "local":
+        from scale.launch.jobs import launch
 
-        def worker(device: str, gpu: str | None) -> None:
-            env = dict(os.environ)
-            if gpu is not None:
-                env["CUDA_VISIBLE_DEVICES"] = gpu
-            while True:
-                try:
-                    r = jobs.get_nowait()
-                except queue.Empty:
-                    return
-                t = time.perf_counter()
-                code = subprocess.run(_child_argv(args, r.name, device), env=env).returncode
-                rec = _finish_record(r, out, code, time.perf_counter() - t, args.dataset)
-                rec["device"] = f"{device}:{gpu}" if gpu is not None else device
-                with lock:
-                    _log(out, rec)
-                    print(f"  {r.name}: exit {code}, {rec['seconds']:.1f} s on {rec['device']}", flush=True)
-
-        threads = [threading.Thread(target=worker, args=slot) for slot in slots]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        try:
+            launch(args, "scale.paper", raw, [r.name for r in todo], out)  # GPUs checked above
+        except LaunchError as exc:
+            print(f"scale.paper: error: {exc}", file=sys.stderr)
+            return 2
+        if args.no_wait:
+            return 0
     else:
-        for r in todo:
-            t = time.perf_counter()
-            try:
-                code = execute_in_process(r, out, args.device, args.threads)
-            except KeyboardInterrupt:
-                code = 130
-            except Exception as exc:  # one broken run must not lose the rest of the grid
-                print(f"  {r.name}: failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-                code = 1
-            rec = _finish_record(r, out, code, time.perf_counter() - t, args.dataset)
-            _log(out, rec)
-            print(f"  {r.name}: exit {code}, {rec['seconds']:.1f} s", flush=True)
-            if code == 130:
-                interrupted = True
-                print("scale.paper: interrupted; rerun the same command to resume", file=sys.stderr)
-                break
-    # Deviations of runs finished earlier (skipped now) are refreshed too.
-    for r in runs:
-        if (out / "runs" / r.name / "config.json").is_file():
-            cfg = json.loads((out / "runs" / r.name / "config.json").read_text())
-            _atomic_json(out / "runs" / r.name / "deviations.json", deviations(cfg, r.paper, args.dataset, r.argv))
-    wall = time.perf_counter() - t0
-    _log(out, {"name": "(grid)", "seconds": wall, "runs_attempted": len(todo), "time": time.time()})
-    print(f"scale.paper: {len(todo)} runs attempted in {wall:.1f} s", flush=True)
-    if not args.no_report:
+        code = run_here(todo, out, args)
+    if not args.collect:
+        wall = time.perf_counter() - t0
+        _log(out, {"name": "(grid)", "seconds": wall, "runs_attempted": len(todo), "time": time.time()})
+        print(f"scale.paper: {len(todo)} runs attempted in {wall:.1f} s", flush=True)
+    for r in runs:  # runs finished before unit files existed, or by a job that died after its summary
+        record_unit(r, out, args)
+    missing = grid_units.collect(runs, out, grid_units.grid_plan(args), raw)
+    if not args.no_report and (out / "manifest.json").is_file():
         from scale.report import write_report
 
         path = write_report(out)
         print(f"scale.paper: report {path}", flush=True)
-    return 130 if interrupted else 0
+    return code or missing
 
 
 if __name__ == "__main__":

@@ -19,9 +19,16 @@ of the rules after registration; without it a changed rule is refused. ``--repea
 again as another plan (the run-to-run spread; ``--threads 2`` likewise gives the thread-to-thread spread):
 the report compares them.
 
+As jobs (``scale.launch``, docs/launch.md): ``--launcher slurm`` submits each unit not stored as one job of a
+Slurm array through submitit (resources from ``--gpus-per-job``, ``--time-min``, ... or ``--resources FILE.toml``),
+``--launcher local-jobs`` as submitit's local jobs on this machine (one per ``--node-gpus`` device); each job runs
+this command with ``--units NAME`` and writes that unit's file. ``--no-wait`` returns after submitting;
+``--collect`` rebuilds the views and names the missing units with the one command that runs only them.
+
 Exit codes: 0 done; 1 the data (CIFAR archive) missing or corrupt, or nothing to report; 2 a bad argument, an
 OUT holding files the ledger cannot read (left as they are), or rules changed without ``--amend``; 4 an
-output could not be written; 130 interrupted (SIGINT or SIGTERM: the running unit is dropped, every finished
+output could not be written; 3 (``--collect``, or a launch that waited) some chosen units have no file; 130
+interrupted (SIGINT or SIGTERM: the running unit is dropped, every finished
 unit is in the store).
 """
 
@@ -31,6 +38,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from scale.launch import resources as launch_flags
+from scale.launch.jobs import check_gpus
+from scale.launch.resources import LaunchError
 from scale.ledger import plan, runner, store
 from scale.ledger.plan import EXPERIMENTS, QUICK_SEEDS, parse_epochs
 from scale.ledger.store import StoreError
@@ -82,20 +92,22 @@ def build_parser() -> argparse.ArgumentParser:
                    "commit) in OUT and write results.json with the registration; run nothing")
     p.add_argument("--plan", help="with --report-only: the registered plan to view (e.g. v1; default: this "
                    "command's)")
-    p.add_argument("--dry-run", action="store_true", help="list the units with an estimated cost on --device and "
-                   "the registration they would get; run and write nothing")
+    p.add_argument("--dry-run", action="store_true", help="list the units with an estimated cost on --device "
+                   "(GPU-hours on --gpu-name for cuda), the jobs --launcher would submit and the registration they "
+                   "would get; run and write nothing")
+    launch_flags.add_arguments(p)
     return p
 
 
 def print_plan(args: argparse.Namespace, settings: dict) -> None:
     """Every unit of this invocation with its estimated seconds on ``--device``, the totals, and the registration
     the plan would get (its id, rules hash)."""
+    from scale.launch.cost import print_cost
     from scale.ledger import claims
 
-    units = plan.plan_units(args.dataset, args.seeds, args.quick, args.data_dir, args.epochs, args.experiments)
-    k, n = args.shard
-    units = [u for i, u in enumerate(units) if i % n == k]
-    total, bases = 0.0, set()
+    units = runner.share_of(args, plan.plan_units(args.dataset, args.seeds, args.quick, args.data_dir, args.epochs,
+                                                  args.experiments))
+    bases: set[str] = set()
     measured: dict[str, list[float]] = {}
     pid = runner.plan_id(settings)
     for path in store.unit_files(Path(args.out)):
@@ -106,14 +118,13 @@ def print_plan(args: argparse.Namespace, settings: dict) -> None:
     print(f"scale.replicate: plan {runner.plan_id(settings)} ({args.dataset}, {args.seeds} seeds, "
           f"{args.device}, {args.threads} thread{'s' * (args.threads != 1)}{', quick' if args.quick else ''}): "
           f"{len(units)} units; rules hash {claims.rules_hash()}")
+    costs = []
     for u in units:
         sec, basis = plan.estimate_seconds(u, args.dataset, args.quick, args.device, measured)
-        total, bases = total + sec, bases | {basis}
-        how = "scale.e4_study seed" + (f", flags {' '.join(u.argv)}" if u.argv else "") if u.experiment == "E3E4" \
-            else "python -m scale.run " + " ".join(u.argv)
-        print(f"  {u.name}  ~{sec:.0f} s  {how}")
-    print(f"estimated: {total:.0f} s = {total / 3600:.2f} h of one {args.device} worker (from: "
-          f"{'; '.join(sorted(bases))})")
+        bases.add(basis)
+        costs.append((u.name, sec))
+    print_cost("scale.replicate", args.raw, costs, "; ".join(sorted(bases)) or "no units", args.device,
+               args.launcher, launch_flags.resources(args), args.gpu_name)
     print(f"rules ({len(claims.CLAIMS)} rows):")
     for c in claims.CLAIMS:
         print(f"  {c.id} [{c.table}] {c.claim}: {c.statistic}; {c.rule.text()}")
@@ -172,9 +183,51 @@ def v1_registration(reg: dict) -> dict:
             "v1": True}
 
 
+def collect(args: argparse.Namespace, settings: dict) -> int:
+    """The views from the unit files, with the units of this invocation's choice that have none, their jobs'
+    states and the one command that runs only them (exit 3), or exit 0 when none is missing."""
+    from scale.launch.jobs import job_states, rerun_command
+    from scale.ledger import report
+
+    out, pid = Path(args.out), runner.plan_id(settings)
+    reg = store.registration(out, pid) if out.is_dir() else None
+    if reg is None:
+        return _fail(f"no registration of plan {pid} in {out}: nothing submitted there to collect", 1)
+    amends = runner.check_rules(out, pid, reg, args.amend)
+    seeds = max(args.seeds, runner.stored_seeds(out, pid))
+    units, ignored = store.load_units(out, pid, runner.expected_keys(settings, seeds), args.device, args.threads)
+    _, _, todo = runner.chosen_units(args, settings)
+    states = job_states(out)
+    missing = {u.name: states.get(u.name, "no job recorded") for u in todo}
+    rerun = rerun_command("scale.replicate", args.raw, list(missing)) if missing else None
+    path = report.write(out, reg, amends, units, ignored, with_report=bool(units), missing=missing, rerun=rerun)
+    for line in ignored:
+        print(f"scale.replicate: left out (another plan or key): {line}")
+    if missing:
+        print(f"scale.replicate: {len(missing)} unit(s) missing: "
+              + "; ".join(f"{n} ({w})" for n, w in missing.items()))
+        print(f"scale.replicate: run only them: {rerun}")
+        return 3
+    print(f"scale.replicate: every chosen unit is stored; report {path}")
+    return 0
+
+
+def launch_units(args: argparse.Namespace, settings: dict, views) -> int:
+    """Register the plan, then submit this invocation's units not stored as jobs (``scale.launch``)."""
+    from scale.launch.jobs import launch
+
+    out = Path(args.out)
+    _, _, todo = runner.chosen_units(args, settings)
+    runner.register(out, settings, args.command, args.amend)
+    views()  # the registration is in results.json before any job runs
+    launch(args, "scale.replicate", args.raw, [u.name for u in todo], out)  # GPUs checked in main
+    return 0 if args.no_wait else collect(args, settings)
+
+
 def main(argv: list[str] | None = None) -> int:
     raw = argv if argv is not None else sys.argv[1:]
     args = build_parser().parse_args(raw)
+    args.raw = list(raw)
     args.command = " ".join(["python -m scale.replicate", *raw])
     if args.quick and "--seeds" not in raw:
         args.seeds = QUICK_SEEDS
@@ -190,9 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         return _fail(str(exc), 2)
     settings = runner.plan_settings(args.dataset, args.quick, args.epochs, args.device, args.threads, args.repeat)
-    if args.dry_run:
-        print_plan(args, settings)
-        return 0
+    try:
+        check_gpus(args.launcher, launch_flags.check(args), args.node_gpus, args.device == "cuda")
+        if args.dry_run:
+            print_plan(args, settings)
+            return 0
+    except (LaunchError, StoreError) as exc:
+        return _fail(str(exc), 2)
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -208,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
             store.convert_v1(out)  # before anything of this run is written
         if args.report_only:
             return report_only(args, settings)
+        if args.collect:
+            return collect(args, settings)
         pid = runner.plan_id(settings)
         if args.register_only:
             reg = runner.register(out, settings, args.command, args.amend)
@@ -223,11 +282,13 @@ def main(argv: list[str] | None = None) -> int:
                                               args.threads)
             report.write(out, reg, store.amendments(out, pid), units, ignored, with_report=full)
 
+        if args.launcher != "local":
+            return launch_units(args, settings, views)
         runner.run(args, settings, views)
         if store.registration(out, pid) is None:
             return _fail(f"no units chosen for plan {pid} and none stored: nothing to report", 1)
-        views(full=True)
-    except StoreError as exc:
+        views(full=not args.as_job)  # a job leaves report.md to the invocation that collects
+    except (StoreError, LaunchError) as exc:
         return _fail(str(exc), 2)
     except DataError as exc:
         print(f"scale.replicate: data error: {exc}", file=sys.stderr)

@@ -20,7 +20,8 @@ ALLOWED = {  # package -> the scale packages its modules may import (besides its
     "geometry": {"engine", "runs"},
     # the ledger runs the experiments of two commands (scale.paper's plan, scale.e4_study's protocols): it sits
     # beside the commands, and only the command scale.replicate imports it
-    "ledger": {"engine", "runs", "curvature", "geometry", "paper", "e4_study"},
+    "ledger": {"engine", "runs", "curvature", "geometry", "paper", "e4_study", "launch"},
+    "launch": {"engine"},  # units as jobs (submitit), used by the commands and the grid's units
 }
 COMMANDS = {p.stem for p in SCALE.glob("*.py") if p.stem != "__init__"}
 

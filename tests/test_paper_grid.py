@@ -56,14 +56,20 @@ def test_deviations_are_read_from_the_resolved_config():
                    "probe_images": ["all", 64]}
 
 
-def test_subprocess_command_and_bad_arguments(tmp_path, capsys):
-    args = paper.build_parser().parse_args(["--dataset", "digits", "--quick", "--gpus", "0,1", "--out", "g"])
-    argv = paper._child_argv(args, "E5-depth2-s0", "cuda")
-    assert argv[1:3] == ["-m", "scale.paper"] and _argv_value(argv, "--only") == "E5-depth2-s0"
-    assert _argv_value(argv, "--device") == "cuda" and "--quick" in argv and "--no-report" in argv
+def test_job_command_and_bad_arguments(tmp_path, capsys):
+    from scale.launch.jobs import job_command
+
+    raw = ["--dataset", "digits", "--quick", "--launcher", "slurm", "--node-gpus", "0,1", "--out", "g"]
+    argv = job_command("scale.paper", raw, "E5-depth2-s0")
+    assert _argv_value(argv, "--units") == "E5-depth2-s0" and _argv_value(argv, "--launcher") == "local"
+    assert "--quick" in argv and "--as-job" in argv and "--node-gpus" not in argv
     out = str(tmp_path / "g")
-    assert paper.main(["--dataset", "digits", "--out", out, "--only", "E9-nothing"]) == 2
-    assert "no run named" in capsys.readouterr().err
+    assert paper.main(["--dataset", "digits", "--out", out, "--units", "E9-nothing"]) == 2
+    assert "--units: no run named E9-nothing" in capsys.readouterr().err
+    assert paper.main(["--dataset", "digits", "--out", out, "--launcher", "local-jobs", "--parallel", "0"]) == 2
+    assert "--parallel must be a positive integer" in capsys.readouterr().err
+    assert paper.main(["--dataset", "digits", "--out", out, "--no-wait"]) == 2
+    assert "--no-wait needs a job launcher" in capsys.readouterr().err
     assert paper.main(["--dataset", "digits", "--out", out, "--seeds", "0"]) == 2
     with pytest.raises(SystemExit, match="unknown experiment"):
         paper.main(["--experiments", "E1,E7", "--out", out])
@@ -83,6 +89,12 @@ def test_grid_skips_completed_runs_resumes_interrupted_ones_and_the_report_regen
     assert summary["rotation_probes"] is not None and summary["geometry"] is not None
     assert json.loads((run / "deviations.json").read_text())["dataset"] == ["cifar10", "synthetic"]
     assert run_state(run) == "done"
+    unit_file = next((out / "units").glob("grid-*--E3E4-relu2-s0--cpu-t1--*.json"))
+    unit = json.loads(unit_file.read_text())
+    assert unit["status"] == "finished" and unit["summary"] == summary and unit["run_dir"] == "runs/E3E4-relu2-s0"
+    view = json.loads((out / "results.json").read_text())
+    assert list(view["units"]) == ["E3E4-relu2-s0"] and not view["missing"] and not view["ignored"]
+    unit_bytes = unit_file.read_bytes()
     first_wall = summary["wall_seconds"]
 
     # a grid of another plan into the same --out: no finished run of it counts as done and none is resumed;
@@ -115,6 +127,7 @@ def test_grid_skips_completed_runs_resumes_interrupted_ones_and_the_report_regen
     assert again["status"] == "finished" and again["epochs_done"] == 1
     assert again["command"].split().count("--resume") == 1
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 1
+    assert unit_file.read_bytes() == unit_bytes  # written once: never rewritten
 
     # the report regenerates from the directories alone
     for f in ("report.md", "compression.png", "e4_orbits.png"):
@@ -165,3 +178,54 @@ def test_report_verdicts_follow_the_measured_numbers(tmp_path, smooth_escapes):
     assert (tmp_path / "e1_variance.png").is_file() == smooth_escapes
     assert (tmp_path / "e2_curvature.png").is_file() == smooth_escapes
     shutil.rmtree(tmp_path / "runs")
+
+
+@pytest.mark.slow
+def test_grid_run_as_a_job_killed_named_and_rerun(tmp_path, capsys, monkeypatch):
+    """One run as a submitit LocalExecutor job (a real subprocess), SIGKILLed mid-run: --collect names it with its
+    job and the one command that runs it (exit 3); that command runs it to the end; another plan's unit file is
+    listed, untouched."""
+    import os
+    import shlex
+    import signal
+    import time
+    from pathlib import Path
+
+    from scale.launch import jobs
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "grid"
+    other = out / "units" / "grid-000000000000--E3E4-relu2-s0--cpu-t1--0123456789ab.json"
+    other.parent.mkdir(parents=True)
+    other.write_text("{}")
+    before = (other.read_bytes(), other.stat().st_mtime_ns)
+    flags = ["--launcher", "local-jobs", "--no-report"]
+    assert _grid(tmp_path, *flags, "--collect") == 1  # no grid there yet
+    assert "holds no grid (manifest.json): nothing submitted there to collect" in capsys.readouterr().err
+    assert _grid(tmp_path, *flags, "--no-wait") == 0
+    job = int(json.loads(next((out / "launch").glob("*.json")).read_text())["jobs"]["E3E4-relu2-s0"])
+    t0 = time.monotonic()
+    while not (out / "runs" / "E3E4-relu2-s0" / "config.json").is_file():  # scale.run has begun the run
+        assert time.monotonic() - t0 < 300 and jobs._alive(job), "the job ended before it could be killed"
+        time.sleep(0.05)
+    for task in Path(f"/proc/{job}/task").iterdir():  # the job's worker: its controller's child
+        for pid in (task / "children").read_text().split():
+            os.kill(int(pid), signal.SIGKILL)
+    while jobs._alive(job):
+        time.sleep(0.05)
+    assert [p.name for p in (out / "units").glob("*.json")] == [other.name]  # no unit file of the run, nor a part
+    capsys.readouterr()
+    assert _grid(tmp_path, *flags, "--collect") == 3
+    said = capsys.readouterr().out
+    assert f"1 run(s) missing: E3E4-relu2-s0 (local-jobs job {job}: ended)" in said
+    rerun = said.split("run only them: ", 1)[1].splitlines()[0]
+    assert rerun.endswith("--launcher local-jobs --no-report --units E3E4-relu2-s0")
+    assert paper.main(shlex.split(rerun)[3:]) == 0
+    said = capsys.readouterr().out
+    assert said.count("  submitted ") == 1 and "1 of 1 runs stored" in said
+    view = json.loads((out / "results.json").read_text())
+    assert view["units"]["E3E4-relu2-s0"]["status"] == "finished" and not view["missing"]
+    assert view["ignored"] == [f"{other.name}: plan grid-000000000000"]
+    assert (other.read_bytes(), other.stat().st_mtime_ns) == before
+    assert len(list((out / "units").glob("grid-*--E3E4-relu2-s0--*.json"))) == 2  # this plan's and the other's
+

@@ -154,7 +154,8 @@ def _e2_table(res: Results) -> list[str]:
 
 
 def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res: Results, ignored: list[str],
-          store_dir: Path | None = None) -> tuple[dict[str, Any], str]:
+          store_dir: Path | None = None, missing: dict[str, str] | None = None, rerun: str | None = None
+          ) -> tuple[dict[str, Any], str]:
     """(results.json, report.md) of the plan registered as ``reg``, from its units ``res``; figures in ``out``,
     other plans (determinism) from ``store_dir`` (default ``out``)."""
     from scale.ledger.figures import figure_e1, figure_e2, figure_e5
@@ -188,6 +189,9 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
           f"{', '.join(commits) or '-'}; {len(res)} units, {seconds:.0f} s summed ({seconds / 3600:.2f} h), on "
           f"{settings['device']} with {settings['threads']} thread{'s' * (settings['threads'] != 1)} each (units of "
           "any other device or thread count are never mixed in).", ""]
+    if missing:  # units of this invocation's choice with no file (a failed, killed or running job): scale.launch
+        L += [f"## Units missing ({len(missing)})", "", *(f"- {n}: {why}" for n, why in missing.items()), "",
+              f"The one command that runs only them: `{rerun}`", ""]
     L += ["## Amendments", ""]
     L += [f"- {a['number']}. {a['date']}: {a['reason']} (claims {', '.join(a['claims_changed']) or '-'}; rules "
           f"{a['from_hash'][:12]} -> {a['to_hash'][:12]})" for a in amendments] or ["None: the rules are the "
@@ -243,16 +247,19 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
                                                          if len(ignored) > 50 else [])]
     L.append("")
     view = {"format": 2, "plan": reg["plan"], "registration": reg, "amendments": amendments, "quick": quick,
-            "banner": BANNER if quick else None, "claims": rows, "ignored": ignored, "units": res}
+            "banner": BANNER if quick else None, "claims": rows, "ignored": ignored, "units": res,
+            "missing": missing or {}, "rerun": rerun}
     return view, "\n".join(L)
 
 
 def write(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res: Results, ignored: list[str],
-          with_report: bool = True, store_dir: Path | None = None) -> Path:
-    """Replace the views; the E4 study's own report of the E3/E4 units in ``OUT/e4_study``."""
-    view, text = build(out, reg, amendments, res, ignored, store_dir) if with_report else (
+          with_report: bool = True, store_dir: Path | None = None, missing: dict[str, str] | None = None,
+          rerun: str | None = None) -> Path:
+    """Replace the views; the E4 study's own report of the E3/E4 units in ``OUT/e4_study``. ``missing``: unit ->
+    why it has no file, with ``rerun`` the command that runs only those."""
+    view, text = build(out, reg, amendments, res, ignored, store_dir, missing, rerun) if with_report else (
         {"format": 2, "plan": reg["plan"], "registration": reg, "amendments": amendments, "units": res,
-         "ignored": ignored}, "")
+         "ignored": ignored, "missing": missing or {}, "rerun": rerun}, "")
     store.replace_view(out / "results.json", json.dumps(view, indent=1, sort_keys=True, default=str))
     if with_report:
         store.replace_view(out / "report.md", text)

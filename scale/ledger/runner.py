@@ -2,8 +2,10 @@ r"""The ledger's runner: register the plan, then run its units not yet in the st
 
 The plan (``plan_settings``): dataset, --quick, the epochs per experiment, the measurement sizes, the device
 and the thread count, and a repeat number (``--repeat``: the same units again, for the run-to-run spread). Its
-hash names the plan in the store. ``--seeds``, ``--experiments`` and ``--shard`` choose which of its units this
-invocation runs; they are not part of the plan, so invocations that differ only there share one ledger.
+hash names the plan in the store. ``--seeds``, ``--experiments`` and ``--shard`` (or ``--units NAMES``: a job's
+unit, or the rerun of missing ones) choose which of its units this invocation runs; they are not part of the
+plan, so invocations that differ only there share one ledger. As jobs, each unit runs this runner in its own
+process (``scale.launch``); the store needs no lock for that.
 
 Before the first unit: the registration (``scale.ledger.store.register``: the rules' data and hash and the code
 commit) and a results.json view holding it. Rules that differ from the registered ones are refused unless the
@@ -99,6 +101,30 @@ def stored_seeds(out: Path, pid: str) -> int:
     return max(seeds) + 1 if seeds else 0
 
 
+def share_of(args, units: list[plan.Unit]) -> list[plan.Unit]:
+    """This invocation's units: ``--units NAMES`` (a job's, or the rerun of missing units) or ``--shard K/N``."""
+    if getattr(args, "units", None):
+        wanted = [n.strip() for n in args.units.split(",") if n.strip()]
+        names = {u.name for u in units}
+        unknown = [n for n in wanted if n not in names]
+        if unknown or not wanted:
+            raise StoreError(f"--units: {', '.join(unknown) or '(none given)'} not a unit of this plan's "
+                             f"{len(units)} (--dry-run lists them)")
+        return [u for u in units if u.name in wanted]
+    k, n = args.shard
+    return [u for i, u in enumerate(units) if i % n == k]
+
+
+def chosen_units(args, settings: dict[str, Any]) -> tuple[list[plan.Unit], list[plan.Unit], list[plan.Unit]]:
+    """(the plan's units chosen by --seeds/--experiments, this invocation's share, those of it not stored)."""
+    out, pid = Path(args.out), plan_id(settings)
+    units = plan.plan_units(args.dataset, args.seeds, args.quick, args.data_dir, args.epochs, args.experiments)
+    share = share_of(args, units)
+    have, _ = store.load_units(out, pid, {u.name: u.key_hash() for u in share}, args.device, args.threads) \
+        if out.is_dir() else ({}, [])
+    return units, share, [u for u in share if u.name not in have or have[u.name].get("status") not in DONE]
+
+
 def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Callable[[str], None] = print
         ) -> None:
     """Run every unit of this invocation's share of the plan that the store does not hold; ``on_change`` rebuilds
@@ -113,12 +139,7 @@ def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Call
     from scale.runs.run_report import versions
 
     out, pid = Path(args.out), plan_id(settings)
-    units = plan.plan_units(args.dataset, args.seeds, args.quick, args.data_dir, args.epochs, args.experiments)
-    k, n = args.shard
-    share = [u for i, u in enumerate(units) if i % n == k]
-    have, _ = store.load_units(out, pid, {u.name: u.key_hash() for u in share}, args.device, args.threads) \
-        if out.is_dir() else ({}, [])
-    todo = [u for u in share if u.name not in have or have[u.name].get("status") not in DONE]
+    units, share, todo = chosen_units(args, settings)
     log(f"scale.replicate: plan {pid}: {len(units)} units chosen, {len(share)} in this share, {len(todo)} to run")
     if not todo:
         return

@@ -62,7 +62,8 @@ def one_run(seed: int, threads: int, extra: list[str], keep: Path) -> dict:
     if (summary["config"]["seed"], summary["config"]["threads"]) != (seed, threads):
         raise RuntimeError(f"{run_dir} holds seed {summary['config']['seed']}, {summary['config']['threads']} threads")
     stdout = (run_dir / "stdout.txt").read_text() if (run_dir / "stdout.txt").is_file() else ""
-    wall = float((run_dir / "wall.txt").read_text().split()[0]) if (run_dir / "wall.txt").is_file() else summary["wall_seconds"]
+    wall_txt = run_dir / "wall.txt"  # its first word: the bench's result files end with a peak-memory line
+    wall = float(wall_txt.read_text().split()[0]) if wall_txt.is_file() else summary["wall_seconds"]
     return {"seed": seed, "threads": threads, "summary": summary, "stdout": stdout, "wall": wall, "command": command}
 
 

@@ -151,10 +151,11 @@ def report_only(args: argparse.Namespace, settings: dict) -> int:
         amends = runner.check_rules(out, pid, reg, args.amend)
         s = reg["settings"]
         seeds = max(args.seeds, runner.stored_seeds(out, pid))
-        units, ignored = store.load_units(out, pid, runner.expected_keys(s, seeds), s["device"], s["threads"])
+        expected = runner.expected_keys(s, seeds)
+        units, ignored = store.load_units(out, pid, expected, s["device"], s["threads"])
         if not units:
             return _fail(f"no units of plan {pid} in {out}: nothing to report", 1)
-        path = report.write(out, reg, amends, units, ignored)
+        path = report.write(out, reg, amends, units, ignored, planned=len(expected))
     print(f"scale.replicate: report {path}")
     return 0
 
@@ -278,9 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         def views(full: bool = False) -> None:
             reg = store.registration(out, pid)
             seeds = max(args.seeds, runner.stored_seeds(out, pid))
-            units, ignored = store.load_units(out, pid, runner.expected_keys(settings, seeds), args.device,
-                                              args.threads)
-            report.write(out, reg, store.amendments(out, pid), units, ignored, with_report=full)
+            expected = runner.expected_keys(settings, seeds)
+            units, ignored = store.load_units(out, pid, expected, args.device, args.threads)
+            report.write(out, reg, store.amendments(out, pid), units, ignored, with_report=full,
+                         planned=len(expected))
 
         if args.launcher != "local":
             return launch_units(args, settings, views)

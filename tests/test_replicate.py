@@ -330,6 +330,22 @@ def test_quick_report_has_its_banner_and_no_bold_verdict():
     assert "## The project's own questions" in text and "## The mechanism" in text
 
 
+
+def test_a_partial_store_is_reported_in_progress_first():
+    """A plan with fewer units stored than it has says so before any verdict (a view of the units so far, not the
+    registration's result); the whole plan stored carries no such banner."""
+    reg = {"plan": "p", "plan_hash": "0" * 64, "rules_hash": claims.rules_hash(), "code_commit": "c",
+           "registered_at": "now", "command": "python -m scale.replicate --dataset digits --seeds 10",
+           "settings": runner.plan_settings("digits", False, None, "cpu", 1)}
+    res = _e3e4((2, 4, 6), (0, 0, 0))
+    for r in res.values():
+        r.update(git_commit="c", seconds=1.0)
+    view, text = report.build(Path("/nonexistent-figures"), reg, [], res, [], planned=320)
+    first = text.index(f"> {report.IN_PROGRESS}: 3 of the plan's 320 units are stored")
+    assert first < text.index("## Verdicts") and view["banner"] == report.IN_PROGRESS
+    view, text = report.build(Path("/nonexistent-figures"), reg, [], res, [], planned=3)
+    assert report.IN_PROGRESS not in text and view["banner"] is None
+
 # --------------------------------------------------------------------------------------------
 # The --quick pipeline, end to end: killed for real after some units, resumed, reported
 # --------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from scale.ledger.verdicts import VERDICTS
 from scale.runs.summary import Estimate
 
 BANNER = "pipeline check: not evidence"
+IN_PROGRESS = "in progress, not evidence yet"
 TITLES = {PAPER: "The paper's claims", MECHANISM: "The mechanism: the paper's theory, measured",
           PROJECT: "The project's own questions (outside the paper's tally)"}
 
@@ -154,10 +155,11 @@ def _e2_table(res: Results) -> list[str]:
 
 
 def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res: Results, ignored: list[str],
-          store_dir: Path | None = None, missing: dict[str, str] | None = None, rerun: str | None = None
-          ) -> tuple[dict[str, Any], str]:
+          store_dir: Path | None = None, missing: dict[str, str] | None = None, rerun: str | None = None,
+          planned: int | None = None) -> tuple[dict[str, Any], str]:
     """(results.json, report.md) of the plan registered as ``reg``, from its units ``res``; figures in ``out``,
-    other plans (determinism) from ``store_dir`` (default ``out``)."""
+    other plans (determinism) from ``store_dir`` (default ``out``). ``planned``: how many units the plan has at
+    the seeds asked for; fewer stored puts the "in progress" banner first."""
     from scale.ledger.figures import figure_e1, figure_e2, figure_e5
 
     settings = reg["settings"]
@@ -178,6 +180,10 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
               "data in the new categories. Rows that read a measurement v1 did not take (E1's start collapsed in "
               "h std, rho, M on null(G), parameter drift, protocols f and g, the size-free kappa, the tangent gain) "
               "are 'not measurable' here for that reason.", ""]
+    if planned is not None and len(res) < planned:
+        L += [f"> {IN_PROGRESS}: {len(res)} of the plan's {planned} units are stored. The verdicts below are of "
+              "those units only, not the registration's result; a row whose units have not run yet reads 'not "
+              "measurable' or 'not measured'. Rerun the same command to go on (finished units are kept).", ""]
     if quick:
         L += [f"> {BANNER}. A --quick ledger runs tiny models for 1-4 epochs to check that every part works; its "
               "numbers are not comparable with the paper's and its verdicts are not findings.", ""]
@@ -246,18 +252,20 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
               *(f"- {line}" for line in ignored[:50]), *([f"- ... and {len(ignored) - 50} more"]
                                                          if len(ignored) > 50 else [])]
     L.append("")
+    partial = planned is not None and len(res) < planned
     view = {"format": 2, "plan": reg["plan"], "registration": reg, "amendments": amendments, "quick": quick,
-            "banner": BANNER if quick else None, "claims": rows, "ignored": ignored, "units": res,
+            "banner": BANNER if quick else IN_PROGRESS if partial else None, "planned": planned, "claims": rows,
+            "ignored": ignored, "units": res,
             "missing": missing or {}, "rerun": rerun}
     return view, "\n".join(L)
 
 
 def write(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res: Results, ignored: list[str],
           with_report: bool = True, store_dir: Path | None = None, missing: dict[str, str] | None = None,
-          rerun: str | None = None) -> Path:
+          rerun: str | None = None, planned: int | None = None) -> Path:
     """Replace the views; the E4 study's own report of the E3/E4 units in ``OUT/e4_study``. ``missing``: unit ->
-    why it has no file, with ``rerun`` the command that runs only those."""
-    view, text = build(out, reg, amendments, res, ignored, store_dir, missing, rerun) if with_report else (
+    why it has no file, with ``rerun`` the command that runs only those; ``planned``: the plan's unit count."""
+    view, text = build(out, reg, amendments, res, ignored, store_dir, missing, rerun, planned) if with_report else (
         {"format": 2, "plan": reg["plan"], "registration": reg, "amendments": amendments, "units": res,
          "ignored": ignored, "missing": missing or {}, "rerun": rerun}, "")
     store.replace_view(out / "results.json", json.dumps(view, indent=1, sort_keys=True, default=str))

@@ -316,13 +316,19 @@ def test_bad_input_is_one_line_and_leaves_files_alone(tmp_path, capsys):
     assert "nothing to report" in capsys.readouterr().err and not (tmp_path / "empty").exists()
 
 
-def test_quick_report_has_its_banner_and_no_bold_verdict():
-    reg = {"plan": "quick-x", "plan_hash": "0" * 64, "rules_hash": claims.rules_hash(), "code_commit": "c",
-           "registered_at": "now", "command": "python -m scale.replicate --quick",
-           "settings": runner.plan_settings("digits", True, None, "cpu", 1)}
+def _report_inputs(quick: bool) -> tuple[dict, dict]:
+    """A registration and three E3/E4 units to build a report from."""
+    reg = {"plan": "p", "plan_hash": "0" * 64, "rules_hash": claims.rules_hash(), "code_commit": "c",
+           "registered_at": "now", "command": "python -m scale.replicate" + (" --quick" if quick else ""),
+           "settings": runner.plan_settings("digits", quick, None, "cpu", 1)}
     res = _e3e4((2, 4, 6), (0, 0, 0))
     for r in res.values():
         r.update(git_commit="c", seconds=1.0)
+    return reg, res
+
+
+def test_quick_report_has_its_banner_and_no_bold_verdict():
+    reg, res = _report_inputs(quick=True)
     view, text = report.build(Path("/nonexistent-figures"), reg, [], res, [])
     assert report.BANNER == "pipeline check: not evidence" and report.BANNER in text and view["banner"]
     assert "**" not in text
@@ -334,12 +340,7 @@ def test_quick_report_has_its_banner_and_no_bold_verdict():
 def test_a_partial_store_is_reported_in_progress_first():
     """A plan with fewer units stored than it has says so before any verdict (a view of the units so far, not the
     registration's result); the whole plan stored carries no such banner."""
-    reg = {"plan": "p", "plan_hash": "0" * 64, "rules_hash": claims.rules_hash(), "code_commit": "c",
-           "registered_at": "now", "command": "python -m scale.replicate --dataset digits --seeds 10",
-           "settings": runner.plan_settings("digits", False, None, "cpu", 1)}
-    res = _e3e4((2, 4, 6), (0, 0, 0))
-    for r in res.values():
-        r.update(git_commit="c", seconds=1.0)
+    reg, res = _report_inputs(quick=False)
     view, text = report.build(Path("/nonexistent-figures"), reg, [], res, [], planned=320)
     first = text.index(f"> {report.IN_PROGRESS}: 3 of the plan's 320 units are stored")
     assert first < text.index("## Verdicts") and view["banner"] == report.IN_PROGRESS

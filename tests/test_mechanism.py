@@ -345,8 +345,8 @@ def test_orbit_record_by_hand():
 
 def test_untrained_twin_of_protocol_b_takes_its_statistics_from_raw_z():
     from mini.invariance import l2_normalize
-    from scale.e4_study import renormalized_bn
     from scale.engine.heads import build_head
+    from scale.geometry.protocols import renormalized_bn
 
     torch.manual_seed(0)
     head = build_head("relu2", 6, 4, 10, batchnorm=True, style="paper")

@@ -59,8 +59,8 @@ normalize(head(normalize(z)))).
     second_difference  y1 - 2 y2 + y3 (depths 1, 2, 3 only; else NaN).
     monotone           +1.0 strictly increasing, -1.0 strictly decreasing, 0.0 otherwise.
 
-``orbit_record(protocols)``: E4's statistics of one seed from ``scale.e4_study.measure_model``'s protocols (a, b, c,
-d, f, g: ``scale.e4_study.PROTOCOLS``), each a log10 ratio (0: no change; 1: 10x):
+``orbit_record(protocols)``: E4's statistics of one seed from ``scale.geometry.protocols.measure_model``'s
+protocols (a, b, c, d, f, g: ``scale.geometry.protocols.PROTOCOLS``), each a log10 ratio (0: no change; 1: 10x):
 
     learned_compression_c_f    log10(compression under c / under f): the trained head against the untrained one,
                                both on normalised z with BatchNorm statistics of that very input (E4.3 without
@@ -72,7 +72,7 @@ d, f, g: ``scale.e4_study.PROTOCOLS``), each a log10 ratio (0: no change; 1: 10x
     d_inter_factor_P           log10(D_inter of z / of h) under the same (> 0: the head shrinks class separation).
     kappa_factor_P             log10(kappa of h / of z), the paper's curvature (E4.4).
     kappa_rel_factor_P         log10 of the same for kappa_rel = mean kappa / mean sweep step (size-free: E4.4's
-                               curvature with the sweep's length divided out; ``scale.e4_study.measure``).
+                               curvature with the sweep's length divided out; ``scale.geometry.protocols.measure``).
     step_factor_P              log10(mean sweep step of h / of z): the part of kappa_factor that is the sweep
                                being longer (kappa_factor = kappa_rel_factor + step_factor exactly).
 
@@ -335,7 +335,7 @@ ORBIT_PAIRS = (("c_bn_renorm", "f_untrained_bn_renorm"), ("b_raw", "g_untrained_
 
 
 def orbit_record(protocols: dict[str, dict[str, float]]) -> dict[str, float]:
-    """E4's statistics of one seed (module docstring) from ``scale.e4_study.measure_model``'s protocols."""
+    """E4's statistics of one seed (module docstring) from ``scale.geometry.protocols.measure_model``'s protocols."""
     nan = {"compression": math.nan}
 
     def get(p: str, k: str) -> float:

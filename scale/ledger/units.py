@@ -53,12 +53,13 @@ def e3e4_unit(unit: Unit, dataset: str, epochs: int | None, data_dir: str | None
 
 
 def e5_unit(unit: Unit, data, probe_images: int, device: str) -> dict[str, Any]:
-    """E5: train one depth's model, then E4's protocols a-d of it (``scale.e4_study.measure_model``) and
+    """E5: train one depth's model, then E4's protocols a-d of it (``scale.geometry.protocols.measure_model``) and
     Proposition 5.2 on its head and on an untrained head of its layers (``tangent_gain_record``)."""
-    from scale.e4_study import measure_model, run_config, train, untrained_heads
+    from scale.e4_study import run_config, train
     from scale.geometry.measure import standardize
     from scale.geometry.mechanism import tangent_gain_record
     from scale.geometry.probes import ProbeSettings
+    from scale.geometry.protocols import measure_model, untrained_heads
 
     cfg = run_config(list(unit.argv), device)
     model = train(cfg, data, normalized_input=False, device=device)

@@ -477,7 +477,8 @@ def closed_form_operator(
             h_of, m_of, value = curv.hvp, curv.interaction_hvp, loss.value_of(curv)
             m_blocks = curv.interaction_blocks
             loss_product = "closed form (predictor and cosine in the chain, mini.loss_hessians)"
-        else:
+        else:  # any other loss through its gradient graph: coupled or not, no restriction to rows
+            curv = None
             fwd = chain_forward(chain_links(mini_head, None, z), z)
             rho, value, lv, loss_product = _loss_product(loss, fwd.out)
             D = fwd.backward(rho)[0]
@@ -491,15 +492,27 @@ def closed_form_operator(
             def m_blocks():
                 return interaction_chunks(fwd, D, len(fwd.s1))
 
-    def op(name: str, f, blocks=None) -> Operator:
-        out = Operator(name, n * d, dtype, z.device, lambda v: f(v.reshape(n, d)).reshape(-1),
-                       lambda C: f(C.reshape(C.shape[0], n, d)).reshape(C.shape[0], n * d), info)
+    def op(name: str, f, blocks=None, rows: int = n, restrict=None) -> Operator:
+        out = Operator(name, rows * d, dtype, z.device, lambda v: f(v.reshape(rows, d)).reshape(-1),
+                       lambda C: f(C.reshape(C.shape[0], rows, d)).reshape(C.shape[0], rows * d),
+                       info if rows == n else {**info, "N": rows * d, "rows": rows}, _on_rows=restrict)
         out.block_chunks = blocks
         return out
 
+    def on_rows(c, name: str, product: str):  # the closed-form curvature's rows alone (``on_rows``), as operators
+        def restrict(idx: Tensor) -> Operator:
+            sub = c.on_rows(idx.to(device=z.device, dtype=torch.long))
+            return op(f"{name} on {len(idx)} rows", getattr(sub, product), rows=len(idx),
+                      restrict=on_rows(sub, name, product))
+        return restrict
+
     info = {**_head_info(head, "closed_form", dtype, z, mini_head.k), "loss": value, "N": n * d,
             "hvp_mode": f"closed form through the head's weights (loss: {loss_product})"}
-    return op("H_eff (closed form)", h_of), op("M (closed form)", m_of, m_blocks), info
+    restrict_H = restrict_M = None
+    if hasattr(curv, "on_rows"):  # a per-row loss in closed form: products on fewer rows at their cost
+        restrict_H, restrict_M = on_rows(curv, "H_eff", "hvp"), on_rows(curv, "M", "interaction_hvp")
+    H = op("H_eff (closed form)", h_of, restrict=restrict_H)
+    return H, op("M (closed form)", m_of, m_blocks, restrict=restrict_M), info
 
 
 def interaction_norm(M: Operator) -> float:

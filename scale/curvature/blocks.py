@@ -593,9 +593,10 @@ def blockwise_ends(
         kw = dict(max_iter=max_iter, tol=tol, rel_floor=rel_floor, goal=g, warm=w)
         res = blockwise_lanczos(op, n, refine=refine, **kw)
         if refine is not None and not res.answered:  # float64 products, from the float32 run's Ritz vectors
-            spent = res.n_products  # the discarded run's products are counted in the kept one's
+            spent, spent_cost = res.n_products, res.product_cost  # the discarded run's products count in the kept
             op, res = ref, blockwise_lanczos(ref, n, **{**kw, "warm": res})
-            res = replace(res, n_products=res.n_products + spent, warm_started=w is not None)
+            res = replace(res, n_products=res.n_products + spent, product_cost=res.product_cost + spent_cost,
+                          warm_started=w is not None)
         out.append(res)
         used.add(str(op.dtype).removeprefix("torch."))
     return out[0], out[1] if interaction else None, {**info, "recurrence": ", ".join(sorted(used))}

@@ -216,7 +216,8 @@ def measure(
                    f"float64 basis; ends refined and bounded in {info['dtype']})",
                    bn_mode=info["bn_mode"], hvp_mode=info["hvp_mode"], dtype=info["dtype"], loss=info["loss"],
                    n_negative=resH.n_negative, n_negative_is="lower bound (Ritz intervals below the floor, per block)",
-                   n_products_M=resM.n_products, M_over_H=norm_M / resH.scale if resH.scale else float("nan"),
+                   n_products_M=resM.n_products, product_cost=resH.product_cost, product_cost_M=resM.product_cost,
+                   M_over_H=norm_M / resH.scale if resH.scale else float("nan"),
                    warm_started=resH.warm_started,
                    M_over_H_is="spectral norms: |M| and |H| from per-block Lanczos ends (eigenvalue bound)")
     else:

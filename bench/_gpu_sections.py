@@ -120,8 +120,10 @@ def ledger(run: Run) -> None:
     device = "cuda" if a.tiny or run.dev.type == "cuda" else "cpu"
     if a.ledger_out:
         out = Path(a.ledger_out)
-    else:  # a dry run writes nothing: no folder made for it
-        out = Path(tempfile.gettempdir()) / "gpu_suite_ledger" if a.tiny else Path(tempfile.mkdtemp(prefix="gpu_ledger_"))
+    elif a.tiny:  # a dry run writes nothing: no folder made for it
+        out = Path(tempfile.gettempdir()) / "gpu_suite_ledger"
+    else:
+        out = Path(tempfile.mkdtemp(prefix="gpu_ledger_"))
     run.lines += ["## The replication ledger's GPU subset", "",
                   "The E3/E4 core at 2 seeds and the E2 mechanism at 1 seed, short runs on digits "
                   f"({'; '.join(f'{e}: {s} seeds, {n} epochs' for e, s, n in LEDGER_RUNS)}): another plan than the "

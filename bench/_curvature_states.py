@@ -49,7 +49,7 @@ def exact_spectrum(state, rows: int) -> torch.Tensor:
 
 def cold_runs(state, rows: int) -> dict:
     """The tracker's cold results at ``state`` (the next snapshot's warm starts)."""
-    from scale.curvature.blocks import blockwise_ends
+    from scale.curvature.closed_form import blockwise_ends
     from scale.curvature.tracking import measure
 
     z1, t2 = probe_rows(state, rows)
@@ -59,7 +59,7 @@ def cold_runs(state, rows: int) -> dict:
 
 
 def compare_state(state, rows: int, repeats: int, warm: dict | None) -> dict:
-    from scale.curvature.blocks import blockwise_ends
+    from scale.curvature.closed_form import blockwise_ends
     from scale.curvature.tracking import measure
 
     z1, t2 = probe_rows(state, rows)

@@ -16,7 +16,8 @@ from bench._gpu_run import Run, _sync
 
 
 def wide_lanczos(run: Run) -> None:
-    from scale.curvature.blocks import blockwise_ends, effective_hessian_blocks, factored_operator
+    from scale.curvature.blocks import effective_hessian_blocks, factored_operator
+    from scale.curvature.closed_form import blockwise_ends
     from scale.curvature.lanczos import lanczos
     from scale.engine.heads import build_head
     from scale.engine.loss_curvature import PredictorCosine

@@ -17,7 +17,7 @@ Sections (``SECTIONS``, in this order; ``--sections`` runs a subset, e.g. one to
     compile    the same as bf16 plus ``torch.compile``
     tracking   the bf16 run's tracker: one measurement against its epoch
     lanczos    SimSiam's H_eff on a 2048-wide head at batch 512 (N = 262,144): exact float64 blocks (the
-               reference) against a Lanczos per block (``scale.curvature.blocks.blockwise_ends``) and a Lanczos on
+               reference) against a Lanczos per block (``scale.curvature.closed_form.blockwise_ends``) and a Lanczos on
                the whole factored operator
     cupy       the CuPy row of ``scale.crosscheck`` (closed form on CuPy against mini)
     e6         E6 images/s (``bench.bench_pretrained``, random weights, official widths)

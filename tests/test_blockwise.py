@@ -33,7 +33,7 @@ def test_restricted_products_equal_the_full_products_on_the_same_rows(compose):
     """``H`` and ``M`` of ``closed_form_operator`` on the rows ``idx`` alone give the full products' rows ``idx``
     (the same ``1/n`` of the batch's mean: a restriction that renormalised to ``1/len(idx)`` would be off by
     ``n / len(idx)``), and a restriction of a restriction is the restriction to the composed rows."""
-    from scale.curvature.blocks import closed_form_operator
+    from scale.curvature.closed_form import closed_form_operator
 
     n, d = 10, 16
     z, head, loss = _head_and_loss(n, d)
@@ -119,7 +119,7 @@ def test_without_a_restriction_every_step_advances_every_block():
     """An operator that cannot drop rows (``closed_form_operator`` of a loss without a closed form: through its
     gradient graph, where a coupled loss would not be block-diagonal anyway) takes today's path: no shrink, every
     call a full product, the same ends as the restrictable closed form of the same objective to the bound."""
-    from scale.curvature.blocks import closed_form_operator
+    from scale.curvature.closed_form import closed_form_operator
     from scale.engine.objectives import simsiam
 
     n, d = 6, 16
@@ -141,7 +141,7 @@ def test_a_discarded_float32_run_is_counted_in_the_kept_result(monkeypatch):
     operator, and the kept result's ``n_products`` and ``product_cost`` include the discarded run's. The miss is
     constructed by capping the steps (``max_iter=4``: no run meets ``1e-8`` in 4 steps), so both runs stop
     unanswered; the count is what is tested (it failed before the count was carried: 6 products kept of 12)."""
-    import scale.curvature.blocks as B
+    import scale.curvature.closed_form as B
 
     runs = []
     original = B.blockwise_lanczos

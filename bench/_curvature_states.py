@@ -10,9 +10,11 @@ rounds (medians), each contender building what it needs at the state, as a user 
     record warm   the same, warm-started from the previous epoch's record
 
 The warm starts come from a cold run at the previous snapshot (not timed), as a tracker measuring every epoch holds
-it. Beside each: the products, the errors against the exact spectrum (float64 ``eigvalsh`` of every block), the
-spectral gaps ``(lambda_2 - lambda_1) / max|lambda|`` of the block holding ``lambda_min`` and their median over
-blocks (what sets Lanczos' product count), and the process's peak resident memory after the state.
+it. Beside each: the products (in full-product equivalents, a call on ``a`` of ``n`` rows counting ``a / n``: the
+per-block Lanczos goes on with the rows of the blocks still waited for; and the calls), the errors against the
+exact spectrum (float64 ``eigvalsh`` of every block), the spectral gaps ``(lambda_2 - lambda_1) / max|lambda|`` of
+the block holding ``lambda_min`` and their median over blocks (what sets Lanczos' product count), and the process's
+peak resident memory after the state.
 """
 
 from __future__ import annotations

@@ -29,14 +29,19 @@ def _head_and_loss(n: int, d: int, seed: int = 0):
 
 
 @pytest.mark.parametrize("compose", [True, False])
-def test_restricted_products_equal_the_full_products_on_the_same_rows(compose):
+@pytest.mark.parametrize("objective", ["simsiam", "one view"])
+def test_restricted_products_equal_the_full_products_on_the_same_rows(compose, objective):
     """``H`` and ``M`` of ``closed_form_operator`` on the rows ``idx`` alone give the full products' rows ``idx``
     (the same ``1/n`` of the batch's mean: a restriction that renormalised to ``1/len(idx)`` would be off by
-    ``n / len(idx)``), and a restriction of a restriction is the restriction to the composed rows."""
+    ``n / len(idx)``), and a restriction of a restriction is the restriction to the composed rows; for the project's
+    SimSiam objective and for the benchmark's one-view loss (the official tracker's Hessian)."""
+    from bench._paper_tracker import OneView
     from scale.curvature.closed_form import closed_form_operator
 
     n, d = 10, 16
     z, head, loss = _head_and_loss(n, d)
+    if objective == "one view":
+        loss = OneView(loss.predictor, loss.T)
     H, M, _ = closed_form_operator(z, head, loss, compose=compose)
     assert H.restrictable and M.restrictable
     idx = torch.tensor([7, 2, 9])

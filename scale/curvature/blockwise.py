@@ -1,10 +1,13 @@
-r"""Extreme eigenvalues of a block-diagonal symmetric operator: one small Lanczos per block, all blocks in each product.
+r"""Extreme eigenvalues of a block-diagonal symmetric operator: one small Lanczos per block, the blocks still waited
+for advanced together by each product.
 
 When an operator is block-diagonal over samples (``H_eff`` of a per-sample objective through a row-wise head:
 ``scale.curvature.blocks``), its spectrum is the union of its blocks', and one product of the operator on the stacked
-vectors ``[q_1; ..; q_n]`` is one Lanczos step of every block at once (``blockwise_lanczos``). The recurrence and its
-tests are ``scale.curvature.lanczos``'s, block by block: float64 basis, full reorthogonalisation, the eigenvalue
-bound ``r^2 / gap`` or the residual; the ends measured with one product at the end.
+vectors ``[q_1; ..; q_n]`` is one Lanczos step of every block at once (``blockwise_lanczos``); once few blocks are
+still waited for, a product on their rows alone (``Operator.on_rows``) steps them at their share of the cost. The
+recurrence and its tests are ``scale.curvature.lanczos``'s, block by block: float64 basis, full
+reorthogonalisation, the eigenvalue bound ``r^2 / gap`` or the residual; the ends measured with one product at the
+end.
 """
 
 from __future__ import annotations
@@ -283,7 +286,9 @@ class _Segment:
     b_last: Tensor
 
 
-def _blockwise_result(op, segments, n, d, n_products, cost, tol, stop, rel_floor, steps, recurrence):
+def _blockwise_result(op: SymmetricOperator, segments: list[_Segment], n: int, d: int, n_products: int, cost: float,
+                      tol: float, stop: str, rel_floor: float, steps: np.ndarray,
+                      recurrence: torch.dtype) -> BlockwiseResult:
     """Ritz pairs of every block's final tridiagonal (per segment: blocks stopped at different steps), the ends
     measured with one batched product of ``op`` over all rows: their Rayleigh quotients (the Ritz values themselves
     when ``op`` ran the recurrence) and residuals. Blocks shorter than the longest are padded with NaN in

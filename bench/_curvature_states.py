@@ -10,9 +10,11 @@ rounds (medians), each contender building what it needs at the state, as a user 
     record warm   the same, warm-started from the previous epoch's record
 
 The warm starts come from a cold run at the previous snapshot (not timed), as a tracker measuring every epoch holds
-it. Beside each: the products, the errors against the exact spectrum (float64 ``eigvalsh`` of every block), the
-spectral gaps ``(lambda_2 - lambda_1) / max|lambda|`` of the block holding ``lambda_min`` and their median over
-blocks (what sets Lanczos' product count), and the process's peak resident memory after the state.
+it. Beside each: the products (in full-product equivalents, a call on ``a`` of ``n`` rows counting ``a / n``: the
+per-block Lanczos goes on with the rows of the blocks still waited for; and the calls), the errors against the
+exact spectrum (float64 ``eigvalsh`` of every block), the spectral gaps ``(lambda_2 - lambda_1) / max|lambda|`` of
+the block holding ``lambda_min`` and their median over blocks (what sets Lanczos' product count), and the process's
+peak resident memory after the state.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def exact_spectrum(state, rows: int) -> torch.Tensor:
 
 def cold_runs(state, rows: int) -> dict:
     """The tracker's cold results at ``state`` (the next snapshot's warm starts)."""
-    from scale.curvature.blocks import blockwise_ends
+    from scale.curvature.closed_form import blockwise_ends
     from scale.curvature.tracking import measure
 
     z1, t2 = probe_rows(state, rows)
@@ -59,7 +61,7 @@ def cold_runs(state, rows: int) -> dict:
 
 
 def compare_state(state, rows: int, repeats: int, warm: dict | None) -> dict:
-    from scale.curvature.blocks import blockwise_ends
+    from scale.curvature.closed_form import blockwise_ends
     from scale.curvature.tracking import measure
 
     z1, t2 = probe_rows(state, rows)
@@ -76,18 +78,20 @@ def compare_state(state, rows: int, repeats: int, warm: dict | None) -> dict:
     def ends(name, w):
         def go():
             r = blockwise_ends(z1, state.projector, loss, tol=BLOCK_BOUND, interaction=False, warm=w)[0]
-            got[name] = (r.lambda_min, r.lambda_max, r.n_products, r.ends_converged)
+            got[name] = (r.lambda_min, r.lambda_max, (r.product_cost, r.n_products), r.ends_converged)
         return go
 
     def record(name, w):
         def go():
             rec, _ = measure(z1, state.projector, loss, block_diagonal=True, path="auto", warm=w)
-            got[name] = (rec["lambda_min"], rec["lambda_max"], rec["n_products"] + rec.get("n_products_M", 0),
-                         rec["converged_min"] and rec["converged_max"])
+            calls = rec["n_products"] + rec.get("n_products_M", 0)
+            cost = rec.get("product_cost", rec["n_products"]) + rec.get("product_cost_M", rec.get("n_products_M", 0))
+            ok = rec["converged_min"] and rec["converged_max"]
+            got[name] = (rec["lambda_min"], rec["lambda_max"], (cost, calls), ok)
         return go
 
     def paper():
-        got["paper"] = (paper_power_iteration(f32, z1), None, 42, None)
+        got["paper"] = (paper_power_iteration(f32, z1), None, (42, 42), None)
 
     fns = {"paper": paper, "ends cold": ends("ends cold", None), "record cold": record("record cold", None)}
     if warm is not None:
@@ -95,7 +99,8 @@ def compare_state(state, rows: int, repeats: int, warm: dict | None) -> dict:
     times = interleaved_median(fns, repeats)
     for name, t in times.items():
         lo, hi, products, converged = got[name]
-        out[name] = {"s": t, "ratio": t / times["paper"], "products": products, "converged": converged,
+        out[name] = {"s": t, "ratio": t / times["paper"], "products": products[0], "calls": products[1],
+                     "converged": converged,
                      "err_min": abs(lo - out["lambda_min"]) / scale,
                      "err_max": None if hi is None else abs(hi - out["lambda_max"]) / scale}
     out["peak_rss_mb"] = peak_rss_mb()
@@ -111,7 +116,8 @@ LABELS = {"paper": "paper: float32 shifted power iteration (anchor)",
 
 
 def sweep_table(results: list[dict]) -> list[str]:
-    lines = ["| state | n (N) | gap at lambda_min's block / median | contender | seconds | vs paper | products | "
+    lines = ["| state | n (N) | gap at lambda_min's block / median | contender | seconds | vs paper | "
+             "products: full-product equivalents (calls) | "
              "lambda_min error | lambda_max error | peak RSS after the state |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
@@ -122,7 +128,8 @@ def sweep_table(results: list[dict]) -> list[str]:
             err_max = "-" if c["err_max"] is None else f"{c['err_max']:.1e}"
             conv = "" if c["converged"] in (None, True) else " (not converged)"
             lines.append(f"| {r['state']} | {r['rows']} ({r['N']}) | {r['gap_at_min']:.1e} / {r['gap_median']:.1e} | "
-                         f"{LABELS[name]} | {c['s']:.3f} | {c['ratio']:.2f}x | {c['products']}{conv} | "
+                         f"{LABELS[name]} | {c['s']:.3f} | {c['ratio']:.2f}x | "
+                         f"{c['products']:.1f} ({c['calls']}){conv} | "
                          f"{c['err_min']:.1e} | {err_max} | {r['peak_rss_mb']:.0f} MB |")
     worst = {}
     for r in results:
@@ -146,7 +153,8 @@ def sweep(states: list, names: list[str], rows: list[int], repeats: int, log, on
             results.append(compare_state(state, n, repeats, warm))
             r = results[-1]
             log(f"bench_curvature: {state.name}, n = {n}: " + ", ".join(
-                f"{c} {r[c]['ratio']:.2f}x ({r[c]['products']})" for c in CONTENDERS[1:] if c in r))
+                f"{c} {r[c]['ratio']:.2f}x ({r[c]['products']:.1f}, {r[c]['calls']} calls)" for c in CONTENDERS[1:]
+                if c in r))
             if on_result is not None:
                 on_result(results)
     return results

@@ -11,7 +11,7 @@ in a fresh process under ``/usr/bin/time -v`` (wall time, peak resident memory) 
 
 Beside it, side by side in this process (interleaved, medians of ``--products``): one curvature product of H at
 that probe through the two routes ``scale.analyze`` has, the closed form through the head's weights (a head of
-the grammar, ``scale.curvature.blocks.closed_form_operator``) and the autograd graphs
+the grammar, ``scale.curvature.closed_form.closed_form_operator``) and the autograd graphs
 (``scale.curvature.operators.EffectiveHessian``, any other head), and what building each costs. Writes
 ``bench/results/analyze.md``.
 """
@@ -55,7 +55,7 @@ def products(width: int, rows: int, repeats: int) -> dict[str, float]:
     """Build and one H product of the two routes at ``rows`` rows of a 2048-wide z (VICReg's loss)."""
     import torch
 
-    from scale.curvature.blocks import closed_form_operator
+    from scale.curvature.closed_form import closed_form_operator
     from scale.curvature.operators import EffectiveHessian
     from scale.curvature.tracking import probe_objective
     from scale.engine.heads import build_head

@@ -67,8 +67,8 @@ def compare(z, h, head, pred, rows: int, repeats: int, digits: bool) -> dict:
     from scipy.sparse.linalg import LinearOperator, eigsh
 
     from mini.loss_hessians import PredictorCosineCurvature
-    from scale.curvature.blocks import blockwise_ends, mini_head_of
     from scale.curvature.blockwise import blockwise_lanczos
+    from scale.curvature.closed_form import blockwise_ends, mini_head_of
     from scale.curvature.lanczos import lanczos
     from scale.curvature.operators import EffectiveHessian, Operator
     from scale.curvature.tracking import measure
@@ -108,7 +108,7 @@ def compare(z, h, head, pred, rows: int, repeats: int, digits: bool) -> dict:
             results[name], out[f"{name}_products"] = (r.lambda_min, r.lambda_max), r.n_products
         return go
 
-    def blockwise():  # the tracker's route to the ends (scale.curvature.blocks.blockwise_ends), without |M|
+    def blockwise():  # the tracker's route to the ends (scale.curvature.closed_form.blockwise_ends), without |M|
         r, _, info = blockwise_ends(z1, head, OneView(pred, t2), tol=BLOCK_BOUND, interaction=False)
         results["blockwise"], out["blockwise_products"] = (r.lambda_min, r.lambda_max), r.n_products
         out["blockwise_steps"] = f"{int(r.block_steps.min())}-{int(r.block_steps.max())}"

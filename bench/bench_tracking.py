@@ -156,7 +156,7 @@ def cifar_shape_cost(methods: list[str], head: str, batch: int, steps: int, repe
         r = tracker.records[-1]
         other = {"factored": "closed-form", "closed-form": "factored"}.get(r["path"])
         other_s = None
-        # the operator route not taken, once, cold: what the rule (scale.curvature.blocks.operator_route) saved
+        # the operator route not taken, once, cold: what the rule (scale.curvature.closed_form.operator_route) saved
         if other:
             tracker.path, tracker.warm = other, None
             other_s = tracker.track(keep.state)["seconds"]

@@ -273,6 +273,13 @@ class ChainForward:
             g = gl
         return xp.zeros_like(V) if g is None else g @ self.links[0].W
 
+    def on_rows(self, idx: Array) -> ChainForward:
+        """The same forward pass on the rows ``idx`` alone (every per-row array taken, the links shared): the chain
+        acts row by row, so its products on those rows are the full pass's rows, at their cost."""
+        xp = _xp(self.Z)
+        return ChainForward(self.links, xp.take(self.Z, idx, axis=0), xp.take(self.out, idx, axis=0),
+                            [xp.take(s, idx, axis=0) for s in self.s1], [xp.take(s, idx, axis=0) for s in self.s2])
+
 
 def chain_forward(links: list[Link], Z: Array) -> ChainForward:
     xp = _xp(Z)
@@ -426,6 +433,17 @@ class PredictorCosineCurvature:
         elif head is None and predictor is not None:
             self.rho = (rho_p if not fwd.s1 else ga[0]) @ links[0].W
         self.cos = xp.sum(self.u * T / _rownorm(xp, T), axis=-1)
+
+    def on_rows(self, idx: Array) -> PredictorCosineCurvature:
+        """The same curvature on the rows ``idx`` alone: every per-row quantity taken, the links and the coefficient
+        (its ``1/n`` of the whole batch) kept, so ``on_rows(idx).hvp(V[idx])`` is ``hvp(V)[idx]``: the objective is a
+        sum of per-row terms through a row-wise chain, so ``H`` is block-diagonal over rows."""
+        xp, out = self.xp, object.__new__(PredictorCosineCurvature)
+        out.xp, out.n_head, out.fwd = xp, self.n_head, self.fwd.on_rows(idx)
+        for name in ("g", "u", "r", "rho", "cos"):
+            setattr(out, name, xp.take(getattr(self, name), idx, axis=0))
+        out.D = [xp.take(D, idx, axis=0) for D in self.D]
+        return out
 
     def hvp(self, V: Array) -> Array:
         """``H V`` (..., n, d): the whole per-sample Hessian applied row by row (forward mode, then a pullback)."""

@@ -22,7 +22,7 @@ What is measured (each by the project's one implementation of it):
                 H_eff of z -> L(h(z)) at a probe batch (``--hessian-images`` images, two augmented views
                 each, the method's loss with its stop-gradients bound there, BatchNorm in eval mode):
                 Lanczos (``scale.curvature.lanczos``) on H, G = H - M and M, products in closed form through
-                the weights of a head of the grammar (``scale.curvature.blocks.closed_form_operator``), else the
+                the weights of a head of the grammar (``scale.curvature.closed_form.closed_form_operator``), else the
                 matrix-free H, G and M of ``scale.curvature.operators`` (autograd graphs); along the
                 lowest Ritz vector v of H, ``v^T H v = v^T G v + v^T M v`` splits lambda_min, and the share
                 of the negative curvature of each part is ``max(-v^T X v, 0) / sum over X in {G, M}``;

@@ -41,6 +41,29 @@ def test_every_section_runs_tiny_on_cpu_and_writes_its_rows(tmp_path):
     for label in ("the paper's pipeline", "the project's batched", "the same in bf16", "the same with torch.compile"):
         assert re.fullmatch(NUMBER, row(label)[1])  # the headline: one change at a time
     assert re.fullmatch(r"\*\*" + NUMBER + r"x\*\*", row("the same in bf16")[3])
+    for exp, seeds in (("E3E4", 2), ("E2", 1)):  # the ledger's subset, planned for CUDA with --dry-run
+        assert re.search(rf"\| `python -m scale.replicate --dataset digits --device cuda --seeds {seeds} --experiments "
+                         rf"{exp} --epochs {exp}=10 --out \S+ --dry-run` \| 0 \| {NUMBER} \|", text), exp
+
+
+def test_the_ledger_section_is_listed_and_builds_the_ledgers_commands(tmp_path):
+    """The ledger's GPU subset is a section with its own estimate (so its own timeout); its commands parse with
+    ``scale.replicate``'s own parser into the E3/E4 core at 2 seeds and the E2 mechanism at 1 seed, short, on CUDA,
+    each into its own store."""
+    from bench._gpu_sections import LEDGER_RUNS, ledger_commands
+    from scale.replicate import build_parser
+
+    assert list(gpu_suite.SECTIONS).index("ledger") < list(gpu_suite.SECTIONS).index("headline")
+    assert gpu_suite.ESTIMATE_S["ledger"] > 0
+    cmds = ledger_commands("cuda", tmp_path, dry_run=False)
+    got = []
+    for cmd in cmds:
+        assert cmd[1:3] == ["-m", "scale.replicate"] and "--dry-run" not in cmd
+        args = build_parser().parse_args(cmd[3:])
+        got.append((args.dataset, args.device, args.seeds, args.experiments, args.epochs, args.out))
+    assert got == [("digits", "cuda", 2, "E3E4", "E3E4=10", str(tmp_path / "e3e4")),
+                   ("digits", "cuda", 1, "E2", "E2=10", str(tmp_path / "e2"))]
+    assert [(e, s) for e, s, _ in LEDGER_RUNS] == [("E3E4", 2), ("E2", 1)]
 
 
 def test_a_failing_section_ends_only_itself_and_the_rest_is_written_as_it_finishes(tmp_path, monkeypatch):
@@ -116,7 +139,8 @@ def test_a_section_the_alarm_cannot_interrupt_ends_the_process_with_the_file_wri
     script = f"""
 import signal, sys, time
 from bench import gpu_suite
-gpu_suite.HARD_GRACE_S = 1.0
+import bench._gpu_run
+bench._gpu_run.HARD_GRACE_S = 1.0
 def stuck(run):
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])
     time.sleep({SLEEP_S})

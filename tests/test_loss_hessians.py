@@ -111,7 +111,7 @@ def test_closed_form_operator_matches_the_matrix_free_hessian(spec, objective, b
     """``closed_form_operator``: products through the head's weights in closed form (the loss's curvature in
     closed form for SimSiam/BYOL/SimCLR, autograd for MSE) against ``scale.curvature.operators``'s forward-mode
     operators (an independent route), for ``H`` and ``M``, one vector and a batch."""
-    from scale.curvature.blocks import closed_form_operator
+    from scale.curvature.closed_form import closed_form_operator
 
     head, pred, z, T = _heads(spec, seed=21, batchnorm=batchnorm)
     closed, plain = {

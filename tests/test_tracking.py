@@ -166,10 +166,10 @@ def test_exact_paths_refuse_heads_that_couple_samples():
 
 
 def test_operator_route_picks_each_operator_in_its_regime():
-    """``scale.curvature.blocks.operator_route``: forming ``J`` pays at the digits head (memory-bound products read
+    """``scale.curvature.closed_form.operator_route``: forming ``J`` pays at the digits head (memory-bound products read
     (n, k, d) twice, cheaper than three matmuls through 256-wide layers), not at the CIFAR head (2048 wide,
     where a product through the weights costs less than reading ``J``)."""
-    from scale.curvature.blocks import operator_route
+    from scale.curvature.closed_form import operator_route
 
     assert operator_route(32, 128, [256, 256], 128) == "factored"  # digits: 0.26 ms against 0.46 ms per product
     assert operator_route(32, 512, [2048, 2048], 2048) == "closed-form"  # CIFAR shape
@@ -178,10 +178,10 @@ def test_operator_route_picks_each_operator_in_its_regime():
 
 
 def test_block_route_picks_each_route_in_its_regime():
-    """``scale.curvature.blocks.block_route`` (SimSiam through head and predictor, composed chain): the digits head's
-    blocks are cheap to form and solve (measured 1.06x-1.68x faster than a Lanczos per block at 8-32 rows), the
+    """``scale.curvature.closed_form.block_route`` (SimSiam through head and predictor, composed chain): the digits
+    head's blocks are cheap to form and solve (measured 1.06x-1.68x faster than a Lanczos per block at 8-32 rows), the
     paper's 2048-wide head's are not (a Lanczos per block 3.1x-4.8x faster at 8-32 rows); what ``auto`` takes."""
-    from scale.curvature.blocks import block_route
+    from scale.curvature.closed_form import block_route
     from scale.curvature.tracking import choose_path
     from scale.engine.heads import build_head
 

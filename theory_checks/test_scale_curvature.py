@@ -354,7 +354,8 @@ def _torch():
 def route_operators(route: str, b: Built) -> dict:
     """``{"H": op, "G": op, "M": op}`` (operators) or ``{"blocks": Blocks}`` of one route at ``b``."""
     torch = _torch()
-    from scale.curvature.blocks import closed_form_operator, effective_hessian_blocks, factored_operator
+    from scale.curvature.blocks import effective_hessian_blocks, factored_operator
+    from scale.curvature.closed_form import closed_form_operator
     from scale.curvature.operators import EffectiveHessian
 
     z, head, loss = torch.as_tensor(b.Z), b.torch_head(), b.torch_loss()

@@ -13,7 +13,7 @@ from torch import nn
 
 from mini.collapse_metrics import collapse_stats
 from scale.analysis.settings import AnalysisSettings, AnalyzeError
-from scale.curvature.blocks import closed_form_operator
+from scale.curvature.closed_form import closed_form_operator
 from scale.curvature.lanczos import lanczos
 from scale.curvature.operators import EffectiveHessian, difference
 from scale.curvature.tracking import hutchinson_ratio, probe_objective, rowwise

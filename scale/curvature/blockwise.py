@@ -1,10 +1,13 @@
-r"""Extreme eigenvalues of a block-diagonal symmetric operator: one small Lanczos per block, all blocks in each product.
+r"""Extreme eigenvalues of a block-diagonal symmetric operator: one small Lanczos per block, the blocks still waited
+for advanced together by each product.
 
 When an operator is block-diagonal over samples (``H_eff`` of a per-sample objective through a row-wise head:
 ``scale.curvature.blocks``), its spectrum is the union of its blocks', and one product of the operator on the stacked
-vectors ``[q_1; ..; q_n]`` is one Lanczos step of every block at once (``blockwise_lanczos``). The recurrence and its
-tests are ``scale.curvature.lanczos``'s, block by block: float64 basis, full reorthogonalisation, the eigenvalue
-bound ``r^2 / gap`` or the residual; the ends measured with one product at the end.
+vectors ``[q_1; ..; q_n]`` is one Lanczos step of every block at once (``blockwise_lanczos``); once few blocks are
+still waited for, a product on their rows alone (``Operator.on_rows``) steps them at their share of the cost. The
+recurrence and its tests are ``scale.curvature.lanczos``'s, block by block: float64 basis, full
+reorthogonalisation, the eigenvalue bound ``r^2 / gap`` or the residual; the ends measured with one product at the
+end.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class BlockwiseResult(LanczosResult):
     goal: str = "blocks"  # what the stop waited for (GOALS)
     warm_started: bool = False
     interaction: BlockwiseResult | None = field(repr=False, default=None)  # M's run beside H's (the tracker's warm)
+    product_cost: float = 0.0  # the products in full-product equivalents (a product on a of n rows: a / n)
+    shrinks: tuple = ()  # (step, active blocks) each time the recurrence went on with fewer blocks' rows
 
     @property
     def answered(self) -> bool:
@@ -87,6 +92,7 @@ def _end_bounds(theta: Tensor, r: Tensor, stop: str) -> Tensor:
 
 
 GOALS = ("blocks", "ends", "norm")
+RESTRICT_SHARE = 0.5  # blockwise_lanczos: go on with the active blocks' rows alone once at most this share remain
 WARM_NOISE = 1e-2  # blockwise_lanczos: the random part of a warm start vector (every direction represented)
 
 
@@ -134,6 +140,7 @@ def blockwise_lanczos(
     rel_floor: float = NEG_FLOOR,
     goal: str = "blocks",
     warm: BlockwiseResult | None = None,
+    restrict: bool = True,
 ) -> BlockwiseResult:
     """The extreme eigenpairs of a block-diagonal ``op`` (``n_blocks`` diagonal blocks of ``d = N / n_blocks``,
     in order, nothing between them): a Lanczos recurrence per block, all blocks advanced by each product.
@@ -152,7 +159,6 @@ def blockwise_lanczos(
     ``|Ritz value|`` over all blocks; a block that passed is not tested again (its Ritz values only move
     towards its ends). At the end the two ends of every block are measured with one batched product of the
     Ritz vectors (``residuals``, ``block_residuals``) and ``converged`` recomputed from the measured residuals.
-    Products are counted as products of ``op`` (one per step, two for the measured ends).
 
     ``refine`` (the same operator in float64, e.g. when ``op``'s products are float32): the recurrence runs on
     ``op`` (its products cast to the float64 basis), and the ends are measured with ``refine`` instead: each
@@ -173,6 +179,16 @@ def blockwise_lanczos(
     go are Ritz values with their bounds in ``block_bounds``, not converged ends; the negative count stays a lower
     bound.
 
+    Active rows: ``op`` is block-diagonal over rows, so a product on the rows of some blocks alone is those blocks'
+    part of a full product, at about their share of its cost. Once at most ``RESTRICT_SHARE`` of the blocks still
+    advanced are waited for (and ``restrict`` and ``op.restrictable``: ``Operator.on_rows``), the settled blocks stop
+    with their tridiagonals and the recurrence goes on through ``op.on_rows`` of the others; the final extraction
+    takes each block's Ritz pairs at its own length and measures every block's ends with one full product.
+    ``n_products`` counts the calls of ``op`` (one per step, two for the ends), ``product_cost`` the same in full
+    products (a call on ``a`` of ``n`` blocks' rows counts ``a / n``), ``shrinks`` the steps where the set shrank.
+    Without a restriction (``op`` not restrictable: a coupled loss, an autograd product) every step advances every
+    block, as ``restrict=False`` does.
+
     ``warm``: a previous result on an operator of the same shape (the tracker's last measurement on the same
     probe): each block starts from its previous lowest plus highest Ritz vector (``_block_start``).
     """
@@ -191,7 +207,7 @@ def blockwise_lanczos(
         raise ValueError(f"max_iter must be >= 1, got {max_iter}")
     device, f64 = op.device, torch.float64
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    Q = torch.empty(m_max + 1, n, d, dtype=f64, device=device)  # Q[j, i]: block i's j-th basis vector
+    Q = torch.empty(m_max + 1, n, d, dtype=f64, device=device)  # Q[j, i]: active block i's j-th basis vector
     Q[0] = _block_start(n, d, warm, gen, device)
     alpha = torch.zeros(n, m_max, dtype=f64)
     beta = torch.zeros(n, m_max, dtype=f64)  # beta[:, j] couples q_j and q_{j+1}
@@ -199,39 +215,53 @@ def blockwise_lanczos(
     best = [np.inf, -np.inf] if goal == "ends" else [0.0]
     steps = np.full(n, -1)
     peak = 0.0  # the largest |Ritz value| seen: the scale of every block's test
-    n_products, m = 0, 0
+    ids = torch.arange(n)  # the active blocks (global indices): the rows ``cur`` acts on
+    cur, frozen, shrinks = op, [], []
+    n_products, cost, m = 0, 0.0, 0
     for j in range(m_max):
-        w = op.matvec(Q[j].reshape(-1).to(op.dtype)).to(f64).reshape(n, d)
-        n_products += 1
-        a = (Q[j] * w).sum(dim=1)
-        alpha[:, j] = a.cpu()
-        w = w - a[:, None] * Q[j] - (beta[:, j - 1].to(device)[:, None] * Q[j - 1] if j else 0.0)
+        a = len(ids)
+        w = cur.matvec(Q[j].reshape(-1).to(cur.dtype)).to(f64).reshape(a, d)
+        n_products, cost = n_products + 1, cost + a / n
+        al = (Q[j] * w).sum(dim=1)
+        alpha[:, j] = al.cpu()
+        w = w - al[:, None] * Q[j] - (beta[:, j - 1].to(device)[:, None] * Q[j - 1] if j else 0.0)
         w = _reorthogonalise_blocks(w, Q[: j + 1])
         b = w.norm(dim=1)
         m = j + 1
         if m == d:  # every block's Krylov space is its whole space: the Ritz values are its spectrum
             break
         if m >= min(BLOCK_MIN_ITER, m_max):
-            idx = torch.nonzero(~settled.all(dim=1)).flatten()  # the blocks still waited for at one end or both
-            theta, S = _tridiagonal_batch(alpha[idx, :m], beta[idx, : m - 1])
+            live = torch.nonzero(~settled[ids].all(dim=1)).flatten()  # active blocks still waited for (local)
+            theta, S = _tridiagonal_batch(alpha[live, :m], beta[live, : m - 1])
             peak = max(peak, float(theta[:, [0, -1]].abs().max()))
-            r = b.cpu()[idx, None] * S[:, -1, :].abs()  # beta_m |s_m|: the residual estimates
-            conv = _end_bounds(theta, r, stop) <= tol * max(peak, np.finfo(float).tiny)  # (a, 2)
-            newly = ~settled[idx].all(dim=1)
-            settled[idx] |= _settled(theta, r, conv, goal, best)
-            steps[idx[newly & settled[idx].all(dim=1)].numpy()] = m
+            r = b.cpu()[live, None] * S[:, -1, :].abs()  # beta_m |s_m|: the residual estimates
+            conv = _end_bounds(theta, r, stop) <= tol * max(peak, np.finfo(float).tiny)  # (l, 2)
+            g = ids[live]
+            newly = ~settled[g].all(dim=1)
+            settled[g] |= _settled(theta, r, conv, goal, best)
+            steps[g[newly & settled[g].all(dim=1)].numpy()] = m
             if bool(settled.all()) or m == m_max:
                 break
         tiny = b <= 1e-12 * max(peak, np.finfo(float).tiny)
         if bool(tiny.any()):  # an invariant subspace in those blocks: go on from fresh orthogonal directions
-            fresh = _reorthogonalise_blocks(torch.randn(n, d, generator=gen, dtype=f64).to(device), Q[: j + 1])
+            fresh = _reorthogonalise_blocks(torch.randn(a, d, generator=gen, dtype=f64).to(device), Q[: j + 1])
             w = torch.where(tiny[:, None], fresh, w)
             b = torch.where(tiny, 0.0, b)
         Q[j + 1] = w / torch.where(b > 0, b, w.norm(dim=1))[:, None]
         beta[:, j] = b.cpu()
-    res = _blockwise_result(op if refine is None else refine, Q[:m], alpha[:, :m], beta[:, : m - 1], b.cpu(),
-                            m == d, n_products, tol, stop, rel_floor, steps, op.dtype)
-    return replace(res, goal=goal, warm_started=warm is not None)
+        keep = ~settled[ids].all(dim=1)
+        if restrict and cur.restrictable and m >= BLOCK_MIN_ITER and int(keep.sum()) <= RESTRICT_SHARE * a:
+            # the settled blocks stop here with their tridiagonals; the rest go on through products on their rows
+            drop = ~keep
+            frozen.append(_Segment(ids[drop], Q[:m, drop.to(device)], alpha[drop, :m], beta[drop, : m - 1],
+                                   b.cpu()[drop]))
+            ids, Q, alpha, beta = ids[keep], Q[:, keep.to(device)], alpha[keep], beta[keep]
+            cur = cur.on_rows(torch.nonzero(keep).flatten())
+            shrinks.append((m, len(ids)))
+    segments = [*frozen, _Segment(ids, Q[:m], alpha[:, :m], beta[:, : m - 1], b.cpu())]
+    res = _blockwise_result(op if refine is None else refine, segments, n, d, n_products, cost, tol, stop,
+                            rel_floor, steps, op.dtype)
+    return replace(res, goal=goal, warm_started=warm is not None, shrinks=tuple(shrinks))
 
 
 def _reorthogonalise_blocks(w: Tensor, Q: Tensor, eta: float = 2.0**-0.5) -> Tensor:
@@ -244,36 +274,66 @@ def _reorthogonalise_blocks(w: Tensor, Q: Tensor, eta: float = 2.0**-0.5) -> Ten
     return w
 
 
-def _blockwise_result(op, Q, alpha, beta, b_last, exhausted, n_products, tol, stop, rel_floor, steps, recurrence):
-    """Ritz pairs of every block's final tridiagonal, the ends measured with one batched product of ``op``: their
-    Rayleigh quotients (the Ritz values themselves when ``op`` ran the recurrence) and residuals."""
-    m, n, d = Q.shape
-    theta, S = _tridiagonal_batch(alpha, beta)  # (n, m), (n, m, m)
-    est = torch.zeros_like(theta) if exhausted else b_last[:, None] * S[:, -1, :].abs()
-    ends = S[:, :, [0, -1]].to(Q.device)  # (n, m, 2): the ends' coefficients in each block's basis
-    Y = torch.einsum("jnd,njp->pnd", Q, ends)  # (2, n, d): lowest and highest Ritz vector of every block
-    Y = Y / Y.norm(dim=2, keepdim=True)
+@dataclass(frozen=True)
+class _Segment:
+    """Blocks whose recurrence stopped at the same step: global indices (a,), basis (m, a, d), tridiagonals
+    (``alpha`` (a, m), ``beta`` (a, m - 1)) and the last ``beta_m`` (a,) (the residual estimates' factor)."""
+
+    ids: Tensor
+    Q: Tensor
+    alpha: Tensor
+    beta: Tensor
+    b_last: Tensor
+
+
+def _blockwise_result(op: SymmetricOperator, segments: list[_Segment], n: int, d: int, n_products: int, cost: float,
+                      tol: float, stop: str, rel_floor: float, steps: np.ndarray,
+                      recurrence: torch.dtype) -> BlockwiseResult:
+    """Ritz pairs of every block's final tridiagonal (per segment: blocks stopped at different steps), the ends
+    measured with one batched product of ``op`` over all rows: their Rayleigh quotients (the Ritz values themselves
+    when ``op`` ran the recurrence) and residuals. Blocks shorter than the longest are padded with NaN in
+    ``block_ritz`` and ``block_estimates`` (no Ritz value there)."""
+    Y = torch.zeros(2, n, d, dtype=torch.float64, device=segments[0].Q.device)
+    parts = []
+    for seg in segments:
+        theta, S = _tridiagonal_batch(seg.alpha, seg.beta)  # (a, m), (a, m, m)
+        exhausted = seg.Q.shape[0] == d
+        est = torch.zeros_like(theta) if exhausted else seg.b_last[:, None] * S[:, -1, :].abs()
+        ends = S[:, :, [0, -1]].to(seg.Q.device)  # (a, m, 2): the ends' coefficients in each block's basis
+        Ys = torch.einsum("jnd,njp->pnd", seg.Q, ends)  # (2, a, d): lowest and highest Ritz vector of each block
+        Y[:, seg.ids.to(Y.device)] = Ys / Ys.norm(dim=2, keepdim=True)
+        parts.append((seg.ids, theta, est, exhausted))
     AY = op.matmat(Y.reshape(2, -1).T.to(op.dtype)).to(torch.float64).T.reshape(2, n, d)
-    n_products += 2
+    n_products, cost = n_products + 2, cost + 2.0
     rayleigh = (Y * AY).sum(dim=2)  # (2, n)
     res = (AY - rayleigh[:, :, None] * Y).norm(dim=2).T.cpu()  # (n, 2), measured
-    theta[:, 0], theta[:, -1] = rayleigh[0].cpu(), rayleigh[1].cpu()
-    th_ends = theta[:, [0, -1]]  # (n, 2)
-    scale = max(float(theta.abs().max()), np.finfo(float).tiny)
-    bounds = res if exhausted else _end_bounds(theta, _with_ends(est, res), stop)
+    rayleigh = rayleigh.cpu()
+    m_all = max(theta.shape[1] for _, theta, _, _ in parts)
+    ritz = torch.full((n, m_all), float("nan"), dtype=torch.float64)
+    est_all, with_ends = ritz.clone(), ritz.clone()
+    th_ends, bounds = torch.zeros(n, 2, dtype=torch.float64), torch.zeros(n, 2, dtype=torch.float64)
+    for ids, theta, est, exhausted in parts:
+        theta[:, 0], theta[:, -1] = rayleigh[0, ids], rayleigh[1, ids]
+        m = theta.shape[1]
+        ritz[ids, :m], est_all[ids, :m], with_ends[ids, :m] = theta, est, _with_ends(est, res[ids])
+        th_ends[ids] = theta[:, [0, -1]]
+        bounds[ids] = res[ids] if exhausted else _end_bounds(theta, with_ends[ids, :m], stop)
+    scale = max(float(th_ends.abs().max()), float(np.nanmax(np.abs(ritz.numpy()))), np.finfo(float).tiny)
     lo, hi = int(th_ends[:, 0].argmin()), int(th_ends[:, 1].argmax())
-    vectors = torch.zeros(n, d, 2, dtype=torch.float64, device=Q.device)
+    vectors = torch.zeros(n, d, 2, dtype=torch.float64, device=Y.device)
     vectors[lo, :, 0], vectors[hi, :, 1] = Y[0, lo], Y[1, hi]
     values = np.array([float(th_ends[lo, 0]), float(th_ends[hi, 1])])
     pick = np.array([float(bounds[lo, 0]), float(bounds[hi, 1])])
+    flat, flat_est = ritz.flatten().numpy(), est_all.flatten().numpy()
+    order = np.argsort(flat)[: int(np.isfinite(flat).sum())]  # NaN (padding) sorts last
+    lengths = [theta.shape[1] for _, theta, _, _ in parts]
     return BlockwiseResult(
         values=values, vectors=vectors.reshape(n * d, 2), residuals=np.array([float(res[lo, 0]), float(res[hi, 1])]),
-        converged=pick <= max(tol, 1e-13) * scale, ritz_all=np.sort(theta.flatten().numpy()),
-        residual_estimates=est.flatten().numpy()[np.argsort(theta.flatten().numpy())], n_products=n_products,
-        n_iter=m, exhausted=exhausted, tol=tol, rel_floor=rel_floor, block_ends=th_ends.numpy(),
-        block_residuals=res.numpy(), block_bounds=bounds.numpy(), block_steps=steps, block_ritz=theta.numpy(),
-        block_estimates=_with_ends(est, res).numpy(), recurrence_eps=float(torch.finfo(recurrence).eps),
-        block_vectors=Y)
+        converged=pick <= max(tol, 1e-13) * scale, ritz_all=flat[order], residual_estimates=flat_est[order],
+        n_products=n_products, n_iter=max(lengths), exhausted=all(e for _, _, _, e in parts), tol=tol,
+        rel_floor=rel_floor, block_ends=th_ends.numpy(), block_residuals=res.numpy(), block_bounds=bounds.numpy(),
+        block_steps=steps, block_ritz=ritz.numpy(), block_estimates=with_ends.numpy(),
+        recurrence_eps=float(torch.finfo(recurrence).eps), block_vectors=Y, product_cost=cost)
 
 
 def _with_ends(est: Tensor, res: Tensor) -> Tensor:

@@ -112,6 +112,7 @@ class Operator:
     info: dict[str, Any] = field(default_factory=dict)
     n_products: int = 0
     _dense: Callable[[], Tensor] | None = field(default=None, repr=False)  # a cheaper exact dense route, if any
+    _on_rows: Callable[[Tensor], Operator] | None = field(default=None, repr=False)  # see ``on_rows``
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -139,6 +140,20 @@ class Operator:
         with torch.no_grad():
             cols = [fn(V[:, s:s + chunk].T.contiguous()) for s in range(0, V.shape[1], chunk)]
         return torch.cat(cols).T
+
+    @property
+    def restrictable(self) -> bool:
+        """Whether ``on_rows`` is available (an operator block-diagonal over rows that knows how to drop rows)."""
+        return self._on_rows is not None
+
+    def on_rows(self, idx: Tensor) -> Operator:
+        """The same operator on the row blocks ``idx`` alone, for an operator block-diagonal over ``n`` rows of
+        ``d`` coordinates each (``N = n d``): the restriction ``A[idx, idx]`` of dimension ``len(idx) d``, whose
+        products cost about ``len(idx) / n`` of a full one (e.g. ``closed_form_operator`` of a per-row loss: the
+        same chain and the same ``1/n`` of the batch's mean on fewer rows)."""
+        if self._on_rows is None:
+            raise ValueError(f"{self.name}: no restriction to rows (not known to be block-diagonal over rows)")
+        return self._on_rows(idx)
 
     def dense(self, force: bool = False) -> Tensor:
         """The (N, N) matrix, symmetrised (for small N: cross-checks, tests)."""

@@ -17,7 +17,7 @@ and then, by the cheapest exact path that applies (``measure``; the record's ``p
                  head); warm start from the previous measurement's Ritz vectors; |M| exact from the
                  blocks, |H| from the converged ends; negative count a lower bound
     closed-form  the same, when a product through the head's weights in closed form costs less than
-                 forming J and reading it twice per product (wide heads: scale.curvature.blocks.operator_route);
+                 forming J and reading it twice per product (wide heads: scale.curvature.closed_form.operator_route);
                  M's blocks are still formed, for |M| exact
     matrix-free  anything else (other heads, train-mode BatchNorm): Lanczos on scale.curvature.operators's H,
                  |M|_F / |H|_F by a Hutchinson estimate (``E|Av|^2 = |A|_F^2``, Rademacher v)
@@ -51,17 +51,15 @@ from torch import Tensor, nn
 
 from mini.collapse_metrics import representation_std
 from mini.hessian import NEG_FLOOR
-from scale.curvature.blocks import (
-    block_norm,
+from scale.curvature.blocks import block_norm, effective_hessian_blocks, factored_operator
+from scale.curvature.blockwise import BLOCKWISE_TOL, BlockwiseResult
+from scale.curvature.closed_form import (
     block_route,
     blockwise_ends,
     closed_form_operator,
-    effective_hessian_blocks,
-    factored_operator,
     interaction_norm,
     operator_route,
 )
-from scale.curvature.blockwise import BLOCKWISE_TOL, BlockwiseResult
 from scale.curvature.lanczos import LanczosResult, lanczos
 from scale.curvature.operators import EffectiveHessian
 from scale.engine import methods
@@ -114,7 +112,7 @@ def choose_path(z: Tensor, head: nn.Module, *, block_diagonal: bool, bn_mode: st
     """The cheapest exact way to measure ``H_eff`` here (see ``measure``), within ``BLOCK_MEMORY`` bytes of
     kept float64 arrays. ``closed_form``: the objective carries SimSiam/BYOL's closed form (its blocks are
     streamed in chunks of rows, only ``M``'s (n, d, d) kept for ``|M|``), through ``predictor`` if it has one;
-    then ``scale.curvature.blocks.block_route`` weighs the whole spectrum (``blocks``) against a Lanczos per block
+    then ``scale.curvature.closed_form.block_route`` weighs the whole spectrum (``blocks``) against a Lanczos per block
     (``block-lanczos``), which needs no kept blocks at all."""
     if not rowwise(head, bn_mode):
         return "matrix-free"
@@ -169,7 +167,7 @@ def measure(
       (``scale.curvature.blockwise.blockwise_lanczos``, all blocks in each product), stopped when every block's
       ends are within ``tol`` (default ``BLOCKWISE_TOL``, 1e-8) of the scale by the eigenvalue bound; ``|M|`` from
       the same on ``M``'s blocks; the negative count a lower bound. ``auto`` takes it when
-      ``scale.curvature.blocks.block_route`` finds it cheaper than forming the blocks (wide heads); the stop waits
+      ``scale.curvature.closed_form.block_route`` finds it cheaper than forming the blocks (wide heads); the stop waits
       for ``H``'s two ends and ``|M|`` only (``goal="ends"``/``"norm"``), and a ``warm`` from the previous
       measurement's per-block run starts each block from its previous Ritz vectors (the returned result carries
       ``M``'s run as its ``interaction``);
@@ -177,8 +175,8 @@ def measure(
       on ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` exact (``scale.curvature.blocks.factored_operator``,
       products without a pass through the head); ``|M|`` exact from the blocks, ``|H|`` from Lanczos;
     - ``"closed-form"``: the same with products through the head's weights in closed form
-      (``scale.curvature.blocks.closed_form_operator``; no ``J`` formed): ``auto`` takes it when
-      ``scale.curvature.blocks.operator_route`` finds it cheaper (wide heads);
+      (``scale.curvature.closed_form.closed_form_operator``; no ``J`` formed): ``auto`` takes it when
+      ``scale.curvature.closed_form.operator_route`` finds it cheaper (wide heads);
     - ``"matrix-free"``: Lanczos on ``scale.curvature.operators``'s matrix-free ``H`` (any head, train-mode
       BatchNorm), ``|M|_F/|H|_F`` by a Hutchinson estimate.
     """
@@ -216,7 +214,8 @@ def measure(
                    f"float64 basis; ends refined and bounded in {info['dtype']})",
                    bn_mode=info["bn_mode"], hvp_mode=info["hvp_mode"], dtype=info["dtype"], loss=info["loss"],
                    n_negative=resH.n_negative, n_negative_is="lower bound (Ritz intervals below the floor, per block)",
-                   n_products_M=resM.n_products, M_over_H=norm_M / resH.scale if resH.scale else float("nan"),
+                   n_products_M=resM.n_products, product_cost=resH.product_cost, product_cost_M=resM.product_cost,
+                   M_over_H=norm_M / resH.scale if resH.scale else float("nan"),
                    warm_started=resH.warm_started,
                    M_over_H_is="spectral norms: |M| and |H| from per-block Lanczos ends (eigenvalue bound)")
     else:

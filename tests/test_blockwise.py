@@ -1,0 +1,165 @@
+"""Active rows in the per-block Lanczos: products restricted to the rows of the blocks still waited for.
+
+``Operator.on_rows`` (``closed_form_operator`` of a per-row loss in closed form: ``ChainForward.on_rows``,
+``PredictorCosineCurvature.on_rows``) and ``blockwise_lanczos``'s use of it: the same products on the same rows,
+the same ends to the bound, the cost counted in full-product equivalents, today's path where no restriction exists.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from scale.curvature.blockwise import BLOCKWISE_TOL, blockwise_lanczos
+from scale.curvature.operators import Operator
+from tests.test_lanczos import BLOCK_D, matrix_with_spectrum
+
+ROW_PRODUCT_RTOL = 1e-13  # restricted against full products on the same rows, relative to the product's norm
+
+
+def _head_and_loss(n: int, d: int, seed: int = 0):
+    from scale.engine.heads import MLPHead
+    from scale.engine.loss_curvature import PredictorCosine
+
+    torch.manual_seed(seed)
+    head = MLPHead("swish2", d, 48, 40).double()  # d -> 40 -> k = 48
+    pred = MLPHead("swish2", 48, 48, 24).double()  # 48 -> 24 -> 48
+    return torch.randn(n, d, dtype=torch.float64), head, PredictorCosine(torch.randn(n, 48, dtype=torch.float64), pred)
+
+
+@pytest.mark.parametrize("compose", [True, False])
+@pytest.mark.parametrize("objective", ["simsiam", "one view"])
+def test_restricted_products_equal_the_full_products_on_the_same_rows(compose, objective):
+    """``H`` and ``M`` of ``closed_form_operator`` on the rows ``idx`` alone give the full products' rows ``idx``
+    (the same ``1/n`` of the batch's mean: a restriction that renormalised to ``1/len(idx)`` would be off by
+    ``n / len(idx)``), and a restriction of a restriction is the restriction to the composed rows; for the project's
+    SimSiam objective and for the benchmark's one-view loss (the official tracker's Hessian)."""
+    from bench._paper_tracker import OneView
+    from scale.curvature.closed_form import closed_form_operator
+
+    n, d = 10, 16
+    z, head, loss = _head_and_loss(n, d)
+    if objective == "one view":
+        loss = OneView(loss.predictor, loss.T)
+    H, M, _ = closed_form_operator(z, head, loss, compose=compose)
+    assert H.restrictable and M.restrictable
+    idx = torch.tensor([7, 2, 9])
+    V = torch.randn(4, n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    for op in (H, M):
+        full = op.matmat(V.reshape(4, -1).T).T.reshape(4, n, d)[:, idx]
+        sub = op.on_rows(idx)
+        assert sub.N == len(idx) * d
+        part = sub.matmat(V[:, idx].reshape(4, -1).T).T.reshape(4, len(idx), d)
+        assert (part - full).norm() <= ROW_PRODUCT_RTOL * full.norm()
+        inner = torch.tensor([2, 0])
+        twice = sub.on_rows(inner).matvec(V[0, idx[inner]].reshape(-1)).reshape(2, d)
+        assert (twice - full[0, inner]).norm() <= ROW_PRODUCT_RTOL * full[0].norm()
+
+
+def rows_operator(A: torch.Tensor, calls: list[int]) -> Operator:
+    """The block-diagonal operator of the blocks ``A`` (a, d, d), restrictable to rows; each call of a product
+    appends its rows (one entry per column) to ``calls``."""
+    a = A.shape[0]
+
+    def rows(V):  # (..., a, d): block i acts on row i only
+        return torch.einsum("ide,...ie->...id", A, V)
+
+    def mv(v):
+        calls.append(a)
+        return rows(v.reshape(a, -1)).reshape(-1)
+
+    def mm(C):
+        calls.extend([a] * C.shape[0])
+        return rows(C.reshape(C.shape[0], a, -1)).reshape(C.shape[0], -1)
+
+    return Operator(f"{a} blocks", a * A.shape[1], A.dtype, torch.device("cpu"), mv, mm,
+                    _on_rows=lambda idx: rows_operator(A[idx], calls))
+
+
+def one_crowded_block(n: int, seed: int) -> tuple[torch.Tensor, np.ndarray]:
+    """``n`` blocks of ``BLOCK_D``; block 0 holds ``lambda_min = -1`` at the end of a crowd (ten eigenvalues 1e-2
+    apart: many steps); block 1 holds ``lambda_max = 1``, 0.1 from its neighbour; the others' ends lie far inside
+    (-0.3, 0.4) with gaps of 0.1: they settle (or are let go) early."""
+    rng = np.random.default_rng(seed)
+    eig = []
+    for i in range(n):
+        lo = list(-1.0 + 1e-2 * np.arange(10)) if i == 0 else [-0.3, -0.2]
+        hi = [0.9, 1.0] if i == 1 else [0.3, 0.4]
+        inner = rng.uniform(-0.2, 0.3, BLOCK_D - len(lo) - 2)
+        eig.append(np.sort(np.r_[lo, inner, hi]))
+    eig = np.stack(eig)
+    return torch.stack([matrix_with_spectrum(e, seed + 1 + i) for i, e in enumerate(eig)]), eig
+
+
+def test_restricted_run_gives_the_full_runs_ends_at_a_fraction_of_the_cost():
+    """The same ends to the bound (each within ``BLOCKWISE_TOL`` of the scale of the exact ends, so within twice that
+    of each other) with the products after the shrink on the crowded block's rows alone; ``product_cost`` is the sum
+    of each call's rows over ``n`` (counted independently by the operator), ``n_products`` the calls. Negative
+    control: ``restrict=False`` pays a full product for every step, so its cost equals its calls."""
+    n = 12
+    A, eig = one_crowded_block(n, seed=4)
+    scale = np.abs(eig).max()
+    runs = {}
+    for restrict in (False, True):
+        calls: list[int] = []
+        res = blockwise_lanczos(rows_operator(A, calls), n, goal="ends", restrict=restrict, max_iter=BLOCK_D)
+        runs[restrict] = res
+        assert abs(res.lambda_min - eig.min()) <= BLOCKWISE_TOL * scale and res.answered
+        assert abs(res.lambda_max - eig.max()) <= BLOCKWISE_TOL * scale
+        assert res.n_products == len(calls)
+        assert res.product_cost == pytest.approx(sum(calls) / n, rel=1e-12)
+    full, rows = runs[False], runs[True]
+    assert np.abs(full.values - rows.values).max() <= 2 * BLOCKWISE_TOL * scale
+    assert full.product_cost == full.n_products and full.shrinks == ()
+    assert rows.shrinks and rows.shrinks[-1][1] < n  # it did go on with fewer rows
+    assert rows.n_products == full.n_products  # the same steps (the crowded block sets them) ...
+    assert rows.product_cost < 0.5 * full.product_cost  # ... at a fraction of the cost (measured: 0.33)
+    lengths = np.isfinite(rows.block_ritz).sum(axis=1)
+    assert lengths[0] == rows.n_iter and lengths.min() < rows.n_iter  # per-block lengths in the extraction
+    assert np.all(np.isfinite(rows.ritz_all)) and len(rows.ritz_all) == lengths.sum()
+
+
+def test_without_a_restriction_every_step_advances_every_block():
+    """An operator that cannot drop rows (``closed_form_operator`` of a loss without a closed form: through its
+    gradient graph, where a coupled loss would not be block-diagonal anyway) takes today's path: no shrink, every
+    call a full product, the same ends as the restrictable closed form of the same objective to the bound."""
+    from scale.curvature.closed_form import closed_form_operator
+    from scale.engine.objectives import simsiam
+
+    n, d = 6, 16
+    z, head, loss = _head_and_loss(n, d, seed=2)
+    closed, _, _ = closed_form_operator(z, head, loss)
+    graph, _, _ = closed_form_operator(z, head, lambda Hb: simsiam(Hb, loss.T, loss.predictor, loss.form))
+    assert closed.restrictable and not graph.restrictable
+    with pytest.raises(ValueError, match="no restriction to rows"):
+        graph.on_rows(torch.tensor([0]))
+    a = blockwise_lanczos(graph, n, goal="ends")
+    b = blockwise_lanczos(closed, n, goal="ends")
+    assert a.shrinks == () and a.product_cost == a.n_products
+    assert abs(a.lambda_min - b.lambda_min) <= 2 * BLOCKWISE_TOL * b.scale
+    assert abs(a.lambda_max - b.lambda_max) <= 2 * BLOCKWISE_TOL * b.scale
+
+
+def test_a_discarded_float32_run_is_counted_in_the_kept_result(monkeypatch):
+    """``blockwise_ends``: a float32 recurrence whose refined ends miss the bound is run again on the float64
+    operator, and the kept result's ``n_products`` and ``product_cost`` include the discarded run's. The miss is
+    constructed by capping the steps (``max_iter=4``: no run meets ``1e-8`` in 4 steps), so both runs stop
+    unanswered; the count is what is tested (it failed before the count was carried: 6 products kept of 12)."""
+    import scale.curvature.closed_form as B
+
+    runs = []
+    original = B.blockwise_lanczos
+
+    def counted(op, *args, **kwargs):
+        res = original(op, *args, **kwargs)
+        runs.append((op.dtype, res.answered, res.n_products, res.product_cost))
+        return res
+
+    monkeypatch.setattr(B, "blockwise_lanczos", counted)
+    z, head, loss = _head_and_loss(8, 16, seed=3)
+    kept, _, info = B.blockwise_ends(z, head, loss, interaction=False, max_iter=4)
+    assert [r[0] for r in runs] == [torch.float32, torch.float64] and not runs[0][1]
+    assert info["recurrence"] == "float64"
+    assert kept.n_products == runs[0][2] + runs[1][2]
+    assert kept.product_cost == pytest.approx(runs[0][3] + runs[1][3])

@@ -210,17 +210,22 @@ class Removal:
         return [p.name for p in self.files] + [d.name + "/" for d, _ in self.folders]
 
     def check(self) -> None:
-        """``NotOurs`` naming the first entry that is not the project's kind of file (rule 1 and 2)."""
+        """``NotOurs`` naming the first entry that is not the project's kind of file (rule 1 and 2). A folder may
+        hold folders listed before it (removed first, so it is empty of them by then)."""
         for p in self.files:
             check_replaceable(p)
+        listed: set[Path] = set()
         for d, pattern in self.folders:
             st = _lstat(d)
             if st is not None and not stat.S_ISDIR(st.st_mode):
                 raise NotOurs(f"{d} is {_kind(st)}, not a folder the project wrote; nothing was deleted")
             for q in (d.iterdir() if st is not None else ()):
                 qs = os.lstat(q)
+                if q in listed and stat.S_ISDIR(qs.st_mode):
+                    continue
                 if not (_ours(qs) and (pattern.match(q.name) or temporary_of(q, pattern.match))):
                     raise NotOurs(f"{q} was not written by the project ({_kind(qs)}); nothing was deleted")
+            listed.add(d)
 
     def apply(self) -> None:
         """Check again (the folder is locked, but a user may still have moved things), then delete."""

@@ -1,0 +1,121 @@
+"""A ledger unit stopped mid-way resumes from its work folder's checkpoint (``scale.ledger.work``), and its unit
+file then equals an uninterrupted run's, number for number (1 thread, CPU).
+
+Real faults on real processes: ``python -m scale.replicate`` running one --quick E1 unit of 12 epochs is SIGKILLed
+(a node lost, a job killed past its time) or sent SIGTERM (a preemption's first signal: the trainer saves mid-epoch
+and exits 130) once its first checkpoint stands; the same command then resumes it (its log names the epoch it
+resumed at, past 0), writes the unit file and removes the work folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from scale.ledger import runner, work
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+UNIT = "E1-relu2-bn0-lr0.05-collapsed-s0"
+EPOCHS = 12  # 2 steps each at --quick: long enough to be stopped between its first checkpoint and its end
+FLAGS = ["--quick", "--threads", "1", "--seeds", "1", "--experiments", "E1", "--epochs", f"E1={EPOCHS}",
+         "--units", UNIT]
+# What differs between two runs of one unit by when and how long they ran; every number measured is compared.
+WHEN = ("seconds", "finished_at", "curvature_seconds")
+WAIT_S = 300  # a generous bound on a loaded machine (a run takes about 10 s on an idle one)
+
+
+def _replicate(out: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "scale.replicate", *FLAGS, "--out", str(out)], env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish(proc: subprocess.Popen) -> tuple[int, str]:
+    said, _ = proc.communicate(timeout=WAIT_S)
+    return proc.returncode, said
+
+
+def _folder(out: Path) -> Path:
+    import argparse
+
+    from scale import replicate as R
+
+    args = R.build_parser().parse_args([*FLAGS, "--out", str(out)])
+    settings = runner.plan_settings(args.dataset, True, {"E1": EPOCHS}, "cpu", 1)
+    key = runner.expected_keys(settings, 1)[UNIT]
+    assert isinstance(args, argparse.Namespace)
+    return work.work_dir(out, runner.plan_id(settings), UNIT, "cpu", 1, key)
+
+
+def _unit_text(out: Path) -> str:
+    """The unit file's record without when and how long it ran, as canonical JSON (NaN compares as text)."""
+    (path,) = list((out / "units").glob(f"*--{UNIT}--*.json"))
+    rec = json.loads(path.read_text())
+    return json.dumps({k: v for k, v in rec.items() if k not in WHEN}, sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> str:
+    out = tmp_path_factory.mktemp("whole") / "L"
+    code, said = _finish(_replicate(out))
+    assert code == 0, said
+    assert "resumed" not in said and not _folder(out).exists()
+    return _unit_text(out)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_stopped_unit_resumes_from_its_checkpoint(sig, tmp_path, uninterrupted):
+    out = tmp_path / "L"
+    folder = _folder(out)
+    proc = _replicate(out)
+    t0 = time.monotonic()
+    while not (folder / "checkpoint.pt").is_file():
+        assert proc.poll() is None and time.monotonic() - t0 < WAIT_S, "the unit ended before its first checkpoint"
+        time.sleep(0.01)
+    os.kill(proc.pid, sig)
+    code, said = _finish(proc)
+    assert code == (-signal.SIGKILL if sig == signal.SIGKILL else 130), said
+    assert not list((out / "units").glob(f"*--{UNIT}--*.json")), "the unit ended before it was stopped"
+    ck = torch.load(folder / "checkpoint.pt", weights_only=True)
+    stopped_at = (int(ck["epoch"]), int(ck["step"]))
+    assert 0 < stopped_at[0] < EPOCHS or stopped_at[1] > 0, stopped_at
+
+    code, said = _finish(_replicate(out))  # the same command again: the rerun of a requeued job
+    assert code == 0, said
+    assert f"{UNIT}: resumed at epoch {stopped_at[0]} of {EPOCHS}" in said, said
+    assert _unit_text(out) == uninterrupted
+    assert not folder.exists(), "the work folder outlived its unit file"
+
+
+def test_a_work_folder_holding_a_users_file_is_kept(tmp_path):
+    """Removal deletes only what a trainer writes there: a user's note keeps the folder (and the note) whole."""
+    folder = tmp_path / "work" / "p--u--cpu-t1--k"
+    (folder / "raw").mkdir(parents=True)
+    for p in (folder / "checkpoint.pt", folder / "raw" / "metrics.jsonl", folder / "notes.txt"):
+        p.write_text("x")
+    said = work.remove(folder)
+    assert said and "notes.txt" in said and (folder / "notes.txt").read_text() == "x"
+    assert (folder / "checkpoint.pt").is_file() and (folder / "raw" / "metrics.jsonl").is_file()
+    (folder / "notes.txt").unlink()
+    assert work.remove(folder) is None and not folder.exists()
+
+
+def test_a_checkpoint_link_is_refused_not_followed(tmp_path):
+    """A symbolic link standing at the checkpoint's name is never read (nor replaced): one line, exit 2."""
+    from scale import replicate as R
+
+    out = tmp_path / "L"
+    folder = _folder(out)
+    folder.mkdir(parents=True)
+    target = tmp_path / "elsewhere.pt"
+    target.write_bytes(b"not ours")
+    (folder / "checkpoint.pt").symlink_to(target)
+    assert R.main([*FLAGS, "--out", str(out)]) == 2
+    assert target.read_bytes() == b"not ours" and (folder / "checkpoint.pt").is_symlink()

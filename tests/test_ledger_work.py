@@ -70,7 +70,7 @@ def uninterrupted(tmp_path_factory) -> str:
     return _unit_text(out)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_a_stopped_unit_resumes_from_its_checkpoint(sig, tmp_path, uninterrupted):
     out = tmp_path / "L"
     folder = _folder(out)

@@ -1,8 +1,9 @@
-r"""``python -m scale.report DIR``: the side-by-side report of a grid written by ``python -m scale.paper``.
+r"""``python -m scale.report DIR``: the side-by-side report of a grid plan written by ``python -m scale.paper``.
 
-Reads ``DIR/manifest.json`` and every run directory under ``DIR/runs`` (config.json, metrics.jsonl,
-summary.json, deviations.json, curvature.jsonl and curvature_summary.json for E2, orbits.npz) and
-writes ``DIR/report.md`` with PNG figures beside it:
+``DIR`` is the plan's folder ``OUT/<plan>`` (``scale.grid.units``). Reads ``DIR/manifest.json`` and the plan's unit
+files in ``OUT/units`` (each finished run's summary, config, deviations, per-epoch metrics, E2's curvature records
+and summary, E4's orbit figure data), nothing else, and writes ``DIR/report.md`` with PNG figures beside it; unit
+files of other plans are listed as left out, never read further:
 
     e1_variance.png     E1: mean per-dimension std of the normalised projector output per epoch
     e1_condition.png    E1: covariance condition number of the projector output per epoch
@@ -11,7 +12,7 @@ writes ``DIR/report.md`` with PNG figures beside it:
     compression.png     E4/E5: compression factor (spread z / spread h), trained and untrained heads
 
 Exit codes: 0 written; 1 the grid cannot be read (no manifest.json, a file that is not JSON, nests too deep,
-is too large, not a regular file, or holds values of the wrong type; an unreadable run folder), each as one
+is too large, not a regular file, or holds values of the wrong type; an unreadable unit folder), each as one
 line naming the file; 2 usage; 4 the report cannot be written. Every file is read through ``scale.engine.read``
 and written through ``scale.engine.disk``.
 
@@ -69,12 +70,6 @@ def _read_json(path: Path, kind: type = dict) -> Any:
     return read.read_json(path, kind) if os.path.lexists(path) else None
 
 
-def _read_jsonl(path: Path, keys: tuple[str, ...]) -> list[dict[str, Any]]:
-    if not os.path.lexists(path):
-        return []
-    return [read.numbers(r, keys, f"{path} line {i}") for i, r in enumerate(read.read_jsonl(path), 1)]
-
-
 def _manifest_runs(manifest: dict[str, Any], where: Path) -> list[dict[str, Any]]:
     """The manifest's run records, each with a plain-name ``name``, a string ``experiment`` and ``labels``."""
     runs = manifest.get("runs")
@@ -99,35 +94,71 @@ def _manifest_runs(manifest: dict[str, Any], where: Path) -> list[dict[str, Any]
     return runs
 
 
-def load_grid(out: Path) -> dict[str, Any]:
-    """The grid in ``out`` as the report reads it; ``read.Unreadable`` (exit 1) with one line for any file that is
-    not what scale.paper writes (not JSON, too deep or large, a FIFO, values of the wrong type, unreadable)."""
-    if not os.path.lexists(out / "manifest.json"):
-        raise FileNotFoundError(f"{out} has no manifest.json: not a grid directory of python -m scale.paper")
-    manifest = _read_json(out / "manifest.json")
+def load_grid(home: Path) -> dict[str, Any]:
+    """The grid plan in ``home`` (``OUT/<plan>``, ``scale.grid.units``) as the report reads it: its manifest and,
+    for each planned run, its unit file in ``OUT/units`` (none: not run), and one line per unit file left out
+    (another plan's, a changed key). ``read.Unreadable`` (exit 1) with one line for any file that is not what
+    scale.paper writes (not JSON, too deep or large, a FIFO, values of the wrong type, unreadable)."""
+    from scale.grid import units
+
+    if not os.path.lexists(home / "manifest.json"):
+        raise FileNotFoundError(f"{home} has no manifest.json: not a grid plan folder of python -m scale.paper "
+                                "(OUT/grid-...)")
+    manifest = _read_json(home / "manifest.json")
+    records = _manifest_runs(manifest, home / "manifest.json")
+    keys = {r["name"]: units.run_key(r.get("argv") or [], r.get("paper") or {}, bool(r.get("track_hessian")))
+            for r in records}
+    if home.parent.is_dir() and (home.parent / "units").is_dir() \
+            and not os.access(home.parent / "units", os.R_OK | os.X_OK):
+        raise read.Unreadable(f"{home.parent / 'units'} cannot be read (permission denied); give it read permission")
+    found, ignored = units.find(home.parent, home.name, keys)
     runs = []
-    for r in _manifest_runs(manifest, out / "manifest.json"):
-        d = out / "runs" / r["name"]
-        if d.is_dir() and not os.access(d, os.R_OK | os.X_OK):
-            raise read.Unreadable(f"{d} cannot be read (permission denied); give it read permission or move it away")
-        summary = _read_json(d / "summary.json")
-        curvature = _read_json(d / "curvature_summary.json")
-        runs.append(dict(r, dir=d, config=_read_json(d / "config.json"),
+    for r in records:
+        path = found.get(r["name"])
+        u = read.read_json(path) if path is not None else {}
+        where = str(path)
+        summary, curvature = u.get("summary"), u.get("curvature_summary")
+        runs.append(dict(r, unit=path, config=u.get("config"),
                          summary=None if summary is None else read.typed(lambda s=summary: RunSummary.from_dict(s),
-                                                                         str(d / "summary.json")),
-                         metrics=_read_jsonl(d / "metrics.jsonl", METRIC_KEYS),
-                         deviations=_deviations(d / "deviations.json"),
-                         curvature=_read_jsonl(d / "curvature.jsonl", CURVATURE_KEYS),
+                                                                         f"{where}: summary"),
+                         metrics=_records(u.get("metrics"), METRIC_KEYS, f"{where}: metrics"),
+                         deviations=_deviations(u.get("deviations"), where),
+                         curvature=_records(u.get("curvature"), CURVATURE_KEYS, f"{where}: curvature"),
                          curvature_summary=None if curvature is None else read.typed(
-                             lambda c=curvature: CurvatureSummary.from_dict(c), str(d / "curvature_summary.json"))))
-    return {"manifest": manifest, "runs": runs,
-            "log": _read_jsonl(out / "grid_log.jsonl", ("seconds", "runs_attempted"))}
+                             lambda c=curvature: CurvatureSummary.from_dict(c), f"{where}: curvature_summary"),
+                         orbits=_orbits(u.get("orbits"), where)))
+    return {"manifest": manifest, "runs": runs, "ignored": ignored}
 
 
-def _deviations(path: Path) -> dict[str, Any] | None:
-    found = _read_json(path)
+def _records(found: Any, keys: tuple[str, ...], where: str) -> list[dict[str, Any]]:
+    """A unit file's list of per-epoch records, each checked to hold numbers at ``keys``."""
+    if found is None:
+        return []
+    if not isinstance(found, list) or not all(isinstance(r, dict) for r in found):
+        raise read.Unreadable(f"{where} is not a list of records")
+    return [read.numbers(r, keys, f"{where} record {i}") for i, r in enumerate(found, 1)]
+
+
+def _orbits(found: Any, where: str) -> dict[str, np.ndarray] | None:
+    """E4's orbit figure data of a unit file (``scale.grid.units.orbit_projection``) as arrays."""
+    from scale.grid.units import ORBIT_SPACES
+
+    if found is None:
+        return None
+    try:
+        data = {k: np.asarray(found[k], dtype=float) for k in ORBIT_SPACES}
+        labels = np.asarray(found["labels"], dtype=int)
+        if not all(a.ndim == 3 and a.shape[2] == 2 and len(a) == len(labels) for a in data.values()):
+            raise ValueError("not (orbits, points, 2) arrays")
+    except (TypeError, ValueError, KeyError) as exc:
+        raise read.Unreadable(f"{where}: orbits is not the orbit figure data of scale.paper ({exc})") from None
+    return dict(data, labels=labels)
+
+
+def _deviations(found: Any, where: str) -> dict[str, Any] | None:
     if found is not None and not read.fits(found, DEVIATIONS):
-        raise read.Unreadable(f"{path} is not a deviations record of scale.paper (setting -> [paper, ours])")
+        raise read.Unreadable(f"{where}: deviations is not a deviations record of scale.paper (setting -> [paper, "
+                              "ours])")
     return found
 
 
@@ -268,34 +299,19 @@ def figure_e2(runs: list[dict[str, Any]]) -> bytes | None:
     return _png(fig)
 
 
-def _pca2(X: np.ndarray) -> np.ndarray:
-    Xc = X - X.mean(0)
-    _, _, Vt = np.linalg.svd(Xc, full_matrices=False)
-    return Xc @ Vt[:2].T
-
-
-def figure_orbits(npz: Path) -> bytes | None:
-    if not os.path.lexists(npz):
+def figure_orbits(orbits: dict[str, np.ndarray] | None) -> bytes | None:
+    """E4's orbits from a unit file's figure data (each space's own 2-D PCA, ``scale.grid.units.orbit_projection``)."""
+    if orbits is None:
         return None
-    try:
-        with read.open_regular(npz) as fh:
-            data = dict(np.load(io.BytesIO(fh.read()), allow_pickle=False))
-        if not all(isinstance(data.get(k), np.ndarray) and data[k].ndim == 3 for k in ("z", "h", "h_untrained")) \
-                or data.get("labels") is None or len(data["labels"]) != len(data["z"]):
-            raise ValueError("not the arrays of scale.geometry.measure")
-    except (OSError, ValueError, EOFError, KeyError) as exc:
-        raise read.Unreadable(f"{npz} is not an orbits file of this project ({exc})") from None
     plt = _plt()
     spaces = [("z", "backbone z"), ("h", "head h(z)"), ("h_untrained", "untrained head (control)")]
     fig, axes = plt.subplots(1, 3, figsize=(12, 4))
-    labels = data["labels"]
+    labels = orbits["labels"]
     classes = sorted(set(labels.tolist()))
     cmap = plt.get_cmap("tab10")
     for ax, (key, title) in zip(axes, spaces):
-        F = data[key]  # (n_orbits, P, dim)
-        n, P, _ = F.shape
-        Y = _pca2(F.reshape(n * P, -1)).reshape(n, P, 2)
-        for o in range(n):
+        Y = orbits[key]  # (n_orbits, P, 2)
+        for o in range(len(Y)):
             col = cmap(classes.index(int(labels[o])) % 10)
             loop = np.concatenate([Y[o], Y[o][:1]])
             ax.plot(loop[:, 0], loop[:, 1], "-", color=col, lw=0.8, alpha=0.7)
@@ -365,26 +381,25 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
             "e1_variance.png": figure_e1(runs, "h_std", "h std (normalised)"),
             "e1_condition.png": figure_e1(runs, "h_cond", "h covariance condition number"),
             "e2_curvature.png": figure_e2(runs),
-            "e4_orbits.png": figure_orbits(e3[0]["dir"] / "orbits.npz") if e3 else None,
+            "e4_orbits.png": figure_orbits(e3[0]["orbits"]) if e3 else None,
             "compression.png": figure_compression([("E3/E4 relu2", e3), *depth_groups]),
         }
         for name, png in pngs.items():
             if png is not None:
                 atomic_write_bytes(out / name, png)
 
-    calls = [rec for rec in grid["log"] if rec.get("name") == "(grid)"]
-    run_seconds = sum(rec.get("seconds", 0.0) for rec in grid["log"] if rec.get("name") != "(grid)")
+    run_seconds = sum(r["summary"].wall_seconds for r in runs if r["summary"] is not None)
     L: list[str] = [
         f"# The paper's grid on {dataset} / {backbone}{' (--quick)' if man['quick'] else ''}",
         "",
-        f"Generated by `{man['command']}`; regenerate this report from the run directories with "
-        f"`python -m scale.report {out}`; versions and commit at the end.",
+        f"Generated by `{man['command']}` from the plan's unit files in `units/` beside this folder; rebuild it from "
+        f"them with `python -m scale.report {out}` (or the same command with `--report-only`); versions and commit at "
+        "the end.",
         "",
         f"Runs: {sum(_status(r) == 'finished' for r in runs)} finished, "
         f"{sum(_status(r) == 'non-finite loss' for r in runs)} stopped on a non-finite loss, "
-        f"{sum(_status(r) not in ('finished', 'non-finite loss') for r in runs)} not finished, of {len(runs)}. "
-        f"Wall time of all run attempts: {run_seconds:.0f} s; `scale.paper` invocations (runs attempted, wall "
-        "time): " + (", ".join(f"({c.get('runs_attempted')}, {c['seconds']:.0f} s)" for c in calls) or "none") + ".",
+        f"{sum(_status(r) not in ('finished', 'non-finite loss') for r in runs)} not run (no unit file), of "
+        f"{len(runs)}. Wall time of the stored runs: {run_seconds:.0f} s.",
         "",
     ]
     if man["quick"]:
@@ -400,7 +415,7 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
     # Deviations, collected per experiment: setting -> set of (paper, ours)
     L += ["## Deviations from the paper's settings", "",
           "Computed from each run's saved config.json against the paper's settings in docs/paper.md "
-          "(per run in `runs/NAME/deviations.json`).",
+          "(per run in its unit file).",
           "", "| experiment | setting | paper | ours |", "|---|---|---|---|"]
     for exp in man["experiments"]:
         seen: dict[str, set[str]] = {}
@@ -441,6 +456,10 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
         L.append(f"| {r['name']} | {_status(r)} | {s.epochs_done} | "
                  f"{'-' if loss is None else f'{loss:.4f}'} | {s.wall_seconds:.1f} | "
                  f"{len(r['deviations'] or {})} |")
+    if grid["ignored"]:  # other plans share OUT/units: named, never read further nor touched
+        L += ["", f"## Unit files left out ({len(grid['ignored'])})", "",
+              "In `units/` beside this plan's folder, of another plan or with another key than this plan's run:", ""]
+        L += [f"- {line}" for line in grid["ignored"]]
     L += ["", "## Versions", "", *versions_table(man["versions"], man["git_commit"])]
     path = out / "report.md"
     atomic_write_text(path, "\n".join(L))

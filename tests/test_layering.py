@@ -22,6 +22,7 @@ ALLOWED = {  # package -> the scale packages its modules may import (besides its
     # beside the commands, and only the command scale.replicate imports it
     "ledger": {"engine", "runs", "curvature", "geometry", "paper", "e4_study", "launch"},
     "launch": {"engine"},  # units as jobs (submitit), used by the commands and the grid's units
+    "grid": {"engine", "runs", "launch", "ledger"},  # scale.paper's plan and units, stored as the ledger stores
 }
 COMMANDS = {p.stem for p in SCALE.glob("*.py") if p.stem != "__init__"}
 

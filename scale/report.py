@@ -1,9 +1,9 @@
 r"""``python -m scale.report DIR``: the side-by-side report of a grid plan written by ``python -m scale.paper``.
 
-``DIR`` is the plan's folder ``OUT/<plan>`` (``scale.grid.units``). Reads ``DIR/manifest.json`` and the plan's unit
-files in ``OUT/units`` (each finished run's summary, config, deviations, per-epoch metrics, E2's curvature records
-and summary, E4's orbit figure data), nothing else, and writes ``DIR/report.md`` with PNG figures beside it; unit
-files of other plans are listed as left out, never read further:
+``DIR`` is the plan's folder ``OUT/<plan>`` (``scale.grid.units``), or ``OUT`` when it holds one plan. Reads
+``DIR/manifest.json`` and the plan's unit files in ``OUT/units`` (each finished run's summary, config, deviations,
+per-epoch metrics, E2's curvature records and summary, E4's orbit figure data), nothing else, and writes
+``DIR/report.md`` with PNG figures beside it; unit files of other plans are listed as left out, never read further:
 
     e1_variance.png     E1: mean per-dimension std of the normalised projector output per epoch
     e1_condition.png    E1: covariance condition number of the projector output per epoch
@@ -680,14 +680,29 @@ def _section_e5(e5) -> list[str]:
     return L
 
 
+def plan_folder(folder: Path) -> Path:
+    """``folder`` itself when it holds a manifest.json; else the one grid plan folder in it (``OUT`` of a single
+    plan). Several plans there: ``FileNotFoundError`` naming them (choose one)."""
+    if os.path.lexists(folder / "manifest.json") or not folder.is_dir():
+        return folder
+    plans = sorted(p.name for p in folder.glob("grid-*") if os.path.lexists(p / "manifest.json"))
+    if len(plans) == 1:
+        return folder / plans[0]
+    if plans:
+        raise FileNotFoundError(f"{folder} holds {len(plans)} grid plans ({', '.join(plans)}): name one, e.g. "
+                                f"python -m scale.report {folder / plans[0]}")
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] in ("-h", "--help"):
-        print("usage: python -m scale.report DIR   (DIR: a grid directory written by python -m scale.paper)",
+        print("usage: python -m scale.report DIR   (DIR: a grid plan folder OUT/grid-... written by python -m "
+              "scale.paper, or its OUT when it holds one plan)",
               file=sys.stderr if len(args) != 1 else sys.stdout)
         return 0 if args and args[0] in ("-h", "--help") else 2
     try:
-        path = write_report(Path(args[0]))
+        path = write_report(plan_folder(Path(args[0])))
     except (FileNotFoundError, read.Unreadable, disk.NotOurs) as exc:
         print(f"scale.report: error: {exc}", file=sys.stderr)
         return 1 if not isinstance(exc, disk.NotOurs) else exc.code

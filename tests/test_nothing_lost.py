@@ -148,8 +148,8 @@ def build_tree(tmp: Path, entries: list[Entry], with_run: bool, with_grid: bool,
     out.mkdir()
     if with_run:
         shutil.copytree(templates["run"], out / "r")
-    if with_grid:
-        shutil.copy2(templates["grid"] / "manifest.json", out / "manifest.json")
+    if with_grid:  # the grid's plan folder (OUT/grid-...: its manifest)
+        shutil.copytree(templates["grid"], out, dirs_exist_ok=True)
     if with_study:  # the results of another plan (7 epochs): scale.e4_study must refuse them, never rewrite
         (out / "results.json").write_text(json.dumps({"dataset": "digits", "epochs": 7, "command": "x", "seeds": [
             {"seed": 0, "config": {"epochs": 7}, "protocols": {}}]}))

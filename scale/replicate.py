@@ -28,8 +28,8 @@ this command with ``--units NAME`` and writes that unit's file. ``--no-wait`` re
 Exit codes: 0 done; 1 the data (CIFAR archive) missing or corrupt, or nothing to report; 2 a bad argument, an
 OUT holding files the ledger cannot read (left as they are), or rules changed without ``--amend``; 4 an
 output could not be written; 3 (``--collect``, or a launch that waited) some chosen units have no file; 130
-interrupted (SIGINT or SIGTERM: the running unit is dropped, every finished
-unit is in the store).
+interrupted (SIGINT or SIGTERM: the running unit's training saves a checkpoint in its work folder, ``OUT/work/``,
+and the same command resumes it there; every finished unit is in the store).
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ The rules (``docs/disk.md`` states them for users, with the tests that hold each
    folder you name replaces its outputs there only beside its own record (``check_outputs_ours``).
 3. Check first, delete after: the callers compute a ``Removal`` (what would go), run every check they can,
    and only then ``Removal.apply()``.
-4. Stores of results are append-only: a command of another plan refuses (``scale.paper``'s and
-   ``scale.e4_study``'s plan checks), it never rewrites another plan's files.
+4. Stores of results are append-only: one file per unit written once (``write_once``), a grid plan's other
+   files in its own folder; a command of another plan refuses (``scale.e4_study``'s plan check) or keeps to
+   its own files; it never rewrites another plan's.
 5. No setting from a file authorises a deletion (``scale.runs.config_file`` refuses ``overwrite``).
 
 Readers live in ``scale.engine.read`` (bounded, typed, non-blocking); this module only writes and deletes.

@@ -23,7 +23,6 @@ from our numbers only; the paper's figure is printed beside it and never enters 
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import sys
@@ -36,6 +35,8 @@ from mini import paper_numbers as paper
 from scale.engine import disk, read
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_text
 from scale.geometry.probes import E3_PROTOCOL, HEADLINE_PROTOCOL
+from scale.grid.figures import figure_e1, figure_e2, figure_orbits, png, pyplot
+from scale.grid.records import load_grid
 from scale.runs.run_report import versions_table
 from scale.runs.summary import CurvatureSummary, GeometrySummary, RunSummary
 
@@ -48,118 +49,8 @@ def _paper_e2(key: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Loading
+# Loading: scale.grid.records (the manifest and the plan's unit files, checked)
 # --------------------------------------------------------------------------------------------
-
-
-# Keys of the run files the report reads as numbers: a file whose values there are not numbers is refused.
-METRIC_KEYS = ("h_std", "h_cond", "loss", "epoch")
-# The labels each experiment's section reads, and their types (bool is not a number here).
-LABEL_TYPES: dict[str, tuple[type, ...]] = {"head": (str,), "lr": (int, float), "bn": (bool,), "depth": (int,),
-                                            "init": (str,)}
-LABELS = {"E1": ("head", "bn", "lr"), "E2": ("init", "head"), "E5": ("depth", "head")}
-# The manifest's entries the report reads, with their types (scale.paper writes them).
-MANIFEST: dict[str, Any] = {"dataset": str, "backbone": str, "quick": bool, "command": str, "experiments": list[str],
-                            "assumptions": dict[str, str], "paper_choices": dict[str, dict[str, list[Any]]] | None,
-                            "versions": dict[str, str], "git_commit": str}
-DEVIATIONS = dict[str, tuple[Any, Any]]  # setting -> (paper, ours), deviations.json
-CURVATURE_KEYS = ("lambda_min", "lambda_max", "M_over_H", "n_negative", "n_negative_G", "epoch", "step")
-
-
-def _read_json(path: Path, kind: type = dict) -> Any:
-    return read.read_json(path, kind) if os.path.lexists(path) else None
-
-
-def _manifest_runs(manifest: dict[str, Any], where: Path) -> list[dict[str, Any]]:
-    """The manifest's run records, each with a plain-name ``name``, a string ``experiment`` and ``labels``."""
-    runs = manifest.get("runs")
-    if not isinstance(runs, list):
-        raise read.Unreadable(f"{where}: 'runs' is {type(runs).__name__} where a list of runs belongs")
-    for i, r in enumerate(runs):
-        ok = (isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("experiment"), str)
-              and isinstance(r.get("labels"), dict) and r["name"] not in ("", ".", "..") and "/" not in r["name"]
-              and "\0" not in r["name"])
-        if not ok:
-            raise read.Unreadable(f"{where}: run {i} is not a record of scale.paper (a plain 'name', an "
-                                  "'experiment' and 'labels')")
-        for key in LABELS.get(r["experiment"], ()):
-            v = r["labels"].get(key)
-            if isinstance(v, bool) is not (LABEL_TYPES[key] == (bool,)) or not isinstance(v, LABEL_TYPES[key]):
-                raise read.Unreadable(f"{where}: run {r['name']!r}: label {key!r} is {type(v).__name__}, not "
-                                      f"{' or '.join(t.__name__ for t in LABEL_TYPES[key])}")
-    for key, kind in MANIFEST.items():
-        if not read.fits(manifest.get(key), kind):
-            raise read.Unreadable(f"{where}: {key!r} is {type(manifest.get(key)).__name__}, not what scale.paper "
-                                  "writes there")
-    return runs
-
-
-def load_grid(home: Path) -> dict[str, Any]:
-    """The grid plan in ``home`` (``OUT/<plan>``, ``scale.grid.units``) as the report reads it: its manifest and,
-    for each planned run, its unit file in ``OUT/units`` (none: not run), and one line per unit file left out
-    (another plan's, a changed key). ``read.Unreadable`` (exit 1) with one line for any file that is not what
-    scale.paper writes (not JSON, too deep or large, a FIFO, values of the wrong type, unreadable)."""
-    from scale.grid import units
-
-    if not os.path.lexists(home / "manifest.json"):
-        raise FileNotFoundError(f"{home} has no manifest.json: not a grid plan folder of python -m scale.paper "
-                                "(OUT/grid-...)")
-    manifest = _read_json(home / "manifest.json")
-    records = _manifest_runs(manifest, home / "manifest.json")
-    keys = {r["name"]: units.run_key(r.get("argv") or [], r.get("paper") or {}, bool(r.get("track_hessian")))
-            for r in records}
-    if home.parent.is_dir() and (home.parent / "units").is_dir() \
-            and not os.access(home.parent / "units", os.R_OK | os.X_OK):
-        raise read.Unreadable(f"{home.parent / 'units'} cannot be read (permission denied); give it read permission")
-    found, ignored = units.find(home.parent, home.name, keys)
-    runs = []
-    for r in records:
-        path = found.get(r["name"])
-        u = read.read_json(path) if path is not None else {}
-        where = str(path)
-        summary, curvature = u.get("summary"), u.get("curvature_summary")
-        runs.append(dict(r, unit=path, config=u.get("config"),
-                         summary=None if summary is None else read.typed(lambda s=summary: RunSummary.from_dict(s),
-                                                                         f"{where}: summary"),
-                         metrics=_records(u.get("metrics"), METRIC_KEYS, f"{where}: metrics"),
-                         deviations=_deviations(u.get("deviations"), where),
-                         curvature=_records(u.get("curvature"), CURVATURE_KEYS, f"{where}: curvature"),
-                         curvature_summary=None if curvature is None else read.typed(
-                             lambda c=curvature: CurvatureSummary.from_dict(c), f"{where}: curvature_summary"),
-                         orbits=_orbits(u.get("orbits"), where)))
-    return {"manifest": manifest, "runs": runs, "ignored": ignored}
-
-
-def _records(found: Any, keys: tuple[str, ...], where: str) -> list[dict[str, Any]]:
-    """A unit file's list of per-epoch records, each checked to hold numbers at ``keys``."""
-    if found is None:
-        return []
-    if not isinstance(found, list) or not all(isinstance(r, dict) for r in found):
-        raise read.Unreadable(f"{where} is not a list of records")
-    return [read.numbers(r, keys, f"{where} record {i}") for i, r in enumerate(found, 1)]
-
-
-def _orbits(found: Any, where: str) -> dict[str, np.ndarray] | None:
-    """E4's orbit figure data of a unit file (``scale.grid.units.orbit_projection``) as arrays."""
-    from scale.grid.units import ORBIT_SPACES
-
-    if found is None:
-        return None
-    try:
-        data = {k: np.asarray(found[k], dtype=float) for k in ORBIT_SPACES}
-        labels = np.asarray(found["labels"], dtype=int)
-        if not all(a.ndim == 3 and a.shape[2] == 2 and len(a) == len(labels) for a in data.values()):
-            raise ValueError("not (orbits, points, 2) arrays")
-    except (TypeError, ValueError, KeyError) as exc:
-        raise read.Unreadable(f"{where}: orbits is not the orbit figure data of scale.paper ({exc})") from None
-    return dict(data, labels=labels)
-
-
-def _deviations(found: Any, where: str) -> dict[str, Any] | None:
-    if found is not None and not read.fits(found, DEVIATIONS):
-        raise read.Unreadable(f"{where}: deviations is not a deviations record of scale.paper (setting -> [paper, "
-                              "ours])")
-    return found
 
 
 def _status(r: dict[str, Any]) -> str:
@@ -216,118 +107,12 @@ def _probe(r: dict[str, Any], space: str, kind: str) -> float | None:
 # --------------------------------------------------------------------------------------------
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=100)
-    _plt().close(fig)
-    return buf.getvalue()
-
-
-def _curve(runs: list[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Epochs, mean and std over runs of ``key`` (runs cut to the shortest history)."""
-    series = [[m.get(key, math.nan) for m in r["metrics"]] for r in runs if r["metrics"]]
-    if not series:
-        return None
-    n = min(len(s) for s in series)
-    a = np.asarray([s[:n] for s in series], dtype=float)
-    return np.arange(1, n + 1), np.nanmean(a, axis=0), np.nanstd(a, axis=0)
-
-
-def figure_e1(runs: list[dict[str, Any]], key: str, ylabel: str) -> bytes | None:
-    e1 = [r for r in runs if r["experiment"] == "E1" and r["metrics"]]
-    if not e1:
-        return None
-    plt = _plt()
-    from matplotlib.ticker import MaxNLocator
-
-    lrs = sorted({r["labels"]["lr"] for r in e1})
-    fig, axes = plt.subplots(2, len(lrs), figsize=(3.6 * len(lrs), 6), squeeze=False, sharex=True)
-    for i, bn in enumerate((False, True)):
-        for j, lr in enumerate(lrs):
-            ax = axes[i][j]
-            for head in sorted({r["labels"]["head"] for r in e1}):
-                group = [r for r in e1 if r["labels"] == dict(head=head, bn=bn, lr=lr)]
-                c = _curve(group, key)
-                if c is None:
-                    continue
-                ep, m, s = c
-                ax.plot(ep, m, marker="o", ms=3, label=head)
-                ax.fill_between(ep, np.maximum(m - s, 1e-12), m + s, alpha=0.2)
-            ax.set_yscale("log")
-            ax.set_title(f"BatchNorm {'on' if bn else 'off'}, lr {lr:g}", fontsize=9)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_xlabel("epoch")
-            if j == 0:
-                ax.set_ylabel(ylabel)
-    axes[0][0].legend(fontsize=7)
-    return _png(fig)
-
-
-def figure_e2(runs: list[dict[str, Any]]) -> bytes | None:
-    e2 = [r for r in runs if r["experiment"] == "E2" and r["curvature"]]
-    if not e2:
-        return None
-    plt = _plt()
-    from matplotlib.ticker import MaxNLocator
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for r in e2:
-        label = f"{r['labels']['init']}/{r['labels']['head']}"
-        ep = [c["epoch"] for c in r["curvature"]]
-        ax1.plot(ep, [c["lambda_max"] for c in r["curvature"]], marker="o", ms=3, label=label)
-        ax2.plot(ep, [c["lambda_min"] for c in r["curvature"]], marker="o", ms=3, label=label)
-    scale = max(abs(c["lambda_max"]) for r in e2 for c in r["curvature"]) or 1.0
-    ax1.set_yscale("log")
-    ax1.set_title("lambda_max of H_eff", fontsize=9)
-    ax2.set_yscale("symlog", linthresh=max(1e-12, 1e-6 * scale))
-    ax2.axhline(0.0, color="grey", lw=0.5)
-    ax2.set_title("lambda_min of H_eff (symlog)", fontsize=9)
-    for ax in (ax1, ax2):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("epoch")
-        ax.legend(fontsize=7)
-    return _png(fig)
-
-
-def figure_orbits(orbits: dict[str, np.ndarray] | None) -> bytes | None:
-    """E4's orbits from a unit file's figure data (each space's own 2-D PCA, ``scale.grid.units.orbit_projection``)."""
-    if orbits is None:
-        return None
-    plt = _plt()
-    spaces = [("z", "backbone z"), ("h", "head h(z)"), ("h_untrained", "untrained head (control)")]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
-    labels = orbits["labels"]
-    classes = sorted(set(labels.tolist()))
-    cmap = plt.get_cmap("tab10")
-    for ax, (key, title) in zip(axes, spaces):
-        Y = orbits[key]  # (n_orbits, P, 2)
-        for o in range(len(Y)):
-            col = cmap(classes.index(int(labels[o])) % 10)
-            loop = np.concatenate([Y[o], Y[o][:1]])
-            ax.plot(loop[:, 0], loop[:, 1], "-", color=col, lw=0.8, alpha=0.7)
-            ax.scatter(Y[o][:, 0], Y[o][:, 1], color=col, s=10)
-        ax.set_title(f"{title}: PCA of its own points", fontsize=9)
-        ax.set_aspect("equal", adjustable="datalim")
-    fig.suptitle("E4 rotation orbits (one loop per image, colour = class)", fontsize=10)
-    return _png(fig)
-
-
 def figure_compression(groups: list[tuple[str, list[dict[str, Any]]]]) -> bytes | None:
     rows = [(name, [g for g in (_geo(r) for r in rs) if g]) for name, rs in groups]
     rows = [(n, g) for n, g in rows if g]
     if not rows:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(rows), 3.6))
     x = np.arange(len(rows))
     bars = ((-0.27, "compression", "trained head"), (0.0, "compression_untrained", "untrained head"),
@@ -342,7 +127,7 @@ def figure_compression(groups: list[tuple[str, list[dict[str, Any]]]]) -> bytes 
     ax.set_title(f"orbit compression (paper, CIFAR-10: {PAPER_COMPRESSION} trained, "
                  f"{PAPER_COMPRESSION_UNTRAINED} untrained)", fontsize=9)
     ax.legend(fontsize=7)
-    return _png(fig)
+    return png(fig)
 
 
 # --------------------------------------------------------------------------------------------

@@ -107,15 +107,22 @@ def test_a_work_folder_holding_a_users_file_is_kept(tmp_path):
     assert work.remove(folder) is None and not folder.exists()
 
 
-def test_a_checkpoint_link_is_refused_not_followed(tmp_path):
-    """A symbolic link standing at the checkpoint's name is never read (nor replaced): one line, exit 2."""
+@pytest.mark.parametrize("where", ["checkpoint", "folder", "work"])
+def test_a_link_in_the_work_path_is_refused_not_followed(tmp_path, capsys, where):
+    """A symbolic link at the checkpoint's name, at the unit's work folder or at OUT/work is never read nor written
+    through: one line, exit 2, the link's target as it was."""
     from scale import replicate as R
 
     out = tmp_path / "L"
     folder = _folder(out)
-    folder.mkdir(parents=True)
-    target = tmp_path / "elsewhere.pt"
-    target.write_bytes(b"not ours")
-    (folder / "checkpoint.pt").symlink_to(target)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "mine.pt").write_bytes(b"not ours")
+    link = {"checkpoint": folder / "checkpoint.pt", "folder": folder, "work": folder.parent}[where]
+    link.parent.mkdir(parents=True)
+    link.symlink_to(elsewhere / "mine.pt" if where == "checkpoint" else elsewhere)
     assert R.main([*FLAGS, "--out", str(out)]) == 2
-    assert target.read_bytes() == b"not ours" and (folder / "checkpoint.pt").is_symlink()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(link) in err[0], err
+    assert [p.name for p in elsewhere.iterdir()] == ["mine.pt"] and (elsewhere / "mine.pt").read_bytes() == b"not ours"
+    assert link.is_symlink()

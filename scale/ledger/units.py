@@ -50,11 +50,9 @@ def train_unit(unit: Unit, data, device: str, pairs: int = PROBE_PAIRS, work: Pa
 
 
 def _made(work: Path | None) -> Path | None:
-    from scale.engine import disk
+    from scale.ledger.work import make
 
-    if work is not None:
-        disk.make_dirs(work)
-    return work
+    return None if work is None else make(work)
 
 
 def _resume(trainer, name: str, log: Callable[[str], None]) -> None:

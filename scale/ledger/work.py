@@ -15,14 +15,16 @@ uninterrupted one's at the same device and threads (tests/test_ledger_work.py me
 
 Once the unit file is written, ``remove`` deletes the folder through ``scale.engine.disk.Removal``: only the
 files a trainer writes there (and their temporaries); a folder holding anything else is kept and named, never
-emptied. A checkpoint that is not a regular file of one name, or that belongs to another configuration, is
-refused with one line (``StoreError``, exit 2) and left as it is.
+emptied. A link at the work folder (or at a folder above it up to ``OUT/work``), a checkpoint that is not a
+regular file of one name, or one of another configuration, is refused with one line (``StoreError``, exit 2) and
+left as it is.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,21 @@ def work_dir(out: Path, plan: str, name: str, device: str, threads: int, key: st
     return Path(out) / "work" / Path(store.unit_filename(plan, name, device, threads, key)).stem
 
 
+def make(folder: Path) -> Path:
+    """Create the work folder (and OUT/work) where missing. A link standing at it or at a folder above it up to
+    OUT/work is refused (``StoreError``): the trainer would write through it."""
+    from scale.engine import disk
+
+    chain = [folder, *folder.parents]
+    top = next((i for i, d in enumerate(chain) if d.name == "work"), 0)
+    for d in chain[: top + 1]:
+        if os.path.islink(d):
+            raise StoreError(f"{d} is a symbolic link: the ledger keeps its checkpoints in folders of its own; move "
+                             "it away")
+    disk.make_dirs(folder)
+    return folder
+
+
 def resume(trainer) -> int:
     """Load the trainer's ``checkpoint.pt`` from its run_dir if one is there; the epochs it holds (0 without one).
     The checkpoint must be a regular file of one name and of this trainer's configuration (``StoreError``)."""
@@ -48,7 +65,7 @@ def resume(trainer) -> int:
     if path is None or not os.path.lexists(path):
         return 0
     st = os.lstat(path)
-    if not (os.path.isfile(path) and not os.path.islink(path) and st.st_nlink == 1):
+    if not (stat.S_ISREG(st.st_mode) and st.st_nlink == 1):
         raise StoreError(f"{path} is not a checkpoint the ledger wrote (a link or not a regular file); move it "
                          "away to run the unit from its start")
     try:

@@ -224,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 2 epochs, 384 training images")
     p.add_argument("--seeds", type=int, help="seeds per configuration (default: 3; --quick 1)")
     p.add_argument("--epochs", type=int, help="override every run's epochs (a recorded deviation)")
-    p.add_argument("--out", default=None, help="grid directory (default: paper-DATASET-BACKBONE[-quick])")
+    p.add_argument("--out", default=None, help="output folder: each plan in OUT/<plan>/, unit files in OUT/units "
+                   "(default: paper-DATASET-BACKBONE[-quick])")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: auto")
     p.add_argument("--threads", type=int, help="torch CPU threads per run (default: scale.run's choice)")
     p.add_argument("--data-dir", help="folder with the CIFAR archive (passed to scale.run)")

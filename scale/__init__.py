@@ -87,7 +87,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from scale.analyze import analyze_model, analyze_orbits
+    from scale.analysis import analyze_model, analyze_orbits
     from scale.curvature.lanczos import lanczos
     from scale.curvature.operators import EffectiveHessian
     from scale.engine.backbones import build_backbone

@@ -7,7 +7,7 @@ orbits under rotation, hue, saturation and blur; "collapse ratio" = backbone orb
 orbit variance. The paper's finding: DINO heads compress orbits, VICReg/Barlow heads expand them.
 
 What is E6's own: the official checkpoints (``resolve_weights``, ``scale.engine.pretrained_models``), the
-image sources and the table. Every measurement is ``scale.analyze.analyze_orbits`` on the model's
+image sources and the table. Every measurement is ``scale.analysis.analyze_orbits`` on the model's
 backbone and compared head (``PretrainedSSL.compared``), one call per augmentation family, with
 ``analysis_settings``: ``T`` trajectories (one image swept through ``P`` values across the family's
 range, ``scale.geometry.orbits``), the head on the raw ``z`` it was trained on, ``z`` and ``h`` L2-normalised,
@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from scale.analyze import AnalysisSettings, analyze_orbits
+from scale.analysis import AnalysisSettings, analyze_orbits
 from scale.engine import checksums
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
 from scale.engine.data import DataError, folder_images
@@ -145,7 +145,7 @@ def analysis_settings(cfg: Config, family: str) -> AnalysisSettings:
 
 
 def measure(model: PretrainedSSL, images: torch.Tensor, cfg: Config) -> dict[str, dict[str, Any]]:
-    """Per family, ``scale.analyze.analyze_orbits`` of the backbone and the compared head on ``images`` in
+    """Per family, ``scale.analysis.analyze_orbits`` of the backbone and the compared head on ``images`` in
     [0, 1] (ImageNet statistics, every image its own class)."""
     model = model.to(torch.device(cfg.device)).eval()
     return {fam: analyze_orbits(model.backbone, model.compared, images, IMAGENET_MEAN, IMAGENET_STD,
@@ -232,7 +232,7 @@ def render_report(records: list[dict], out: Path) -> str:
         "Untrained head: the same ratio for a freshly initialised head of the same layers (the control). "
         "Curvature ratio = kappa(h) / kappa(z). Alignment gain = mean cos to the unaugmented image, h minus z. "
         "Heads on the raw backbone output they were trained on; features L2-normalised; 'all' pools the families "
-        "per image. Measured by `scale.analyze.analyze_orbits`.",
+        "per image. Measured by `scale.analysis.analyze_orbits`.",
         "",
         "| model | family | n | orbit var z | orbit var h | collapse ratio [95% CI] | verdict "
         "| untrained head [95% CI] | curvature ratio h/z [95% CI] | alignment gain [95% CI] |",

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from scale import analyze
+from scale.analysis import measure as analysis_measure
 from scale.engine.data import load_synthetic
-from scale.engine.train import TrainConfig, Trainer
+from scale.engine.train import SSLModel, TrainConfig, Trainer
 
 MODELS = textwrap.dedent('''
     import torch
@@ -227,11 +228,11 @@ def test_curvature_of_a_grammar_head_in_closed_form_equals_the_matrix_free_route
     head = build_head("gelu3", 24, 8, 16, batchnorm=True)
     pred = build_head("gelu2", 8, 8, 6) if method == "simsiam" else None
     cfg = TrainConfig(method=method, augment="e3", image_size=16)
-    model = analyze.SSLModel(cfg, backbone=backbone, head=head, predictor=pred).eval()
+    model = SSLModel(cfg, backbone=backbone, head=head, predictor=pred).eval()
     settings = analyze.AnalysisSettings(hessian_images=4, lanczos_iter=40)
     data = load_synthetic(image_size=16)
     closed = analyze.curvature(model, cfg, data, settings)
-    monkeypatch.setattr(analyze, "rowwise", lambda head, bn_mode: False)
+    monkeypatch.setattr(analysis_measure, "rowwise", lambda head, bn_mode: False)
     graphs = analyze.curvature(model, cfg, data, settings)
     assert "closed form" in closed["hvp_mode"] and "closed form" not in graphs["hvp_mode"]
     scale = graphs["H"]["scale"]

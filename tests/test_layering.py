@@ -1,4 +1,5 @@
-"""scale's layers: the commands on top, then curvature, geometry and runs, with engine at the bottom.
+"""scale's layers: the commands on top, then analysis and the ledger, then curvature, geometry and runs, with engine
+at the bottom.
 
 Every module of a sub-package may import only the packages listed for it in ``ALLOWED`` (lazy imports
 inside functions count too), and no sub-package imports a command (a top-level module of ``scale``).
@@ -22,6 +23,7 @@ ALLOWED = {  # package -> the scale packages its modules may import (besides its
     # beside the commands, and only the command scale.replicate imports it
     "ledger": {"engine", "runs", "curvature", "geometry", "paper", "e4_study", "launch"},
     "launch": {"engine"},  # units as jobs (submitit), used by the commands and the grid's units
+    "analysis": {"engine", "runs", "curvature", "geometry"},  # scale.analyze's measurements, as a library
     "grid": {"engine", "runs", "launch", "ledger"},  # scale.paper's plan and units, stored as the ledger stores
 }
 COMMANDS = {p.stem for p in SCALE.glob("*.py") if p.stem != "__init__"}

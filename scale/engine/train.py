@@ -354,10 +354,11 @@ class TrainState:
 
     @torch.no_grad()
     def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(z, h)`` of normalised images in eval mode (BatchNorm uses running statistics)."""
-        with eval_mode(self.model):
+        """``(z, h)`` of normalised images in eval mode (BatchNorm uses running statistics), without gradients:
+        a measurement, never a step (no graph is kept)."""
+        with eval_mode(self.model), torch.no_grad():
             z, h, _ = self.model(x)
-        return z, h
+        return z.detach(), h.detach()  # a view of a parameter made under no_grad still says it requires grad
 
     def objective(self, h: torch.Tensor | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
         """``Hb -> L(Hb)`` with stop-gradient data bound at ``h`` (default: the step's ``state.h``)."""

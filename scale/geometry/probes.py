@@ -22,7 +22,7 @@ its paired interval over the same test images (``scale.geometry.verdict.paired_g
 turns of a base image resampled together).
 
 One protocol for the probes wherever they run: ``scale.analyze`` of a run takes the run's recorded image
-counts and seed (``scale.analyze.AnalysisSettings.from_run``), so that it repeats the run's own end-of-run
+counts and seed (``scale.analysis.AnalysisSettings.from_run``), so that it repeats the run's own end-of-run
 probes and the two reports agree on the same weights.
 """
 

@@ -1,4 +1,4 @@
-"""The report of ``python -m scale.analyze`` (``scale.analyze.analyze_model``'s result): report.md and its figures
+"""The report of ``python -m scale.analyze`` (``scale.analysis.analyze_model``'s result): report.md and its figures
 (``spectrum.png``, ``orbits.png``), built from the JSON-ready result alone with the run report's words
 (``scale.runs.run_report``): the training check first, the verdict, the curvature, the orbit and probe tables.
 """

@@ -32,25 +32,22 @@ class Control:
 
 
 @dataclass(frozen=True)
-class Premise:
-    """What must hold for the run to test the claim at all, as a statistic and a rule of its own."""
-
-    text: str
-    statistic: str
-    value: Statistic
-    rule: Rule
-    kind: str = "mean"
-
-
-@dataclass(frozen=True)
-class Alternative:
-    """A rule considered and not chosen (a secondary row, outside every tally): another statistic or rule."""
+class RuledStatistic:
+    """A statistic with a rule of its own beside a claim: a premise (what must hold for the run to test the claim at
+    all) or an alternative (a rule considered and not chosen: a secondary row, outside every tally)."""
 
     label: str
     statistic: str
     value: Statistic
     rule: Rule
     kind: str = "mean"
+
+    def as_data(self, name: str) -> dict[str, Any]:
+        """Without its function; ``name`` is the registered key of ``label`` (premises registered it as ``text``)."""
+        return {name: self.label, "statistic": self.statistic, "kind": self.kind, "rule": self.rule.as_data()}
+
+
+Premise = Alternative = RuledStatistic
 
 
 @dataclass(frozen=True)
@@ -88,11 +85,9 @@ class Claim:
             "source": list(self.source), "paper": self.paper, "statistic": self.statistic, "unit": self.unit,
             "kind": self.kind, "rule": self.rule.as_data(), "rule_text": self.rule.text(),
             "controls": [{"label": c.label, "protocol": c.protocol, "kind": c.kind} for c in self.controls],
-            "premises": [{"text": p.text, "statistic": p.statistic, "kind": p.kind, "rule": p.rule.as_data()}
-                         for p in self.premises],
+            "premises": [p.as_data("text") for p in self.premises],
             "transfer": list(self.transfer), "known": self.known, "degenerate": self.degenerate,
-            "alternatives": [{"label": a.label, "statistic": a.statistic, "kind": a.kind, "rule": a.rule.as_data()}
-                             for a in self.alternatives],
+            "alternatives": [a.as_data("label") for a in self.alternatives],
         }
 
 

@@ -66,26 +66,26 @@ def _rho_premise(head: str) -> Premise:
 
 V1_PREMISE = "v1: the premise statistic was 0 at every seed (the two starts have the same h std)"
 
+
+def _smooth_escape(cid: str, name: str, head: str, known: str) -> Claim:
+    """E1.2 / E1.3: a smooth head leaves pseudo-collapse (Theorem 4.1 (2)), against its normal start and the linear
+    head, with both premises (the start is collapsed; rho is non-zero there)."""
+    return Claim(cid, "E1", PAPER, f"a {name} head leaves pseudo-collapse",
+                 (PAPER_MD, 89, "smooth heads put negative curvature"), "qualitative (Thm 4.1 (2))",
+                 f"log10(h std at the end / before training), {head}, BN off, lr 0.05", LOG10, POSITIVE, _escape(head),
+                 controls=(Control("normal start", _escape(head, init="normal")),
+                           Control("linear head", _escape("linear"))),
+                 premises=(_premise(head), _rho_premise(head)), transfer=E1_TRANSFER, known=known)
+
 CLAIMS: tuple[Claim, ...] = (
     Claim("E1.1", "E1", PAPER, "a linear head does not leave pseudo-collapse",
           (PAPER_MD, 88, "linear heads have `M = 0`"), "qualitative (Thm 4.1 (1))",
           "log10(h std at the end / before training), linear, BN off, lr 0.05", LOG10, NEGATIVE, _escape("linear"),
           controls=(Control("normal start", _escape("linear", init="normal")),), premises=(_premise("linear"),),
           transfer=E1_TRANSFER, known=f"v1 (5 seeds): -2.16 [-2.26, -2.06], 'reproduced'; {V1_PREMISE}"),
-    Claim("E1.2", "E1", PAPER, "a GELU head leaves pseudo-collapse",
-          (PAPER_MD, 89, "smooth heads put negative curvature"), "qualitative (Thm 4.1 (2))",
-          "log10(h std at the end / before training), gelu2, BN off, lr 0.05", LOG10, POSITIVE, _escape("gelu2"),
-          controls=(Control("normal start", _escape("gelu2", init="normal")), Control("linear head",
-                                                                                       _escape("linear"))),
-          premises=(_premise("gelu2"), _rho_premise("gelu2")), transfer=E1_TRANSFER,
-          known=f"v1: -1.89 [-2.01, -1.76], 'not reproduced'; {V1_PREMISE}"),
-    Claim("E1.3", "E1", PAPER, "a Swish head leaves pseudo-collapse",
-          (PAPER_MD, 89, "smooth heads put negative curvature"), "qualitative (Thm 4.1 (2))",
-          "log10(h std at the end / before training), swish2, BN off, lr 0.05", LOG10, POSITIVE, _escape("swish2"),
-          controls=(Control("normal start", _escape("swish2", init="normal")), Control("linear head",
-                                                                                        _escape("linear"))),
-          premises=(_premise("swish2"), _rho_premise("swish2")), transfer=E1_TRANSFER,
-          known=f"v1: -1.80 [-1.89, -1.70], 'not reproduced'; {V1_PREMISE}"),
+    *(_smooth_escape(cid, name, head, known) for cid, name, head, known in (
+        ("E1.2", "GELU", "gelu2", f"v1: -1.89 [-2.01, -1.76], 'not reproduced'; {V1_PREMISE}"),
+        ("E1.3", "Swish", "swish2", f"v1: -1.80 [-1.89, -1.70], 'not reproduced'; {V1_PREMISE}"))),
     Claim("E1.4", "E1", PAPER, "without BatchNorm, at the smallest step, ReLU behaves like linear",
           (PAPER_MD, 90, "ReLU heads have `M = 0` off the kinks"), "qualitative (ReLU gap)",
           "abs(log10(relu / smooth)) - abs(log10(relu / linear)) of the final h std, BN off, lr 0.005 (smooth: "

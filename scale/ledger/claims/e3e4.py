@@ -100,19 +100,19 @@ CLAIMS: tuple[Claim, ...] = (
           "0.040]"),
 )
 
+def _shrinks(cid: str, which: str, line: int, paper: str) -> Claim:
+    """M.5 / M.6: the head shrinks D_intra (D_inter) under protocol a, with protocols b and c as controls."""
+    z, h = f"d_{which}_z", f"d_{which}_h"
+    return Claim(cid, "E4", MECHANISM, f"the head shrinks D_{which}", (PAPER_MD, line, paper), paper,
+                 f"log10(D_{which} of z / of h), protocol a", LOG10, POSITIVE, _ratio("a_paper", z, h),
+                 controls=(Control("protocol b", _ratio("b_raw", z, h), protocol=True),
+                           Control("BatchNorm re-estimated (c)", _ratio("c_bn_renorm", z, h), protocol=True)),
+                 transfer=PROTOCOL_TRANSFER, known=f"v1 recorded D_{which} of z and h under every protocol (no claim)")
+
+
 MECHANISM_CLAIMS: tuple[Claim, ...] = (
-    Claim("M.5", "E4", MECHANISM, "the head shrinks D_intra", (PAPER_MD, 122, "4.76x smaller"), "4.76x smaller",
-          "log10(D_intra of z / of h), protocol a", LOG10, POSITIVE, _ratio("a_paper", "d_intra_z", "d_intra_h"),
-          controls=(Control("protocol b", _ratio("b_raw", "d_intra_z", "d_intra_h"), protocol=True),
-                    Control("BatchNorm re-estimated (c)", _ratio("c_bn_renorm", "d_intra_z", "d_intra_h"),
-                            protocol=True)),
-          transfer=PROTOCOL_TRANSFER, known="v1 recorded D_intra of z and h under every protocol (no claim)"),
-    Claim("M.6", "E4", MECHANISM, "the head shrinks D_inter", (PAPER_MD, 123, "3.89x smaller"), "3.89x smaller",
-          "log10(D_inter of z / of h), protocol a", LOG10, POSITIVE, _ratio("a_paper", "d_inter_z", "d_inter_h"),
-          controls=(Control("protocol b", _ratio("b_raw", "d_inter_z", "d_inter_h"), protocol=True),
-                    Control("BatchNorm re-estimated (c)", _ratio("c_bn_renorm", "d_inter_z", "d_inter_h"),
-                            protocol=True)),
-          transfer=PROTOCOL_TRANSFER, known="v1 recorded D_inter of z and h under every protocol (no claim)"),
+    _shrinks("M.5", "intra", 122, "4.76x smaller"),
+    _shrinks("M.6", "inter", 123, "3.89x smaller"),
     Claim("M.7", "E4", MECHANISM, "an untrained head neither compresses nor expands orbits (about 1x)",
           (PAPER_MD, 131, "0.97x"), "0.97x", "log10(compression), untrained bias-free head (d)", LOG10, NEAR_ONE,
           _log("d_untrained_nobias", "compression"),

@@ -333,6 +333,9 @@ def _main(argv: list[str] | None = None) -> int:
     print(f"scale.paper: plan {pid}: {len(runs)} runs in {home} ({len(runs) - len(todo)} stored, "
           f"{sum(states[r.name] == 'resume' for r in todo)} to resume, "
           f"{sum(states[r.name] == 'new' for r in todo)} new)", flush=True)
+    if (out / "manifest.json").is_file() or (out / "runs").is_dir():  # the layout before plan folders
+        print(f"scale.paper: {out} also holds a grid of the earlier layout (manifest.json, runs/ at its top): left as "
+              f"it is, not read; this plan's runs are in {home}", flush=True)
     disk.make_dirs(home)
     manifest = {
         "plan": pid, "command": " ".join(["python", "-m", "scale.paper", *raw]),

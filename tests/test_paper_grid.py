@@ -179,6 +179,18 @@ def test_two_plans_share_one_out_and_leave_each_other_alone(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == sorted([_home(out, 1).name, _home(out, 2).name, "units"])
 
 
+def test_a_grid_of_the_earlier_layout_is_left_alone(tmp_path, capsys):
+    """An OUT written before plan folders (manifest.json and runs/ at its top): said, never read nor touched."""
+    out = tmp_path / "grid"
+    (out / "runs" / "E3E4-relu2-s0").mkdir(parents=True)
+    (out / "manifest.json").write_text('{"runs": []}')
+    (out / "runs" / "E3E4-relu2-s0" / "summary.json").write_text('{"status": "finished"}')
+    before = _files(out)
+    assert _grid(tmp_path, "--dry-run") == 0
+    assert "also holds a grid of the earlier layout" in capsys.readouterr().out
+    assert {k: v for k, v in _files(out).items() if k in before} == before and (_home(out) / "manifest.json").is_file()
+
+
 def _fake_unit(root, home, r, h_std: list[float], curvature: list[float] | None = None) -> None:
     """A unit file of run ``r`` of the plan in ``home`` as scale.grid.units writes it (the report's inputs)."""
     rec = {"status": "finished", "summary": {"status": "finished", "epochs_done": len(h_std), "wall_seconds": 1.0},

@@ -99,15 +99,20 @@ def e3_config(dataset: str, seed: int, epochs: int | None = None, data_dir: str 
     return run_config(run.argv + (["--data-dir", data_dir] if data_dir else []) + list(extra), device)
 
 
-def train(cfg, data, normalized_input: bool, device: torch.device | str = "cpu") -> nn.Module:
+def train(cfg, data, normalized_input: bool, device: torch.device | str = "cpu", run_dir: Path | None = None,
+          ready: Callable[[Any, bool], None] | None = None) -> nn.Module:
     """Train the E3 model; ``normalized_input``: the projector sees ``normalize(z)`` (protocol e). The
-    wrapper holds the same parameters, so the optimiser the trainer built still updates them."""
+    wrapper holds the same parameters, so the optimiser the trainer built still updates them. ``run_dir``: the
+    trainer's checkpoints go there; ``ready(trainer, normalized_input)`` is called before training (a caller
+    resumes it from its checkpoint there: ``scale.ledger.work``)."""
     from scale.engine.train import Trainer
 
-    trainer = Trainer(cfg, data, torch.device(device), run_dir=None, progress=False, log=None)
+    trainer = Trainer(cfg, data, torch.device(device), run_dir=run_dir, progress=False, log=None)
     if normalized_input:
         trainer.model.projector = NormalizedInput(trainer.model.projector)
     try:
+        if ready is not None:
+            ready(trainer, normalized_input)
         trainer.fit()
     finally:
         close_augment(trainer)
@@ -123,10 +128,12 @@ def close_augment(trainer) -> None:
 
 
 def one_seed(dataset: str, seed: int, epochs: int | None, data_dir: str | None, probe_images: int | None,
-             log: Callable[[str], None], device: torch.device | str = "cpu", extra: tuple[str, ...] = ()
+             log: Callable[[str], None], device: torch.device | str = "cpu", extra: tuple[str, ...] = (),
+             work: dict[str, Path] | None = None, ready: Callable[[Any, bool], None] | None = None
              ) -> dict[str, Any]:
     """Every protocol's numbers for one seed (two trainings: raw-z head, normalised-z head); ``extra``: flags
-    appended to the run's ``scale.run`` arguments."""
+    appended to the run's ``scale.run`` arguments; ``work`` ({"raw": folder, "normalized": folder}) and
+    ``ready``: each training's checkpoint folder and its resume (``train``)."""
     from scale.engine.data import load_dataset
 
     cfg = e3_config(dataset, seed, epochs, data_dir, device, extra)
@@ -138,11 +145,12 @@ def one_seed(dataset: str, seed: int, epochs: int | None, data_dir: str | None, 
     out: dict[str, Any] = {"seed": seed, "config": cfg.to_dict(), "probe_images": probe_images,
                            "git_commit": git_commit()}
     t0 = time.perf_counter()
-    model = train(cfg, data, normalized_input=False, device=device)
+    where = work or {}
+    model = train(cfg, data, normalized_input=False, device=device, run_dir=where.get("raw"), ready=ready)
     log(f"  seed {seed}: trained on raw z in {time.perf_counter() - t0:.0f} s")
     results = measure_model(model, cfg, data_dev, probe, CONTROL_SEED + seed)
     t1 = time.perf_counter()
-    model_e = train(cfg, data, normalized_input=True, device=device)
+    model_e = train(cfg, data, normalized_input=True, device=device, run_dir=where.get("normalized"), ready=ready)
     log(f"  seed {seed}: trained on normalised z in {time.perf_counter() - t1:.0f} s")
     f_e = model_features(model_e.backbone, data_dev, GeometrySettings(), probe)
     inner = model_e.projector.head.eval()  # measured under the paper's protocol: normalize(inner(normalize(z)))

@@ -17,22 +17,26 @@ a constant learning rate (it has no schedule) and its E3 augmentation (crop scal
     E5    the E3 setup at batch 512 with a Swish + BatchNorm head of depth 1, 2, 3 = Linear layers (the
           official depth: depth 1 is Linear-BN, no activation): linear+BN, swish2, swish3
 
-Each run is one ``python -m scale.run`` in ``OUT/runs/NAME``: in this process (``--launcher local``), or as
-one job each through submitit (``--launcher slurm``: a Slurm array; ``local-jobs``: this machine, one job per
-``--node-gpus`` device; ``scale.launch``, docs/launch.md). A finished run gets one immutable unit file in
-``OUT/units/`` (``scale.ledger.grid_units``); ``OUT/results.json`` is rebuilt from those files, and ``--collect``
-names the runs without one and the one command that runs only them (exit 3). A run whose summary.json says it
-finished (or stopped on a non-finite loss, a result in itself) is skipped; one with a checkpoint but no summary
-is resumed (``--resume``; a timed-out or preempted job is requeued and resumes so). Either only
-if it is the planned run: a saved config.json that differs from what the plan resolves to (another
-dataset, epochs, head, ...; not the device or thread count), or a finished run measured with other
-``--probe-images``, stops the grid before anything runs (exit 2, naming the runs and the differences;
-nothing is deleted). The plan
-is ``OUT/manifest.json``: every run's command line, the paper's value of every setting it checks, the
-assumptions where neither the paper nor its official code decides, and ``paper_choices``: every setting
-where the grid's default differs from ``scale.run``'s user-facing default (also in ``--help`` and the
-report). Deviations (a setting whose resolved value differs from the paper's) are computed from each
-run's saved config.json, listed per run, and shown in the report.
+Plans share one OUT: the grid's plan (``grid-`` + the hash of dataset, backbone, --quick, --epochs) names its
+own folder ``OUT/<plan>/`` (``scale.grid.units``), which holds its manifest, run directories, views and job files;
+only the unit files (``OUT/units/``, each named by its plan and key) sit side by side, and a plan never reads,
+touches or deletes another's. Each run is one ``python -m scale.run`` in ``OUT/<plan>/runs/NAME``: in this process
+(``--launcher local``), or as one job each through submitit (``--launcher slurm``: a Slurm array; ``local-jobs``:
+this machine, one job per ``--node-gpus`` device; ``scale.launch``, docs/launch.md). A finished run gets one
+immutable unit file holding everything the report reads; ``OUT/<plan>/results.json`` and ``report.md`` are rebuilt
+from the plan's unit files (``--report-only`` rebuilds them alone, ``scale.report OUT/<plan>`` the report), and
+list the unit files of other plans they left out; ``--collect`` names the runs without a file and the one command
+that runs only them (exit 3). A run with a unit file is skipped; one with a checkpoint but no summary is resumed
+(``--resume``; a timed-out or preempted job is requeued and resumes so). Only if it is the planned run: a saved
+config.json that differs from what the plan resolves to (the code changed a run; not the device or thread
+count), or a finished run measured with other ``--probe-images``, stops the grid before anything runs (exit 2,
+naming the runs and the differences; nothing is deleted). The plan is ``OUT/<plan>/manifest.json``: every run's
+command line, the paper's value of every setting it checks, the assumptions where neither the paper nor its
+official code decides, and ``paper_choices``: every setting where the grid's default differs from
+``scale.run``'s user-facing default (also in ``--help`` and the report). Deviations (a setting whose resolved
+value differs from the paper's) are computed from each run's saved config.json, kept in its unit file, and shown
+in the report. The plan's settings and its runs are ``scale.grid.plan``; this module is the command line, each
+run's execution and the checks that resolve a config through ``scale.run``.
 
 ``--quick``: 1 seed, 2 epochs, training on the first 384 images (``--train-subset``) and probes on at
 most 256 training and 256 test base images; every shrink lands in the deviations. On ``digits`` and
@@ -46,53 +50,16 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-EXPERIMENTS: tuple[str, ...] = ("E1", "E2", "E3E4", "E5")
-E1_HEADS: tuple[str, ...] = ("linear", "relu2", "gelu2", "swish2")  # projector 512-2048-2048: 2 Linear layers
-E1_LRS: tuple[float, ...] = (0.005, 0.05, 0.5)
-E2_RUNS: tuple[tuple[str, str], ...] = (("normal", "swish2"), ("collapsed", "swish2"), ("collapsed", "relu2"))
-E5_DEPTHS: tuple[int, ...] = (1, 2, 3)
-E5_HEADS: dict[int, str] = {1: "linear", 2: "swish2", 3: "swish3"}  # depth = Linear layers (paper style, with BN)
-CIFAR = ("cifar10", "cifar100")
-QUICK = dict(seeds=1, epochs=2, train_subset=384, probe_images=256)
-FULL_SEEDS = 3
+from scale.grid.plan import ASSUMPTIONS, E2_RUNS, EXPERIMENTS, PAPER_SETTINGS, QUICK, PlannedRun, deviations, plan
+from scale.grid.state import refuse_other_manifest, run_state
 
-# The paper's settings per experiment (docs/paper.md, and its official code where the paper is silent); keys are
-# TrainConfig fields. "schedule": the official code keeps the learning rate constant.
-_COMMON = dict(backbone="resnet18", backbone_width=64, head_width=2048, head_out=2048, head_style="paper",
-               head_bias=False, schedule="constant", weight_decay=0.0)
-_SIMCLR = dict(_COMMON, method="simclr_paper", temperature=0.1, head_bn=True, head_out_bn=True, optimizer="adam",
-               lr=1e-3, epochs=50, augment="e3")
-PAPER_SETTINGS: dict[str, dict[str, Any]] = {
-    "E1": dict(_COMMON, method="simsiam", pred_width=512, optimizer="sgd", momentum=0.9, batch_size=512, epochs=50,
-               augment="e1", init="collapsed"),
-    "E2": dict(_COMMON, method="simsiam", pred_width=512, head_bn=False, optimizer="sgd", lr=0.05, momentum=0.9,
-               batch_size=256, epochs=100, augment="e1"),
-    "E3E4": dict(_SIMCLR, head="relu2", batch_size=256),
-    "E5": dict(_SIMCLR, batch_size=512),  # head_depth_ablations.py: ExperimentConfig's batch 512
-}
-# Where neither the paper nor its official code decides, what the grid does (manifest and report).
-ASSUMPTIONS: dict[str, str] = {
-    "E1": "E1 runs from the pseudo-collapse initialisation (listed under E1 in docs/paper.md). The linear head is the "
-          "official two bias-free Linear layers 512-2048-2048, which take no BatchNorm there, so it runs with "
-          "BatchNorm off only. The official grid is a 14-run subset of this one (GELU at lr 0.05 without "
-          "BatchNorm only).",
-    "E2": "E2's objective is not named in the paper: SimSiam (the official hessian_tracker.py's). Probe batch: "
-          "scale.curvature.tracking's fixed view pairs of the first step (rows in the E2 table); "
-          "lambda_min/lambda_max by "
-          "Lanczos in float64 (the paper: 20 power iterations in float32 on the first 5 batches of each epoch); "
-          "1 seed.",
-    "E3E4": "Probe images: training split for fitting, test split for scoring; orbits from the test split. Images "
-            "are normalised with the dataset's mean and std (the official code feeds ToTensor's [0, 1]).",
-    "E5": "Depth = number of Linear layers, as in the official head_depth_ablations.py: depth 1 is Linear-BN "
-          "(the paper style's 'linear' with BatchNorm), depth 2 swish2, depth 3 swish3; BatchNorm after every "
-          "Linear, no biases.",
-}
-DONE_STATUSES = ("finished", "non-finite loss")
-
+# the grid's plan, re-exported: the ledger and the study build on scale.paper's plan
+__all__ = ["E2_RUNS", "EXPERIMENTS", "PAPER_SETTINGS", "PlannedRun", "asdict", "deviations", "main", "paper_choices",
+           "plan", "run_state"]
 
 def paper_choices(experiment: str) -> dict[str, list[Any]]:
     """``{setting: [scale.run's default, this grid's]}`` for each setting of ``experiment`` (CIFAR sizes) where
@@ -118,94 +85,9 @@ def _choices_text() -> str:
     return "\n".join(rows)
 
 
-@dataclass
-class PlannedRun:
-    name: str
-    experiment: str
-    seed: int
-    argv: list[str]  # scale.run arguments, without --out / --run-name / --device / --quiet
-    paper: dict[str, Any]  # the paper's value of each checked setting
-    track_hessian: bool = False
-    labels: dict[str, Any] = field(default_factory=dict)
-
-
-def _bool_flag(name: str, value: bool) -> str:
-    return f"--{name}" if value else f"--no-{name}"
-
-
-def plan(dataset: str, backbone: str, quick: bool, experiments: tuple[str, ...] = EXPERIMENTS,
-         seeds: int | None = None, epochs: int | None = None) -> list[PlannedRun]:
-    """Every run of the grid, in execution order."""
-    n_seeds = seeds or (QUICK["seeds"] if quick else FULL_SEEDS)
-    cifar = dataset in CIFAR
-    runs: list[PlannedRun] = []
-
-    def add(name: str, exp: str, seed: int, flags: dict[str, Any], paper: dict[str, Any], labels: dict[str, Any],
-            track: bool = False) -> None:
-        ref = dict(PAPER_SETTINGS[exp], **paper)
-        if exp == "E1" and dataset == "cifar100":
-            ref["epochs"] = 20
-        values = {k: v for k, v in ref.items() if k != "backbone"}
-        if not cifar:  # the dataset's CPU adjustments of scale.run apply to the model and batch sizes
-            for k in ("backbone_width", "head_width", "head_out", "pred_width", "batch_size", "epochs"):
-                values.pop(k, None)
-        values.update(flags)
-        if quick:
-            values.update(epochs=QUICK["epochs"], train_subset=QUICK["train_subset"])
-        if epochs is not None:
-            values["epochs"] = epochs
-        argv = [dataset, "--backbone", backbone, "--seed", str(seed)]
-        for k, v in values.items():
-            if v is None:
-                continue
-            if isinstance(v, bool):
-                argv.append(_bool_flag(k.replace("_", "-"), v))
-            else:
-                argv += [f"--{k.replace('_', '-')}", str(v)]
-        if quick:
-            argv += ["--probe-images", str(QUICK["probe_images"])]
-        if track:  # E2: H_eff once per epoch (scale.curvature.tracking through scale.run)
-            argv += ["--track-hessian-every", "epoch"]
-        runs.append(PlannedRun(name, exp, seed, argv, ref, track, labels))
-
-    for seed in range(n_seeds):
-        if "E1" in experiments:
-            for head in E1_HEADS:
-                for bn in (False, True) if head != "linear" else (False,):  # the official linear head has no BN
-                    for lr in E1_LRS:
-                        add(f"E1-{head}-bn{int(bn)}-lr{lr:g}-s{seed}", "E1", seed, dict(head=head, head_bn=bn, lr=lr),
-                            dict(head=head, lr=lr), dict(head=head, bn=bn, lr=lr))
-        if "E3E4" in experiments:
-            add(f"E3E4-relu2-s{seed}", "E3E4", seed, {}, {}, dict(head="relu2"))
-        if "E5" in experiments:
-            for depth in E5_DEPTHS:
-                head = E5_HEADS[depth]
-                add(f"E5-depth{depth}-s{seed}", "E5", seed, dict(head=head), dict(head=head),
-                    dict(depth=depth, head=head))
-    if "E2" in experiments:
-        for init, head in E2_RUNS:
-            add(f"E2-{init}-{head}-s0", "E2", 0, dict(head=head, init=init), dict(head=head, init=init),
-                dict(init=init, head=head), track=True)
-    return runs
-
-
 # --------------------------------------------------------------------------------------------
 # Run states and deviations
 # --------------------------------------------------------------------------------------------
-
-
-def run_state(run_dir: Path) -> str:
-    """``done`` (summary says finished or non-finite loss), ``resume`` (a checkpoint, no final summary) or ``new``."""
-    summary = run_dir / "summary.json"
-    if summary.is_file():
-        try:
-            if json.loads(summary.read_text()).get("status") in DONE_STATUSES:
-                return "done"
-        except (OSError, json.JSONDecodeError):
-            pass
-    if (run_dir / "checkpoint.pt").is_file() and (run_dir / "config.json").is_file():
-        return "resume"
-    return "new"
 
 
 def planned_config(run: PlannedRun) -> dict[str, Any]:
@@ -255,59 +137,8 @@ def refuse_other_plans(out: Path, runs: list[PlannedRun]) -> str | None:
         return None
     shown = "; ".join(f"{name}: {', '.join(d[:4])}" for name, d in found[:3]) + (
         f"; and {len(found) - 3} more" if len(found) > 3 else "")
-    return (f"{out} holds {len(found)} run(s) of another plan (saved vs planned: {shown}); nothing was run or "
-            "deleted. Use another --out, or remove those run directories to run them again")
-
-
-def refuse_other_manifest(out: Path, runs: list[PlannedRun]) -> str | None:
-    """One line when ``out/manifest.json`` is not a manifest of scale.paper, or is one of another plan (a planned
-    run it names is not in this plan, or is planned otherwise): the manifest is never rewritten then. A plan
-    that adds runs to the saved one is the same grid, extended."""
-    import os
-
-    from scale.engine import read
-
-    path = out / "manifest.json"
-    if not os.path.lexists(path):
-        return None
-    try:
-        saved = read.read_json(path, dict)
-    except read.Unreadable as exc:
-        return f"{exc}; it was left as it is. Use another --out"
-    planned = {r.name: json.loads(json.dumps(asdict(r))) for r in runs}  # as the manifest holds them
-    records = saved.get("runs")
-    if not isinstance(records, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
-                                                for r in records):
-        return f"{path} is not a manifest of scale.paper; it was left as it is. Use another --out"
-    other = [r["name"] for r in records if planned.get(r["name"]) != r]
-    if other:
-        return (f"{path} is the manifest of another plan ({len(other)} of its runs are not planned so, e.g. "
-                f"{', '.join(other[:3])}); nothing was run or rewritten. Use another --out")
-    return None
-
-
-def deviations(config: dict[str, Any], paper: dict[str, Any], dataset: str, argv: list[str] = ()
-               ) -> dict[str, list[Any]]:
-    """``{setting: [paper, ours]}`` for every checked setting whose resolved value differs from the paper's;
-    the dataset itself counts (the paper's figures are CIFAR-10)."""
-    out: dict[str, list[Any]] = {}
-    if dataset != "cifar10":
-        out["dataset"] = ["cifar10", dataset]
-    for key, ref in paper.items():
-        ours = config.get(key)
-        if key == "backbone_width" and ours is None:
-            ours = 64  # resnet18's standard width
-        if key in ("lr", "momentum", "weight_decay", "temperature") and ours is not None:
-            if abs(float(ours) - float(ref)) <= 1e-12 * max(1.0, abs(float(ref))):
-                continue
-        elif ours == ref:
-            continue
-        out[key] = [ref, ours]
-    if config.get("train_subset") is not None:
-        out["train_subset"] = ["all", config["train_subset"]]
-    if "--probe-images" in argv:  # a measurement setting (not in config.json): probes on fewer images
-        out["probe_images"] = ["all", int(argv[list(argv).index("--probe-images") + 1])]
-    return out
+    return (f"{out} holds {len(found)} run(s) planned otherwise (saved vs planned: {shown}); nothing was run or "
+            "deleted. Use another --out, or move those run directories away to run them again")
 
 
 # --------------------------------------------------------------------------------------------
@@ -315,23 +146,17 @@ def deviations(config: dict[str, Any], paper: dict[str, Any], dataset: str, argv
 # --------------------------------------------------------------------------------------------
 
 
-def _atomic_json(path: Path, obj: Any) -> None:
-    from scale.engine.checkpoint import atomic_write_json
-
-    atomic_write_json(path, obj)
-
-
-def _log(out: Path, record: dict[str, Any]) -> None:
+def _log(home: Path, record: dict[str, Any]) -> None:
     from scale.engine import disk
 
-    disk.append_text(out / "grid_log.jsonl", json.dumps(record, sort_keys=True) + "\n")  # append-only: one line each
+    disk.append_text(home / "grid_log.jsonl", json.dumps(record, sort_keys=True) + "\n")  # append-only: one line each
 
 
-def execute_in_process(run: PlannedRun, out: Path, device: str, threads: int | None = None) -> int:
-    """One run through ``scale.run.main`` in this process (a job of the launcher calls this too)."""
+def execute_in_process(run: PlannedRun, home: Path, device: str, threads: int | None = None) -> int:
+    """One run through ``scale.run.main`` in this process, in the plan folder ``home`` (a job calls this too)."""
     from scale import run as scale_run
 
-    run_dir = out / "runs" / run.name
+    run_dir = home / "runs" / run.name
     state = run_state(run_dir)
     if state == "done":
         return 0
@@ -341,7 +166,7 @@ def execute_in_process(run: PlannedRun, out: Path, device: str, threads: int | N
                 if a in ("--probe-images", "--data-dir", "--track-hessian-every")]
         argv = ["--resume", str(run_dir), *[a for pair in keep for a in pair], *extra]
     else:  # no checkpoint: what a killed attempt left (a config.json) is replaced, never mixed into
-        argv = [*run.argv, "--out", str(out / "runs"), "--run-name", run.name, "--overwrite", *extra]
+        argv = [*run.argv, "--out", str(home / "runs"), "--run-name", run.name, "--overwrite", *extra]
     saved, sys.argv = sys.argv, ["scale.run", *argv]  # the run's summary records its own command line
     try:
         return scale_run.main(argv)
@@ -350,22 +175,25 @@ def execute_in_process(run: PlannedRun, out: Path, device: str, threads: int | N
 
 
 def record_unit(run: PlannedRun, out: Path, args: argparse.Namespace) -> None:
-    """The run's deviations.json and, once it is done, its one immutable unit file (``scale.ledger.grid_units``)."""
-    from scale.ledger import grid_units
+    """Once the run is done, its one immutable unit file with its deviations (``scale.grid.units``)."""
+    from scale.engine import read
+    from scale.grid import units
 
-    run_dir = out / "runs" / run.name
-    if (run_dir / "config.json").is_file():
-        dev = deviations(json.loads((run_dir / "config.json").read_text()), run.paper, args.dataset, run.argv)
-        _atomic_json(run_dir / "deviations.json", dev)
-        grid_units.record_run(out, run, args, dev)
+    config = units.plan_dir(out, units.grid_plan(args)) / "runs" / run.name / "config.json"
+    if config.is_file():
+        dev = deviations(read.read_json(config), run.paper, args.dataset, run.argv)
+        units.record_run(out, run, args, dev)
 
 
 def run_here(runs: list[PlannedRun], out: Path, args: argparse.Namespace) -> int:
     """Each of ``runs`` in this process, one after another; 130 when interrupted (rerun to resume)."""
+    from scale.grid import units
+
+    home = units.plan_dir(out, units.grid_plan(args))
     for r in runs:
         t = time.perf_counter()
         try:
-            code = execute_in_process(r, out, args.device, args.threads)
+            code = execute_in_process(r, home, args.device, args.threads)
         except KeyboardInterrupt:
             code = 130
         except Exception as exc:  # one broken run must not lose the rest of the grid
@@ -374,7 +202,7 @@ def run_here(runs: list[PlannedRun], out: Path, args: argparse.Namespace) -> int
         record_unit(r, out, args)
         seconds = time.perf_counter() - t
         if not args.as_job:  # concurrent appends are not atomic on network filesystems: a job's time is in its files
-            _log(out, {"name": r.name, "exit_code": code, "seconds": seconds, "time": time.time()})
+            _log(home, {"name": r.name, "exit_code": code, "seconds": seconds, "time": time.time()})
         print(f"  {r.name}: exit {code}, {seconds:.1f} s", flush=True)
         if code == 130:
             print("scale.paper: interrupted; rerun the same command to resume", file=sys.stderr)
@@ -396,7 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 2 epochs, 384 training images")
     p.add_argument("--seeds", type=int, help="seeds per configuration (default: 3; --quick 1)")
     p.add_argument("--epochs", type=int, help="override every run's epochs (a recorded deviation)")
-    p.add_argument("--out", default=None, help="grid directory (default: paper-DATASET-BACKBONE[-quick])")
+    p.add_argument("--out", default=None, help="output folder: each plan in OUT/<plan>/, unit files in OUT/units "
+                   "(default: paper-DATASET-BACKBONE[-quick])")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: auto")
     p.add_argument("--threads", type=int, help="torch CPU threads per run (default: scale.run's choice)")
     p.add_argument("--data-dir", help="folder with the CIFAR archive (passed to scale.run)")
@@ -404,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "cost (GPU-hours on --gpu-name with --device cuda) and the jobs --launcher would submit; run "
                    "nothing")
     p.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    p.add_argument("--report-only", action="store_true", help="run nothing: rebuild the plan's views (results.json, "
+                   "report.md) from its unit files")
     launch_flags.add_arguments(p)
     return p
 
@@ -474,30 +305,40 @@ def _main(argv: list[str] | None = None) -> int:
                   "them)", file=sys.stderr)
             return 2
         runs = [r for r in planned if r.name in wanted]
+    from scale.grid import units
+
+    pid = units.grid_plan(args)
+    home = units.plan_dir(out, pid)  # everything of this plan but its unit files: other plans share OUT
     # a job writes no manifest: the invocation that submitted it checked and wrote the plan's
-    other_plan = refuse_other_plans(out, runs) or (None if args.as_job else refuse_other_manifest(out, planned))
+    other_plan = refuse_other_plans(home, runs) or (None if args.as_job else refuse_other_manifest(home, planned))
     if other_plan:
         print(f"scale.paper: error: {other_plan}", file=sys.stderr)
         return 2
-    if args.collect and not (out / "manifest.json").is_file():
-        print(f"scale.paper: error: {out} holds no grid (manifest.json): nothing submitted there to collect",
-              file=sys.stderr)
+    if (args.collect or args.report_only) and not (home / "manifest.json").is_file():
+        print(f"scale.paper: error: {out} holds no grid of this plan ({home / 'manifest.json'}): nothing submitted "
+              "there to collect or report", file=sys.stderr)
         return 1
     if args.as_job:  # one unit of a launch: its run and unit file; the collecting invocation writes the views
         return run_here(runs, out, args)
+    if args.report_only:
+        units.collect(runs, out, pid, raw)
+        return _report(home, args)
 
     from scale.engine import disk
-    from scale.ledger import grid_units
     from scale.runs.run_report import git_commit, versions
 
-    states = {r.name: run_state(out / "runs" / r.name) for r in runs}
-    todo = [r for r in runs if states[r.name] != "done"]
-    print(f"scale.paper: {len(runs)} runs in {out} ({len(runs) - len(todo)} done, "
+    have, _ = units.find(out, pid, units.keys(runs))
+    states = {r.name: "done" if r.name in have else run_state(home / "runs" / r.name) for r in runs}
+    todo = [r for r in runs if r.name not in have]
+    print(f"scale.paper: plan {pid}: {len(runs)} runs in {home} ({len(runs) - len(todo)} stored, "
           f"{sum(states[r.name] == 'resume' for r in todo)} to resume, "
           f"{sum(states[r.name] == 'new' for r in todo)} new)", flush=True)
-    disk.make_dirs(out)
+    if (out / "manifest.json").is_file() or (out / "runs").is_dir():  # the layout before plan folders
+        print(f"scale.paper: {out} also holds a grid of the earlier layout (manifest.json, runs/ at its top): left as "
+              f"it is, not read; this plan's runs are in {home}", flush=True)
+    disk.make_dirs(home)
     manifest = {
-        "command": " ".join(["python", "-m", "scale.paper", *raw]),
+        "plan": pid, "command": " ".join(["python", "-m", "scale.paper", *raw]),
         "dataset": args.dataset, "backbone": args.backbone, "quick": args.quick, "experiments": list(experiments),
         "quick_settings": QUICK if args.quick else None, "assumptions": {e: ASSUMPTIONS[e] for e in experiments},
         "paper_settings": {e: PAPER_SETTINGS[e] for e in experiments},
@@ -505,9 +346,9 @@ def _main(argv: list[str] | None = None) -> int:
         "runs": [asdict(r) for r in planned], "git_commit": git_commit(), "versions": versions(),
     }
     if not args.collect:
-        _atomic_json(out / "manifest.json", manifest)
+        disk.write_json(home / "manifest.json", manifest)
     if args.dry_run:
-        grid_units.print_cost(runs, states, args)
+        units.print_cost(runs, states, args)
         return 0
     t0 = time.perf_counter()
     code = 0
@@ -517,7 +358,7 @@ def _main(argv: list[str] | None = None) -> int:
         from scale.launch.jobs import launch
 
         try:
-            launch(args, "scale.paper", raw, [r.name for r in todo], out)  # GPUs checked above
+            launch(args, "scale.paper", raw, [r.name for r in todo], home)  # GPUs checked above
         except LaunchError as exc:
             print(f"scale.paper: error: {exc}", file=sys.stderr)
             return 2
@@ -527,18 +368,21 @@ def _main(argv: list[str] | None = None) -> int:
         code = run_here(todo, out, args)
     if not args.collect:
         wall = time.perf_counter() - t0
-        _log(out, {"name": "(grid)", "seconds": wall, "runs_attempted": len(todo), "time": time.time()})
+        _log(home, {"name": "(grid)", "seconds": wall, "runs_attempted": len(todo), "time": time.time()})
         print(f"scale.paper: {len(todo)} runs attempted in {wall:.1f} s", flush=True)
-    for r in runs:  # runs finished before unit files existed, or by a job that died after its summary
+    for r in runs:  # a run done by a job that died after its summary, before its unit file
         record_unit(r, out, args)
-    missing = grid_units.collect(runs, out, grid_units.grid_plan(args), raw)
-    if not args.no_report and (out / "manifest.json").is_file():
+    missing = units.collect(runs, out, pid, raw)
+    return code or _report(home, args) or missing
+
+
+def _report(home: Path, args: argparse.Namespace) -> int:
+    """The plan's report.md from its unit files (``scale.report``), unless --no-report."""
+    if not args.no_report and (home / "manifest.json").is_file():
         from scale.report import write_report
 
-        path = write_report(out)
-        print(f"scale.paper: report {path}", flush=True)
-    return code or missing
-
+        print(f"scale.paper: report {write_report(home)}", flush=True)
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

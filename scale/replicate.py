@@ -28,8 +28,8 @@ this command with ``--units NAME`` and writes that unit's file. ``--no-wait`` re
 Exit codes: 0 done; 1 the data (CIFAR archive) missing or corrupt, or nothing to report; 2 a bad argument, an
 OUT holding files the ledger cannot read (left as they are), or rules changed without ``--amend``; 4 an
 output could not be written; 3 (``--collect``, or a launch that waited) some chosen units have no file; 130
-interrupted (SIGINT or SIGTERM: the running unit is dropped, every finished
-unit is in the store).
+interrupted (SIGINT or SIGTERM: the running unit's training saves a checkpoint in its work folder, ``OUT/work/``,
+and the same command resumes it there; every finished unit is in the store).
 """
 
 from __future__ import annotations
@@ -256,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         return _fail("--device cuda was asked for but CUDA is not available here (--dry-run needs none)", 2)
     torch.set_num_threads(args.threads)
+    from scale.engine import disk
     from scale.engine.data import DataError
     from scale.engine.train import Interrupted
     from scale.ledger import report
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         if store.registration(out, pid) is None:
             return _fail(f"no units chosen for plan {pid} and none stored: nothing to report", 1)
         views(full=not args.as_job)  # a job leaves report.md to the invocation that collects
-    except (StoreError, LaunchError) as exc:
+    except (StoreError, LaunchError, disk.NotOurs) as exc:  # NotOurs: a link or a user's file where it writes
         return _fail(str(exc), 2)
     except DataError as exc:
         print(f"scale.replicate: data error: {exc}", file=sys.stderr)

@@ -1,8 +1,9 @@
-r"""``python -m scale.report DIR``: the side-by-side report of a grid written by ``python -m scale.paper``.
+r"""``python -m scale.report DIR``: the side-by-side report of a grid plan written by ``python -m scale.paper``.
 
-Reads ``DIR/manifest.json`` and every run directory under ``DIR/runs`` (config.json, metrics.jsonl,
-summary.json, deviations.json, curvature.jsonl and curvature_summary.json for E2, orbits.npz) and
-writes ``DIR/report.md`` with PNG figures beside it:
+``DIR`` is the plan's folder ``OUT/<plan>`` (``scale.grid.units``), or ``OUT`` when it holds one plan. Reads
+``DIR/manifest.json`` and the plan's unit files in ``OUT/units`` (each finished run's summary, config, deviations,
+per-epoch metrics, E2's curvature records and summary, E4's orbit figure data), nothing else, and writes
+``DIR/report.md`` with PNG figures beside it; unit files of other plans are listed as left out, never read further:
 
     e1_variance.png     E1: mean per-dimension std of the normalised projector output per epoch
     e1_condition.png    E1: covariance condition number of the projector output per epoch
@@ -11,7 +12,7 @@ writes ``DIR/report.md`` with PNG figures beside it:
     compression.png     E4/E5: compression factor (spread z / spread h), trained and untrained heads
 
 Exit codes: 0 written; 1 the grid cannot be read (no manifest.json, a file that is not JSON, nests too deep,
-is too large, not a regular file, or holds values of the wrong type; an unreadable run folder), each as one
+is too large, not a regular file, or holds values of the wrong type; an unreadable unit folder), each as one
 line naming the file; 2 usage; 4 the report cannot be written. Every file is read through ``scale.engine.read``
 and written through ``scale.engine.disk``.
 
@@ -22,7 +23,6 @@ from our numbers only; the paper's figure is printed beside it and never enters 
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import sys
@@ -35,6 +35,8 @@ from mini import paper_numbers as paper
 from scale.engine import disk, read
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_text
 from scale.geometry.probes import E3_PROTOCOL, HEADLINE_PROTOCOL
+from scale.grid.figures import figure_e1, figure_e2, figure_orbits, png, pyplot
+from scale.grid.records import load_grid
 from scale.runs.run_report import versions_table
 from scale.runs.summary import CurvatureSummary, GeometrySummary, RunSummary
 
@@ -47,88 +49,8 @@ def _paper_e2(key: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Loading
+# Loading: scale.grid.records (the manifest and the plan's unit files, checked)
 # --------------------------------------------------------------------------------------------
-
-
-# Keys of the run files the report reads as numbers: a file whose values there are not numbers is refused.
-METRIC_KEYS = ("h_std", "h_cond", "loss", "epoch")
-# The labels each experiment's section reads, and their types (bool is not a number here).
-LABEL_TYPES: dict[str, tuple[type, ...]] = {"head": (str,), "lr": (int, float), "bn": (bool,), "depth": (int,),
-                                            "init": (str,)}
-LABELS = {"E1": ("head", "bn", "lr"), "E2": ("init", "head"), "E5": ("depth", "head")}
-# The manifest's entries the report reads, with their types (scale.paper writes them).
-MANIFEST: dict[str, Any] = {"dataset": str, "backbone": str, "quick": bool, "command": str, "experiments": list[str],
-                            "assumptions": dict[str, str], "paper_choices": dict[str, dict[str, list[Any]]] | None,
-                            "versions": dict[str, str], "git_commit": str}
-DEVIATIONS = dict[str, tuple[Any, Any]]  # setting -> (paper, ours), deviations.json
-CURVATURE_KEYS = ("lambda_min", "lambda_max", "M_over_H", "n_negative", "n_negative_G", "epoch", "step")
-
-
-def _read_json(path: Path, kind: type = dict) -> Any:
-    return read.read_json(path, kind) if os.path.lexists(path) else None
-
-
-def _read_jsonl(path: Path, keys: tuple[str, ...]) -> list[dict[str, Any]]:
-    if not os.path.lexists(path):
-        return []
-    return [read.numbers(r, keys, f"{path} line {i}") for i, r in enumerate(read.read_jsonl(path), 1)]
-
-
-def _manifest_runs(manifest: dict[str, Any], where: Path) -> list[dict[str, Any]]:
-    """The manifest's run records, each with a plain-name ``name``, a string ``experiment`` and ``labels``."""
-    runs = manifest.get("runs")
-    if not isinstance(runs, list):
-        raise read.Unreadable(f"{where}: 'runs' is {type(runs).__name__} where a list of runs belongs")
-    for i, r in enumerate(runs):
-        ok = (isinstance(r, dict) and isinstance(r.get("name"), str) and isinstance(r.get("experiment"), str)
-              and isinstance(r.get("labels"), dict) and r["name"] not in ("", ".", "..") and "/" not in r["name"]
-              and "\0" not in r["name"])
-        if not ok:
-            raise read.Unreadable(f"{where}: run {i} is not a record of scale.paper (a plain 'name', an "
-                                  "'experiment' and 'labels')")
-        for key in LABELS.get(r["experiment"], ()):
-            v = r["labels"].get(key)
-            if isinstance(v, bool) is not (LABEL_TYPES[key] == (bool,)) or not isinstance(v, LABEL_TYPES[key]):
-                raise read.Unreadable(f"{where}: run {r['name']!r}: label {key!r} is {type(v).__name__}, not "
-                                      f"{' or '.join(t.__name__ for t in LABEL_TYPES[key])}")
-    for key, kind in MANIFEST.items():
-        if not read.fits(manifest.get(key), kind):
-            raise read.Unreadable(f"{where}: {key!r} is {type(manifest.get(key)).__name__}, not what scale.paper "
-                                  "writes there")
-    return runs
-
-
-def load_grid(out: Path) -> dict[str, Any]:
-    """The grid in ``out`` as the report reads it; ``read.Unreadable`` (exit 1) with one line for any file that is
-    not what scale.paper writes (not JSON, too deep or large, a FIFO, values of the wrong type, unreadable)."""
-    if not os.path.lexists(out / "manifest.json"):
-        raise FileNotFoundError(f"{out} has no manifest.json: not a grid directory of python -m scale.paper")
-    manifest = _read_json(out / "manifest.json")
-    runs = []
-    for r in _manifest_runs(manifest, out / "manifest.json"):
-        d = out / "runs" / r["name"]
-        if d.is_dir() and not os.access(d, os.R_OK | os.X_OK):
-            raise read.Unreadable(f"{d} cannot be read (permission denied); give it read permission or move it away")
-        summary = _read_json(d / "summary.json")
-        curvature = _read_json(d / "curvature_summary.json")
-        runs.append(dict(r, dir=d, config=_read_json(d / "config.json"),
-                         summary=None if summary is None else read.typed(lambda s=summary: RunSummary.from_dict(s),
-                                                                         str(d / "summary.json")),
-                         metrics=_read_jsonl(d / "metrics.jsonl", METRIC_KEYS),
-                         deviations=_deviations(d / "deviations.json"),
-                         curvature=_read_jsonl(d / "curvature.jsonl", CURVATURE_KEYS),
-                         curvature_summary=None if curvature is None else read.typed(
-                             lambda c=curvature: CurvatureSummary.from_dict(c), str(d / "curvature_summary.json"))))
-    return {"manifest": manifest, "runs": runs,
-            "log": _read_jsonl(out / "grid_log.jsonl", ("seconds", "runs_attempted"))}
-
-
-def _deviations(path: Path) -> dict[str, Any] | None:
-    found = _read_json(path)
-    if found is not None and not read.fits(found, DEVIATIONS):
-        raise read.Unreadable(f"{path} is not a deviations record of scale.paper (setting -> [paper, ours])")
-    return found
 
 
 def _status(r: dict[str, Any]) -> str:
@@ -185,133 +107,12 @@ def _probe(r: dict[str, Any], space: str, kind: str) -> float | None:
 # --------------------------------------------------------------------------------------------
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _png(fig) -> bytes:
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=100)
-    _plt().close(fig)
-    return buf.getvalue()
-
-
-def _curve(runs: list[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Epochs, mean and std over runs of ``key`` (runs cut to the shortest history)."""
-    series = [[m.get(key, math.nan) for m in r["metrics"]] for r in runs if r["metrics"]]
-    if not series:
-        return None
-    n = min(len(s) for s in series)
-    a = np.asarray([s[:n] for s in series], dtype=float)
-    return np.arange(1, n + 1), np.nanmean(a, axis=0), np.nanstd(a, axis=0)
-
-
-def figure_e1(runs: list[dict[str, Any]], key: str, ylabel: str) -> bytes | None:
-    e1 = [r for r in runs if r["experiment"] == "E1" and r["metrics"]]
-    if not e1:
-        return None
-    plt = _plt()
-    from matplotlib.ticker import MaxNLocator
-
-    lrs = sorted({r["labels"]["lr"] for r in e1})
-    fig, axes = plt.subplots(2, len(lrs), figsize=(3.6 * len(lrs), 6), squeeze=False, sharex=True)
-    for i, bn in enumerate((False, True)):
-        for j, lr in enumerate(lrs):
-            ax = axes[i][j]
-            for head in sorted({r["labels"]["head"] for r in e1}):
-                group = [r for r in e1 if r["labels"] == dict(head=head, bn=bn, lr=lr)]
-                c = _curve(group, key)
-                if c is None:
-                    continue
-                ep, m, s = c
-                ax.plot(ep, m, marker="o", ms=3, label=head)
-                ax.fill_between(ep, np.maximum(m - s, 1e-12), m + s, alpha=0.2)
-            ax.set_yscale("log")
-            ax.set_title(f"BatchNorm {'on' if bn else 'off'}, lr {lr:g}", fontsize=9)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_xlabel("epoch")
-            if j == 0:
-                ax.set_ylabel(ylabel)
-    axes[0][0].legend(fontsize=7)
-    return _png(fig)
-
-
-def figure_e2(runs: list[dict[str, Any]]) -> bytes | None:
-    e2 = [r for r in runs if r["experiment"] == "E2" and r["curvature"]]
-    if not e2:
-        return None
-    plt = _plt()
-    from matplotlib.ticker import MaxNLocator
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for r in e2:
-        label = f"{r['labels']['init']}/{r['labels']['head']}"
-        ep = [c["epoch"] for c in r["curvature"]]
-        ax1.plot(ep, [c["lambda_max"] for c in r["curvature"]], marker="o", ms=3, label=label)
-        ax2.plot(ep, [c["lambda_min"] for c in r["curvature"]], marker="o", ms=3, label=label)
-    scale = max(abs(c["lambda_max"]) for r in e2 for c in r["curvature"]) or 1.0
-    ax1.set_yscale("log")
-    ax1.set_title("lambda_max of H_eff", fontsize=9)
-    ax2.set_yscale("symlog", linthresh=max(1e-12, 1e-6 * scale))
-    ax2.axhline(0.0, color="grey", lw=0.5)
-    ax2.set_title("lambda_min of H_eff (symlog)", fontsize=9)
-    for ax in (ax1, ax2):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("epoch")
-        ax.legend(fontsize=7)
-    return _png(fig)
-
-
-def _pca2(X: np.ndarray) -> np.ndarray:
-    Xc = X - X.mean(0)
-    _, _, Vt = np.linalg.svd(Xc, full_matrices=False)
-    return Xc @ Vt[:2].T
-
-
-def figure_orbits(npz: Path) -> bytes | None:
-    if not os.path.lexists(npz):
-        return None
-    try:
-        with read.open_regular(npz) as fh:
-            data = dict(np.load(io.BytesIO(fh.read()), allow_pickle=False))
-        if not all(isinstance(data.get(k), np.ndarray) and data[k].ndim == 3 for k in ("z", "h", "h_untrained")) \
-                or data.get("labels") is None or len(data["labels"]) != len(data["z"]):
-            raise ValueError("not the arrays of scale.geometry.measure")
-    except (OSError, ValueError, EOFError, KeyError) as exc:
-        raise read.Unreadable(f"{npz} is not an orbits file of this project ({exc})") from None
-    plt = _plt()
-    spaces = [("z", "backbone z"), ("h", "head h(z)"), ("h_untrained", "untrained head (control)")]
-    fig, axes = plt.subplots(1, 3, figsize=(12, 4))
-    labels = data["labels"]
-    classes = sorted(set(labels.tolist()))
-    cmap = plt.get_cmap("tab10")
-    for ax, (key, title) in zip(axes, spaces):
-        F = data[key]  # (n_orbits, P, dim)
-        n, P, _ = F.shape
-        Y = _pca2(F.reshape(n * P, -1)).reshape(n, P, 2)
-        for o in range(n):
-            col = cmap(classes.index(int(labels[o])) % 10)
-            loop = np.concatenate([Y[o], Y[o][:1]])
-            ax.plot(loop[:, 0], loop[:, 1], "-", color=col, lw=0.8, alpha=0.7)
-            ax.scatter(Y[o][:, 0], Y[o][:, 1], color=col, s=10)
-        ax.set_title(f"{title}: PCA of its own points", fontsize=9)
-        ax.set_aspect("equal", adjustable="datalim")
-    fig.suptitle("E4 rotation orbits (one loop per image, colour = class)", fontsize=10)
-    return _png(fig)
-
-
 def figure_compression(groups: list[tuple[str, list[dict[str, Any]]]]) -> bytes | None:
     rows = [(name, [g for g in (_geo(r) for r in rs) if g]) for name, rs in groups]
     rows = [(n, g) for n, g in rows if g]
     if not rows:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(rows), 3.6))
     x = np.arange(len(rows))
     bars = ((-0.27, "compression", "trained head"), (0.0, "compression_untrained", "untrained head"),
@@ -326,7 +127,7 @@ def figure_compression(groups: list[tuple[str, list[dict[str, Any]]]]) -> bytes 
     ax.set_title(f"orbit compression (paper, CIFAR-10: {PAPER_COMPRESSION} trained, "
                  f"{PAPER_COMPRESSION_UNTRAINED} untrained)", fontsize=9)
     ax.legend(fontsize=7)
-    return _png(fig)
+    return png(fig)
 
 
 # --------------------------------------------------------------------------------------------
@@ -365,26 +166,25 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
             "e1_variance.png": figure_e1(runs, "h_std", "h std (normalised)"),
             "e1_condition.png": figure_e1(runs, "h_cond", "h covariance condition number"),
             "e2_curvature.png": figure_e2(runs),
-            "e4_orbits.png": figure_orbits(e3[0]["dir"] / "orbits.npz") if e3 else None,
+            "e4_orbits.png": figure_orbits(e3[0]["orbits"]) if e3 else None,
             "compression.png": figure_compression([("E3/E4 relu2", e3), *depth_groups]),
         }
         for name, png in pngs.items():
             if png is not None:
                 atomic_write_bytes(out / name, png)
 
-    calls = [rec for rec in grid["log"] if rec.get("name") == "(grid)"]
-    run_seconds = sum(rec.get("seconds", 0.0) for rec in grid["log"] if rec.get("name") != "(grid)")
+    run_seconds = sum(r["summary"].wall_seconds for r in runs if r["summary"] is not None)
     L: list[str] = [
         f"# The paper's grid on {dataset} / {backbone}{' (--quick)' if man['quick'] else ''}",
         "",
-        f"Generated by `{man['command']}`; regenerate this report from the run directories with "
-        f"`python -m scale.report {out}`; versions and commit at the end.",
+        f"Generated by `{man['command']}` from the plan's unit files in `units/` beside this folder; rebuild it from "
+        f"them with `python -m scale.report {out}` (or the same command with `--report-only`); versions and commit at "
+        "the end.",
         "",
         f"Runs: {sum(_status(r) == 'finished' for r in runs)} finished, "
         f"{sum(_status(r) == 'non-finite loss' for r in runs)} stopped on a non-finite loss, "
-        f"{sum(_status(r) not in ('finished', 'non-finite loss') for r in runs)} not finished, of {len(runs)}. "
-        f"Wall time of all run attempts: {run_seconds:.0f} s; `scale.paper` invocations (runs attempted, wall "
-        "time): " + (", ".join(f"({c.get('runs_attempted')}, {c['seconds']:.0f} s)" for c in calls) or "none") + ".",
+        f"{sum(_status(r) not in ('finished', 'non-finite loss') for r in runs)} not run (no unit file), of "
+        f"{len(runs)}. Wall time of the stored runs: {run_seconds:.0f} s.",
         "",
     ]
     if man["quick"]:
@@ -400,7 +200,7 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
     # Deviations, collected per experiment: setting -> set of (paper, ours)
     L += ["## Deviations from the paper's settings", "",
           "Computed from each run's saved config.json against the paper's settings in docs/paper.md "
-          "(per run in `runs/NAME/deviations.json`).",
+          "(per run in its unit file).",
           "", "| experiment | setting | paper | ours |", "|---|---|---|---|"]
     for exp in man["experiments"]:
         seen: dict[str, set[str]] = {}
@@ -441,6 +241,10 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
         L.append(f"| {r['name']} | {_status(r)} | {s.epochs_done} | "
                  f"{'-' if loss is None else f'{loss:.4f}'} | {s.wall_seconds:.1f} | "
                  f"{len(r['deviations'] or {})} |")
+    if grid["ignored"]:  # other plans share OUT/units: named, never read further nor touched
+        L += ["", f"## Unit files left out ({len(grid['ignored'])})", "",
+              "In `units/` beside this plan's folder, of another plan or with another key than this plan's run:", ""]
+        L += [f"- {line}" for line in grid["ignored"]]
     L += ["", "## Versions", "", *versions_table(man["versions"], man["git_commit"])]
     path = out / "report.md"
     atomic_write_text(path, "\n".join(L))
@@ -661,14 +465,29 @@ def _section_e5(e5) -> list[str]:
     return L
 
 
+def plan_folder(folder: Path) -> Path:
+    """``folder`` itself when it holds a manifest.json; else the one grid plan folder in it (``OUT`` of a single
+    plan). Several plans there: ``FileNotFoundError`` naming them (choose one)."""
+    if os.path.lexists(folder / "manifest.json") or not folder.is_dir():
+        return folder
+    plans = sorted(p.name for p in folder.glob("grid-*") if os.path.lexists(p / "manifest.json"))
+    if len(plans) == 1:
+        return folder / plans[0]
+    if plans:
+        raise FileNotFoundError(f"{folder} holds {len(plans)} grid plans ({', '.join(plans)}): name one, e.g. "
+                                f"python -m scale.report {folder / plans[0]}")
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] in ("-h", "--help"):
-        print("usage: python -m scale.report DIR   (DIR: a grid directory written by python -m scale.paper)",
+        print("usage: python -m scale.report DIR   (DIR: a grid plan folder OUT/grid-... written by python -m "
+              "scale.paper, or its OUT when it holds one plan)",
               file=sys.stderr if len(args) != 1 else sys.stdout)
         return 0 if args and args[0] in ("-h", "--help") else 2
     try:
-        path = write_report(Path(args[0]))
+        path = write_report(plan_folder(Path(args[0])))
     except (FileNotFoundError, read.Unreadable, disk.NotOurs) as exc:
         print(f"scale.report: error: {exc}", file=sys.stderr)
         return 1 if not isinstance(exc, disk.NotOurs) else exc.code

@@ -228,15 +228,17 @@ def test_paper_never_rewrites_the_manifest_of_another_plan(tmp_path, capsys):
 
     out = tmp_path / "grid"
     assert paper.main([*PAPER, "--out", str(out)]) == 0
-    before = snapshot(out)
-    other = [*PAPER, "--epochs", "2"]  # the last --epochs counts: every run planned otherwise
-    assert paper.main([*other, "--out", str(out)]) == EXIT_USAGE
-    assert "another plan" in capsys.readouterr().err and snapshot(out) == before
+    (home,) = list(out.iterdir())  # the plan's own folder
+    before = snapshot(home)
+    other = [*PAPER, "--epochs", "2"]  # the last --epochs counts: another plan, in its own folder
+    assert paper.main([*other, "--out", str(out)]) == 0
+    assert snapshot(home) == before and len(list(out.iterdir())) == 2
     assert paper.main([*PAPER, "--seeds", "2", "--out", str(out)]) == 0  # more seeds: the same grid, extended
-    (out / "manifest.json").write_text("my notes, not a manifest")
+    (home / "manifest.json").write_text("my notes, not a manifest")
     mine = snapshot(out)
     assert paper.main([*PAPER, "--out", str(out)]) != 0
-    assert snapshot(out) == mine and set(before) == set(mine)
+    assert "it was left as it is" in capsys.readouterr().err
+    assert snapshot(out) == mine and set(before) == set(snapshot(home))
 
 
 def test_report_never_replaces_a_report_it_did_not_write(tmp_path, capsys):
@@ -245,7 +247,8 @@ def test_report_never_replaces_a_report_it_did_not_write(tmp_path, capsys):
     out = tmp_path / "grid"
     assert paper.main([*PAPER, "--out", str(out)]) == 0
     assert report.main([str(out)]) == 0 and report.main([str(out)]) == 0  # its own report: replaced
-    (out / "report.md").write_text("# my own notes\n")
+    (home,) = list(out.iterdir())  # the plan's own folder, where the report is
+    (home / "report.md").write_text("# my own notes\n")
     before = snapshot(out)
     assert report.main([str(out)]) == EXIT_USAGE
     assert "not its own" in capsys.readouterr().err and snapshot(out) == before

@@ -24,6 +24,7 @@ ALLOWED = {  # package -> the scale packages its modules may import (besides its
     "ledger": {"engine", "runs", "curvature", "geometry", "paper", "e4_study", "launch"},
     "launch": {"engine"},  # units as jobs (submitit), used by the commands and the grid's units
     "analysis": {"engine", "runs", "curvature", "geometry"},  # scale.analyze's measurements, as a library
+    "grid": {"engine", "runs", "launch", "ledger"},  # scale.paper's plan and units, stored as the ledger stores
 }
 COMMANDS = {p.stem for p in SCALE.glob("*.py") if p.stem != "__init__"}
 

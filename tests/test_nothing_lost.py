@@ -148,8 +148,8 @@ def build_tree(tmp: Path, entries: list[Entry], with_run: bool, with_grid: bool,
     out.mkdir()
     if with_run:
         shutil.copytree(templates["run"], out / "r")
-    if with_grid:
-        shutil.copy2(templates["grid"] / "manifest.json", out / "manifest.json")
+    if with_grid:  # the grid's plan folder (OUT/grid-...: its manifest)
+        shutil.copytree(templates["grid"], out, dirs_exist_ok=True)
     if with_study:  # the results of another plan (7 epochs): scale.e4_study must refuse them, never rewrite
         (out / "results.json").write_text(json.dumps({"dataset": "digits", "epochs": 7, "command": "x", "seeds": [
             {"seed": 0, "config": {"epochs": 7}, "protocols": {}}]}))
@@ -229,20 +229,35 @@ PROGRAM = {"resume": "run"}  # the documented exit codes of each command are its
 
 REPLICATE = ["-m", "scale.replicate", "--quick", "--threads", "1"]
 
+# A user's entry in a unit's work folder: (name, kind). The trainer's own names (checkpoint.pt, metrics.jsonl) and
+# another; the link and the hard link point at a file outside --out.
+WORK_HAZARDS = [("notes.txt", "file"), ("checkpoint.pt", "symlink"), ("checkpoint.pt", "hardlink"),
+                ("metrics.jsonl", "fifo"), ("config.json", "symlink")]
+
 
 @_seeded
 @settings(**{**_profile, "max_examples": max(1, EXAMPLES // 5), "phases": [Phase.explicit, Phase.generate]})
 @given(first=st.sampled_from(["5/64", "0/64"]), second=st.sampled_from(["1/2", "0/64"]),
-       seeds=st.sampled_from([None, "1"]))
-def test_replicate_keeps_every_stored_unit(first, second, seeds):
+       seeds=st.sampled_from([None, "1"]), planted=st.sampled_from(WORK_HAZARDS))
+def test_replicate_keeps_every_stored_unit(first, second, seeds, planted):
     """``scale.replicate`` into an ``--out`` holding a ledger of another plan (the committed first-format ledger,
     ``docs/replication/v1``: 5 seeds, 160 units in one results.json) with ``--quick``, a shard, or fewer seeds, twice:
     every stored unit is still there afterwards, as a unit file of its plan, and no unit file written by the first
-    invocation is rewritten or removed by the second."""
+    invocation is rewritten or removed by the second. The units' work folders (``scale.ledger.work``, their
+    checkpoints) may hold a user's entry (``planted`` in every other unit's folder: a file, a link or a FIFO under
+    a name of the trainer's own or another): it is as it was afterwards, the link's target too, and no other work
+    folder outlives its unit's file."""
     with tempfile.TemporaryDirectory() as name:
         out = Path(name) / "ledger"
         shutil.copytree(ROOT / "docs" / "replication" / "v1", out)
         (out / "notes.txt").write_text("mine")
+        outside = Path(name) / "outside"
+        outside.mkdir()
+        (outside / "bashrc").write_bytes(b"export PATH=$HOME/bin:$PATH\n")
+        folders = quick_work_folders(out, int(seeds or 2))
+        made = [plant(d, planted, outside) for d in folders[::2]]
+        made_before = {str(p): state(p) for p in made}
+        outside_before = snapshot(outside)
         stored = units(out / "results.json")
         assert len(stored) == 160  # the committed first-format ledger: 5 seeds of every unit
         after: dict[str, bytes] = {}
@@ -250,13 +265,43 @@ def test_replicate_keeps_every_stored_unit(first, second, seeds):
             argv = [*REPLICATE, "--out", str(out), "--shard", shard, *(["--seeds", seeds] if seeds else [])]
             done = run_command(argv, Path(name))
             assert done.returncode in (0, 1, 2, 4), done.stderr[-2000:]
+            assert "Traceback" not in done.stderr, done.stderr[-2000:]
             assert (out / "notes.txt").read_text() == "mine"
+            changed = [p for p, was in made_before.items() if not os.path.lexists(p) or state(Path(p)) != was]
+            assert not changed, f"the user's entries in work folders changed or went: {changed[:3]}"
+            assert snapshot(outside) == outside_before, "something outside --out changed"
             files = unit_files(out)
             rewritten = sorted(k for k, v in after.items() if files.get(k) != v)
             assert not rewritten, f"unit files rewritten or removed by a later invocation: {rewritten[:3]}"
             after = files
             lost = stored - {k.split("--")[1] for k in files if k.startswith("v1--")}
             assert not lost, f"{len(lost)} of {len(stored)} stored units lost, e.g. {sorted(lost)[:3]}"
+            litter = [d.name for d in folders[1::2] if d.is_dir() and f"{d.name}.json" in files]
+            assert not litter, f"work folders outlived their unit files: {litter[:3]}"
+
+
+def quick_work_folders(out: Path, seeds: int) -> list[Path]:
+    """The work folder of every unit of the ``--quick`` plan at 1 thread on the CPU (``scale.ledger.work``)."""
+    from scale.ledger import runner, work
+
+    settings = runner.plan_settings("digits", True, None, "cpu", 1)
+    return [work.work_dir(out, runner.plan_id(settings), name, "cpu", 1, key)
+            for name, key in runner.expected_keys(settings, seeds).items()]
+
+
+def plant(folder: Path, hazard: tuple[str, str], outside: Path) -> Path:
+    name, kind = hazard
+    folder.mkdir(parents=True, exist_ok=True)
+    p = folder / name
+    if kind == "file":
+        p.write_bytes(b"the user's\n")
+    elif kind == "symlink":
+        p.symlink_to(outside / "bashrc")
+    elif kind == "hardlink":
+        os.link(outside / "bashrc", p)
+    else:
+        os.mkfifo(p)
+    return p
 
 
 def unit_files(out: Path) -> dict[str, bytes]:

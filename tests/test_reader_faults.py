@@ -28,18 +28,34 @@ DEEP = b"[" * 200_000 + b"]" * 200_000  # Python's decoder recurses: RecursionEr
 
 
 def _grid(root: Path) -> Path:
-    """A grid as scale.paper leaves it, with one finished E1 run (the files the report reads)."""
-    run = root / "runs" / "e1-linear"
-    run.mkdir(parents=True)
-    (root / "manifest.json").write_text(json.dumps({
+    """A grid plan folder as scale.paper leaves it, with one finished E1 run's unit file (what the report reads)."""
+    from scale.grid import units
+
+    grid = root / "grid-000000000000"
+    grid.mkdir(parents=True)
+    (grid / "manifest.json").write_text(json.dumps({
         "dataset": "synthetic", "backbone": "resnet18", "quick": True, "command": "python -m scale.paper --quick",
         "experiments": ["E1"], "assumptions": {"E1": "x"}, "paper_choices": None, "versions": {"torch": "2"},
         "git_commit": "abc",
         "runs": [{"name": "e1-linear", "experiment": "E1", "labels": {"head": "linear", "bn": False, "lr": 0.05},
                   "argv": [], "paper": {}}]}))
-    (run / "summary.json").write_text(json.dumps({"status": "finished", "epochs_done": 1, "wall_seconds": 1.0}))
-    (run / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "loss": 0.5, "h_std": 0.1, "h_cond": 10.0}) + "\n")
-    return root
+    _unit(grid).parent.mkdir()
+    _unit(grid).write_text(json.dumps({
+        "status": "finished", "summary": {"status": "finished", "epochs_done": 1, "wall_seconds": 1.0},
+        "metrics": [{"epoch": 1, "loss": 0.5, "h_std": 0.1, "h_cond": 10.0}]}))
+    assert units.run_key([], {}, False) == _unit(grid).stem.rsplit("--", 1)[1]
+    return grid
+
+
+def _unit(grid: Path) -> Path:
+    from scale.grid import units
+
+    return grid.parent / "units" / f"{grid.name}--e1-linear--cpu-t1--{units.run_key([], {}, False)}.json"
+
+
+def _damage(grid: Path, **fields) -> None:
+    unit = json.loads(_unit(grid).read_text())
+    _unit(grid).write_text(json.dumps({**unit, **fields}))
 
 
 def _report(grid: Path, capsys) -> tuple[int, list[str]]:
@@ -48,16 +64,17 @@ def _report(grid: Path, capsys) -> tuple[int, list[str]]:
 
 
 def test_the_intact_grid_is_reported(tmp_path, capsys):  # the control: the damage below is what is refused
-    assert _report(_grid(tmp_path), capsys)[0] == 0 and (tmp_path / "report.md").is_file()
+    grid = _grid(tmp_path)
+    assert _report(grid, capsys)[0] == 0 and "| e1-linear | finished | 1 |" in (grid / "report.md").read_text()
 
 
 @pytest.mark.parametrize("case", ["deep manifest", "random bytes manifest", "list manifest", "list as runs",
                                   "string metric", "list metric", "summary status a number",
                                   "summary final a list", "summary probe a string", "manifest a FIFO",
-                                  "label lr a string", "experiments a string", "deviations a list"])
+                                  "label lr a string", "experiments a string", "deviations a list", "deep unit",
+                                  "metrics a dict", "orbits a string"])
 def test_a_damaged_grid_is_one_line_and_exit_1(tmp_path, capsys, case):
     grid = _grid(tmp_path)
-    run = grid / "runs" / "e1-linear"
     summary = {"status": "finished", "epochs_done": 1, "wall_seconds": 1.0}
     if case == "deep manifest":
         (grid / "manifest.json").write_bytes(DEEP)
@@ -69,15 +86,15 @@ def test_a_damaged_grid_is_one_line_and_exit_1(tmp_path, capsys, case):
         m = json.loads((grid / "manifest.json").read_text())
         (grid / "manifest.json").write_text(json.dumps({**m, "runs": [[1]]}))
     elif case == "string metric":
-        (run / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "h_std": "high", "h_cond": 1.0}) + "\n")
+        _damage(grid, metrics=[{"epoch": 1, "h_std": "high", "h_cond": 1.0}])
     elif case == "list metric":
-        (run / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "h_std": [0.1], "h_cond": 1.0}) + "\n")
+        _damage(grid, metrics=[{"epoch": 1, "h_std": [0.1], "h_cond": 1.0}])
     elif case == "summary status a number":
-        (run / "summary.json").write_text(json.dumps({**summary, "status": 5}))
+        _damage(grid, summary={**summary, "status": 5})
     elif case == "summary final a list":
-        (run / "summary.json").write_text(json.dumps({**summary, "final": [1, 2]}))
+        _damage(grid, summary={**summary, "final": [1, 2]})
     elif case == "summary probe a string":
-        (run / "summary.json").write_text(json.dumps({**summary, "class_probe": "high"}))
+        _damage(grid, summary={**summary, "class_probe": "high"})
     elif case == "manifest a FIFO":
         (grid / "manifest.json").unlink()
         os.mkfifo(grid / "manifest.json")
@@ -89,27 +106,33 @@ def test_a_damaged_grid_is_one_line_and_exit_1(tmp_path, capsys, case):
         m = json.loads((grid / "manifest.json").read_text())
         (grid / "manifest.json").write_text(json.dumps({**m, "experiments": "E1"}))
     elif case == "deviations a list":
-        (run / "deviations.json").write_text("[]")
+        _damage(grid, deviations=[])
+    elif case == "deep unit":
+        _unit(grid).write_bytes(DEEP)
+    elif case == "metrics a dict":
+        _damage(grid, metrics={"epoch": 1})
+    elif case == "orbits a string":
+        _damage(grid, orbits="a picture")
     code, err = _report(grid, capsys)
     assert code == EXIT_INPUT and len(err) == 1 and err[0].startswith("scale.report: error: "), err
     assert not (grid / "report.md").exists()
 
 
-def test_an_unreadable_run_folder_is_one_line_and_exit_1(tmp_path):
-    """A run folder without read permission (a real one: the child runs without root's capability to read all)."""
+def test_an_unreadable_unit_file_is_one_line_and_exit_1(tmp_path):
+    """A unit file without read permission (a real one: the child runs without root's capability to read all)."""
     if os.geteuid() == 0 and (shutil.which("setpriv") is None
                               or subprocess.run([*DROP, "true"], capture_output=True).returncode != 0):
         pytest.skip("running as root and unable to drop the capability to read anything")
-    grid = _grid(tmp_path / "grid")
-    run = grid / "runs" / "e1-linear"
-    run.chmod(0)
+    grid = _grid(tmp_path / "out")
+    unit = _unit(grid)
+    unit.chmod(0)
     try:
         done = subprocess.run([*(DROP if os.geteuid() == 0 else []), sys.executable, "-m", "scale.report", str(grid)],
                               capture_output=True, text=True, env=ENV, timeout=120)
     finally:
-        run.chmod(0o755)
+        unit.chmod(0o644)
     err = done.stderr.strip().splitlines()
-    assert done.returncode == EXIT_INPUT and len(err) == 1 and str(run) in err[0], done.stderr
+    assert done.returncode == EXIT_INPUT and len(err) == 1 and str(unit) in err[0], done.stderr
     assert not (grid / "report.md").exists()
 
 

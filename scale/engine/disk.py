@@ -14,8 +14,9 @@ The rules (``docs/disk.md`` states them for users, with the tests that hold each
    folder you name replaces its outputs there only beside its own record (``check_outputs_ours``).
 3. Check first, delete after: the callers compute a ``Removal`` (what would go), run every check they can,
    and only then ``Removal.apply()``.
-4. Stores of results are append-only: a command of another plan refuses (``scale.paper``'s and
-   ``scale.e4_study``'s plan checks), it never rewrites another plan's files.
+4. Stores of results are append-only: one file per unit written once (``write_once``), a grid plan's other
+   files in its own folder; a command of another plan refuses (``scale.e4_study``'s plan check) or keeps to
+   its own files; it never rewrites another plan's.
 5. No setting from a file authorises a deletion (``scale.runs.config_file`` refuses ``overwrite``).
 
 Readers live in ``scale.engine.read`` (bounded, typed, non-blocking); this module only writes and deletes.
@@ -210,17 +211,22 @@ class Removal:
         return [p.name for p in self.files] + [d.name + "/" for d, _ in self.folders]
 
     def check(self) -> None:
-        """``NotOurs`` naming the first entry that is not the project's kind of file (rule 1 and 2)."""
+        """``NotOurs`` naming the first entry that is not the project's kind of file (rule 1 and 2). A folder may
+        hold folders listed before it (removed first, so it is empty of them by then)."""
         for p in self.files:
             check_replaceable(p)
+        listed: set[Path] = set()
         for d, pattern in self.folders:
             st = _lstat(d)
             if st is not None and not stat.S_ISDIR(st.st_mode):
                 raise NotOurs(f"{d} is {_kind(st)}, not a folder the project wrote; nothing was deleted")
             for q in (d.iterdir() if st is not None else ()):
                 qs = os.lstat(q)
+                if q in listed and stat.S_ISDIR(qs.st_mode):
+                    continue
                 if not (_ours(qs) and (pattern.match(q.name) or temporary_of(q, pattern.match))):
                     raise NotOurs(f"{q} was not written by the project ({_kind(qs)}); nothing was deleted")
+            listed.add(d)
 
     def apply(self) -> None:
         """Check again (the folder is locked, but a user may still have moved things), then delete."""

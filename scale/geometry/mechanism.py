@@ -186,8 +186,15 @@ class ParameterDrift(Hook):
     def _parts(self, state) -> dict[str, nn.Module]:
         return {"head": state.model.projector, "backbone": state.model.backbone}
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"last": dict(self.last)}  # a checkpoint mid-epoch resumes against the last epoch's weights
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.last = dict(state["last"])
+
     def on_fit_start(self, state) -> None:
-        self.last = {k: self._flat(m) for k, m in self._parts(state).items()}
+        if not self.last:  # (resumed: the weights of the last epoch end came with the checkpoint)
+            self.last = {k: self._flat(m) for k, m in self._parts(state).items()}
 
     def on_epoch_start(self, state) -> None:
         if not self.last:

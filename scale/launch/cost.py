@@ -48,8 +48,7 @@ def print_cost(module: str, raw: list[str], units: list[tuple[str, float]], basi
     longest = max((sec for _, sec in units), default=0.0)
     if longest > 60 * res.time_min:
         log(f"  note: the longest unit (~{longest / 60:.0f} min) exceeds --time-min {res.time_min}: it will be "
-            "requeued from its checkpoint" + (" (a ledger unit keeps none: raise --time-min)"
-                                               if module == "scale.replicate" else ""))
+            "requeued from its checkpoint (written at every epoch end)")
     for name, _ in units[:3]:
         log(f"  job {name}: python -m {module} {shlex.join(job_command(module, raw, name))}")
     if len(units) > 3:

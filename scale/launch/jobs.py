@@ -3,8 +3,8 @@
 Each unit is one job whose function is ``CommandJob``: the command's own ``main`` with ``--launcher local
 --units NAME``, so a job runs the very code path of a local run and writes the unit's one immutable file. The
 job is ``submitit.helpers.Checkpointable``: on a timeout or preemption (submitit's USR2) it is requeued with the
-same command, which resumes the unit from what it left (a grid run from its checkpoint.pt; a ledger unit, which
-keeps no checkpoint, from its start), at most ``Resources.requeues`` times.
+same command, which resumes the unit from its last checkpoint (a grid run from its run directory's checkpoint.pt;
+a ledger unit from its work folder's, ``scale.ledger.work``), at most ``Resources.requeues`` times.
 
     slurm       ``submitit.AutoExecutor(cluster="slurm")``: the units of one invocation as one job array
     local-jobs  ``submitit.LocalExecutor``: real subprocesses on this machine, the same pickled submission; one

@@ -14,7 +14,6 @@ One job per module, in the order the data flows:
     evaluate    a claim's row: values, interval, verdict, Holm, leave-one-seed-out, seeds needed, alternatives
     report      the views (results.json, report.md) of one plan, derived from the store
     figures     the report's figures
-    grid_units  scale.paper's runs in the same store: one immutable file per finished run, results.json from them
 
 ``python -m scale.replicate`` is the command line over it.
 """

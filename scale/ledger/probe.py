@@ -4,6 +4,7 @@ r"""The ledger's measurements during training: Section 3's conditioning and E2's
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from typing import Any
@@ -125,12 +126,24 @@ class LedgerProbe(Hook):
         return {**curvature_mechanism(state.model, state.config, self.x),
                 **residual_record(state.model, state.config, self.x)}
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps (``scale.ledger.work``): the start and the records as JSON text, the form the
+        unit file stores them in (NumPy scalars as the store writes them), and the seconds spent."""
+        return {"start": json.dumps(self.start, default=str), "records": json.dumps(self.records, default=str),
+                "seconds": self.seconds}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.start, self.records = json.loads(state["start"]), json.loads(state["records"])
+        self.seconds = float(state["seconds"])
+
     def on_fit_start(self, state) -> None:
         import torch
 
         tr = self.trainer
         with torch.random.fork_rng(devices=[]):  # the training's own random stream stays untouched
             self.x = tr.augment.views(tr.train_x[:self.pairs], seed=PROBE_SEED)
+        if self.start:  # resumed from a checkpoint: the start was measured (and the model collapsed) before it
+            return
         collapsed: dict[str, Any] = {}
         if self.collapse:  # the paper's start (weights x 0.1), then collapsed in the measured statistic
             from scale.geometry.mechanism import collapsed_start_

@@ -11,6 +11,10 @@ Before the first unit: the registration (``scale.ledger.store.register``: the ru
 commit) and a results.json view holding it. Rules that differ from the registered ones are refused unless the
 change is logged as an amendment (``--amend REASON``). ``--budget-s`` stops starting units once that many
 seconds have passed (a unit started runs to its end).
+
+A unit's trainings checkpoint in its work folder (``scale.ledger.work``: ``OUT/work/`` + the unit file's name),
+so a unit stopped mid-way (SIGTERM, a requeued job, a lost node) resumes there when it runs again; the folder is
+removed once the unit's file is written.
 """
 
 from __future__ import annotations
@@ -135,6 +139,7 @@ def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Call
     from scale.engine.signals import stop_on_signals
     from scale.engine.train import Interrupted
     from scale.ledger.units import run_unit
+    from scale.ledger.work import remove, work_dir
     from scale.paper import deviations
     from scale.runs.run_report import versions
 
@@ -160,9 +165,10 @@ def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Call
                     "invocation")
                 break
             t0 = time.perf_counter()
+            work = work_dir(out, pid, u.name, args.device, args.threads, u.key_hash())
             try:
-                rec = run_unit(u, args.dataset, data, args.device, args.quick, args.data_dir, log)
-            except (KeyboardInterrupt, Interrupted, OSError, DataError):
+                rec = run_unit(u, args.dataset, data, args.device, args.quick, args.data_dir, log, work)
+            except (KeyboardInterrupt, Interrupted, OSError, DataError, StoreError):  # the store's, not the unit's
                 raise
             except Exception as exc:  # one broken unit must not lose the rest; recorded, retried next time
                 import traceback
@@ -176,6 +182,9 @@ def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Call
                        else {})
             if rec["status"] in DONE:
                 store.save_unit(out, pid, u.name, args.device, args.threads, u.key_hash(), rec)
+                kept = remove(work)  # the checkpoints served their unit, whose file now stands
+                if kept:
+                    log(f"  {u.name}: {kept}")
                 on_change()
             log(f"  [{i + 1}/{len(todo)}] {u.name}: {rec['status']}, {rec['seconds']:.1f} s")
     log(f"scale.replicate: {len(todo)} units in {time.perf_counter() - t_all:.0f} s")

@@ -1,0 +1,11 @@
+"""The paper's grid E1-E5 (``python -m scale.paper``): its plan and its runs as units, one folder per plan.
+
+    plan     the runs, each with its scale.run arguments and the paper's value of every setting it checks;
+             the paper's settings, the assumptions, the deviations of a resolved config
+    state    a run directory's state (done, resume, new) and the manifest of another plan, refused
+    units    each run's key, its one immutable unit file, the plan's folder, the views derived from the unit
+             files, the cost of the runs left
+
+The command line, the run of each unit (``scale.run`` in this process or as a job) and the checks that resolve a
+config through ``scale.run`` are ``scale.paper``; the report is ``scale.report``.
+"""

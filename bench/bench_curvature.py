@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -233,6 +234,34 @@ def table(state: str, res: list[dict]) -> list[str]:
 
 SWEEP_STATES = ["init", "epoch 1", "epoch 3", "epoch 5"]  # the states the sweep reports (EPOCHS of training)
 EPOCHS = 5  # "mid-training": a few epochs of SimSiam on digits (the paper trains for hundreds)
+CROWDED = "epoch 4"  # "crowded": the most crowded block ends found (gap at lambda_min's block 4.2e-4 of the scale at
+# n = 8; epochs 1-15 of a 15-epoch run reached 1.6e-3 at the least; BENCHMARKS.md)
+
+
+def resolve_states(names: list[str]) -> tuple[int, list[str]]:
+    """The length of the run to train and the snapshots asked, from ``--states`` names: ``init``, ``epoch E``
+    (1 <= E), ``crowded`` (``CROWDED`` of the ``EPOCHS``-epoch run). One run serves every name: the longest asked, at
+    least ``EPOCHS`` (the schedule is cosine over the whole run, so ``epoch 5`` of a longer run is another state than
+    that of a 5-epoch run). Raises ``ValueError`` naming the valid forms, or when ``crowded`` is asked with a longer
+    run."""
+    epochs, out = EPOCHS, []
+    for name in names:
+        e = _epoch_of(CROWDED) if name == "crowded" else 0 if name == "init" else _epoch_of(name)
+        if e is None:
+            raise ValueError(f"unknown state {name!r}; valid: 'init', 'epoch E' (E >= 1), 'crowded'")
+        epochs = max(epochs, e)
+        out.append(name)
+    if "crowded" in out and epochs > EPOCHS:
+        raise ValueError(f"'crowded' is {CROWDED} of the {EPOCHS}-epoch run; ask states of a {epochs}-epoch run apart")
+    return epochs, out
+
+
+def _epoch_of(name: str) -> int | None:
+    head, _, num = name.partition(" ")
+    return int(num) if head == "epoch" and num.isdigit() and int(num) >= 1 else None
+
+
+CROWDED_LABEL = f"crowded ({CROWDED})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -266,19 +295,23 @@ def main(argv: list[str] | None = None) -> int:
              "every block). "
              f"Medians of {args.repeats} interleaved rounds; the machine may be shared: absolute times are noisy, the "
              "ratios (interleaved) and the product counts are what to read.", ""]
-    official = training_states(OFFICIAL, EPOCHS, max([*args.sweep_rows, *args.rows]), threads=args.threads,
+    try:
+        epochs, names = resolve_states(args.states)
+    except ValueError as e:
+        log(f"bench_curvature: {e}")
+        return 2
+    official = training_states(OFFICIAL, epochs, max([*args.sweep_rows, *args.rows]), threads=args.threads,
                                log=log) if (args.sweep_rows or args.rows) else None
+    if official and "crowded" in names:  # CROWDED, named for what it is here
+        official = [replace(s, name=CROWDED_LABEL) if s.name == CROWDED else s for s in official]
+        names = [CROWDED_LABEL if x in ("crowded", CROWDED) else x for x in names]
     if args.sweep_rows:
-        unknown = sorted(set(args.states) - {s.name for s in official})
-        if unknown:
-            log(f"bench_curvature: unknown states {unknown}; valid: {[s.name for s in official]}")
-            return 2
-        title = [f"## States of training: the official tracker's network, SimSiam on digits ({EPOCHS} epochs)", ""]
+        title = [f"## States of training: the official tracker's network, SimSiam on digits ({epochs} epochs)", ""]
 
         def partial(res: list[dict]) -> None:  # what is done so far, in the results file
             write_atomic(args.out, "\n".join([*lines, *title, *sweep_table(res), "", "(run in progress)"]))
 
-        res = sweep(official, args.states, args.sweep_rows, args.repeats, log, partial)
+        res = sweep(official, names, args.sweep_rows, args.repeats, log, partial)
         lines += [*title, *sweep_table(res), ""]
     for name, states, rows, digits in (("official", official, args.rows, False),
                                        ("digits", None, args.digits_rows, True)):

@@ -60,6 +60,28 @@ def cold_runs(state, rows: int) -> dict:
     return {"ends": ends, "record": record}
 
 
+def gaps(state, rows: int) -> dict:
+    """The spectral gaps ``(lambda_2 - lambda_1) / max|lambda|`` at ``state`` on ``rows`` probe rows: of the block
+    holding ``lambda_min``, their median and their least over the blocks (what sets the per-block Lanczos' steps)."""
+    eig = exact_spectrum(state, rows)
+    scale = float(eig.abs().max())
+    g = (eig[:, 1] - eig[:, 0]) / scale
+    return {"state": state.name, "rows": rows, "gap_at_min": float(g[int(eig[:, 0].argmin())]),
+            "gap_median": float(g.median()), "gap_least": float(g.min())}
+
+
+def gaps_table(states: list, rows: list[int], log) -> list[str]:
+    """``gaps`` of every snapshot at every row count: where the block ends crowd along the run."""
+    lines = ["| state | n | gap at lambda_min's block | median gap | least gap |", "|---|---|---|---|---|"]
+    for state in states:
+        for n in rows:
+            r = gaps(state, n)
+            log(f"bench_curvature: gaps at {state.name}, n = {n}: {r['gap_at_min']:.1e} / {r['gap_median']:.1e}")
+            lines.append(f"| {r['state']} | {n} | {r['gap_at_min']:.1e} | {r['gap_median']:.1e} | "
+                         f"{r['gap_least']:.1e} |")
+    return lines
+
+
 def compare_state(state, rows: int, repeats: int, warm: dict | None) -> dict:
     from scale.curvature.closed_form import blockwise_ends
     from scale.curvature.tracking import measure

@@ -278,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="interleaved rounds (default: 3)")
     p.add_argument("--threads", type=int, default=1, help="torch threads, fixed (default: 1)")
     p.add_argument("--quick", action="store_true", help="8 rows, 1 round, two states: checks that it runs")
+    p.add_argument("--gaps", action="store_true",
+                   help="only the spectral gaps of every snapshot of the run (no timing) at --sweep-rows")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     if args.quick:
@@ -305,6 +307,14 @@ def main(argv: list[str] | None = None) -> int:
     if official and "crowded" in names:  # CROWDED, named for what it is here
         official = [replace(s, name=CROWDED_LABEL) if s.name == CROWDED else s for s in official]
         names = [CROWDED_LABEL if x in ("crowded", CROWDED) else x for x in names]
+    if args.gaps:
+        from bench._curvature_states import gaps_table
+
+        lines += [f"## Spectral gaps along the run: every snapshot of the {epochs}-epoch run", "",
+                  *gaps_table(official, args.sweep_rows, log), ""]
+        write_atomic(args.out, "\n".join(lines))
+        print("\n".join(lines))
+        return 0
     if args.sweep_rows:
         title = [f"## States of training: the official tracker's network, SimSiam on digits ({epochs} epochs)", ""]
 

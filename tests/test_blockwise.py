@@ -163,3 +163,26 @@ def test_a_discarded_float32_run_is_counted_in_the_kept_result(monkeypatch):
     assert info["recurrence"] == "float64"
     assert kept.n_products == runs[0][2] + runs[1][2]
     assert kept.product_cost == pytest.approx(runs[0][3] + runs[1][3])
+
+
+def test_a_block_end_near_an_inner_eigenvalue_is_not_let_go():
+    """Under ``goal="ends"`` a block's lowest end is let go only when ``theta_1 - e > best`` with ``e`` the larger of
+    the residual and the eigenvalue bound ``r^2 / gap``. The Ritz state of the official tracker's block that the
+    residual alone let go (epoch 4, n = 128, step 15; relative to the scale): ``theta_1 = -0.0756`` with residual
+    0.007, a second Ritz value 0.0056 above it with residual 0.003 (bound 0.007^2 / 0.0026 = 0.019), the best Ritz
+    value of another block -0.0847; the block's lowest eigenvalue was -0.0856, below it. ``theta_1 - r = -0.0826``
+    clears the best (let go before, a wrong lambda_min); ``theta_1 - bound = -0.0945`` does not. Control: the same
+    block with a far second Ritz value (bound below the residual) is let go on its residual, as before."""
+    from scale.curvature.blockwise import _end_bounds, _settled
+
+    theta = torch.tensor([[-0.0756, -0.0700, 0.2, 1.0]], dtype=torch.float64)
+    r = torch.tensor([[0.007, 0.003, 0.01, 1e-6]], dtype=torch.float64)
+    conv = torch.zeros(1, 2, dtype=torch.bool)
+    bound = _end_bounds(theta, r, "eigenvalue")
+    assert float(bound[0, 0]) == pytest.approx(0.007**2 / (0.0056 - 0.003))
+    assert not bool(_settled(theta, r, conv, "ends", [-0.0847, 1.0], bound)[0, 0])
+    far = theta.clone()
+    far[0, 1] = 0.0
+    bound_far = _end_bounds(far, r, "eigenvalue")
+    assert float(bound_far[0, 0]) < 0.007
+    assert bool(_settled(far, r, conv, "ends", [-0.0847, 1.0], bound_far)[0, 0])

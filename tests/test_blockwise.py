@@ -172,8 +172,9 @@ def test_a_block_end_near_an_inner_eigenvalue_is_not_let_go():
     0.007, a second Ritz value 0.0056 above it with residual 0.003 (bound 0.007^2 / 0.0026 = 0.019), the best Ritz
     value of another block -0.0847; the block's lowest eigenvalue was -0.0856, below it. ``theta_1 - r = -0.0826``
     clears the best (let go before, a wrong lambda_min); ``theta_1 - bound = -0.0945`` does not. Control: the same
-    block with a far second Ritz value (bound below the residual) is let go on its residual, as before."""
-    from scale.curvature.blockwise import _end_bounds, _settled
+    block with a far second Ritz value (bound below the residual) is let go on its residual, as before, once that is
+    below ``LETGO_BOUND`` of the scale."""
+    from scale.curvature.blockwise import LETGO_BOUND, _end_bounds, _settled
 
     theta = torch.tensor([[-0.0756, -0.0700, 0.2, 1.0]], dtype=torch.float64)
     r = torch.tensor([[0.007, 0.003, 0.01, 1e-6]], dtype=torch.float64)
@@ -186,3 +187,7 @@ def test_a_block_end_near_an_inner_eigenvalue_is_not_let_go():
     bound_far = _end_bounds(far, r, "eigenvalue")
     assert float(bound_far[0, 0]) < 0.007
     assert bool(_settled(far, r, conv, "ends", [-0.0847, 1.0], bound_far)[0, 0])
+    # ... unless its interval is not yet resolved to LETGO_BOUND of the scale (here 0.007 > 1e-3 of a scale of 1)
+    assert LETGO_BOUND < 0.007
+    assert not bool(_settled(far, r, conv, "ends", [-0.0847, 1.0], bound_far, 1.0)[0, 0])
+    assert bool(_settled(far, r, conv, "ends", [-0.0847, 1.0], bound_far, 0.007 / LETGO_BOUND)[0, 0])

@@ -184,12 +184,11 @@ def blockwise_lanczos(
 
     ``goal``: what the stop waits for. ``"blocks"``: every block's lowest and highest end (``block_ends`` all
     converged). ``"ends"``: the operator's ``lambda_min`` and ``lambda_max`` only: a block's lowest end is no longer
-    waited for once its Ritz interval lies above the lowest Ritz value of any block (``theta_1 - r_1 >`` it: that
-    Ritz value is at or above ``lambda_min`` by interlacing; ``r_1`` the residual, which bounds the distance from
-    ``theta_1`` to the block's nearest eigenvalue, read, like the stopping test's gap, on the premise that the Ritz
-    values have not passed over an eigenvalue beyond the block's end), and its highest likewise; at crowded block
+    waited for once its Ritz interval lies above the lowest Ritz value of any block (``theta_1 - e_1 >`` it: that
+    Ritz value is at or above ``lambda_min`` by interlacing; ``e_1`` the larger of the residual and the bound
+    ``r^2 / gap``, once below ``LETGO_BOUND`` of the scale: ``_settled``), and its highest likewise; at crowded block
     ends far from the operator's ends this saves the steps that would resolve them. ``"norm"``: ``max |lambda|``
-    only (``|M|``): an end whose ``|theta| + r`` stays below the largest ``max(theta_m, -theta_1)`` of any block (at
+    only (``|M|``): an end whose ``|theta| + e`` stays below the largest ``max(theta_m, -theta_1)`` of any block (at
     most ``max |lambda|``) is no longer waited for. Under ``"ends"`` and ``"norm"``, ``block_ends`` of the blocks let
     go are Ritz values with their bounds in ``block_bounds``, not converged ends; the negative count stays a lower
     bound.

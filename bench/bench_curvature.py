@@ -1,7 +1,7 @@
 """Exact curvature against the paper's estimator, on the paper's tracker Hessian, at the paper's sizes.
 
     python -m bench.bench_curvature [--quick] [--threads 1] [--states ...] [--sweep-rows 8 32 64 128 256]
-                                    [--rows 8 32 64] [--digits-rows 8 32] [--repeats 3]
+                                    [--rows 8 32 64] [--digits-rows 8 32] [--repeats 3] [--gaps]
 
 The Hessian is the one the paper's tracker measures (its official ``hessian_tracker.py``): the SimSiam loss
 ``-1/2 [mean cos(p(h(z1)), stopgrad h(z2)) + mean cos(p(h(z2)), stopgrad h(z1))]`` differentiated twice in the
@@ -9,9 +9,11 @@ first view's representations ``z1`` only (``rows`` images, ``N = rows x d``); on
 ``z1`` (``bench._paper_tracker``).
 
 **The sweep** (``bench._curvature_states``): the official network at several states of one SimSiam run on digits
-(``bench._states``, cached between runs: init, and after epochs 1, 3 and 5, "mid-training"), rows 8 to 256: the
+(``bench._states``, cached between runs: init, and after epochs 1, 3 and 5, "mid-training"; ``crowded``, epoch 4,
+the most crowded block ends found; ``epoch E`` for any E, training a run that long once), rows 8 to 256: the
 paper's estimator, the tracker's exact ends cold and warm (from the previous epoch's Ritz vectors), its whole
-record cold and warm, their products, the spectral gaps that set them, and the peak resident memory.
+record cold and warm, their products, the spectral gaps that set them, and the peak resident memory. ``--gaps``:
+the gaps alone, at every snapshot of the run (no timing: where the block ends crowd).
 
 **Every contender** at one state (after one epoch) of two networks:
 

@@ -1,0 +1,28 @@
+"""``bench_curvature --states``: the names of the states, the run each needs, and bad names refused before training."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.bench_curvature import CROWDED, EPOCHS, main, resolve_states
+
+
+def test_state_names_give_the_run_to_train():
+    """``init`` and ``epoch E`` up to ``EPOCHS`` need the default run; ``epoch E`` beyond it a run that long;
+    ``crowded`` is ``CROWDED`` of the default run (so it cannot be asked with a longer one)."""
+    assert resolve_states(["init", "epoch 1", "crowded"]) == (EPOCHS, ["init", "epoch 1", "crowded"])
+    assert resolve_states(["epoch 12", "init"])[0] == 12
+    assert int(CROWDED.split()[1]) <= EPOCHS
+    for bad in (["epoch 0"], ["epoch x"], ["epoch"], ["mid"], ["crowded", "epoch 9"]):
+        with pytest.raises(ValueError):
+            resolve_states(bad)
+
+
+def test_a_bad_state_exits_2_before_training(tmp_path, monkeypatch, capsys):
+    """One line naming the valid forms, exit 2, and nothing trained or written (an empty cache, no results file)."""
+    monkeypatch.setenv("BENCH_STATE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out.md"
+    assert main(["--states", "epoch 3", "mid-training", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'mid-training'" in err[0] and "'crowded'" in err[0]
+    assert not out.exists() and not (tmp_path / "cache").exists()

@@ -194,4 +194,4 @@ for spec in ("linear", "relu2", "gelu2", "swish2"):
 # its gradient is non-zero (`docs/section3.md`), VICReg and Barlow Twins are indefinite over a batch,
 # and SimSiam's negative cosine is indefinite too: on the paper grid's digits smoke run, the collapsed
 # ReLU head of E2 has `M = 0` exactly and yet negative eigenvalues, from `G`, where the paper reports
-# `lambda_min` exactly 0 (`docs/paper_grid/report.md`).
+# `lambda_min` exactly 0 (`docs/paper_grid/grid-b46bb55a5cf2/report.md`).

@@ -168,8 +168,11 @@ def test_sigint_during_a_resume_keeps_the_run_and_resumes_again(run, tmp_path, w
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     log = tmp_path / "stderr.txt"
     with open(log, "w") as err_file:
+        # SIGINT at its default in the child, as from a terminal: a test session started in the background by a
+        # non-interactive shell inherits SIGINT ignored, and the child would then finish its 400 epochs
         proc = subprocess.Popen([sys.executable, "-m", "scale.run", "--resume", str(run), "--epochs", "400"], env=env,
-                                stdout=subprocess.PIPE, stderr=err_file, text=True)
+                                stdout=subprocess.PIPE, stderr=err_file, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 120
         for line in proc.stdout:  # the resume has read its checkpoint
             if line.startswith("resuming") or time.monotonic() > deadline:

@@ -81,7 +81,7 @@ def loss_blocks(loss: Callable[[Tensor], Tensor], Hb: Tensor, seed: int = 0) -> 
 def _loss_blocks_and_value(loss: Callable[[Tensor], Tensor], Hb: Tensor, seed: int = 0):
     """``loss_blocks`` and the loss value ``L(Hb)`` from the same forward pass."""
     n, k = Hb.shape
-    rho, value, hvp, _ = _loss_product(loss, Hb)  # the gradient graph, built once: a backward per column
+    rho, value, hvp, _ = loss_product_of(loss, Hb)  # the gradient graph, built once: a backward per column
 
     E = torch.eye(k, dtype=Hb.dtype, device=Hb.device)[:, None, :].expand(k, n, k)  # e_c in every row
     cols = hvp(E.contiguous(), batched=True)  # (c, i, e): row i of HVP(e_c) = HL_ii[:, c]
@@ -183,7 +183,7 @@ def block_norm(blocks: Tensor | Sequence[Tensor]) -> float:
     return best
 
 
-def _head_info(head: nn.Module, method: str, dtype: torch.dtype, z: Tensor, k: int) -> dict[str, Any]:
+def head_info(head: nn.Module, method: str, dtype: torch.dtype, z: Tensor, k: int) -> dict[str, Any]:
     has_bn = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in head.modules())
     return {"batchnorm": has_bn, "bn_mode": "eval" if has_bn else "none", "method": method,
             "dtype": str(dtype).removeprefix("torch."), "n": z.shape[0], "d": z.shape[1], "k": k}
@@ -213,7 +213,7 @@ def head_blocks(z: Tensor, head: nn.Module, method: str = "closed_form", dtype: 
             M = vmap(jacrev(jacrev(lambda x, r: (r * one(x)).sum())))(z, rho)
             return vmap(jacrev(one))(z), 0.5 * (M + M.transpose(1, 2))
 
-    return Hb.detach(), JM_of, _head_info(head, method, dtype, z, Hb.shape[1])
+    return Hb.detach(), JM_of, head_info(head, method, dtype, z, Hb.shape[1])
 
 
 def effective_hessian_blocks(
@@ -298,7 +298,7 @@ def _closed_form_blocks(z: Tensor, head: nn.Module, loss, declared_psd, full: bo
         if full:  # the loss blocks themselves: the same sweep without the head
             Hb = chain_forward(chain_links(mini_head, None, z), z).out
             HL_eig = torch.cat([torch.linalg.eigvalsh(GL) for _, _, GL in loss.curvature_at(None, Hb).blocks()])
-    info = {**_head_info(head, "closed_form", z.dtype, z, int(rho.shape[1])), "loss": value,
+    info = {**head_info(head, "closed_form", z.dtype, z, int(rho.shape[1])), "loss": value,
             "loss_hessian_psd_declared": declared_psd,
             "gauss_newton": "closed form (head, predictor and cosine in one sweep, mini.loss_hessians)",
             "block_premise": "per-sample by construction (closed form)"}
@@ -312,7 +312,7 @@ def _gauss_newton_blocks(Hb, JM_of, info, loss, declared_psd) -> Blocks:
 
     Premise check: along ``U = J w`` (``w`` random, (n, d)), the product must equal ``(HL J)_i w_i`` row by
     row; a loss coupling samples breaks it (``premise_residual``, as in ``loss_blocks``)."""
-    rho, value, hvp, _ = _loss_product(loss, Hb)
+    rho, value, hvp, _ = loss_product_of(loss, Hb)
     with torch.no_grad():
         J, M = JM_of(rho)
         n, k, d = J.shape
@@ -355,7 +355,7 @@ def factored_operator(
     if dense not in ("auto", *DENSE_ROUTES):
         raise ValueError(f"dense must be one of ('auto', {', '.join(map(repr, DENSE_ROUTES))}), got {dense!r}")
     Hb, JM_of, info = head_blocks(z, head, method, dtype)
-    rho, value, lv, loss_product = _loss_product(loss, Hb)
+    rho, value, lv, loss_product = loss_product_of(loss, Hb)
     J, M = JM_of(rho)
     n, _, d = J.shape
 
@@ -421,7 +421,7 @@ def dense_route(n: int, d: int, k: int) -> str:
     return "assemble" if products_cost > ASSEMBLE_FACTOR * assemble_cost else "products"
 
 
-def _loss_product(loss: Callable[[Tensor], Tensor], Hb: Tensor):
+def loss_product_of(loss: Callable[[Tensor], Tensor], Hb: Tensor):
     """``(rho, L, lv, how)`` at ``Hb``: the loss gradient and value, and ``lv(U, batched)``, its Hessian applied
     to ``U`` ((n, k), or (p, n, k) when ``batched``): NT-Xent's product in closed form (no autograd graph);
     any other loss through its gradient graph, built once, one backward per product (double backward:

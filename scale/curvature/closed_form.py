@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from mini.hessian import NEG_FLOOR
 from mini.loss_hessians import chain_forward, chain_links, interaction_chunks
-from scale.curvature.blocks import _head_info, _loss_product, block_norm
+from scale.curvature.blocks import block_norm, head_info, loss_product_of
 from scale.curvature.blockwise import BLOCKWISE_TOL, BlockwiseResult, blockwise_lanczos
 from scale.curvature.operators import Operator
 from scale.engine.heads import mini_head_of
@@ -61,7 +61,7 @@ def closed_form_operator(
         else:  # any other loss through its gradient graph: coupled or not, no restriction to rows
             curv = None
             fwd = chain_forward(chain_links(mini_head, None, z), z)
-            rho, value, lv, loss_product = _loss_product(loss, fwd.out)
+            rho, value, lv, loss_product = loss_product_of(loss, fwd.out)
             D = fwd.backward(rho)[0]
 
             def h_of(V: Tensor) -> Tensor:
@@ -87,7 +87,7 @@ def closed_form_operator(
                       restrict=on_rows(sub, name, product))
         return restrict
 
-    info = {**_head_info(head, "closed_form", dtype, z, mini_head.k), "loss": value, "N": n * d,
+    info = {**head_info(head, "closed_form", dtype, z, mini_head.k), "loss": value, "N": n * d,
             "hvp_mode": f"closed form through the head's weights (loss: {loss_product})"}
     restrict_H = restrict_M = None
     if hasattr(curv, "on_rows"):  # a per-row loss in closed form: products on fewer rows at their cost

@@ -26,3 +26,18 @@ def test_a_bad_state_exits_2_before_training(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'mid-training'" in err[0] and "'crowded'" in err[0]
     assert not out.exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("argv", [["--state", "epoch 9"], ["--state", "warm"], ["--rows", "0"]])
+def test_curvature_parts_refuses_a_bad_state_before_training(argv, tmp_path, monkeypatch, capsys):
+    """``bench_curvature_parts``: a state outside the 5-epoch run or no rows: exit 2 with one line naming the valid
+    choices, before any training (the trainer is replaced by one that fails) and with no results file written."""
+    import bench._states
+    from bench.bench_curvature_parts import main as parts
+
+    monkeypatch.setattr(bench._states, "training_states", lambda *a, **k: pytest.fail("trained"))
+    out = tmp_path / "parts.md"
+    assert parts([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "valid: 'crowded'" in err[0] and "'epoch 5'" in err[0]
+    assert not out.exists()

@@ -1,0 +1,197 @@
+"""Where the time of the tracker's exact ends goes, at one state and row count, against the paper's estimator.
+
+``bench_curvature`` reports ratios; this splits one of them. At a state of the 5-epoch run (``crowded`` by
+default: epoch 4, the cell where the exact ends are slowest) and ``--rows`` probe rows, side by side in interleaved
+rounds (medians): the paper's float32 power iteration (42 products) and ``blockwise_ends`` (the tracker's exact
+ends, cold, and warm from the previous epoch's result). Then one more cold run with its parts timed: the two
+closed-form operators' construction, the float32 products of the recurrence (calls and seconds each), the final
+float64 refinement, the per-step work of the recurrence itself (the batched ``eigh`` of the tests, the
+reorthogonalisation, the rest). Last, the convergence of the block that holds ``lambda_min``: at every test, the
+error of its lowest Ritz value against the exact spectrum (float64 ``eigvalsh`` of every block), beside the
+stopping bound, so that the steps the block needs (its error at the bound asked) and the steps the certified stop
+takes can be read apart.
+
+    python -m bench.bench_curvature_parts --threads 1 [--state crowded] [--rows 8] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from bench._util import interleaved_median, publish, run_header
+
+OUT = Path(__file__).resolve().parent / "results" / "curvature_parts.md"
+BOUND = 1e-8  # the eigenvalue bound asked of the ends, relative to the scale (bench_curvature's)
+
+
+@contextmanager
+def timed_parts(spent: Counter, calls: Counter):
+    """Wall time and calls of the parts of ``blockwise_ends``, by wrapping them for the duration (restored after)."""
+    import scale.curvature.blockwise as bw
+    import scale.curvature.closed_form as cf
+    from scale.curvature.operators import Operator
+
+    def wrap(owner, name: str, label: str):
+        f = getattr(owner, name)
+
+        def g(*a, **k):
+            t = time.perf_counter()
+            out = f(*a, **k)
+            spent[label] += time.perf_counter() - t
+            calls[label] += 1
+            return out
+        return f, g
+
+    parts = [(cf, "closed_form_operator", "operators built (float32 composed, float64 not)"),
+             (bw, "_tridiagonal_batch", "tests: batched eigh of the tridiagonals"),
+             (bw, "_reorthogonalise_blocks", "reorthogonalisation"),
+             (bw, "_blockwise_result", "final extraction and float64 refinement"),
+             (cf, "blockwise_lanczos", "the whole per-block Lanczos (products, steps, refinement)")]
+    saved = []
+    for owner, name, label in parts:
+        f, g = wrap(owner, name, label)
+        saved.append((owner, name, f))
+        setattr(owner, name, g)
+    mv, mm = Operator.matvec, Operator.matmat
+
+    def matvec(self, v):
+        t = time.perf_counter()
+        out = mv(self, v)
+        spent[f"products ({str(self.dtype).removeprefix('torch.')})"] += time.perf_counter() - t
+        calls[f"products ({str(self.dtype).removeprefix('torch.')})"] += 1
+        return out
+
+    def matmat(self, C):
+        t = time.perf_counter()
+        out = mm(self, C)
+        label = f"products of several columns ({str(self.dtype).removeprefix('torch.')})"
+        spent[label] += time.perf_counter() - t
+        calls[label] += 1
+        return out
+
+    Operator.matvec, Operator.matmat = matvec, matmat
+    try:
+        yield
+    finally:
+        Operator.matvec, Operator.matmat = mv, mm
+        for owner, name, f in saved:
+            setattr(owner, name, f)
+
+
+def trajectory(state, rows: int) -> tuple[list[str], dict]:
+    """The lowest Ritz value's error at every test of the block holding ``lambda_min``, beside the stopping bound."""
+    import scale.curvature.blockwise as bw
+    from bench._curvature_states import exact_spectrum, probe_rows
+    from bench._paper_tracker import OneView
+    from scale.curvature.closed_form import blockwise_ends
+
+    z1, t2 = probe_rows(state, rows)
+    eig = exact_spectrum(state, rows)
+    scale = float(eig.abs().max())
+    blk = int(eig[:, 0].argmin())
+    lam1, lam2 = float(eig[blk, 0]), float(eig[blk, 1])
+    seen: list[tuple] = []
+    f, extract = bw._end_bounds, bw._blockwise_result
+    in_extraction = []
+
+    def logged(theta, r, stop):  # the recurrence's tests only, not the final extraction's
+        out = f(theta, r, stop)
+        if not in_extraction:
+            seen.append((theta.clone(), r.clone(), out.clone()))
+        return out
+
+    def extraction(*a, **k):
+        in_extraction.append(True)
+        return extract(*a, **k)
+    bw._end_bounds, bw._blockwise_result = logged, extraction
+    try:
+        res = blockwise_ends(z1, state.projector, OneView(state.predictor, t2), tol=BOUND, interaction=False)[0]
+    finally:
+        bw._end_bounds, bw._blockwise_result = f, extract
+    lines = ["| step | error of the lowest Ritz value | residual estimate | r^2 / (lambda_2 - lambda_1), exact gap "
+             "| stopping bound |", "|---|---|---|---|---|"]
+    tests = seen
+    for k, (theta, r, bound) in enumerate(tests):
+        i = int(theta[:, 0].argmin())  # the block with the lowest Ritz value: lambda_min's once it leads
+        err, r1 = (float(theta[i, 0]) - lam1) / scale, float(r[i, 0]) / scale
+        if k % 4 == 0 or k >= len(tests) - 2:
+            lines.append(f"| {k + 6} | {err:.1e} | {r1:.1e} | {r1**2 * scale / (lam2 - lam1):.1e} | "
+                         f"{float(bound[i, 0]) / scale:.1e} |")
+    final = abs(res.lambda_min - lam1) / scale
+    return lines, {"block": blk, "gap": (lam2 - lam1) / scale, "steps": int(res.block_steps.max()),
+                   "final_error": final}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench._curvature_states import probe_rows
+    from bench._paper_tracker import OneView, one_view_loss, paper_power_iteration
+    from bench._states import OFFICIAL, training_states
+    from bench.bench_curvature import CROWDED, EPOCHS
+    from scale.curvature.closed_form import blockwise_ends
+
+    p = argparse.ArgumentParser(prog="python -m bench.bench_curvature_parts", description=__doc__.splitlines()[0])
+    p.add_argument("--state", default="crowded", help=f"'crowded' ({CROWDED}), 'init' or 'epoch E' (E <= {EPOCHS})")
+    p.add_argument("--rows", type=int, default=8, help="view-1 probe rows (default: 8)")
+    p.add_argument("--repeats", type=int, default=5, help="interleaved rounds (default: 5)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads, fixed (default: 1)")
+    p.add_argument("--out", default=str(OUT))
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    name = CROWDED if args.state == "crowded" else args.state
+    names = ["init", *(f"epoch {e}" for e in range(1, EPOCHS + 1))]
+    if name not in names or args.rows < 1:
+        print(f"bench_curvature_parts: unknown state {args.state!r} or rows {args.rows}; valid: 'crowded', "
+              f"{', '.join(repr(x) for x in names)}; rows >= 1", file=sys.stderr)
+        return 2
+    states = training_states(OFFICIAL, EPOCHS, args.rows, threads=args.threads,
+                             log=lambda m: print(m, file=sys.stderr, flush=True))
+    state, before = states[names.index(name)], states[max(names.index(name) - 1, 0)]
+    z1, t2 = probe_rows(state, args.rows)
+    loss = OneView(state.predictor, t2)
+    f32 = one_view_loss(state.projector, state.predictor, t2, torch.float32)
+    zb, tb = probe_rows(before, args.rows)
+    warm = blockwise_ends(zb, before.projector, OneView(before.predictor, tb), tol=BOUND, interaction=False)[0]
+
+    def ends(w):
+        return lambda: blockwise_ends(z1, state.projector, loss, tol=BOUND, interaction=False, warm=w)
+
+    fns = {"paper": lambda: paper_power_iteration(f32, z1), "ends cold": ends(None)}
+    if name != "init":
+        fns["ends warm"] = ends(warm)
+    med = interleaved_median(fns, args.repeats)
+    spent, calls = Counter(), Counter()
+    with timed_parts(spent, calls):
+        t = time.perf_counter()
+        res = ends(None)()[0]
+        whole = time.perf_counter() - t
+    header = run_header("bench.bench_curvature_parts", argv if argv is not None else sys.argv[1:], args.threads)
+    paper = med["paper"]
+    lines = ["# Where the exact ends' time goes, against the paper's estimator", "", header, "",
+             f"State `{name}` of the {EPOCHS}-epoch run, n = {args.rows} rows (N = {z1.numel()}); medians of "
+             f"{args.repeats} interleaved rounds.", "",
+             "| contender | seconds | vs paper |", "|---|---|---|"]
+    lines += [f"| {k} | {v:.3f} | {v / paper:.2f}x |" for k, v in med.items()]
+    lines += ["", f"One more cold run, its parts timed ({whole:.3f} s in all, {whole / paper:.2f}x; "
+              f"{res.n_products} calls):", "", "| part | seconds | share of the paper's time | calls | each |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {k} | {v:.3f} | {v / paper:.2f}x | {calls[k]} | {1e3 * v / calls[k]:.2f} ms |"
+              for k, v in spent.most_common()]
+    lines += ["", "Nested: the products, the tests, the reorthogonalisation and the final extraction are parts of the "
+              "per-block Lanczos; the float64 products are part of the final extraction."]
+    rows, info = trajectory(state, args.rows)
+    lines += ["", f"The block holding `lambda_min` (block {info['block']}, gap {info['gap']:.1e} of the scale): "
+              f"its lowest Ritz value's error (float32 products: floor about 1e-7 of the scale) and the stopping "
+              f"bound at the tests; the stop came at step {info['steps']}, the ends' `lambda_min` after the float64 "
+              f"refinement {info['final_error']:.1e} of the scale off.", "", *rows]
+    return publish(args.out, lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

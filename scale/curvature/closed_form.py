@@ -119,7 +119,7 @@ def operator_route(n: int, d: int, widths: Sequence[int], k: int, products: int 
 
     The smaller wins. Measured (1 thread): the digits head (n 32, d 128, 256/256, k 128) takes the factored
     route (products 0.26 ms against 0.46 ms, ``J`` 5 ms to form); the CIFAR head (n 32, d 512, 2048/2048,
-    k 2048) the closed form: 5.1 s against 7.9 s for the same SimCLR record (``python -m
+    k 2048) the closed form: 4.4 s against 8.1 s for the same SimCLR record (``python -m
     bench.bench_tracking``, ``bench/results/tracking.md``)."""
     chain = [d, *(int(x) for x in widths), k]
     form_J = n * k * chain[-2] * d if len(chain) > 2 else 0  # one linear layer: J = W, nothing to form

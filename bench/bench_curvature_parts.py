@@ -38,50 +38,36 @@ def timed_parts(spent: Counter, calls: Counter):
     import scale.curvature.closed_form as cf
     from scale.curvature.operators import Operator
 
-    def wrap(owner, name: str, label: str):
+    def wrap(owner, name: str, label):  # label: a string, or a function of the call's first argument
         f = getattr(owner, name)
 
-        def g(*a, **k):
+        def g(first, *a, **k):
             t = time.perf_counter()
-            out = f(*a, **k)
-            spent[label] += time.perf_counter() - t
-            calls[label] += 1
+            out = f(first, *a, **k)
+            key = label if isinstance(label, str) else label(first)
+            spent[key] += time.perf_counter() - t
+            calls[key] += 1
             return out
-        return f, g
-
-    parts = [(cf, "closed_form_operator", "operators built (float32 composed, float64 not)"),
-             (bw, "_tridiagonal_batch", "tests: batched eigh of the tridiagonals"),
-             (bw, "_reorthogonalise_blocks", "reorthogonalisation"),
-             (bw, "_blockwise_result", "final extraction and float64 refinement"),
-             (cf, "blockwise_lanczos", "the whole per-block Lanczos (products, steps, refinement)")]
-    saved = []
-    for owner, name, label in parts:
-        f, g = wrap(owner, name, label)
         saved.append((owner, name, f))
         setattr(owner, name, g)
-    mv, mm = Operator.matvec, Operator.matmat
 
-    def matvec(self, v):
-        t = time.perf_counter()
-        out = mv(self, v)
-        spent[f"products ({str(self.dtype).removeprefix('torch.')})"] += time.perf_counter() - t
-        calls[f"products ({str(self.dtype).removeprefix('torch.')})"] += 1
-        return out
+    def dtype_of(op) -> str:
+        return str(op.dtype).removeprefix("torch.")
 
-    def matmat(self, C):
-        t = time.perf_counter()
-        out = mm(self, C)
-        label = f"products of several columns ({str(self.dtype).removeprefix('torch.')})"
-        spent[label] += time.perf_counter() - t
-        calls[label] += 1
-        return out
-
-    Operator.matvec, Operator.matmat = matvec, matmat
+    saved: list[tuple] = []
+    for owner, name, label in [
+            (cf, "closed_form_operator", "operators built (float32 composed, float64 not)"),
+            (bw, "_tridiagonal_batch", "tests: batched eigh of the tridiagonals"),
+            (bw, "_reorthogonalise_blocks", "reorthogonalisation"),
+            (bw, "_blockwise_result", "final extraction and float64 refinement"),
+            (cf, "blockwise_lanczos", "the whole per-block Lanczos (products, steps, refinement)"),
+            (Operator, "matvec", lambda op: f"products ({dtype_of(op)})"),
+            (Operator, "matmat", lambda op: f"products of several columns ({dtype_of(op)})")]:
+        wrap(owner, name, label)
     try:
         yield
     finally:
-        Operator.matvec, Operator.matmat = mv, mm
-        for owner, name, f in saved:
+        for owner, name, f in reversed(saved):
             setattr(owner, name, f)
 
 
@@ -117,12 +103,11 @@ def trajectory(state, rows: int) -> tuple[list[str], dict]:
         bw._end_bounds, bw._blockwise_result = f, extract
     lines = ["| step | error of the lowest Ritz value | residual estimate | r^2 / (lambda_2 - lambda_1), exact gap "
              "| stopping bound |", "|---|---|---|---|---|"]
-    tests = seen
-    for k, (theta, r, bound) in enumerate(tests):
+    for k, (theta, r, bound) in enumerate(seen):
         i = int(theta[:, 0].argmin())  # the block with the lowest Ritz value: lambda_min's once it leads
         err, r1 = (float(theta[i, 0]) - lam1) / scale, float(r[i, 0]) / scale
-        if k % 4 == 0 or k >= len(tests) - 2:
-            lines.append(f"| {k + 6} | {err:.1e} | {r1:.1e} | {r1**2 * scale / (lam2 - lam1):.1e} | "
+        if k % 4 == 0 or k >= len(seen) - 2:  # one test a step from BLOCK_MIN_ITER on
+            lines.append(f"| {k + bw.BLOCK_MIN_ITER} | {err:.1e} | {r1:.1e} | {r1**2 * scale / (lam2 - lam1):.1e} | "
                          f"{float(bound[i, 0]) / scale:.1e} |")
     final = abs(res.lambda_min - lam1) / scale
     return lines, {"block": blk, "gap": (lam2 - lam1) / scale, "steps": int(res.block_steps.max()),
@@ -156,15 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     z1, t2 = probe_rows(state, args.rows)
     loss = OneView(state.predictor, t2)
     f32 = one_view_loss(state.projector, state.predictor, t2, torch.float32)
-    zb, tb = probe_rows(before, args.rows)
-    warm = blockwise_ends(zb, before.projector, OneView(before.predictor, tb), tol=BOUND, interaction=False)[0]
 
     def ends(w):
         return lambda: blockwise_ends(z1, state.projector, loss, tol=BOUND, interaction=False, warm=w)
 
     fns = {"paper": lambda: paper_power_iteration(f32, z1), "ends cold": ends(None)}
-    if name != "init":
-        fns["ends warm"] = ends(warm)
+    if name != "init":  # warm: from the previous snapshot's cold result on the same probe rows, as a tracker holds it
+        zb, tb = probe_rows(before, args.rows)
+        fns["ends warm"] = ends(blockwise_ends(zb, before.projector, OneView(before.predictor, tb), tol=BOUND,
+                                               interaction=False)[0])
     med = interleaved_median(fns, args.repeats)
     spent, calls = Counter(), Counter()
     with timed_parts(spent, calls):

@@ -5,7 +5,7 @@ default: epoch 4, the cell where the exact ends are slowest) and ``--rows`` prob
 rounds (medians): the paper's float32 power iteration (42 products) and ``blockwise_ends`` (the tracker's exact
 ends, cold, and warm from the previous epoch's result). Then one more cold run with its parts timed: the two
 closed-form operators' construction, the float32 products of the recurrence (calls and seconds each), the final
-float64 refinement, the per-step work of the recurrence itself (the batched ``eigh`` of the tests, the
+float64 refinement, the per-step work of the recurrence itself (the tests' extreme Ritz pairs, the
 reorthogonalisation, the rest). Last, the convergence of the block that holds ``lambda_min``: at every test, the
 error of its lowest Ritz value against the exact spectrum (float64 ``eigvalsh`` of every block), beside the
 stopping bound, so that the steps the block needs (its error at the bound asked) and the steps the certified stop
@@ -57,7 +57,7 @@ def timed_parts(spent: Counter, calls: Counter):
     saved: list[tuple] = []
     for owner, name, label in [
             (cf, "closed_form_operator", "operators built (float32 composed, float64 not)"),
-            (bw, "_tridiagonal_batch", "tests: batched eigh of the tridiagonals"),
+            (bw, "_block_tests", "tests: the tridiagonals' extreme pairs (dstemr)"),
             (bw, "_reorthogonalise_blocks", "reorthogonalisation"),
             (bw, "_blockwise_result", "final extraction and float64 refinement"),
             (cf, "blockwise_lanczos", "the whole per-block Lanczos (products, steps, refinement)"),
@@ -90,7 +90,7 @@ def trajectory(state, rows: int) -> tuple[list[str], dict]:
     def logged(theta, r, stop):  # the recurrence's tests only, not the final extraction's
         out = f(theta, r, stop)
         if not in_extraction:
-            seen.append((theta.clone(), r.clone(), out.clone()))
+            seen.append((theta.copy(), r.copy(), out.copy()))
         return out
 
     def extraction(*a, **k):
@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"| {k} | {v:.3f} | {v / paper:.2f}x | {calls[k]} | {1e3 * v / calls[k]:.2f} ms |"
               for k, v in spent.most_common()]
     lines += ["", "Nested: the products, the tests, the reorthogonalisation and the final extraction are parts of the "
-              "per-block Lanczos; the float64 products are part of the final extraction."]
+              "per-block Lanczos; the products of several columns (the ends measured: float32 over every row, float64 "
+              "on the refined blocks' rows) are part of the final extraction."]
     rows, info = trajectory(state, args.rows)
     lines += ["", f"The block holding `lambda_min` (block {info['block']}, gap {info['gap']:.1e} of the scale): "
               f"its lowest Ritz value's error (float32 products: floor about 1e-7 of the scale) and the stopping "

@@ -176,13 +176,13 @@ def test_a_block_end_near_an_inner_eigenvalue_is_not_let_go():
     below ``LETGO_BOUND`` of the scale."""
     from scale.curvature.blockwise import LETGO_BOUND, _end_bounds, _settled
 
-    theta = torch.tensor([[-0.0756, -0.0700, 0.2, 1.0]], dtype=torch.float64)
-    r = torch.tensor([[0.007, 0.003, 0.01, 1e-6]], dtype=torch.float64)
-    conv = torch.zeros(1, 2, dtype=torch.bool)
+    theta = np.array([[-0.0756, -0.0700, 0.2, 1.0]])
+    r = np.array([[0.007, 0.003, 0.01, 1e-6]])
+    conv = np.zeros((1, 2), dtype=bool)
     bound = _end_bounds(theta, r, "eigenvalue")
     assert float(bound[0, 0]) == pytest.approx(0.007**2 / (0.0056 - 0.003))
     assert not bool(_settled(theta, r, conv, "ends", [-0.0847, 1.0], bound)[0, 0])
-    far = theta.clone()
+    far = theta.copy()
     far[0, 1] = 0.0
     bound_far = _end_bounds(far, r, "eigenvalue")
     assert float(bound_far[0, 0]) < 0.007
@@ -191,3 +191,79 @@ def test_a_block_end_near_an_inner_eigenvalue_is_not_let_go():
     assert LETGO_BOUND < 0.007
     assert not bool(_settled(far, r, conv, "ends", [-0.0847, 1.0], bound_far, 1.0)[0, 0])
     assert bool(_settled(far, r, conv, "ends", [-0.0847, 1.0], bound_far, 0.007 / LETGO_BOUND)[0, 0])
+
+
+def test_the_float64_refinement_measures_the_candidate_blocks_rows_alone():
+    """float32 products run the recurrence; the ends are measured once with them over every row, and only the blocks
+    whose lowest or highest end may hold the operator's (``_refined_blocks``) are measured again with the float64
+    operator, on their rows alone: the ends to float64 accuracy, at 2 of 12 rows. Negative control: the same run
+    without the refinement is off by more than 1e-9 of the scale (float32's rounding), and the blocks not refined
+    keep exactly that run's float32 measurement, so the answer's accuracy is the refinement's. Under
+    ``goal="blocks"`` every block is an answer and every row is refined in one product."""
+    n = 12
+    A, eig = one_crowded_block(n, seed=4)
+    scale = np.abs(eig).max()
+    calls64: list[int] = []
+    res = blockwise_lanczos(rows_operator(A.float(), []), n, goal="ends", max_iter=BLOCK_D,
+                            refine=rows_operator(A, calls64))
+    assert abs(res.lambda_min - eig.min()) <= 1e-10 * scale and abs(res.lambda_max - eig.max()) <= 1e-10 * scale
+    assert res.answered
+    assert calls64 == [2, 2]  # one product, two columns (each block's two ends), on two rows: blocks 0 and 1
+    alone = blockwise_lanczos(rows_operator(A.float(), []), n, goal="ends", max_iter=BLOCK_D)
+    assert max(abs(alone.lambda_min - eig.min()), abs(alone.lambda_max - eig.max())) > 1e-9 * scale
+    assert np.array_equal(res.block_ends[2:], alone.block_ends[2:])
+    assert np.array_equal(res.block_residuals[2:], alone.block_residuals[2:])
+    calls64.clear()
+    every = blockwise_lanczos(rows_operator(A.float(), []), n, goal="blocks", max_iter=BLOCK_D,
+                              refine=rows_operator(A, calls64))
+    assert calls64 == [n, n] and every.answered
+    assert np.abs(every.block_ends - eig[:, [0, -1]]).max() <= BLOCKWISE_TOL * scale
+
+
+def test_a_block_within_rounding_of_the_lowest_end_is_refined_too():
+    """``_refined_blocks``: under ``"ends"`` a block is measured again when its lowest end's interval (the larger of
+    its residual and bound, widened by the products' rounding ``margin``) reaches the lowest end, so two blocks whose
+    ends lie within the float32 measurement's rounding of each other are both refined, and the float64 values decide
+    between them; a block far above is not. Under ``"norm"``, the blocks whose ``|theta| + e`` reaches the largest."""
+    from scale.curvature.blockwise import _refined_blocks
+
+    theta = np.array([[-1.0, 1.0], [-1.0 + 5e-8, 0.5], [-0.5, 0.4]])
+    small = np.full((3, 2), 1e-12)
+    assert list(_refined_blocks(theta, small, small, "ends", 1e-7)) == [0, 1]
+    assert list(_refined_blocks(theta, small, small, "ends", 1e-9)) == [0]  # control: the tie resolved apart
+    wide = small.copy()
+    wide[2, 0] = 0.6  # block 2's lowest end not resolved: its interval reaches -1.1
+    assert list(_refined_blocks(theta, wide, small, "ends", 1e-9)) == [0, 2]
+    assert list(_refined_blocks(theta, small, small, "norm", 1e-9)) == [0]
+    assert list(_refined_blocks(theta, small, small, "blocks", 0.0)) == [0, 1, 2]
+
+
+def test_the_weights_transposes_change_no_product():
+    """``closed_form_operator`` on at most ``TRANSPOSED_ROWS`` rows with ``compose`` gives its links contiguous
+    transposes for the forward passes (``with_transposes``); the products equal those through the transposed views
+    to round-off, as do the operator built so and the few-products build (``compose=False``: nothing composed,
+    nothing copied). Negative control: a stored transpose with its rows out of order changes the products."""
+    from dataclasses import replace
+
+    from mini.loss_hessians import TRANSPOSED_ROWS
+    from scale.curvature.closed_form import closed_form_operator
+    from scale.engine.heads import mini_head_of
+
+    n, d = 6, 16
+    z, head, loss = _head_and_loss(n, d, seed=5)
+    curv = loss.curvature_at(mini_head_of(head), z)
+    fast = curv.with_transposes()
+    assert n <= TRANSPOSED_ROWS and all(L.WT is not None for L in fast.fwd.links)
+    assert all(L.WT is None for L in curv.fwd.links)
+    V = torch.randn(3, n, d, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    ref = curv.hvp(V)
+    assert (fast.hvp(V) - ref).norm() <= ROW_PRODUCT_RTOL * ref.norm()
+    H, _, _ = closed_form_operator(z, head, loss)
+    few, _, _ = closed_form_operator(z, head, loss, compose=False)
+    v = V[0].reshape(-1)
+    assert (H.matvec(v) - few.matvec(v)).norm() <= ROW_PRODUCT_RTOL * few.matvec(v).norm()
+    links = list(fast.fwd.links)
+    links[0] = replace(links[0], WT=links[0].WT.flip(0).contiguous())  # a copy with its rows out of order
+    wrong = fast.with_transposes()
+    wrong.fwd = replace(fast.fwd, links=links)
+    assert (wrong.hvp(V) - ref).norm() > 1e-3 * ref.norm()

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from mini.hessian import NEG_FLOOR
-from scale.curvature.lanczos import STOPS, LanczosResult, SymmetricOperator
+from scale.curvature.lanczos import STOPS, LanczosResult, SymmetricOperator, _tridiagonal_ends
 
 BLOCKWISE_TOL = 1e-8  # blockwise_lanczos: eigenvalue error bound, relative to the scale (max |lambda| over all blocks)
 BLOCK_MIN_ITER = 6  # blockwise_lanczos: no convergence test before this many steps (the test costs a batched eigh)
@@ -80,15 +80,16 @@ def _tridiagonal_batch(alpha: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
     return torch.linalg.eigh(T)
 
 
-def _end_bounds(theta: Tensor, r: Tensor, stop: str) -> Tensor:
+def _end_bounds(theta: np.ndarray, r: np.ndarray, stop: str) -> np.ndarray:
     """Per block, the stopping quantity of the lowest and the highest Ritz pair (b, 2): the residual ``r``, or
     ``r^2 / gap`` with ``gap`` the distance to the next Ritz value inwards less that value's own residual (the
-    residual where that estimate is not positive; ``_error_bound`` for one operator)."""
+    residual where that estimate is not positive; ``_error_bound`` for one operator). ``theta`` and ``r`` (b, m):
+    every Ritz value of each block, or its two lowest and two highest (``_block_tests``)."""
     ends = r[:, [0, -1]]
     if stop == "residual" or theta.shape[1] < 2:
         return ends
-    gap = torch.stack([theta[:, 1] - theta[:, 0] - r[:, 1], theta[:, -1] - theta[:, -2] - r[:, -2]], dim=1)
-    return torch.where(gap > 0, ends**2 / torch.where(gap > 0, gap, 1.0), ends)
+    gap = np.stack([theta[:, 1] - theta[:, 0] - r[:, 1], theta[:, -1] - theta[:, -2] - r[:, -2]], axis=1)
+    return np.where(gap > 0, ends**2 / np.where(gap > 0, gap, 1.0), ends)
 
 
 GOALS = ("blocks", "ends", "norm")
@@ -111,8 +112,8 @@ def _block_start(n: int, d: int, warm: BlockwiseResult | None, gen: torch.Genera
 LETGO_BOUND = 1e-3  # _settled: an end is let go only once its eigenvalue bound is this small, relative to the scale
 
 
-def _settled(theta: Tensor, r: Tensor, conv: Tensor, goal: str, best: list[float], bound: Tensor | None = None,
-             scale: float = np.inf) -> Tensor:
+def _settled(theta: np.ndarray, r: np.ndarray, conv: np.ndarray, goal: str, best: list[float],
+             bound: np.ndarray | None = None, scale: float = np.inf) -> np.ndarray:
     """Which block ends (a, 2) need no more steps: converged ones, and under ``goal`` those whose Ritz interval
     ``[theta - e, theta + e]`` lies beyond what some Ritz value already guarantees. A block's lowest Ritz value is at
     or above its lowest eigenvalue (Cauchy interlacing: ``theta_1 >= lambda_1``), so ``best[0]``, the lowest
@@ -129,17 +130,17 @@ def _settled(theta: Tensor, r: Tensor, conv: Tensor, goal: str, best: list[float
     lowest Ritz value can stand above three of its eigenvalues with a bound of 1e-2 of the scale that looks tight
     (3.1e-3 of the scale off, epoch 2, n = 32): an end is let go only once its bound is below ``LETGO_BOUND`` of the
     ``scale`` as well, where the Krylov space has resolved the block's end region. ``best`` is updated in place."""
-    done = conv.clone()
+    done = conv.copy()
     lo, hi = theta[:, 0], theta[:, -1]
-    e = r[:, [0, -1]] if bound is None else torch.maximum(r[:, [0, -1]], bound)  # (a, 2)
-    e = torch.where(e <= LETGO_BOUND * scale, e, torch.inf)  # not resolved enough to be let go
+    e = r[:, [0, -1]] if bound is None else np.maximum(r[:, [0, -1]], bound)  # (a, 2)
+    e = np.where(e <= LETGO_BOUND * scale, e, np.inf)  # not resolved enough to be let go
     if goal == "ends":
         best[0], best[1] = min(best[0], float(lo.min())), max(best[1], float(hi.max()))
         done[:, 0] |= lo - e[:, 0] > best[0]
         done[:, 1] |= hi + e[:, 1] < best[1]
     elif goal == "norm":
-        best[0] = max(best[0], float(torch.maximum(hi, -lo).max()))
-        done |= torch.stack([lo, hi], dim=1).abs() + e < best[0]
+        best[0] = max(best[0], float(np.maximum(hi, -lo).max()))
+        done |= np.abs(np.stack([lo, hi], axis=1)) + e < best[0]
     return done
 
 
@@ -221,138 +222,222 @@ def blockwise_lanczos(
         raise ValueError(f"max_iter must be >= 1, got {max_iter}")
     device, f64 = op.device, torch.float64
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    Q = torch.empty(m_max + 1, n, d, dtype=f64, device=device)  # Q[j, i]: active block i's j-th basis vector
-    Q[0] = _block_start(n, d, warm, gen, device)
-    alpha = torch.zeros(n, m_max, dtype=f64)
-    beta = torch.zeros(n, m_max, dtype=f64)  # beta[:, j] couples q_j and q_{j+1}
-    settled = torch.zeros(n, 2, dtype=torch.bool)  # block ends no longer waited for (converged, or let go: goal)
+    # Q[i, j]: active block i's j-th basis vector, each block's basis contiguous (one bmm reorthogonalises them all)
+    Q = torch.empty(n, m_max + 1, d, dtype=f64, device=device)
+    Q[:, 0] = _block_start(n, d, warm, gen, device)
+    alpha = np.zeros((n, m_max))
+    beta = np.zeros((n, m_max))  # beta[:, j] couples q_j and q_{j+1}
+    settled = np.zeros((n, 2), dtype=bool)  # block ends no longer waited for (converged, or let go: goal)
+    tests = np.full((2, n, 4), np.nan)  # the last tests' extreme Ritz values and estimates (``_block_tests``)
     best = [np.inf, -np.inf] if goal == "ends" else [0.0]
     steps = np.full(n, -1)
     peak = 0.0  # the largest |Ritz value| seen: the scale of every block's test
-    ids = torch.arange(n)  # the active blocks (global indices): the rows ``cur`` acts on
+    ids = np.arange(n)  # the active blocks (global indices): the rows ``cur`` acts on
     cur, frozen, shrinks = op, [], []
     n_products, cost, m = 0, 0.0, 0
+    b_prev = None
     for j in range(m_max):
         a = len(ids)
-        w = cur.matvec(Q[j].reshape(-1).to(cur.dtype)).to(f64).reshape(a, d)
+        q = Q[:, j]
+        w = cur.matvec(q.reshape(-1).to(cur.dtype)).to(f64).reshape(a, d)
         n_products, cost = n_products + 1, cost + a / n
-        al = (Q[j] * w).sum(dim=1)
-        alpha[:, j] = al.cpu()
-        w = w - al[:, None] * Q[j] - (beta[:, j - 1].to(device)[:, None] * Q[j - 1] if j else 0.0)
-        w = _reorthogonalise_blocks(w, Q[: j + 1])
-        b = w.norm(dim=1)
+        al = (q * w).sum(dim=1)
+        w = w - al[:, None] * q
+        if j:
+            w = w - b_prev[:, None] * Q[:, j - 1]
+        w, b = _reorthogonalise_blocks(w, Q[:, : j + 1])
+        alpha[:, j], b_np = torch.stack([al, b]).cpu().numpy()
         m = j + 1
         if m == d:  # every block's Krylov space is its whole space: the Ritz values are its spectrum
             break
         if m >= min(BLOCK_MIN_ITER, m_max):
-            live = torch.nonzero(~settled[ids].all(dim=1)).flatten()  # active blocks still waited for (local)
-            theta, S = _tridiagonal_batch(alpha[live, :m], beta[live, : m - 1])
-            peak = max(peak, float(theta[:, [0, -1]].abs().max()))
-            r = b.cpu()[live, None] * S[:, -1, :].abs()  # beta_m |s_m|: the residual estimates
+            live = np.flatnonzero(~settled[ids].all(axis=1))  # active blocks still waited for (local)
+            g = ids[live]
+            theta, r = _block_tests(alpha[live, :m], beta[live, : m - 1], b_np[live], ~settled[g], tests[0][g],
+                                    tests[1][g])
+            c = theta.shape[1]
+            four = [0, min(1, c - 1), max(c - 2, 0), c - 1]  # the ends' columns (every Ritz value below 5 steps)
+            tests[0][g], tests[1][g] = theta[:, four], r[:, four]
+            peak = max(peak, float(np.abs(theta[:, [0, -1]]).max()))
             bound = _end_bounds(theta, r, "eigenvalue")  # (l, 2): the let-go's interval (also under "residual")
             conv = (bound if stop == "eigenvalue" else r[:, [0, -1]]) <= tol * max(peak, np.finfo(float).tiny)
-            g = ids[live]
-            newly = ~settled[g].all(dim=1)
+            newly = ~settled[g].all(axis=1)
             settled[g] |= _settled(theta, r, conv, goal, best, bound, peak)
-            steps[g[newly & settled[g].all(dim=1)].numpy()] = m
-            if bool(settled.all()) or m == m_max:
+            steps[g[newly & settled[g].all(axis=1)]] = m
+            if settled.all() or m == m_max:
                 break
-        tiny = b <= 1e-12 * max(peak, np.finfo(float).tiny)
-        if bool(tiny.any()):  # an invariant subspace in those blocks: go on from fresh orthogonal directions
-            fresh = _reorthogonalise_blocks(torch.randn(a, d, generator=gen, dtype=f64).to(device), Q[: j + 1])
-            w = torch.where(tiny[:, None], fresh, w)
-            b = torch.where(tiny, 0.0, b)
-        Q[j + 1] = w / torch.where(b > 0, b, w.norm(dim=1))[:, None]
-        beta[:, j] = b.cpu()
-        keep = ~settled[ids].all(dim=1)
+        tiny = b_np <= 1e-12 * max(peak, np.finfo(float).tiny)
+        if tiny.any():  # an invariant subspace in those blocks: go on from fresh orthogonal directions
+            fresh, size = _reorthogonalise_blocks(torch.randn(a, d, generator=gen, dtype=f64).to(device),
+                                                  Q[:, : j + 1])
+            t = torch.from_numpy(tiny).to(device)
+            Q[:, j + 1] = torch.where(t[:, None], fresh / size[:, None], w / torch.where(t, 1.0, b)[:, None])
+            b = torch.where(t, 0.0, b)
+            b_np = np.where(tiny, 0.0, b_np)
+        else:
+            Q[:, j + 1] = w / b[:, None]
+        beta[:, j] = b_np
+        b_prev = b
+        keep = ~settled[ids].all(axis=1)
         if restrict and cur.restrictable and m >= BLOCK_MIN_ITER and int(keep.sum()) <= RESTRICT_SHARE * a:
             # the settled blocks stop here with their tridiagonals; the rest go on through products on their rows
             drop = ~keep
-            frozen.append(_Segment(ids[drop], Q[:m, drop.to(device)], alpha[drop, :m], beta[drop, : m - 1],
-                                   b.cpu()[drop]))
-            ids, Q, alpha, beta = ids[keep], Q[:, keep.to(device)], alpha[keep], beta[keep]
-            cur = cur.on_rows(torch.nonzero(keep).flatten())
+            dq, kq = torch.from_numpy(drop).to(device), torch.from_numpy(keep).to(device)
+            frozen.append(_Segment(ids[drop], Q[dq, :m], alpha[drop, :m], beta[drop, : m - 1], b_np[drop]))
+            ids, Q, alpha, beta, b_prev = ids[keep], Q[kq], alpha[keep], beta[keep], b_prev[kq]
+            cur = cur.on_rows(torch.from_numpy(np.flatnonzero(keep)))
             shrinks.append((m, len(ids)))
-    segments = [*frozen, _Segment(ids, Q[:m], alpha[:, :m], beta[:, : m - 1], b.cpu())]
-    res = _blockwise_result(op if refine is None else refine, segments, n, d, n_products, cost, tol, stop,
-                            rel_floor, steps, op.dtype)
+    segments = [*frozen, _Segment(ids, Q[:, :m], alpha[:, :m], beta[:, : m - 1], b_np)]
+    res = _blockwise_result(op, refine, segments, n, d, n_products, cost, tol, stop, rel_floor, steps, goal)
     return replace(res, goal=goal, warm_started=warm is not None, shrinks=tuple(shrinks))
 
 
-def _reorthogonalise_blocks(w: Tensor, Q: Tensor, eta: float = 2.0**-0.5) -> Tensor:
-    """``_reorthogonalise`` for every block at once: ``w`` (n, d) against each block's basis ``Q[:, i]`` (j, n, d)."""
+def _block_tests(alpha: np.ndarray, beta: np.ndarray, b_last: np.ndarray, open_ends: np.ndarray,
+                 theta: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The stopping tests' Ritz values (l, 4): each block's two lowest and two highest (every Ritz value (l, m)
+    below 5 steps), with their residual estimates ``beta_m |s_m|``, from LAPACK's ``dstemr`` on each block's
+    tridiagonal (``lanczos``'s ``_tridiagonal_ends``) for the ends still ``open_ends`` (l, 2) alone: the tests read
+    nothing else, the whole eigendecomposition of every block at every step cost more than the step's product once
+    few rows were left, and a settled end is never tested again. ``theta`` and ``r`` (l, 4): the previous tests'
+    values, kept at the settled ends (updated in place)."""
+    m = alpha.shape[1]
+    if m <= 4:
+        return _all_pairs(alpha, beta, b_last)
+    for i, (a, b, ends) in enumerate(zip(alpha, beta, open_ends)):
+        t, s = _tridiagonal_ends(a, b, 2, (bool(ends[0]), bool(ends[1])))
+        fresh = ~np.isnan(t)
+        theta[i, fresh], r[i, fresh] = t[fresh], b_last[i] * np.abs(s[fresh])
+    return theta, r
+
+
+def _all_pairs(alpha: np.ndarray, beta: np.ndarray, b_last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every Ritz value of each block (l, m) and its residual estimate (``_block_tests`` on short tridiagonals)."""
+    theta, S = _tridiagonal_batch(torch.from_numpy(alpha), torch.from_numpy(beta))
+    return theta.numpy(), b_last[:, None] * S[:, -1, :].abs().numpy()
+
+
+def _reorthogonalise_blocks(w: Tensor, Q: Tensor, eta: float = 2.0**-0.5) -> tuple[Tensor, Tensor]:
+    """``_reorthogonalise`` for every block at once: ``w`` (n, d) against each block's basis ``Q[i]`` (n, j, d), by
+    classical Gram-Schmidt, a second pass only where the first removed more than ``1 - eta`` of a norm. Returns
+    ``w`` and its norms (n,)."""
+    before = w.norm(dim=1)
     for _ in range(2):
-        before = w.norm(dim=1)
-        w = w - torch.einsum("jn,jnd->nd", torch.einsum("jnd,nd->jn", Q, w), Q)
-        if bool((w.norm(dim=1) > eta * before).all()):
+        w = w - torch.bmm(Q.transpose(1, 2), torch.bmm(Q, w[:, :, None]))[:, :, 0]
+        after = w.norm(dim=1)
+        if bool((after > eta * before).all()):
             break
-    return w
+        before = after
+    return w, after
 
 
 @dataclass(frozen=True)
 class _Segment:
-    """Blocks whose recurrence stopped at the same step: global indices (a,), basis (m, a, d), tridiagonals
+    """Blocks whose recurrence stopped at the same step: global indices (a,), basis (a, m, d), tridiagonals
     (``alpha`` (a, m), ``beta`` (a, m - 1)) and the last ``beta_m`` (a,) (the residual estimates' factor)."""
 
-    ids: Tensor
+    ids: np.ndarray
     Q: Tensor
-    alpha: Tensor
-    beta: Tensor
-    b_last: Tensor
+    alpha: np.ndarray
+    beta: np.ndarray
+    b_last: np.ndarray
 
 
-def _blockwise_result(op: SymmetricOperator, segments: list[_Segment], n: int, d: int, n_products: int, cost: float,
-                      tol: float, stop: str, rel_floor: float, steps: np.ndarray,
-                      recurrence: torch.dtype) -> BlockwiseResult:
+def _measure(op: SymmetricOperator, Y: Tensor) -> tuple[Tensor, Tensor]:
+    """The Rayleigh quotients (2, a) of the unit vectors ``Y`` (2, a, d) (each block's lowest and highest Ritz vector)
+    and their residuals ``|A y - (y^T A y) y|`` (a, 2), in float64 from one product of ``op`` on both columns."""
+    _, a, d = Y.shape
+    AY = op.matmat(Y.reshape(2, -1).T.to(op.dtype)).to(torch.float64).T.reshape(2, a, d)
+    rayleigh = (Y * AY).sum(dim=2)
+    return rayleigh.cpu(), (AY - rayleigh[:, :, None] * Y).norm(dim=2).T.cpu()
+
+
+def _refined_blocks(theta: np.ndarray, res: np.ndarray, bounds: np.ndarray, goal: str, margin: float) -> np.ndarray:
+    """The blocks whose ends a refinement must measure again (indices): every block under ``"blocks"``; under
+    ``"ends"`` those whose lowest end may hold ``lambda_min`` (its interval ``theta_1 - e``, ``e`` the larger of the
+    measured residual and bound, reaching down to the lowest ``theta_1``) and likewise at the top; under ``"norm"``
+    those whose ``|theta| + e`` may reach the largest. ``margin`` widens every interval by the products' rounding,
+    which the recurrence's measurement carries."""
+    if goal == "blocks":
+        return np.arange(len(theta))
+    e = np.maximum(res, bounds) + margin
+    lo, hi = theta[:, 0], theta[:, 1]
+    if goal == "ends":
+        near = (lo - e[:, 0] <= lo.min() + margin) | (hi + e[:, 1] >= hi.max() - margin)
+    else:
+        top = np.maximum(hi, -lo).max()
+        near = ((np.abs(np.stack([lo, hi], axis=1)) + e) >= top - margin).any(axis=1)
+    return np.flatnonzero(near)
+
+
+def _blockwise_result(op: SymmetricOperator, refine: SymmetricOperator | None, segments: list[_Segment], n: int,
+                      d: int, n_products: int, cost: float, tol: float, stop: str, rel_floor: float,
+                      steps: np.ndarray, goal: str) -> BlockwiseResult:
     """Ritz pairs of every block's final tridiagonal (per segment: blocks stopped at different steps), the ends
-    measured with one batched product of ``op`` over all rows: their Rayleigh quotients (the Ritz values themselves
-    when ``op`` ran the recurrence) and residuals. Blocks shorter than the longest are padded with NaN in
-    ``block_ritz`` and ``block_estimates`` (no Ritz value there)."""
+    measured with one batched product of ``op`` over all rows: their Rayleigh quotients and residuals. With
+    ``refine`` (``op`` in float64), the blocks that may hold what ``goal`` waits for (``_refined_blocks``) are
+    measured again with one product of ``refine`` on their rows alone (all rows when it cannot be restricted), so the
+    answer's bounds are float64's while the other blocks keep the recurrence's measurement. Blocks shorter than the
+    longest are padded with NaN in ``block_ritz`` and ``block_estimates`` (no Ritz value there)."""
     Y = torch.zeros(2, n, d, dtype=torch.float64, device=segments[0].Q.device)
     parts = []
     for seg in segments:
-        theta, S = _tridiagonal_batch(seg.alpha, seg.beta)  # (a, m), (a, m, m)
-        exhausted = seg.Q.shape[0] == d
-        est = torch.zeros_like(theta) if exhausted else seg.b_last[:, None] * S[:, -1, :].abs()
+        theta, S = _tridiagonal_batch(torch.from_numpy(seg.alpha), torch.from_numpy(seg.beta))  # (a, m), (a, m, m)
+        theta = theta.numpy()
+        exhausted = seg.Q.shape[1] == d
+        est = np.zeros_like(theta) if exhausted else seg.b_last[:, None] * S[:, -1, :].abs().numpy()
         ends = S[:, :, [0, -1]].to(seg.Q.device)  # (a, m, 2): the ends' coefficients in each block's basis
-        Ys = torch.einsum("jnd,njp->pnd", seg.Q, ends)  # (2, a, d): lowest and highest Ritz vector of each block
-        Y[:, seg.ids.to(Y.device)] = Ys / Ys.norm(dim=2, keepdim=True)
+        Ys = torch.einsum("njd,njp->pnd", seg.Q, ends)  # (2, a, d): lowest and highest Ritz vector of each block
+        Y[:, torch.from_numpy(seg.ids).to(Y.device)] = Ys / Ys.norm(dim=2, keepdim=True)
         parts.append((seg.ids, theta, est, exhausted))
-    AY = op.matmat(Y.reshape(2, -1).T.to(op.dtype)).to(torch.float64).T.reshape(2, n, d)
+    every = refine is None or goal == "blocks" or not refine.restrictable  # one measurement answers for all
+    rayleigh, res = _measure(op if refine is None else refine if every else op, Y)
     n_products, cost = n_products + 2, cost + 2.0
-    rayleigh = (Y * AY).sum(dim=2)  # (2, n)
-    res = (AY - rayleigh[:, :, None] * Y).norm(dim=2).T.cpu()  # (n, 2), measured
-    rayleigh = rayleigh.cpu()
-    m_all = max(theta.shape[1] for _, theta, _, _ in parts)
-    ritz = torch.full((n, m_all), float("nan"), dtype=torch.float64)
-    est_all, with_ends = ritz.clone(), ritz.clone()
-    th_ends, bounds = torch.zeros(n, 2, dtype=torch.float64), torch.zeros(n, 2, dtype=torch.float64)
-    for ids, theta, est, exhausted in parts:
-        theta[:, 0], theta[:, -1] = rayleigh[0, ids], rayleigh[1, ids]
-        m = theta.shape[1]
-        ritz[ids, :m], est_all[ids, :m], with_ends[ids, :m] = theta, est, _with_ends(est, res[ids])
-        th_ends[ids] = theta[:, [0, -1]]
-        bounds[ids] = res[ids] if exhausted else _end_bounds(theta, with_ends[ids, :m], stop)
-    scale = max(float(th_ends.abs().max()), float(np.nanmax(np.abs(ritz.numpy()))), np.finfo(float).tiny)
+    rayleigh, res = rayleigh.numpy().T.copy(), res.numpy().copy()  # (n, 2) each
+
+    def ends_and_bounds():
+        m_all = max(theta.shape[1] for _, theta, _, _ in parts)
+        ritz = np.full((n, m_all), np.nan)
+        est_all, with_ends = ritz.copy(), ritz.copy()
+        bounds = np.zeros((n, 2))
+        for ids, theta, est, exhausted in parts:
+            theta = theta.copy()
+            theta[:, 0], theta[:, -1] = rayleigh[ids, 0], rayleigh[ids, 1]
+            m = theta.shape[1]
+            ritz[ids, :m], est_all[ids, :m], with_ends[ids, :m] = theta, est, _with_ends(est, res[ids])
+            bounds[ids] = res[ids] if exhausted else _end_bounds(theta, with_ends[ids, :m], stop)
+        return ritz, est_all, with_ends, bounds
+
+    ritz, est_all, with_ends, bounds = ends_and_bounds()
+    if not every:
+        scale = max(float(np.abs(rayleigh).max()), float(np.nanmax(np.abs(ritz))), np.finfo(float).tiny)
+        margin = ROUNDING_MARGIN * float(torch.finfo(op.dtype).eps) * scale
+        idx = _refined_blocks(rayleigh, res, bounds, goal, margin)
+        rows = torch.from_numpy(idx)
+        rq, rr = _measure(refine.on_rows(rows), Y[:, rows.to(Y.device)])
+        n_products, cost = n_products + 2, cost + 2.0 * len(idx) / n
+        rayleigh[idx], res[idx] = rq.numpy().T, rr.numpy()
+        ritz, est_all, with_ends, bounds = ends_and_bounds()
+    th_ends = rayleigh
+    scale = max(float(np.abs(th_ends).max()), float(np.nanmax(np.abs(ritz))), np.finfo(float).tiny)
     lo, hi = int(th_ends[:, 0].argmin()), int(th_ends[:, 1].argmax())
     vectors = torch.zeros(n, d, 2, dtype=torch.float64, device=Y.device)
     vectors[lo, :, 0], vectors[hi, :, 1] = Y[0, lo], Y[1, hi]
     values = np.array([float(th_ends[lo, 0]), float(th_ends[hi, 1])])
     pick = np.array([float(bounds[lo, 0]), float(bounds[hi, 1])])
-    flat, flat_est = ritz.flatten().numpy(), est_all.flatten().numpy()
+    flat, flat_est = ritz.flatten(), est_all.flatten()
     order = np.argsort(flat)[: int(np.isfinite(flat).sum())]  # NaN (padding) sorts last
     lengths = [theta.shape[1] for _, theta, _, _ in parts]
     return BlockwiseResult(
         values=values, vectors=vectors.reshape(n * d, 2), residuals=np.array([float(res[lo, 0]), float(res[hi, 1])]),
         converged=pick <= max(tol, 1e-13) * scale, ritz_all=flat[order], residual_estimates=flat_est[order],
         n_products=n_products, n_iter=max(lengths), exhausted=all(e for _, _, _, e in parts), tol=tol,
-        rel_floor=rel_floor, block_ends=th_ends.numpy(), block_residuals=res.numpy(), block_bounds=bounds.numpy(),
-        block_steps=steps, block_ritz=ritz.numpy(), block_estimates=with_ends.numpy(),
-        recurrence_eps=float(torch.finfo(recurrence).eps), block_vectors=Y, product_cost=cost)
+        rel_floor=rel_floor, block_ends=th_ends.copy(), block_residuals=res, block_bounds=bounds,
+        block_steps=steps, block_ritz=ritz, block_estimates=with_ends,
+        recurrence_eps=float(torch.finfo(op.dtype).eps), block_vectors=Y, product_cost=cost)
 
 
-def _with_ends(est: Tensor, res: Tensor) -> Tensor:
+def _with_ends(est: np.ndarray, res: np.ndarray) -> np.ndarray:
     """The residual estimates (n, m) with the two ends replaced by their measured residuals (n, 2)."""
-    out = est.clone()
+    out = est.copy()
     out[:, 0], out[:, -1] = res[:, 0], res[:, 1]
     return out

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from mini.hessian import NEG_FLOOR
-from mini.loss_hessians import chain_forward, chain_links, interaction_chunks
+from mini.loss_hessians import TRANSPOSED_ROWS, chain_forward, chain_links, interaction_chunks
 from scale.curvature.blocks import block_norm, head_info, loss_product_of
 from scale.curvature.blockwise import BLOCKWISE_TOL, BlockwiseResult, blockwise_lanczos
 from scale.curvature.operators import Operator
@@ -46,21 +46,26 @@ def closed_form_operator(
     otherwise. Against ``factored_operator`` (``operator_route``): no ``J`` to build, compute instead of
     reading ``J`` twice per product. ``interaction_chunks(M)`` streams ``M``'s exact blocks (for ``|M|``).
     ``compose=False``: a predictor's first map is not composed with the head's last
-    (``mini.loss_hessians.chain_links``: cheaper to build, dearer per product; for a few products).
+    (``mini.loss_hessians.chain_links``: cheaper to build, dearer per product; for a few products). With
+    ``compose`` on at most ``TRANSPOSED_ROWS`` rows the links also carry their weights' transposes
+    (``mini.loss_hessians.with_transposes``: one copy, then the forward passes at BLAS's fast layout).
     Returns ``(H, M, info)``.
     """
     z = z.detach().to(dtype)
     mini_head = mini_head_of(head, dtype)
     n, d = z.shape
+    transposed = compose and n <= TRANSPOSED_ROWS  # many products on few rows: the weights' transposes pay
     with torch.no_grad():
         if getattr(loss, "closed_form", False):  # SimSiam, BYOL: the chain runs on through the predictor
             curv = loss.curvature_at(mini_head, z, compose)
+            curv = curv.with_transposes() if transposed else curv
             h_of, m_of, value = curv.hvp, curv.interaction_hvp, loss.value_of(curv)
             m_blocks = curv.interaction_blocks
             loss_product = "closed form (predictor and cosine in the chain, mini.loss_hessians)"
         else:  # any other loss through its gradient graph: coupled or not, no restriction to rows
             curv = None
             fwd = chain_forward(chain_links(mini_head, None, z), z)
+            fwd = fwd.with_transposes() if transposed else fwd
             rho, value, lv, loss_product = loss_product_of(loss, fwd.out)
             D = fwd.backward(rho)[0]
 

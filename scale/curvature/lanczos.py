@@ -117,25 +117,29 @@ def _eigh_tridiagonal(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndar
     return eigh_tridiagonal(a, b)
 
 
-def _tridiagonal_ends(a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _tridiagonal_ends(a: np.ndarray, b: np.ndarray, k: int,
+                      halves: tuple[bool, bool] = (True, True)) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` lowest and ``k`` highest eigenvalues of ``T`` and the last components of their eigenvectors
     (the residual estimates' ``s_m``): LAPACK's ``dstemr`` for the selected indices only (two calls of a few
-    microseconds), not the whole eigendecomposition, which a stopping test at every step does not need."""
+    microseconds), not the whole eigendecomposition, which a stopping test at every step does not need.
+    ``halves``: which of the two ends to compute (the other's ``k`` entries are NaN) once ``m > 2 k``."""
     m = len(a)
     if m <= 2 * k:
         theta, s = _eigh_tridiagonal(a, b)
         return theta, s[-1]
     e = np.zeros(m)
     e[: m - 1] = b
-    out = []
-    for il, iu in ((1, k), (m - k + 1, m)):
+    theta, last = np.full(2 * k, np.nan), np.full(2 * k, np.nan)
+    for half, (il, iu) in enumerate(((1, k), (m - k + 1, m))):
+        if not halves[half]:
+            continue
         found, w, z, info = dstemr(a, e.copy(), 2, 0.0, 0.0, il, iu)  # range 'I': eigenpairs il..iu (1-based)
         if info != 0 or found != k:
             theta, s = _eigh_tridiagonal(a, b)
-            ends = np.r_[np.arange(k), np.arange(m - k, m)]
+            ends = np.concatenate([np.arange(k), np.arange(m - k, m)])
             return theta[ends], s[-1, ends]
-        out.append((w[:k], z[-1, :k]))
-    return np.r_[out[0][0], out[1][0]], np.r_[out[0][1], out[1][1]]
+        theta[half * k:(half + 1) * k], last[half * k:(half + 1) * k] = w[:k], z[-1, :k]
+    return theta, last
 
 
 def _error_bound(theta: np.ndarray, r: np.ndarray, k: int, stop: str) -> np.ndarray:

@@ -233,7 +233,7 @@ def mini_head_of(module: MLPHead, dtype: torch.dtype = torch.float64) -> Head:
     norms = [*module.norms, module.out_norm]
     layers = []
     for linear, norm in zip(module.layers, norms):
-        W = linear.weight.detach().to(dtype)
+        W = linear.weight.detach()
         b = linear.bias.detach().to(dtype) if linear.bias is not None else None
         if isinstance(norm, nn.BatchNorm1d):
             if norm.running_mean is None:
@@ -243,7 +243,8 @@ def mini_head_of(module: MLPHead, dtype: torch.dtype = torch.float64) -> Head:
                 c = c * norm.weight.detach().to(dtype)
             shift = -norm.running_mean.to(dtype) if b is None else b - norm.running_mean.to(dtype)
             b = c * shift + (norm.bias.detach().to(dtype) if norm.bias is not None else 0.0)
-            W = c[:, None] * W
+            W = c[:, None] * W  # in ``dtype`` or wider (type promotion): the cast and the fold in one pass
+        W = W.to(dtype)
         layer = {"W": W}
         if b is not None:
             layer["b"] = b

@@ -181,7 +181,9 @@ def blockwise_lanczos(
     end's value is the float64 Rayleigh quotient ``y^T A y`` of its Ritz vector ``y`` and its residual
     ``|A y - (y^T A y) y|`` is measured in float64, so the bound ``r^2 / gap`` certifies the value to float64
     accuracy although the vector is only as good as ``op``'s products (``r`` of their rounding, ``r^2`` far
-    below ``tol``). When ``op``'s rounding keeps the bound above ``tol``, ``converged`` says so.
+    below ``tol``). When ``op``'s rounding keeps the bound above ``tol``, ``converged`` says so. Only the blocks
+    that may hold what ``goal`` waits for are measured with ``refine``, on their rows (``_refined_blocks``; every
+    row under ``"blocks"`` or when ``refine`` cannot be restricted); the others keep ``op``'s measurement.
 
     ``goal``: what the stop waits for. ``"blocks"``: every block's lowest and highest end (``block_ends`` all
     converged). ``"ends"``: the operator's ``lambda_min`` and ``lambda_max`` only: a block's lowest end is no longer

@@ -22,7 +22,7 @@ from mini.hessian import NEG_FLOOR
 from scale.curvature.lanczos import STOPS, LanczosResult, SymmetricOperator, _tridiagonal_ends
 
 BLOCKWISE_TOL = 1e-8  # blockwise_lanczos: eigenvalue error bound, relative to the scale (max |lambda| over all blocks)
-BLOCK_MIN_ITER = 6  # blockwise_lanczos: no convergence test before this many steps (the test costs a batched eigh)
+BLOCK_MIN_ITER = 6  # blockwise_lanczos: no convergence test before this many steps (a test costs a dstemr a block)
 ROUNDING_MARGIN = 100  # BlockwiseResult.n_negative: epsilons of the products added to each Ritz interval
 
 
@@ -301,7 +301,7 @@ def _block_tests(alpha: np.ndarray, beta: np.ndarray, b_last: np.ndarray, open_e
     tridiagonal (``lanczos``'s ``_tridiagonal_ends``) for the ends still ``open_ends`` (l, 2) alone: the tests read
     nothing else, the whole eigendecomposition of every block at every step cost more than the step's product once
     few rows were left, and a settled end is never tested again. ``theta`` and ``r`` (l, 4): the previous tests'
-    values, kept at the settled ends (updated in place)."""
+    values, kept at the settled ends; filled where computed and returned."""
     m = alpha.shape[1]
     if m <= 4:
         return _all_pairs(alpha, beta, b_last)

@@ -11,7 +11,12 @@ error of its lowest Ritz value against the exact spectrum (float64 ``eigvalsh`` 
 stopping bound, so that the steps the block needs (its error at the bound asked) and the steps the certified stop
 takes can be read apart.
 
-    python -m bench.bench_curvature_parts --threads 1 [--state crowded] [--rows 8] [--repeats 5]
+With ``--probes K``: the cold exact ends over ``K`` disjoint probes of ``--rows`` rows at every state from epoch 2 on
+(rows ``i rows .. (i + 1) rows - 1`` of one probe of ``K rows`` pairs): their calls, median and most, and how many
+float32 runs the float64 refinement found short of the bound (each then run again in float64), so that the cell
+timed above can be read against the probes a user might take.
+
+    python -m bench.bench_curvature_parts --threads 1 [--state crowded] [--rows 8] [--repeats 5] [--probes 32]
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from bench._util import interleaved_median, publish, run_header
 
 OUT = Path(__file__).resolve().parent / "results" / "curvature_parts.md"
 BOUND = 1e-8  # the eigenvalue bound asked of the ends, relative to the scale (bench_curvature's)
+MAX_PROBE_PAIRS = 256  # --probes: probes x rows at most this many pairs (bench_curvature's largest probe)
 
 
 @contextmanager
@@ -114,6 +120,31 @@ def trajectory(state, rows: int) -> tuple[list[str], dict]:
                    "final_error": final}
 
 
+def probe_sweep(states: list, names: list[str], rows: int, probes: int) -> list[str]:
+    """Calls of the cold exact ends over ``probes`` disjoint probes of ``rows`` rows at each state from epoch 2 on, and
+    the runs kept in float64 (the float32 run's refined ends short of the bound: ``info["recurrence"]``)."""
+    from bench._curvature_states import probe_rows
+    from bench._paper_tracker import OneView
+    from scale.curvature.closed_form import blockwise_ends
+
+    lines = [f"| state | probes of {rows} rows | calls, median | calls, most | the first probe's (timed above) | "
+             "float64 reruns |", "|---|---|---|---|---|---|"]
+    for state, name in zip(states, names):
+        if name in ("init", "epoch 1"):
+            continue
+        z, t = probe_rows(state, rows * probes)
+        calls, reruns = [], 0
+        for i in range(probes):
+            part = slice(i * rows, (i + 1) * rows)
+            res, _, info = blockwise_ends(z[part], state.projector, OneView(state.predictor, t[part]), tol=BOUND,
+                                          interaction=False)
+            calls.append(res.n_products)
+            reruns += info["recurrence"] != "float32"
+        lines.append(f"| {name} | {probes} | {sorted(calls)[len(calls) // 2]} | {max(calls)} | {calls[0]} | "
+                     f"{reruns} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     from bench._curvature_states import probe_rows
     from bench._paper_tracker import OneView, one_view_loss, paper_power_iteration
@@ -126,16 +157,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=8, help="view-1 probe rows (default: 8)")
     p.add_argument("--repeats", type=int, default=5, help="interleaved rounds (default: 5)")
     p.add_argument("--threads", type=int, default=1, help="torch threads, fixed (default: 1)")
+    p.add_argument("--probes", type=int, default=0,
+                   help="also the cold ends over this many disjoint probes at every state from epoch 2 (default: 0)")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     name = CROWDED if args.state == "crowded" else args.state
     names = ["init", *(f"epoch {e}" for e in range(1, EPOCHS + 1))]
-    if name not in names or args.rows < 1:
-        print(f"bench_curvature_parts: unknown state {args.state!r} or rows {args.rows}; valid: 'crowded', "
-              f"{', '.join(repr(x) for x in names)}; rows >= 1", file=sys.stderr)
+    if name not in names or args.rows < 1 or not 0 <= args.probes * args.rows <= MAX_PROBE_PAIRS:
+        print(f"bench_curvature_parts: unknown state {args.state!r}, rows {args.rows} or probes {args.probes}; "
+              f"valid: 'crowded', {', '.join(repr(x) for x in names)}; rows >= 1; 0 <= probes x rows <= "
+              f"{MAX_PROBE_PAIRS}", file=sys.stderr)
         return 2
-    states = training_states(OFFICIAL, EPOCHS, args.rows, threads=args.threads,
+    states = training_states(OFFICIAL, EPOCHS, max(args.rows, args.rows * args.probes), threads=args.threads,
                              log=lambda m: print(m, file=sys.stderr, flush=True))
     state, before = states[names.index(name)], states[max(names.index(name) - 1, 0)]
     z1, t2 = probe_rows(state, args.rows)
@@ -176,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
               f"its lowest Ritz value's error (float32 products: floor about 1e-7 of the scale) and the stopping "
               f"bound at the tests; the stop came at step {info['steps']}, the ends' `lambda_min` after the float64 "
               f"refinement {info['final_error']:.1e} of the scale off.", "", *rows]
+    if args.probes:
+        lines += ["", f"The cold exact ends over {args.probes} disjoint probes of {args.rows} rows at each state "
+                  f"from epoch 2 on (the first is the probe timed above at its state):", "",
+                  *probe_sweep(states, names, args.rows, args.probes)]
     return publish(args.out, lines)
 
 

@@ -302,20 +302,14 @@ def _block_tests(alpha: np.ndarray, beta: np.ndarray, b_last: np.ndarray, open_e
     nothing else, the whole eigendecomposition of every block at every step cost more than the step's product once
     few rows were left, and a settled end is never tested again. ``theta`` and ``r`` (l, 4): the previous tests'
     values, kept at the settled ends; filled where computed and returned."""
-    m = alpha.shape[1]
-    if m <= 4:
-        return _all_pairs(alpha, beta, b_last)
+    if alpha.shape[1] <= 4:  # ``_tridiagonal_ends`` returns every pair of so short a tridiagonal
+        pairs = [_tridiagonal_ends(a, b, 2) for a, b in zip(alpha, beta)]
+        return np.stack([t for t, _ in pairs]), b_last[:, None] * np.abs(np.stack([s for _, s in pairs]))
     for i, (a, b, ends) in enumerate(zip(alpha, beta, open_ends)):
         t, s = _tridiagonal_ends(a, b, 2, (bool(ends[0]), bool(ends[1])))
         fresh = ~np.isnan(t)
         theta[i, fresh], r[i, fresh] = t[fresh], b_last[i] * np.abs(s[fresh])
     return theta, r
-
-
-def _all_pairs(alpha: np.ndarray, beta: np.ndarray, b_last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every Ritz value of each block (l, m) and its residual estimate (``_block_tests`` on short tridiagonals)."""
-    theta, S = _tridiagonal_batch(torch.from_numpy(alpha), torch.from_numpy(beta))
-    return theta.numpy(), b_last[:, None] * S[:, -1, :].abs().numpy()
 
 
 def _reorthogonalise_blocks(w: Tensor, Q: Tensor, eta: float = 2.0**-0.5) -> tuple[Tensor, Tensor]:
@@ -392,7 +386,7 @@ def _blockwise_result(op: SymmetricOperator, refine: SymmetricOperator | None, s
         Y[:, torch.from_numpy(seg.ids).to(Y.device)] = Ys / Ys.norm(dim=2, keepdim=True)
         parts.append((seg.ids, theta, est, exhausted))
     every = refine is None or goal == "blocks" or not refine.restrictable  # one measurement answers for all
-    rayleigh, res = _measure(op if refine is None else refine if every else op, Y)
+    rayleigh, res = _measure(refine if every and refine is not None else op, Y)
     n_products, cost = n_products + 2, cost + 2.0
     rayleigh, res = rayleigh.numpy().T.copy(), res.numpy().copy()  # (n, 2) each
 
@@ -407,24 +401,22 @@ def _blockwise_result(op: SymmetricOperator, refine: SymmetricOperator | None, s
             m = theta.shape[1]
             ritz[ids, :m], est_all[ids, :m], with_ends[ids, :m] = theta, est, _with_ends(est, res[ids])
             bounds[ids] = res[ids] if exhausted else _end_bounds(theta, with_ends[ids, :m], stop)
-        return ritz, est_all, with_ends, bounds
-
-    ritz, est_all, with_ends, bounds = ends_and_bounds()
-    if not every:
         scale = max(float(np.abs(rayleigh).max()), float(np.nanmax(np.abs(ritz))), np.finfo(float).tiny)
+        return ritz, est_all, with_ends, bounds, scale
+
+    ritz, est_all, with_ends, bounds, scale = ends_and_bounds()
+    if not every:
         margin = ROUNDING_MARGIN * float(torch.finfo(op.dtype).eps) * scale
         idx = _refined_blocks(rayleigh, res, bounds, goal, margin)
         rows = torch.from_numpy(idx)
         rq, rr = _measure(refine.on_rows(rows), Y[:, rows.to(Y.device)])
         n_products, cost = n_products + 2, cost + 2.0 * len(idx) / n
         rayleigh[idx], res[idx] = rq.numpy().T, rr.numpy()
-        ritz, est_all, with_ends, bounds = ends_and_bounds()
-    th_ends = rayleigh
-    scale = max(float(np.abs(th_ends).max()), float(np.nanmax(np.abs(ritz))), np.finfo(float).tiny)
-    lo, hi = int(th_ends[:, 0].argmin()), int(th_ends[:, 1].argmax())
+        ritz, est_all, with_ends, bounds, scale = ends_and_bounds()
+    lo, hi = int(rayleigh[:, 0].argmin()), int(rayleigh[:, 1].argmax())
     vectors = torch.zeros(n, d, 2, dtype=torch.float64, device=Y.device)
     vectors[lo, :, 0], vectors[hi, :, 1] = Y[0, lo], Y[1, hi]
-    values = np.array([float(th_ends[lo, 0]), float(th_ends[hi, 1])])
+    values = np.array([float(rayleigh[lo, 0]), float(rayleigh[hi, 1])])
     pick = np.array([float(bounds[lo, 0]), float(bounds[hi, 1])])
     flat, flat_est = ritz.flatten(), est_all.flatten()
     order = np.argsort(flat)[: int(np.isfinite(flat).sum())]  # NaN (padding) sorts last
@@ -433,7 +425,7 @@ def _blockwise_result(op: SymmetricOperator, refine: SymmetricOperator | None, s
         values=values, vectors=vectors.reshape(n * d, 2), residuals=np.array([float(res[lo, 0]), float(res[hi, 1])]),
         converged=pick <= max(tol, 1e-13) * scale, ritz_all=flat[order], residual_estimates=flat_est[order],
         n_products=n_products, n_iter=max(lengths), exhausted=all(e for _, _, _, e in parts), tol=tol,
-        rel_floor=rel_floor, block_ends=th_ends.copy(), block_residuals=res, block_bounds=bounds,
+        rel_floor=rel_floor, block_ends=rayleigh, block_residuals=res, block_bounds=bounds,
         block_steps=steps, block_ritz=ritz, block_estimates=with_ends,
         recurrence_eps=float(torch.finfo(op.dtype).eps), block_vectors=Y, product_cost=cost)
 

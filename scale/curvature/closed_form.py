@@ -155,8 +155,9 @@ def blockwise_ends(
 
     The recurrence runs on ``RECURRENCE_DTYPE`` (float32) products: half the float64 products' cost whether
     they are memory-bound (few rows) or not. The ends are then refined and certified in ``dtype``: their
-    Rayleigh quotients and residuals from one product of a ``dtype`` operator built without composing the
-    predictor's first map (``compose=False``: one product does not pay for the composition), so the bound
+    Rayleigh quotients and residuals from one product of a ``dtype`` operator (on the rows of the blocks that may hold
+    them: ``blockwise_lanczos``'s ``refine``) built without composing the predictor's first map (``compose=False``:
+    one product does not pay for the composition), so the bound
     ``r^2 / gap`` holds for the ``dtype`` operator. A run whose ends miss ``tol`` there (the float32 products'
     rounding in the way) runs again on the ``dtype`` operator alone. Returns ``(H's result, M's or None, info)``
     (``info["recurrence"]``: the products' dtype of the runs kept).

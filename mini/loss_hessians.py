@@ -194,9 +194,10 @@ TRANSPOSED_ROWS = 32  # with_transposes: at most this many rows in a pass read `
 
 def with_transposes(links: list[Link]) -> list[Link]:
     """``links`` with each weight's transpose stored contiguously. A forward pass computes ``x W^T``; on a few rows
-    BLAS (torch's MKL) runs that product on a transposed view 2.0-2.2x slower than on a contiguous ``(in, out)``
-    matrix (float32, 8 rows, 512 x 2048 to 2048 x 2048, 1 thread; none at 1 row, none from 64 rows on), so a chain
-    that will take many products on few rows pays one copy of its weights for it (1-5 ms a layer there)."""
+    some BLAS builds run that product on a transposed view much slower than on a contiguous ``(in, out)`` matrix
+    (torch's MKL on an Intel Xeon: 2.0-2.2x, float32, 8 rows, 512 x 2048 to 2048 x 2048, 1 thread), others faster
+    (the same MKL on an AMD EPYC), so a chain that will take many products on few rows may pay one copy of its
+    weights for it (1-5 ms a layer): ``scale.curvature.layout`` measures which."""
     return [Link(L.W, L.b, L.act, _transposed(_xp(L.W), L.W)) for L in links]
 
 

@@ -24,6 +24,7 @@ from mini.hessian import NEG_FLOOR
 from mini.loss_hessians import TRANSPOSED_ROWS, chain_forward, chain_links, interaction_chunks
 from scale.curvature.blocks import block_norm, head_info, loss_product_of
 from scale.curvature.blockwise import BLOCKWISE_TOL, BlockwiseResult, blockwise_lanczos
+from scale.curvature.layout import transposes_pay
 from scale.curvature.operators import Operator
 from scale.engine.heads import mini_head_of
 
@@ -48,24 +49,28 @@ def closed_form_operator(
     ``compose=False``: a predictor's first map is not composed with the head's last
     (``mini.loss_hessians.chain_links``: cheaper to build, dearer per product; for a few products). With
     ``compose`` on at most ``TRANSPOSED_ROWS`` rows the links also carry their weights' transposes
-    (``mini.loss_hessians.with_transposes``: one copy, then the forward passes at BLAS's fast layout).
+    (``mini.loss_hessians.with_transposes``: one copy) where this machine's BLAS runs the forward passes faster on
+    them (``scale.curvature.layout.transposes_pay``: measured once per process).
     Returns ``(H, M, info)``.
     """
     z = z.detach().to(dtype)
     mini_head = mini_head_of(head, dtype)
     n, d = z.shape
-    transposed = compose and n <= TRANSPOSED_ROWS  # many products on few rows: the weights' transposes pay
+    few_rows = compose and n <= TRANSPOSED_ROWS  # many products on few rows: the weights' layout matters
+
+    def laid_out(chain):  # the chain with its weights' transposes where they are this machine's faster layout
+        return chain.with_transposes() if few_rows and transposes_pay(getattr(chain, "fwd", chain).links, n) else chain
     with torch.no_grad():
         if getattr(loss, "closed_form", False):  # SimSiam, BYOL: the chain runs on through the predictor
             curv = loss.curvature_at(mini_head, z, compose)
-            curv = curv.with_transposes() if transposed else curv
+            curv = laid_out(curv)
             h_of, m_of, value = curv.hvp, curv.interaction_hvp, loss.value_of(curv)
             m_blocks = curv.interaction_blocks
             loss_product = "closed form (predictor and cosine in the chain, mini.loss_hessians)"
         else:  # any other loss through its gradient graph: coupled or not, no restriction to rows
             curv = None
             fwd = chain_forward(chain_links(mini_head, None, z), z)
-            fwd = fwd.with_transposes() if transposed else fwd
+            fwd = laid_out(fwd)
             rho, value, lv, loss_product = loss_product_of(loss, fwd.out)
             D = fwd.backward(rho)[0]
 

@@ -1,0 +1,59 @@
+r"""Which layout of a chain's weights BLAS multiplies faster in a forward pass on few rows, measured once per process.
+
+A forward pass computes ``x W^T`` (x: rows x in). Stored as ``W`` (out, in), BLAS reads a transposed view; a
+contiguous copy ``W^T`` (in, out) (``mini.loss_hessians.with_transposes``) is the other layout. Which is faster on
+a few rows is a property of the BLAS build and the processor, not of the mathematics, and it goes both ways
+(float32, 8 rows, 1 thread, 2048 x 2048): torch's MKL on an Intel Xeon with AMX ran the view 2.0-2.2x slower than
+the copy; the same MKL on an AMD EPYC (its AVX2 path) ran the copy 1.15-1.25x slower than the view, and a whole
+8-row product of the official tracker's chain 1.56x slower (8.4 ms against 5.4 ms). So ``transposes_pay`` times
+the chain's own forward matmuls both ways, ``LAYOUT_REPEATS`` alternating rounds, best of each, and keeps the
+answer for the process, keyed by dtype, device, the links' shapes and the rows: a tracker measuring every epoch
+pays it once (about 6 forward passes), a product never.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+
+from mini.loss_hessians import Link
+
+LAYOUT_REPEATS = 3  # transposes_pay: alternating rounds of each layout; the best of each is compared
+_CHOICES: dict[tuple, bool] = {}  # transposes_pay's measured answers, for this process
+
+
+def transposes_pay(links: Sequence[Link], rows: int) -> bool:
+    """Whether the forward passes of ``links`` on ``rows`` rows run faster on contiguous transposes of the weights
+    than on their transposed views (measured once per key, module docstring)."""
+    W = links[0].W
+    key = (W.dtype, W.device.type, tuple(tuple(L.W.shape) for L in links), int(rows))
+    if key not in _CHOICES:
+        _CHOICES[key] = _copies_faster([L.W for L in links], int(rows))
+    return _CHOICES[key]
+
+
+def _copies_faster(weights: list[torch.Tensor], rows: int) -> bool:
+    """Time the forward matmuls ``x W^T`` of every weight on ``rows`` random rows, on the views and on contiguous
+    copies, alternating; ``True`` when the copies' best round is the faster."""
+    gen = torch.Generator().manual_seed(0)
+    xs = [torch.randn(rows, W.shape[1], generator=gen, dtype=W.dtype).to(W.device) for W in weights]
+    views = [W.T for W in weights]
+    copies = [W.T.contiguous() for W in weights]
+    best = {"views": float("inf"), "copies": float("inf")}
+    for _ in range(LAYOUT_REPEATS):
+        for name, mats in (("views", views), ("copies", copies)):
+            best[name] = min(best[name], _forward_seconds(xs, mats))
+    return best["copies"] < best["views"]
+
+
+def _forward_seconds(xs: list[torch.Tensor], mats: list[torch.Tensor]) -> float:
+    """Wall seconds of ``x @ m`` for each pair (the device synchronised around them)."""
+    sync = torch.cuda.synchronize if xs[0].is_cuda else (lambda: None)
+    sync()
+    t = time.perf_counter()
+    for x, m in zip(xs, mats):
+        x @ m
+    sync()
+    return time.perf_counter() - t

@@ -1,0 +1,90 @@
+"""The weights' layout for few-row forward passes (``scale.curvature.layout``): measured once per key, followed by
+``closed_form_operator``, and never a change to a product."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import scale.curvature.layout as layout
+from mini.loss_hessians import PredictorCosineCurvature
+from tests.test_blockwise import ROW_PRODUCT_RTOL, _head_and_loss
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    """A clock that says which layout is faster (``copies_win``), counting the timings it was asked for."""
+    state = {"copies_win": True, "timings": 0}
+
+    def seconds(xs, mats):
+        state["timings"] += 1
+        copies = all(m.is_contiguous() for m in mats)
+        return 1.0 if copies == state["copies_win"] else 2.0
+
+    monkeypatch.setattr(layout, "_CHOICES", {})
+    monkeypatch.setattr(layout, "_forward_seconds", seconds)
+    return state
+
+
+def _built_with_transposes(monkeypatch) -> list[bool]:
+    calls: list[bool] = []
+    original = PredictorCosineCurvature.with_transposes
+
+    def spy(self):
+        calls.append(True)
+        return original(self)
+
+    monkeypatch.setattr(PredictorCosineCurvature, "with_transposes", spy)
+    return calls
+
+
+@pytest.mark.parametrize("copies_win", [True, False])
+def test_the_operator_takes_the_measured_layout_and_measures_it_once(scripted, monkeypatch, copies_win):
+    """``closed_form_operator`` on few rows gives its chain the weights' transposes exactly when the measurement says
+    the copies are faster; a second build of the same shapes and rows measures nothing; another row count is measured
+    anew; the products are the same either way (to round-off). Control: the opposite clock, the opposite layout."""
+    from scale.curvature.closed_form import closed_form_operator
+
+    scripted["copies_win"] = copies_win
+    calls = _built_with_transposes(monkeypatch)
+    n, d = 6, 16
+    z, head, loss = _head_and_loss(n, d, seed=3)
+    H, _, _ = closed_form_operator(z, head, loss)
+    first = scripted["timings"]
+    assert first == 2 * layout.LAYOUT_REPEATS and len(calls) == int(copies_win)
+    H2, _, _ = closed_form_operator(z, head, loss)
+    assert scripted["timings"] == first and len(calls) == 2 * int(copies_win)  # the answer kept, not measured again
+    closed_form_operator(*_head_and_loss(4, d, seed=4))
+    assert scripted["timings"] == 2 * first  # another row count: its own measurement
+    plain, _, _ = closed_form_operator(z, head, loss, compose=False)  # few products: no layout question asked
+    assert scripted["timings"] == 2 * first
+    v = torch.randn(n * d, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    ref = plain.matvec(v)
+    assert (H.matvec(v) - ref).norm() <= ROW_PRODUCT_RTOL * ref.norm()
+    assert (H2.matvec(v) - ref).norm() <= ROW_PRODUCT_RTOL * ref.norm()
+
+
+def test_the_choice_follows_the_faster_best_round(monkeypatch):
+    """``_copies_faster`` compares the best round of each layout, alternating: a layout that lost its first round
+    (a cold cache) but won every later one is chosen. Control: the same rounds the other way round."""
+    monkeypatch.setattr(layout, "LAYOUT_REPEATS", 3)
+    for copies_rounds, views_rounds, want in [([9.0, 1.0, 1.0], [2.0, 2.0, 2.0], True),
+                                              ([2.0, 2.0, 2.0], [9.0, 1.0, 1.0], False)]:
+        script = {"copies": iter(copies_rounds), "views": iter(views_rounds)}
+
+        def seconds(xs, mats, script=script):
+            return next(script["copies" if mats[0].is_contiguous() else "views"])
+
+        monkeypatch.setattr(layout, "_forward_seconds", seconds)
+        assert layout._copies_faster([torch.randn(5, 3)], 2) is want
+
+
+def test_a_real_measurement_answers_and_is_kept(monkeypatch):
+    """With the real clock: the answer is a bool, stored under the links' dtype, device, shapes and rows."""
+    from mini.loss_hessians import Link
+
+    monkeypatch.setattr(layout, "_CHOICES", {})
+    links = [Link(torch.randn(32, 16), None, None), Link(torch.randn(8, 32), None, None)]
+    got = layout.transposes_pay(links, 4)
+    assert isinstance(got, bool)
+    assert layout._CHOICES == {(torch.float32, "cpu", ((32, 16), (8, 32)), 4): got}

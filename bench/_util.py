@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,20 @@ def interleaved_median(fns: dict[str, Callable[[], object]], repeats: int) -> di
 
 
 def machine() -> str:
-    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    """Architecture, processor model (the ratios depend on it: BLAS runs other kernels on other processors), cores
+    and Python."""
+    return f"{platform.machine()} ({processor()}), {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def processor() -> str:
+    """The processor's model name (``/proc/cpuinfo``), or ``platform.processor()`` where there is none."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "processor unknown"
 
 
 def commit() -> str:
@@ -49,7 +63,7 @@ def run_header(module: str, argv: list[str], threads: int) -> str:
     import torch
 
     load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
-    return (f"`python -m {module} {' '.join(argv)}`".replace(" `", "`") + "  \n"
+    return (f"`python -m {module} {shlex.join(argv)}`".replace(" `", "`") + "  \n"
             f"{machine()}; torch {torch.__version__}; **{threads} torch thread(s), fixed**; commit {commit()}; "
             f"load average at the start {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min).")
 

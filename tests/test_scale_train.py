@@ -169,3 +169,23 @@ def test_methods_run(tmp_path, method, extra, capsys):
     row = _metrics(tmp_path / "m")[0]
     assert torch.isfinite(torch.tensor(row["loss"]))
     assert "linear probe" in capsys.readouterr().out
+
+
+def test_the_training_layout_avoids_onednns_small_strided_1x1_convolutions():
+    """``memory_format_for``: channels_last on a CPU only without a strided 1x1 convolution of fewer than
+    ``ONEDNN_MIN_CHANNELS`` input channels (oneDNN's channels_last kernel for it corrupted the heap: a ResNet-18 of
+    width 4 or 6, whose first shortcut is ``Conv2d(w, 2w, 1, stride=2)``); width 8 and up, an unstrided 1x1
+    convolution, and a CUDA run keep channels_last. Control: width 8, the first not caught, stays channels_last."""
+    from torch import nn
+
+    from scale.engine.backbones import build_backbone
+    from scale.engine.train import ONEDNN_MIN_CHANNELS, memory_format_for
+
+    cpu = torch.device("cpu")
+    for w in (2, 4, 6):
+        assert memory_format_for(build_backbone("resnet18", 8, w), cpu) == torch.contiguous_format
+    assert ONEDNN_MIN_CHANNELS == 8
+    for w in (8, 16, 64):
+        assert memory_format_for(build_backbone("resnet18", 8, w), cpu) == torch.channels_last
+    assert memory_format_for(nn.Conv2d(4, 8, 1), cpu) == torch.channels_last  # unstrided: not the faulty kernel
+    assert memory_format_for(build_backbone("resnet18", 8, 4), torch.device("cuda")) == torch.channels_last

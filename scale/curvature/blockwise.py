@@ -109,6 +109,9 @@ def _block_start(n: int, d: int, warm: BlockwiseResult | None, gen: torch.Genera
     return q
 
 
+FAR_BOUND = 1e4  # blockwise_lanczos: while every open end's stopping quantity exceeds this many tol, test every
+FAR_STRIDE = 2  # FAR_STRIDE-th step only (a skipped test can delay a stop by a step, never make one; the quantity
+# fell at most 2.5x a step near the stop, measured: from FAR_BOUND tol it takes about ten steps to reach tol)
 LETGO_BOUND = 1e-3  # _settled: an end is let go only once its eigenvalue bound is this small, relative to the scale
 
 
@@ -173,8 +176,11 @@ def blockwise_lanczos(
     Stopping: every block's lowest and highest Ritz pair pass ``stop``'s test (``lanczos``'s: ``"eigenvalue"``,
     the bound ``r^2 / gap <= tol * scale``, or ``"residual"``, ``r <= tol * scale``), ``scale`` the largest
     ``|Ritz value|`` over all blocks; a block that passed is not tested again (its Ritz values only move
-    towards its ends). At the end the two ends of every block are measured with one batched product of the
-    Ritz vectors (``residuals``, ``block_residuals``) and ``converged`` recomputed from the measured residuals.
+    towards its ends). While every open end's stopping quantity stands above ``FAR_BOUND`` times ``tol`` of the
+    scale, only every ``FAR_STRIDE``-th step is tested (a test costs a ``dstemr`` an open end): a stop or a let-go
+    may come a step later, never earlier. At the end the two ends of every block are measured with one batched
+    product of the Ritz vectors (``residuals``, ``block_residuals``) and ``converged`` recomputed from the measured
+    residuals.
 
     ``refine`` (the same operator in float64, e.g. when ``op``'s products are float32): the recurrence runs on
     ``op`` (its products cast to the float64 basis), and the ends are measured with ``refine`` instead: each
@@ -237,7 +243,7 @@ def blockwise_lanczos(
     ids = np.arange(n)  # the active blocks (global indices): the rows ``cur`` acts on
     cur, frozen, shrinks = op, [], []
     n_products, cost, m = 0, 0.0, 0
-    b_prev = None
+    b_prev, far = None, False
     for j in range(m_max):
         a = len(ids)
         q = Q[:, j]
@@ -252,7 +258,7 @@ def blockwise_lanczos(
         m = j + 1
         if m == d:  # every block's Krylov space is its whole space: the Ritz values are its spectrum
             break
-        if m >= min(BLOCK_MIN_ITER, m_max):
+        if m >= min(BLOCK_MIN_ITER, m_max) and (not far or m == m_max or (m - BLOCK_MIN_ITER) % FAR_STRIDE == 0):
             live = np.flatnonzero(~settled[ids].all(axis=1))  # active blocks still waited for (local)
             g = ids[live]
             theta, r = _block_tests(alpha[live, :m], beta[live, : m - 1], b_np[live], ~settled[g], tests[0][g],
@@ -262,9 +268,11 @@ def blockwise_lanczos(
             tests[0][g], tests[1][g] = theta[:, four], r[:, four]
             peak = max(peak, float(np.abs(theta[:, [0, -1]]).max()))
             bound = _end_bounds(theta, r, "eigenvalue")  # (l, 2): the let-go's interval (also under "residual")
-            conv = (bound if stop == "eigenvalue" else r[:, [0, -1]]) <= tol * max(peak, np.finfo(float).tiny)
+            quantity = bound if stop == "eigenvalue" else r[:, [0, -1]]  # the stopping test's, (l, 2)
+            conv = quantity <= tol * max(peak, np.finfo(float).tiny)
             newly = ~settled[g].all(axis=1)
             settled[g] |= _settled(theta, r, conv, goal, best, bound, peak)
+            far = bool(np.all(quantity[~settled[g]] > FAR_BOUND * tol * peak))  # the next step's test may wait
             steps[g[newly & settled[g].all(axis=1)]] = m
             if settled.all() or m == m_max:
                 break

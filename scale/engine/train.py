@@ -311,6 +311,21 @@ def build_optimizer(cfg: TrainConfig, params: Sequence[nn.Parameter], device: to
     raise ValueError(f"unknown optimizer {cfg.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
 
 
+ONEDNN_MIN_CHANNELS = 8  # memory_format_for: a strided 1x1 convolution with fewer input channels stays channels-first
+
+
+def memory_format_for(model: nn.Module, device: torch.device) -> torch.memory_format:
+    """``channels_last`` for training, except on a CPU when ``model`` has a strided 1x1 convolution with fewer than
+    ``ONEDNN_MIN_CHANNELS`` input channels: there torch's oneDNN (torch 2.13, its AVX2 kernels, an AMD EPYC)
+    corrupts the heap in channels_last, found as glibc aborts ('corrupted double-linked list') and as gradients of
+    two identical steps differing by 3.7e2 (``Conv2d(c, 2c, 1, stride=2)`` for c = 2, 3, 4, 6, not 8 or 16: a
+    ResNet-18 of width below 8, whose first shortcut it is); a run there keeps the default layout."""
+    if device.type == "cpu" and any(isinstance(m, nn.Conv2d) and m.kernel_size == (1, 1) and m.stride != (1, 1)
+                                    and m.in_channels < ONEDNN_MIN_CHANNELS for m in model.modules()):
+        return torch.contiguous_format
+    return torch.channels_last
+
+
 def lr_at(cfg: TrainConfig, step: int, total: int, warmup: int) -> float:
     """Linear warmup over ``warmup`` steps, then cosine to 0 (or constant)."""
     if step < warmup:
@@ -471,9 +486,10 @@ class Trainer:
         self.model = SSLModel(cfg, backbone=backbone, head=head, predictor=predictor).to(device)
         cfg = self.cfg = self.model.config  # your own modules recorded (config.json, checkpoint)
         self.cuda = device.type == "cuda"
-        # channels_last on every device: cuDNN's fast convolutions on CUDA, oneDNN's on a CPU (a ResNet-18
-        # step 1.14-1.30x faster on a CPU at digits' and CIFAR's shapes; BENCHMARKS.md, the main job)
-        self.model = self.model.to(memory_format=torch.channels_last)
+        # channels_last: cuDNN's fast convolutions on CUDA, oneDNN's on a CPU (a ResNet-18 step 1.14-1.30x faster
+        # on a CPU at digits' and CIFAR's shapes; BENCHMARKS.md, the main job), where it is safe (memory_format_for)
+        self.memory_format = memory_format_for(self.model, device)
+        self.model = self.model.to(memory_format=self.memory_format)
         if self.distributed and cfg.sync_bn:
             self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
         self.target: SSLModel | None = None
@@ -586,7 +602,7 @@ class Trainer:
 
     def step_loss(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Forward and loss of one batch ``x`` (local ``[view1; view2]``): ``(loss, z, h, target_h)``."""
-        x = x.contiguous(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=self.memory_format)
         with self._autocast():
             z, h, p = self.forward_model(x)
             target_h = None

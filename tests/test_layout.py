@@ -88,3 +88,17 @@ def test_a_real_measurement_answers_and_is_kept(monkeypatch):
     got = layout.transposes_pay(links, 4)
     assert isinstance(got, bool)
     assert layout._CHOICES == {(torch.float32, "cpu", ((32, 16), (8, 32)), 4): got}
+
+
+def test_a_checkpoints_answers_are_adopted_and_malformed_ones_skipped(monkeypatch):
+    """``adopt(answers())`` restores the answers (a resumed run's layouts); entries that do not parse (a name that is
+    not a dtype: nothing is looked up beyond torch's dtypes, a wrong arity, a choice that is not a bool, ``None``)
+    are skipped, so that key would be measured again."""
+    monkeypatch.setattr(layout, "_CHOICES", {(torch.float32, "cpu", ((8, 4), (2, 8)), 3): True})
+    saved = layout.answers()
+    assert saved == [["float32", "cpu", [[8, 4], [2, 8]], 3, True]]
+    monkeypatch.setattr(layout, "_CHOICES", {})
+    layout.adopt([*saved, ["nn", "cpu", [[1, 1]], 1, True], ["float64", "cpu", [[1, 1]], 1, "yes"], [1, 2], None])
+    assert layout._CHOICES == {(torch.float32, "cpu", ((8, 4), (2, 8)), 3): True}
+    layout.adopt(None)
+    assert len(layout._CHOICES) == 1

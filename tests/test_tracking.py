@@ -217,3 +217,43 @@ def test_the_per_block_warm_start_travels_in_the_checkpoint():
     assert torch.equal(warm.interaction.block_vectors, res.block_vectors)
     again = blockwise_lanczos(op, 3, warm=warm)
     assert again.warm_started and abs(again.lambda_min - res.lambda_min) <= 1e-10 * res.scale
+
+
+def test_a_resume_multiplies_in_the_layouts_the_run_chose(tmp_path, monkeypatch):
+    """simsiam on 32 probe rows, the per-block Lanczos route: the closed-form products ask which layout of the
+    weights is faster (``scale.curvature.layout``), a per-process measurement. The checkpoint carries the answers, so
+    a resumed process whose own measurement would choose the other layout (a scripted clock here; on a real machine
+    two layouts of nearly equal speed) still multiplies as the run it continues did: its records are bitwise the
+    uninterrupted run's. Negative control: the same resume with the answers dropped from the checkpoint measures
+    anew, takes the other layout, and its epoch-2 record differs in the last bits (equal to the tolerance)."""
+    import scale.curvature.layout as layout
+    import scale.curvature.tracking as tracking
+
+    monkeypatch.setattr(tracking, "block_route", lambda *a, **k: "block-lanczos")  # this tiny head would form blocks
+
+    def clock(copies_win: bool):
+        monkeypatch.setattr(layout, "_CHOICES", {})
+        monkeypatch.setattr(layout, "_forward_seconds",
+                            lambda xs, mats: 1.0 if all(m.is_contiguous() for m in mats) == copies_win else 2.0)
+
+    argv = [*TINY, "--method", "simsiam", "--out", str(tmp_path), "--track-hessian-every"]
+    clock(True)
+    assert main([*argv, "--run-name", "full"]) == 0
+    assert any(choice for *_, choice in layout.answers())  # the products asked, and took the copies
+    clock(True)
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        main([*argv, "--run-name", "cut"], hooks=[Crash(at_step=4)])
+    ck = load_checkpoint(tmp_path / "cut" / "checkpoint.pt")
+    assert ck["hooks"]["HessianTracker#0"]["layouts"]
+    shutil.copytree(tmp_path / "cut", tmp_path / "fresh")
+    ck["hooks"]["HessianTracker#0"]["layouts"] = []
+    save_checkpoint(tmp_path / "fresh" / "checkpoint.pt", ck)
+    for name in ("cut", "fresh"):
+        clock(False)  # a new process whose own measurement prefers the views
+        assert main(["--resume", str(tmp_path / name), "--quiet", "--track-hessian-every"], hooks=[Crash(-1)]) == 0
+    full, cut = _jsonl(tmp_path / "full" / "curvature.jsonl"), _jsonl(tmp_path / "cut" / "curvature.jsonl")
+    strip = [{k: v for k, v in r.items() if k not in VOLATILE} for r in full]
+    assert len(full) == 2 and strip == [{k: v for k, v in r.items() if k not in VOLATILE} for r in cut]
+    fresh = _jsonl(tmp_path / "fresh" / "curvature.jsonl")
+    assert fresh[0] == cut[0] and fresh[1]["lambda_min"] != full[1]["lambda_min"]
+    assert abs(fresh[1]["lambda_min"] - full[1]["lambda_min"]) <= EIG_TOL * full[1]["scale"]

@@ -57,3 +57,25 @@ def _forward_seconds(xs: list[torch.Tensor], mats: list[torch.Tensor]) -> float:
         x @ m
     sync()
     return time.perf_counter() - t
+
+
+def answers() -> list[list]:
+    """This process's measured answers as plain lists (for a checkpoint): dtype name, device type, the links'
+    shapes, rows, whether the copies pay."""
+    return [[str(k[0]).removeprefix("torch."), k[1], [list(s) for s in k[2]], k[3], v] for k, v in _CHOICES.items()]
+
+
+def adopt(saved: list | None) -> None:
+    """A checkpoint's answers (``answers``) taken as this process's, so that a resumed run multiplies in the layouts
+    the run it continues chose: the two layouts round differently, and a fresh measurement may choose the other
+    where they run at nearly the same speed, which would change a resumed tracker's records in their last bits.
+    An entry that does not parse is skipped (that key is then measured again)."""
+    for entry in saved or []:
+        try:
+            dt, dev, shapes, rows, choice = entry
+            dtype = getattr(torch, str(dt), None)
+            if not isinstance(dtype, torch.dtype) or not isinstance(choice, bool):
+                continue
+            _CHOICES[(dtype, str(dev), tuple(tuple(int(x) for x in s) for s in shapes), int(rows))] = choice
+        except (TypeError, ValueError):
+            continue

@@ -51,6 +51,7 @@ from torch import Tensor, nn
 
 from mini.collapse_metrics import representation_std
 from mini.hessian import NEG_FLOOR
+from scale.curvature import layout
 from scale.curvature.blocks import block_norm, effective_hessian_blocks, factored_operator
 from scale.curvature.blockwise import BLOCKWISE_TOL, BlockwiseResult
 from scale.curvature.closed_form import (
@@ -311,7 +312,8 @@ class HessianTracker(Hook):
             M = self.warm.interaction
             blocks = (self.warm.block_vectors.cpu(), None if M is None else M.block_vectors.cpu())
         return {"records": self.records, "probe_x": self.probe_x, "seconds": self.seconds,
-                "warm": None if self.warm is None else self.warm.vectors.cpu(), "warm_blocks": blocks}
+                "warm": None if self.warm is None else self.warm.vectors.cpu(), "warm_blocks": blocks,
+                "layouts": layout.answers()}  # the weights' layouts the products ran in (a resume keeps them)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.records = list(state.get("records", []))
@@ -319,6 +321,7 @@ class HessianTracker(Hook):
         self.seconds = float(state.get("seconds", 0.0))
         self._warm_vectors = state.get("warm")
         self._warm_blocks = state.get("warm_blocks")
+        layout.adopt(state.get("layouts"))
 
     # ---- the measurement
     @torch.no_grad()

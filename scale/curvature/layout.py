@@ -8,7 +8,8 @@ the copy; the same MKL on an AMD EPYC (its AVX2 path) ran the copy 1.15-1.25x sl
 8-row product of the official tracker's chain 1.56x slower (8.4 ms against 5.4 ms). So ``transposes_pay`` times
 the chain's own forward matmuls both ways, ``LAYOUT_REPEATS`` alternating rounds, best of each, and keeps the
 answer for the process, keyed by dtype, device, the links' shapes and the rows: a tracker measuring every epoch
-pays it once (about 6 forward passes), a product never.
+pays it once (about 6 forward passes), a product never. The two layouts round differently, so a tracker's checkpoint
+carries the answers (``answers``, ``adopt``) and a resumed run multiplies in the layouts of the run it continues.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ float32 runs the float64 refinement found short of the bound (each then run agai
 timed above can be read against the probes a user might take.
 
     python -m bench.bench_curvature_parts --threads 1 [--state crowded] [--rows 8] [--repeats 5] [--probes 32]
+                                          [--probe I]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from bench._util import interleaved_median, publish, run_header
@@ -120,15 +122,15 @@ def trajectory(state, rows: int) -> tuple[list[str], dict]:
                    "final_error": final}
 
 
-def probe_sweep(states: list, names: list[str], rows: int, probes: int) -> list[str]:
+def probe_sweep(states: list, names: list[str], rows: int, probes: int, timed: int = 0) -> list[str]:
     """Calls of the cold exact ends over ``probes`` disjoint probes of ``rows`` rows at each state from epoch 2 on, and
     the runs kept in float64 (the float32 run's refined ends short of the bound: ``info["recurrence"]``)."""
     from bench._curvature_states import probe_rows
     from bench._paper_tracker import OneView
     from scale.curvature.closed_form import blockwise_ends
 
-    lines = [f"| state | probes of {rows} rows | calls, median | calls, most | the first probe's (timed above) | "
-             "float64 reruns |", "|---|---|---|---|---|---|"]
+    lines = [f"| state | probes of {rows} rows | calls, median | calls, most | the slowest probe | probe {timed}'s "
+             "(timed above) | float64 reruns |", "|---|---|---|---|---|---|---|"]
     for state, name in zip(states, names):
         if name in ("init", "epoch 1"):
             continue
@@ -140,9 +142,19 @@ def probe_sweep(states: list, names: list[str], rows: int, probes: int) -> list[
                                           interaction=False)
             calls.append(res.n_products)
             reruns += info["recurrence"] != "float32"
-        lines.append(f"| {name} | {probes} | {sorted(calls)[len(calls) // 2]} | {max(calls)} | {calls[0]} | "
-                     f"{reruns} |")
+        timed_calls = calls[timed] if timed < probes else "-"
+        lines.append(f"| {name} | {probes} | {sorted(calls)[len(calls) // 2]} | {max(calls)} | "
+                     f"{int(np.argmax(calls))} | {timed_calls} | {reruns} |")
     return lines
+
+
+def probe_state(state, part: slice):
+    """``state`` with only the pairs ``part`` of its probe (both views), so that its first rows are that probe."""
+    from dataclasses import replace
+
+    m = state.z.shape[0] // 2
+    rows = torch.cat([torch.arange(m)[part], m + torch.arange(m)[part]])
+    return replace(state, z=state.z[rows], h=state.h[rows])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,19 +171,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads, fixed (default: 1)")
     p.add_argument("--probes", type=int, default=0,
                    help="also the cold ends over this many disjoint probes at every state from epoch 2 (default: 0)")
+    p.add_argument("--probe", type=int, default=0,
+                   help="time the I-th disjoint probe of --rows rows (rows I rows .. (I + 1) rows - 1; default: 0), "
+                        "e.g. the one a --probes sweep found slowest")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     name = CROWDED if args.state == "crowded" else args.state
     names = ["init", *(f"epoch {e}" for e in range(1, EPOCHS + 1))]
-    if name not in names or args.rows < 1 or not 0 <= args.probes * args.rows <= MAX_PROBE_PAIRS:
-        print(f"bench_curvature_parts: unknown state {args.state!r}, rows {args.rows} or probes {args.probes}; "
-              f"valid: 'crowded', {', '.join(repr(x) for x in names)}; rows >= 1; 0 <= probes x rows <= "
-              f"{MAX_PROBE_PAIRS}", file=sys.stderr)
+    if (name not in names or args.rows < 1 or not 0 <= args.probes * args.rows <= MAX_PROBE_PAIRS
+            or args.probe < 0 or (args.probe + 1) * args.rows > MAX_PROBE_PAIRS):
+        print(f"bench_curvature_parts: unknown state {args.state!r}, rows {args.rows}, probes {args.probes} or probe "
+              f"{args.probe}; valid: 'crowded', {', '.join(repr(x) for x in names)}; rows >= 1; 0 <= probes x rows "
+              f"<= {MAX_PROBE_PAIRS}; probe >= 0 and (probe + 1) x rows <= {MAX_PROBE_PAIRS}", file=sys.stderr)
         return 2
-    states = training_states(OFFICIAL, EPOCHS, max(args.rows, args.rows * args.probes), threads=args.threads,
+    pairs = max(args.rows * (args.probe + 1), args.rows * args.probes)
+    states = training_states(OFFICIAL, EPOCHS, pairs, threads=args.threads,
                              log=lambda m: print(m, file=sys.stderr, flush=True))
-    state, before = states[names.index(name)], states[max(names.index(name) - 1, 0)]
+    part = slice(args.probe * args.rows, (args.probe + 1) * args.rows)
+    state, before = (probe_state(s, part) for s in (states[names.index(name)], states[max(names.index(name) - 1, 0)]))
     z1, t2 = probe_rows(state, args.rows)
     loss = OneView(state.predictor, t2)
     f32 = one_view_loss(state.projector, state.predictor, t2, torch.float32)
@@ -193,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     header = run_header("bench.bench_curvature_parts", argv if argv is not None else sys.argv[1:], args.threads)
     paper = med["paper"]
     lines = ["# Where the exact ends' time goes, against the paper's estimator", "", header, "",
-             f"State `{name}` of the {EPOCHS}-epoch run, n = {args.rows} rows (N = {z1.numel()}); medians of "
-             f"{args.repeats} interleaved rounds.", "",
+             f"State `{name}` of the {EPOCHS}-epoch run, n = {args.rows} rows (N = {z1.numel()}; probe {args.probe}: "
+             f"pairs {part.start}-{part.stop - 1}); medians of {args.repeats} interleaved rounds.", "",
              "| contender | seconds | vs paper |", "|---|---|---|"]
     lines += [f"| {k} | {v:.3f} | {v / paper:.2f}x |" for k, v in med.items()]
     lines += ["", f"One more cold run, its parts timed ({whole:.3f} s in all, {whole / paper:.2f}x; "
@@ -212,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
               f"refinement {info['final_error']:.1e} of the scale off.", "", *rows]
     if args.probes:
         lines += ["", f"The cold exact ends over {args.probes} disjoint probes of {args.rows} rows at each state "
-                  f"from epoch 2 on (the first is the probe timed above at its state):", "",
-                  *probe_sweep(states, names, args.rows, args.probes)]
+                  f"from epoch 2 on (probe i: pairs i x {args.rows} on; probe {args.probe} is the one timed above "
+                  f"at its state):", "", *probe_sweep(states, names, args.rows, args.probes, args.probe)]
     return publish(args.out, lines)
 
 

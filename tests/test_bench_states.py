@@ -29,11 +29,11 @@ def test_a_bad_state_exits_2_before_training(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("argv", [["--state", "epoch 9"], ["--state", "warm"], ["--rows", "0"], ["--probes", "-1"],
-                                  ["--probes", "64"]])
+                                  ["--probes", "64"], ["--probe", "-1"], ["--probe", "32"]])
 def test_curvature_parts_refuses_a_bad_state_before_training(argv, tmp_path, monkeypatch, capsys):
-    """``bench_curvature_parts``: a state outside the 5-epoch run, no rows, or probes below 0 or past 256 pairs: exit 2
-    with one line naming the valid choices, before any training (the trainer is replaced by one that fails) and with
-    no results file written."""
+    """``bench_curvature_parts``: a state outside the 5-epoch run, no rows, probes or a probe below 0 or past 256
+    pairs: exit 2 with one line naming the valid choices, before any training (the trainer is replaced by one that
+    fails) and with no results file written."""
     import bench._states
     from bench.bench_curvature_parts import main as parts
 

@@ -92,30 +92,34 @@ def trajectory(state, rows: int) -> tuple[list[str], dict]:
     blk = int(eig[:, 0].argmin())
     lam1, lam2 = float(eig[blk, 0]), float(eig[blk, 1])
     seen: list[tuple] = []
-    f, extract = bw._end_bounds, bw._blockwise_result
-    in_extraction = []
+    f, extract, tests = bw._end_bounds, bw._blockwise_result, bw._block_tests
+    in_extraction, step = [], [0]
+
+    def tested(alpha, *a):  # the step of each test (tests skip steps while every end is far from the bound)
+        step[0] = alpha.shape[1]
+        return tests(alpha, *a)
 
     def logged(theta, r, stop):  # the recurrence's tests only, not the final extraction's
         out = f(theta, r, stop)
         if not in_extraction:
-            seen.append((theta.copy(), r.copy(), out.copy()))
+            seen.append((step[0], theta.copy(), r.copy(), out.copy()))
         return out
 
     def extraction(*a, **k):
         in_extraction.append(True)
         return extract(*a, **k)
-    bw._end_bounds, bw._blockwise_result = logged, extraction
+    bw._end_bounds, bw._blockwise_result, bw._block_tests = logged, extraction, tested
     try:
         res = blockwise_ends(z1, state.projector, OneView(state.predictor, t2), tol=BOUND, interaction=False)[0]
     finally:
-        bw._end_bounds, bw._blockwise_result = f, extract
+        bw._end_bounds, bw._blockwise_result, bw._block_tests = f, extract, tests
     lines = ["| step | error of the lowest Ritz value | residual estimate | r^2 / (lambda_2 - lambda_1), exact gap "
              "| stopping bound |", "|---|---|---|---|---|"]
-    for k, (theta, r, bound) in enumerate(seen):
+    for k, (m, theta, r, bound) in enumerate(seen):
         i = int(theta[:, 0].argmin())  # the block with the lowest Ritz value: lambda_min's once it leads
         err, r1 = (float(theta[i, 0]) - lam1) / scale, float(r[i, 0]) / scale
-        if k % 4 == 0 or k >= len(seen) - 2:  # one test a step from BLOCK_MIN_ITER on
-            lines.append(f"| {k + bw.BLOCK_MIN_ITER} | {err:.1e} | {r1:.1e} | {r1**2 * scale / (lam2 - lam1):.1e} | "
+        if k % 3 == 0 or k >= len(seen) - 2:  # every third test, and the last two
+            lines.append(f"| {m} | {err:.1e} | {r1:.1e} | {r1**2 * scale / (lam2 - lam1):.1e} | "
                          f"{float(bound[i, 0]) / scale:.1e} |")
     final = abs(res.lambda_min - lam1) / scale
     return lines, {"block": blk, "gap": (lam2 - lam1) / scale, "steps": int(res.block_steps.max()),

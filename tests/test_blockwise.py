@@ -267,3 +267,28 @@ def test_the_weights_transposes_change_no_product():
     wrong = fast.with_transposes()
     wrong.fwd = replace(fast.fwd, links=links)
     assert (wrong.hvp(V) - ref).norm() > 1e-3 * ref.norm()
+
+
+def test_the_tests_stride_while_far_saves_tests_not_steps(monkeypatch):
+    """While every open end's stopping quantity is above ``FAR_BOUND`` tol, only every ``FAR_STRIDE``-th step is
+    tested: on the crowded instance the run takes the same calls and gives the same ends as with a test at every
+    step, with fewer tests. Control: ``FAR_BOUND`` of 0 (every end always far, every other step tested up to the stop)
+    still stops correctly but no earlier, and a test at every step (``FAR_BOUND`` infinite) makes the most tests."""
+    import scale.curvature.blockwise as bw
+
+    n = 12
+    A, eig = one_crowded_block(n, seed=4)
+    tests: list[int] = []
+    original = bw._block_tests
+    monkeypatch.setattr(bw, "_block_tests", lambda *a: tests.append(1) or original(*a))
+    runs, stride_bound = {}, bw.FAR_BOUND
+    for far in (np.inf, stride_bound, 0.0):
+        monkeypatch.setattr(bw, "FAR_BOUND", far)
+        tests.clear()
+        res = blockwise_lanczos(rows_operator(A, []), n, goal="ends", max_iter=BLOCK_D)
+        runs[far] = (res, len(tests))
+        assert abs(res.lambda_min - eig.min()) <= BLOCKWISE_TOL * np.abs(eig).max() and res.answered
+    (every, n_every), (stride, n_stride), (always, n_always) = runs[np.inf], runs[stride_bound], runs[0.0]
+    assert stride.n_products == every.n_products and np.array_equal(stride.values, every.values)
+    assert n_stride < n_every
+    assert always.n_products >= every.n_products and n_always < n_every

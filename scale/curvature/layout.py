@@ -5,7 +5,8 @@ contiguous copy ``W^T`` (in, out) (``mini.loss_hessians.with_transposes``) is th
 a few rows is a property of the BLAS build and the processor, not of the mathematics, and it goes both ways
 (float32, 8 rows, 1 thread, 2048 x 2048): torch's MKL on an Intel Xeon with AMX ran the view 2.0-2.2x slower than
 the copy; the same MKL on an AMD EPYC (its AVX2 path) ran the copy 1.15-1.25x slower than the view, and a whole
-8-row product of the official tracker's chain 1.56x slower (8.4 ms against 5.4 ms). So ``transposes_pay`` times
+8-row product of the official tracker's chain 1.25x slower (7.9 ms against 6.3 ms, medians of 40 interleaved
+rounds). So ``transposes_pay`` times
 the chain's own forward matmuls both ways, ``LAYOUT_REPEATS`` alternating rounds, best of each, and keeps the
 answer for the process, keyed by dtype, device, the links' shapes and the rows: a tracker measuring every epoch
 pays it once (about 6 forward passes), a product never. The two layouts round differently, so a tracker's checkpoint

@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import numpy as np
 from autograd import grad
-from conftest import boundary, examples, kink_distance, premise, seeds
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from instances import rho_is_material
 from scipy.linalg import expm
 
+from conftest import boundary, examples, kink_distance, premise, seeds
 from mini.dynamics import collapsed_critical_point, z_flow
 from mini.heads import init_head
 from mini.hessian import decompose_closed_form, head_jacobian_autograd, spectrum

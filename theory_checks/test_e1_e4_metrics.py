@@ -65,10 +65,10 @@ import math
 
 import numpy as np
 import pytest
-from conftest import seeds
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from conftest import seeds
 from mini.collapse_metrics import COND_FLOOR, collapse_stats, covariance_condition, representation_std
 from mini.heads import init_head
 from mini.invariance import (

@@ -26,7 +26,6 @@ import zlib
 
 import numpy as np
 import pytest
-from conftest import ALL_SPECS, SMOOTH_SPECS, head_specs, seeds
 from hypothesis import example, given
 from hypothesis import strategies as st
 from instances import (
@@ -39,6 +38,7 @@ from instances import (
     rho_is_material,
 )
 
+from conftest import ALL_SPECS, SMOOTH_SPECS, head_specs, seeds
 from mini.hessian import decompose_autograd, decompose_closed_form, head_derivatives, spectrum
 
 EQ1_REL_TOL = 1e-10  # float64 round-off of these small Hessians is ~1e-15 of scale

@@ -50,12 +50,12 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from conftest import examples, seeds  # noqa: E402
 from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from instances import ROUNDOFF_REL, nt_xent_term_scale  # noqa: E402
 from torch.func import grad, hessian, jacrev  # noqa: E402
 
+from conftest import examples, seeds  # noqa: E402
 from mini import losses  # noqa: E402
 from mini.heads import init_head  # noqa: E402  (weights only; the forward pass is rewritten here)
 from mini.hessian import decompose_autograd, decompose_closed_form  # noqa: E402

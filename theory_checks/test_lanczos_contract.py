@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import examples, matrix_with_spectrum, seeds
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+
+from conftest import examples, matrix_with_spectrum, seeds
 
 ROUNDOFF = 1e-12  # float64 measurement of a residual or an eigenvalue gap, relative to the scale
 

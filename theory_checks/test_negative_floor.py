@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import matrix_with_spectrum
 
+from conftest import matrix_with_spectrum
 from mini.hessian import NEG_FLOOR, spectrum
 
 CURVATURE = -1e-6  # x scale: real negative curvature

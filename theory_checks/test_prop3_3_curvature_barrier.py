@@ -42,10 +42,10 @@ import autograd.numpy as anp
 import numpy as np
 import pytest
 from autograd import hessian
-from conftest import bounded_floats, matrix_with_spectrum, seeds, spectra
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from conftest import bounded_floats, matrix_with_spectrum, seeds, spectra
 from mini.whitening import (
     CURVED_LOSSES,
     FLAT_FACTOR_HEAD,

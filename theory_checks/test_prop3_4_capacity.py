@@ -32,10 +32,10 @@ import zlib
 
 import numpy as np
 import pytest
-from conftest import bounded_floats, matrix_with_spectrum, seeds
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from conftest import bounded_floats, matrix_with_spectrum, seeds
 from mini.capacity import (
     definiteness_loss_instance,
     effective_hessian_gap,

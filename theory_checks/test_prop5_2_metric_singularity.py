@@ -54,11 +54,11 @@ from __future__ import annotations
 
 import numpy as np
 from _invariance_strategies import Torus
-from conftest import boundary, premise, seeds
 from hypothesis import example, given
 from hypothesis import strategies as st
 from scipy.linalg import expm
 
+from conftest import boundary, premise, seeds
 from mini.heads import ACTIVATIONS, init_head
 from mini.invariance import (
     approximately_invariant_head,

@@ -31,12 +31,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from autograd import hessian
-from conftest import SMOOTH_SPECS, boundary, head_specs, kink_distance, premise, seeds
 from hypothesis import example, given
 from hypothesis import strategies as st
 from instances import OBJECTIVE_NAMES, instance_shapes, make_instance, rho_is_material, rho_materiality
 from premises import threshold
 
+from conftest import SMOOTH_SPECS, boundary, head_specs, kink_distance, premise, seeds
 from mini.heads import init_head, preactivations
 from mini.hessian import (
     decompose_autograd,

@@ -71,11 +71,11 @@ import warnings
 import numpy as np
 import pytest
 from autograd import grad, hessian
-from conftest import ALL_SPECS, matrix_with_spectrum, premise, seeds
 from hypothesis import example, given
 from hypothesis import strategies as st
 from instances import ROUNDOFF_REL, nt_xent_term_scale
 
+from conftest import ALL_SPECS, matrix_with_spectrum, premise, seeds
 from mini import losses
 from mini.heads import ACTIVATIONS, Head, init_head
 from mini.hessian import NEG_FLOOR, decompose_autograd, head_derivatives, loss_hessian_blocks

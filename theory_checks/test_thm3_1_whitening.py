@@ -34,10 +34,10 @@ import autograd.numpy as anp
 import numpy as np
 import pytest
 from autograd import grad
-from conftest import matrix_with_spectrum, seeds, spectra
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from conftest import matrix_with_spectrum, seeds, spectra
 from mini.hessian import NEG_FLOOR, loss_derivatives
 from mini.losses import barlow, mse_targets, mse_views, nt_xent, vicreg
 from mini.whitening import gd_steps, gd_steps_quadratic, linear_head_hessian, restricted, whitening_head

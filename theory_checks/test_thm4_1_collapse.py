@@ -67,11 +67,11 @@ import certify
 import numpy as np
 import pytest
 from autograd import grad
-from conftest import SMOOTH_SPECS, head_specs, kink_distance, premise, seeds
 from hypothesis import currently_in_test_context, example, given, note
 from hypothesis import strategies as st
 from scipy.stats import binomtest
 
+from conftest import SMOOTH_SPECS, head_specs, kink_distance, premise, seeds
 from mini.collapse import (
     collapsed_critical_state,
     null_space,

@@ -76,10 +76,10 @@ import certify
 import numpy as np
 from _invariance_strategies import Torus
 from autograd import jacobian
-from conftest import boundary, examples, gate, seeds
 from hypothesis import currently_in_test_context, example, given, note, settings
 from hypothesis import strategies as st
 
+from conftest import boundary, examples, gate, seeds
 from mini.heads import ACTIVATIONS, Head, derivatives, init_head, preactivations
 from mini.invariance import fisher_information, fisher_rank
 from mini.manifolds import MANIFOLDS, make_manifold

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_every_mutant_is_killed_and_the_committed_table_is_current(tmp_path: Path) -> None:
     """Every mutant fails one of its killing checks. The driver's baseline (the killers on the real code) is skipped:
     this suite runs every killer unmutated itself (``theory_checks/``, same examples: the driver's profile differs
-    from the suite's only in not shrinking), so a killer that failed without its mutant fails the suite."""
+    from the suite's only in not shrinking and in no target phase, which no check uses), so a killer that failed
+    without its mutant fails the suite."""
     doc = tmp_path / "theory_checks.md"
     committed = (ROOT / "docs" / "theory_checks.md").read_text()
     doc.write_text(committed)

@@ -10,6 +10,7 @@ the fraction of the bf16 compute floor (FLOPs of one step by ``torch.utils.flop_
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import torch
 
@@ -118,6 +119,74 @@ def training(run: Run, section: str) -> None:
     run.figures["training_rows_end"] = len(run.lines)
     if tracker is not None and tracker.records:
         run.figures["tracking"] = (tracker.seconds / len(tracker.records), e2, tracker.records[-1]["path"])
+
+
+SPLIT_STEPS = (5, 15)  # the split's warm-up steps, then the timed ones (medians)
+
+
+def _median_ms(xs: list[float]) -> float:
+    return 1e3 * sorted(xs)[len(xs) // 2]
+
+
+def split(run: Run) -> None:
+    """Where a bf16 training step's time goes: each part of the trainer's step between device syncs (the batch's
+    indexing, the augmentation of both views, forward and loss, backward, the optimiser), medians over the timed
+    steps; each augmentation op on one view; and the whole step without syncs inside, beside their sum (what the
+    host's running ahead of the device hides)."""
+    from scale.engine.train import Trainer
+
+    a, dev = run.args, run.dev
+    data, _ = _data(a)
+    tr = Trainer(_config(a, "bf16", False), data, dev, log=None)
+    warm, timed = (1, 3) if a.tiny else SPLIT_STEPS
+    perm = tr._permutation(0)
+    names = ("batch", "augmentation (2 views)", "forward and loss", "backward", "optimizer")
+    parts: dict[str, list[float]] = {k: [] for k in (*names, "whole step, no syncs inside")}
+
+    def timed_part(fn):
+        _sync(dev)
+        t0 = time.perf_counter()
+        out = fn()
+        _sync(dev)
+        return out, time.perf_counter() - t0
+
+    def backward(loss):
+        tr.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+
+    def whole_step(idx, seed):
+        loss, *_ = tr.step_loss(tr.augment.views(tr.train_x[idx], seed=seed))
+        backward(loss)
+        tr.optimizer.step()
+
+    for step in range(warm + timed):
+        idx = tr._batch_indices(perm, step)
+        x8, t_batch = timed_part(partial(tr.train_x.__getitem__, idx))
+        x, t_aug = timed_part(partial(tr.augment.views, x8, seed=step))
+        (loss, *_), t_fwd = timed_part(partial(tr.step_loss, x))
+        _, t_bwd = timed_part(partial(backward, loss))
+        _, t_opt = timed_part(tr.optimizer.step)
+        _, t_whole = timed_part(partial(whole_step, idx, step))
+        if step >= warm:
+            for k, t in zip(parts, (t_batch, t_aug, t_fwd, t_bwd, t_opt, t_whole)):
+                parts[k].append(t)
+    ms = {k: _median_ms(v) for k, v in parts.items()}
+    total = sum(ms[k] for k in names)
+    x0 = tr.train_x[perm[: a.batch]].float() / 255.0
+    ops = []
+    for op in tr.augment.augment:
+        ts = [timed_part(partial(op, x0))[1] for _ in range(warm + timed)][warm:]
+        ops.append((type(op).__name__, _median_ms(ts)))
+    run.figures["split"] = ms
+    run.lines += ["## Where a bf16 step's time goes", "",
+                  f"The trainer's step (batch {a.batch}, the bf16 configuration above) cut by device syncs into its "
+                  f"parts; medians of {timed} steps after {warm}.", "",
+                  "| part | ms | share of the parts' sum |", "|---|---|---|",
+                  *(f"| {k} | {ms[k]:.1f} | {100 * ms[k] / total:.0f} % |" for k in names),
+                  f"| the parts' sum | {total:.1f} | 100 % |",
+                  f"| the whole step, no syncs inside | {ms['whole step, no syncs inside']:.1f} | - |", "",
+                  f"| augmentation op (one view of {a.batch}) | ms |", "|---|---|",
+                  *(f"| {name} | {t:.2f} |" for name, t in ops), ""]
 
 
 def paper_pipeline(run: Run) -> None:

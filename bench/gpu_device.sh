@@ -19,6 +19,7 @@ else
 fi
 export PYTHONUNBUFFERED=1
 (nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; python3 --version;
+ echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores";
  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)") > "$out/machine.txt" 2>&1
 [ $# -gt 0 ] || set -- --device cuda
 python3 -m bench.gpu_suite "$@" --out "$out/gpu_suite.md" 2>&1 | tee "$out/gpu_suite.log"

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-python3}
 mkdir -p .whl
-for pkg in kornia kornia_rs autograd array-api-compat; do
+for pkg in kornia kornia_rs autograd array-api-compat submitit; do
   version=$("$py" -m pip show "$pkg" 2>/dev/null | sed -n 's/^Version: //p' || true)
   if [ -z "$version" ]; then
     echo "gpu_prepare: $pkg is not installed in $py; install the project first: pip install -e '.[scale,test]'" >&2

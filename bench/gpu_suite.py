@@ -5,8 +5,8 @@
 
 Sections (``SECTIONS``, in this order; ``--sections`` runs a subset, e.g. one to rerun it):
 
-    imports    what is present (torch, torchvision, cupy, kornia, kornia_rs, PIL, scipy) and what each missing one
-               blocks
+    imports    what is present (torch, torchvision, cupy, kornia, kornia_rs, PIL, scipy, submitit) and what each
+               missing one blocks
     paper      the paper's pipeline: torchvision's E3 transforms per image in DataLoader workers (crop, flip,
                rotation, colour jitter), ToTensor, Normalize, the step in fp32 (without torchvision: the same
                transforms in PIL, ``scale.engine.augment.PILAugment``, and the row says so)
@@ -14,6 +14,8 @@ Sections (``SECTIONS``, in this order; ``--sections`` runs a subset, e.g. one to
                else
     bf16       the same in bf16 autocast (the tracker attached: one measurement per epoch)
     layout     the same as bf16 without channels_last (an ablation of the layout)
+    split      where a bf16 step's time goes: its parts between device syncs (batch, augmentation, forward and
+               loss, backward, optimiser), each augmentation op on one view, the whole step without syncs beside
     compile    the same as bf16 plus ``torch.compile``
     tracking   the bf16 run's tracker: one measurement against its epoch
     lanczos    SimSiam's H_eff on a 2048-wide head at batch 512 (N = 262,144): exact float64 blocks (the
@@ -69,7 +71,7 @@ import torch
 
 from bench._gpu_run import CUT, Run, Section, run_sections
 from bench._gpu_sections import cupy_row, e6, ledger, wide_lanczos
-from bench._gpu_training import headline, paper_pipeline, tracking, training
+from bench._gpu_training import headline, paper_pipeline, split, tracking, training
 from bench._util import run_header, write_atomic
 
 __all__ = ["CUT", "SECTIONS", "Section", "main"]  # the runner's names the suite's users need
@@ -80,8 +82,10 @@ NEEDS = {
     "cupy": "the CuPy cross-check row", "kornia": "the project's on-device augmentation and E6's orbits (pure "
     "Python: bring the kornia wheel)", "kornia_rs": "kornia's import (bring its wheel)",
     "PIL": "the paper's pipeline", "scipy": "Lanczos' tridiagonal solver",
+    "submitit": "the ledger section (scale.replicate's launcher; pure Python: bring its wheel)",
 }
-ESTIMATE_S = {"imports": 10, "paper": 25, "fp32": 25, "bf16": 20, "layout": 15, "tracking": 1, "lanczos": 40,
+ESTIMATE_S = {"imports": 10, "paper": 25, "fp32": 25, "bf16": 20, "layout": 15, "split": 15, "tracking": 1,
+              "lanczos": 40,
               "cupy": 15, "e6": 40, "ledger": 60, "compile": 90, "headline": 1}  # one H200; see the module docstring
 
 
@@ -103,11 +107,12 @@ SECTIONS: dict[str, Section] = {
     "fp32": Section(lambda run: training(run, "fp32"), "kornia"),
     "bf16": Section(lambda run: training(run, "bf16"), "kornia"),
     "layout": Section(lambda run: training(run, "layout"), "kornia"),
+    "split": Section(split, "kornia"),
     "tracking": Section(tracking),
     "lanczos": Section(wide_lanczos, "scipy"),
     "cupy": Section(cupy_row),
     "e6": Section(e6, "kornia"),
-    "ledger": Section(ledger),
+    "ledger": Section(ledger, "submitit"),
     "compile": Section(lambda run: training(run, "compile"), "kornia"),
     "headline": Section(headline),
 }

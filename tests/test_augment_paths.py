@@ -132,6 +132,35 @@ def test_outputs_agree_on_one_image(monkeypatch):
     assert gap_in_tolerances().max() > 1.0
 
 
+CROP_ROUNDING = 1e-4  # pixels in [0, 1]: float32 rounding of the two samplers' coordinates (7e-6 measured)
+
+
+@pytest.mark.parametrize("preset", [p for p, v in PRESET_PARAMS.items() if v["crop"] is not None])
+def test_the_batched_crop_is_kornias_slice_crop_to_rounding(preset):
+    """The trainer's crop warps the box in one batched resample (speed: ``build_augment``); kornia's default
+    slices each box and resizes it. Same seed, same boxes: the views agree to float rounding. Negative control:
+    the slice crop with the other corner convention (``align_corners=False``, half a pixel) is far outside it."""
+    import kornia.augmentation as K
+
+    from scale.engine.augment import RATIO
+
+    crop = GPUAugment(preset, SIDE, (0.5,) * 3, (0.25,) * 3).augment[0]
+    assert type(crop).__name__ == "RandomResizedCrop" and crop.flags["cropping_mode"] == "resample"
+    x = torch.rand(256, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(0))
+
+    def views(op) -> torch.Tensor:
+        torch.manual_seed(1)
+        return op(x)
+
+    ours = views(crop)
+    scale = PRESET_PARAMS[preset]["crop"]
+    sliced = views(K.RandomResizedCrop((SIDE, SIDE), scale=scale, ratio=RATIO, cropping_mode="slice"))
+    assert float((ours - sliced).abs().max()) <= CROP_ROUNDING
+    shifted = views(K.RandomResizedCrop((SIDE, SIDE), scale=scale, ratio=RATIO, cropping_mode="slice",
+                                        align_corners=False))
+    assert float((ours - shifted).abs().max()) > 100 * CROP_ROUNDING
+
+
 def test_worker_path_is_deterministic_and_prefetch_changes_nothing():
     """WorkerAugment: the views depend on the images and the seed only (not on the worker count, nor on
     whether the batch was prefetched); another seed gives other views (control)."""

@@ -32,6 +32,12 @@ def test_every_section_runs_tiny_on_cpu_and_writes_its_rows(tmp_path):
         assert all(re.fullmatch(NUMBER, c) for c in row(label)[1:4]), row(label)
     assert row("bf16 + torch.compile")[0].endswith("(tiny: dynamo, eager backend)")
     assert re.search(rf"\| {NUMBER} \| [a-z-]+ \| {NUMBER} \| \*\*{NUMBER} %\*\* \|", text)  # tracking / epoch
+    parts = ("batch", "augmentation (2 views)", "forward and loss", "backward", "optimizer")  # the step's split
+    ms = [float(row(p + " |")[1]) for p in parts]
+    summed = float(row("the parts' sum")[1])
+    assert all(t > 0 for t in ms[1:]) and abs(summed - sum(ms)) <= 0.3 + 1e-9, ms  # six roundings to 0.1 ms
+    for op in ("RandomResizedCrop", "RandomHorizontalFlip", "RandomRotation", "ColorJitter"):  # e3's ops, one view
+        assert float(row(op)[1]) > 0
     for label in ("exact blocks", "Lanczos per block", "Lanczos on the whole factored operator, float64"):
         assert float(row(label)[5]) <= 1e-8 and float(row(label)[6]) <= 1e-8  # errors against the exact blocks
     assert "closed form on CuPy against mini" in text and "whole cross-check PASS" in text

@@ -46,11 +46,10 @@ that the alarm cannot interrupt ends the process ``HARD_GRACE_S`` later, the fil
 every section ran, 1 when one failed, 2 for bad arguments, 4 when the budget cut the run (a section stopped at its
 timeout or not run); the file's last line and stderr name the sections stopped and not run.
 
-Time by design (``ESTIMATE_S``, seconds on one H200, from counted work: ResNet-18 at 32 px is 0.56 GFLOP per
-image forward, about 3.3 GFLOP per image and step with two views and the backward, 167 TFLOP an epoch, a few
-seconds in bf16 at 10-25 % of the 989 TFLOP/s peak; the paper's pipeline is bound by PIL in 8 workers): the
-sections add up to about 5 minutes, the compile section the largest; the ledger's estimate (60 s) is the ledger's
-own device factor's guess, not a measurement. ``--budget-s`` (default 360)
+Time (``ESTIMATE_S``, seconds on one H200): the section times measured there on 2026-12-04 (BENCHMARKS.md, "GPU
+suite"), the slower of two calls, rounded up: about 6 minutes in all, the ledger (83 s) and compile (63 s before
+the batched crop became one warp, 37 s after) the largest; the whole suite took 224 s with its ledger section
+failing at once. ``--budget-s`` (default 360)
 does not run a section whose estimate no longer fits in what is left, says so, and the run exits 4.
 
 ``--tiny`` shrinks every size so that every section runs on a CPU in seconds (``tests/test_gpu_suite.py``): E6 on
@@ -84,9 +83,9 @@ NEEDS = {
     "PIL": "the paper's pipeline", "scipy": "Lanczos' tridiagonal solver",
     "submitit": "the ledger section (scale.replicate's launcher; pure Python: bring its wheel)",
 }
-ESTIMATE_S = {"imports": 10, "paper": 25, "fp32": 25, "bf16": 20, "layout": 15, "split": 15, "tracking": 1,
-              "lanczos": 40,
-              "cupy": 15, "e6": 40, "ledger": 60, "compile": 90, "headline": 1}  # one H200; see the module docstring
+ESTIMATE_S = {"imports": 5, "paper": 30, "fp32": 25, "bf16": 25, "layout": 30, "split": 10, "tracking": 1,
+              "lanczos": 10, "cupy": 15, "e6": 45, "ledger": 90, "compile": 65,
+              "headline": 1}  # one H200, measured; see the module docstring
 
 
 def check_imports() -> dict[str, str | None]:

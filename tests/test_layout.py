@@ -79,6 +79,16 @@ def test_the_choice_follows_the_faster_best_round(monkeypatch):
         assert layout._copies_faster([torch.randn(5, 3)], 2) is want
 
 
+def test_copies_are_taken_only_when_they_save_more_than_they_cost(monkeypatch):
+    """The copies are made at every build, so a layout faster by 1 ms a pass is taken when the copy costs less than
+    ``LAYOUT_PASSES`` such savings, and not when it costs more (control: the same clock, the copy's cost the
+    deciding difference)."""
+    monkeypatch.setattr(layout, "_forward_seconds", lambda xs, mats: 1e-3 if mats[0].is_contiguous() else 2e-3)
+    for copy_seconds, want in [(0.5 * layout.LAYOUT_PASSES * 1e-3, True), (2.0 * layout.LAYOUT_PASSES * 1e-3, False)]:
+        monkeypatch.setattr(layout, "_timed", lambda fn, like, s=copy_seconds: (fn(), s))
+        assert layout._copies_faster([torch.randn(5, 3)], 2) is want
+
+
 def test_a_real_measurement_answers_and_is_kept(monkeypatch):
     """With the real clock: the answer is a bool, stored under the links' dtype, device, shapes and rows."""
     from mini.loss_hessians import Link

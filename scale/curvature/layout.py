@@ -7,10 +7,15 @@ a few rows is a property of the BLAS build and the processor, not of the mathema
 the copy; the same MKL on an AMD EPYC (its AVX2 path) ran the copy 1.15-1.25x slower than the view, and a whole
 8-row product of the official tracker's chain 1.25x slower (7.9 ms against 6.3 ms, medians of 40 interleaved
 rounds). So ``transposes_pay`` times
-the chain's own forward matmuls both ways, ``LAYOUT_REPEATS`` alternating rounds, best of each, and keeps the
-answer for the process, keyed by dtype, device, the links' shapes and the rows: a tracker measuring every epoch
-pays it once (about 6 forward passes), a product never. The two layouts round differently, so a tracker's checkpoint
-carries the answers (``answers``, ``adopt``) and a resumed run multiplies in the layouts of the run it continues.
+the chain's own forward matmuls both ways, ``LAYOUT_REPEATS`` alternating rounds, best of each, and the copy itself,
+and keeps the answer for the process, keyed by dtype, device, the links' shapes and the rows: a tracker measuring
+every epoch pays it once (about 15 forward passes), a product never. The copies are made anew at every build (the
+weights change between measurements), so they pay only when what they save over ``LAYOUT_PASSES`` forward passes
+exceeds their own cost. On an AMD EPYC with AVX-512 the views were faster by 0.15 ms a pass, the copy cost 7-47 ms,
+and 3 rounds had chosen the copies in one process: its cold exact ends took 0.96x-1.03x of the paper's estimator's
+time, against 0.87x on the views (2026-12-04, BENCHMARKS.md). The two layouts round differently, so a tracker's
+checkpoint carries the answers (``answers``, ``adopt``) and a resumed run multiplies in the layouts of the run it
+continues.
 """
 
 from __future__ import annotations
@@ -22,7 +27,10 @@ import torch
 
 from mini.loss_hessians import Link
 
-LAYOUT_REPEATS = 3  # transposes_pay: alternating rounds of each layout; the best of each is compared
+LAYOUT_REPEATS = 7  # transposes_pay: alternating rounds of each layout; the best of each is compared
+# the forward passes the copies must pay for, within one build: about a measurement's products mid-training (the
+# cold exact ends took a median of 50-58 calls over 32 probes at epochs 2-5, 13-14 at init; a middle figure)
+LAYOUT_PASSES = 32
 _CHOICES: dict[tuple, bool] = {}  # transposes_pay's measured answers, for this process
 
 
@@ -38,27 +46,32 @@ def transposes_pay(links: Sequence[Link], rows: int) -> bool:
 
 def _copies_faster(weights: list[torch.Tensor], rows: int) -> bool:
     """Time the forward matmuls ``x W^T`` of every weight on ``rows`` random rows, on the views and on contiguous
-    copies, alternating; ``True`` when the copies' best round is the faster."""
+    copies, alternating, and the copying once (fresh memory, as at every build); ``True`` when the copies' best
+    round saves more over ``LAYOUT_PASSES`` passes than the copy costs."""
     gen = torch.Generator().manual_seed(0)
     xs = [torch.randn(rows, W.shape[1], generator=gen, dtype=W.dtype).to(W.device) for W in weights]
     views = [W.T for W in weights]
-    copies = [W.T.contiguous() for W in weights]
+    copies, copy_seconds = _timed(lambda: [W.T.contiguous() for W in weights], weights[0])
     best = {"views": float("inf"), "copies": float("inf")}
     for _ in range(LAYOUT_REPEATS):
         for name, mats in (("views", views), ("copies", copies)):
             best[name] = min(best[name], _forward_seconds(xs, mats))
-    return best["copies"] < best["views"]
+    return LAYOUT_PASSES * (best["views"] - best["copies"]) > copy_seconds
+
+
+def _timed(fn, like: torch.Tensor):
+    """``(fn(), wall seconds)``, the device of ``like`` synchronised around it."""
+    sync = torch.cuda.synchronize if like.is_cuda else (lambda: None)
+    sync()
+    t = time.perf_counter()
+    out = fn()
+    sync()
+    return out, time.perf_counter() - t
 
 
 def _forward_seconds(xs: list[torch.Tensor], mats: list[torch.Tensor]) -> float:
     """Wall seconds of ``x @ m`` for each pair (the device synchronised around them)."""
-    sync = torch.cuda.synchronize if xs[0].is_cuda else (lambda: None)
-    sync()
-    t = time.perf_counter()
-    for x, m in zip(xs, mats):
-        x @ m
-    sync()
-    return time.perf_counter() - t
+    return _timed(lambda: [x @ m for x, m in zip(xs, mats)], xs[0])[1]
 
 
 def answers() -> list[list]:

@@ -26,7 +26,7 @@ from scale.curvature.blocks import block_norm, head_info, loss_product_of
 from scale.curvature.blockwise import BLOCKWISE_TOL, BlockwiseResult, blockwise_lanczos
 from scale.curvature.layout import transposes_pay
 from scale.curvature.operators import Operator
-from scale.engine.heads import mini_head_of
+from scale.engine.heads import mini_head_of, reused_casts
 
 
 def closed_form_operator(
@@ -172,7 +172,8 @@ def blockwise_ends(
     ``warm``: the previous measurement's ``H`` result (its ``interaction``: ``M``'s) on the same probe: each block
     starts from its previous Ritz vectors."""
     n = z.shape[0]
-    H, M, info = closed_form_operator(z, head, loss, dtype=dtype, compose=False)
+    with reused_casts():  # the float64 weights in this thread's buffers: the operator does not leave this call
+        H, M, info = closed_form_operator(z, head, loss, dtype=dtype, compose=False)
     exact = [H, M] if interaction else [H]
     fast = exact
     if torch.finfo(RECURRENCE_DTYPE).eps > torch.finfo(dtype).eps:

@@ -72,8 +72,9 @@ def build_augment(preset: str, image_size: int) -> nn.Module:
     if P["crop"] is not None:
         # "resample": one batched warp (grid_sample) instead of kornia's default per-image slice-and-resize loop,
         # whose B interpolate calls made the crop 5x slower on an H200 (21.6 against 4.2 ms a view of 512 at
-        # 32 px; 56 % of a bf16 step) and no faster on a CPU. Both sample the box's corners onto the output's
-        # corners bilinearly (align_corners): the same views to float rounding (tests/test_augment_paths.py).
+        # 32 px; the augmentation was 2/3 of a bf16 step) and no faster on a CPU. Both sample the box's corners onto
+        # the output's corners bilinearly (align_corners): the same views to float rounding
+        # (tests/test_augment_paths.py; BENCHMARKS.md, "GPU suite").
         ops.append(K.RandomResizedCrop(size, scale=P["crop"], ratio=RATIO, cropping_mode="resample"))
     if P["flip"]:
         ops.append(K.RandomHorizontalFlip(p=P["flip"]))

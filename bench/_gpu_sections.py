@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from bench._gpu_run import Run, _sync
+from bench._gpu_run import Run, synced_seconds
 
 
 def wide_lanczos(run: Run) -> None:
@@ -34,11 +34,7 @@ def wide_lanczos(run: Run) -> None:
     rows = []
 
     def timed(fn):
-        _sync(dev)
-        t0 = time.perf_counter()
-        out = fn()
-        _sync(dev)
-        return out, time.perf_counter() - t0
+        return synced_seconds(fn, dev)
 
     b, s = timed(lambda: effective_hessian_blocks(z, head, loss, spectra="H"))
     eig = b.eig_H.flatten()

@@ -14,7 +14,7 @@ from functools import partial
 
 import torch
 
-from bench._gpu_run import Run, _sync
+from bench._gpu_run import Run, _sync, synced_seconds
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 HEAD = "relu2"  # the paper's E3 head: 512-2048 BN ReLU 2048 BN (SimCLR's recipe: BatchNorm after both Linear layers)
@@ -144,11 +144,7 @@ def split(run: Run) -> None:
     parts: dict[str, list[float]] = {k: [] for k in (*names, "whole step, no syncs inside")}
 
     def timed_part(fn):
-        _sync(dev)
-        t0 = time.perf_counter()
-        out = fn()
-        _sync(dev)
-        return out, time.perf_counter() - t0
+        return synced_seconds(fn, dev)
 
     def backward(loss):
         tr.optimizer.zero_grad(set_to_none=True)

@@ -43,3 +43,19 @@ def test_curvature_parts_refuses_a_bad_state_before_training(argv, tmp_path, mon
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "valid: 'crowded'" in err[0] and "'epoch 5'" in err[0]
     assert not out.exists()
+
+
+@pytest.mark.parametrize("argv", [["--state", "epoch 9"], ["--state", "crowded"], ["--repeats", "0"],
+                                  ["--threads", "0"]])
+def test_layout_bench_refuses_bad_input_before_training(argv, tmp_path, monkeypatch, capsys):
+    """``bench_layout``: a state outside the 5-epoch run, no rounds or no threads: exit 2 with one line naming the
+    valid choices, before any training (the trainer replaced by one that fails) and with no results file written."""
+    import bench._states
+    from bench.bench_layout import main as layout
+
+    monkeypatch.setattr(bench._states, "training_states", lambda *a, **k: pytest.fail("trained"))
+    out = tmp_path / "layout.md"
+    assert layout([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "valid: 'init'" in err[0] and "'epoch 5'" in err[0]
+    assert not out.exists()

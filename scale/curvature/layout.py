@@ -1,21 +1,27 @@
-r"""Which layout of a chain's weights BLAS multiplies faster in a forward pass on few rows, measured once per process.
+r"""Which layout of a chain's weights a closed-form product on few rows runs faster with, measured once per process.
 
-A forward pass computes ``x W^T`` (x: rows x in). Stored as ``W`` (out, in), BLAS reads a transposed view; a
-contiguous copy ``W^T`` (in, out) (``mini.loss_hessians.with_transposes``) is the other layout. Which is faster on
-a few rows is a property of the BLAS build and the processor, not of the mathematics, and it goes both ways
-(float32, 8 rows, 1 thread, 2048 x 2048): torch's MKL on an Intel Xeon with AMX ran the view 2.0-2.2x slower than
-the copy; the same MKL on an AMD EPYC (its AVX2 path) ran the copy 1.15-1.25x slower than the view, and a whole
-8-row product of the official tracker's chain 1.25x slower (7.9 ms against 6.3 ms, medians of 40 interleaved
-rounds). So ``transposes_pay`` times
-the chain's own forward matmuls both ways, ``LAYOUT_REPEATS`` alternating rounds, best of each, and the copy itself,
-and keeps the answer for the process, keyed by dtype, device, the links' shapes and the rows: a tracker measuring
-every epoch pays it once (about 15 forward passes), a product never. The copies are made anew at every build (the
-weights change between measurements), so they pay only when what they save over ``LAYOUT_PASSES`` forward passes
-exceeds their own cost. On an AMD EPYC with AVX-512 the views were faster by 0.15 ms a pass, the copy cost 7-47 ms,
-and 3 rounds had chosen the copies in one process: its cold exact ends took 0.96x-1.03x of the paper's estimator's
-time, against 0.87x on the views (2026-12-04, BENCHMARKS.md). The two layouts round differently, so a tracker's
-checkpoint carries the answers (``answers``, ``adopt``) and a resumed run multiplies in the layouts of the run it
-continues.
+A product's forward pass computes ``x W^T`` (x: rows x in), its pullback ``g W``. Stored as ``W`` (out, in), the
+forward pass reads a transposed view; a contiguous copy ``W^T`` (in, out) (``mini.loss_hessians.with_transposes``)
+is the other layout, read by the forward pass while the pullback keeps reading ``W``. Which is faster on a few rows
+is a property of the BLAS build and the processor, not of the mathematics, and it goes both ways (float32, 8 rows,
+1 thread): torch's MKL on an Intel Xeon with AMX ran a 2048 x 2048 forward matmul on the view 2.0-2.2x slower than
+on the copy, and a whole 8-row product of the official tracker's chain took 2.34 ms on the views against 1.47 ms
+with the copies; the same MKL on an AMD EPYC ran the copy 1.15-1.25x slower than the view.
+
+The copies also double what a product reads from: the forward pass reads one copy of every weight, the pullback the
+other, where on the views both passes read the same memory. A forward matmul timed alone does not see that. On an
+AMD EPYC with AVX-512, the forward matmuls of the official chain (composed for the float32 recurrence: 12 MiB of
+weights) ran up to 1.29x faster on the copies at 1-4 rows, while whole products there ran 1.3x-1.6x *slower* with
+them (``python -m bench.bench_layout``, 2026-12-04). So ``transposes_pay`` times whole products of the chain itself
+(``ChainForward.hvp``: the forward-mode pass and the pullback through every link) both ways, ``LAYOUT_REPEATS``
+alternating rounds, best of each, and the copying, and keeps the answer for the process, keyed by dtype, device,
+the links' shapes and the rows: a tracker measuring every epoch pays it once (about 15 products), a product never.
+The copies are made anew at every build (the weights change between measurements), so they are taken only when
+what they save over ``LAYOUT_PRODUCTS`` products exceeds their own measured cost. On an AMD EPYC with AVX-512 the
+views were faster, the copy cost 7-47 ms, and a decision without that cost had chosen the copies in one process:
+its cold exact ends took 0.96x-1.03x of the paper's estimator's time, against 0.87x on the views (2026-12-04,
+BENCHMARKS.md). The two layouts round differently, so a tracker's checkpoint carries the answers (``answers``,
+``adopt``) and a resumed run multiplies in the layouts of the run it continues.
 """
 
 from __future__ import annotations
@@ -25,38 +31,41 @@ from collections.abc import Sequence
 
 import torch
 
-from mini.loss_hessians import Link
+from mini.loss_hessians import ChainForward, Link, chain_forward
 
 LAYOUT_REPEATS = 7  # transposes_pay: alternating rounds of each layout; the best of each is compared
-# the forward passes the copies must pay for, within one build: about a measurement's products mid-training (the
-# cold exact ends took a median of 50-58 calls over 32 probes at epochs 2-5, 13-14 at init; a middle figure)
-LAYOUT_PASSES = 32
+# the products the copies must pay for within one build: about a measurement's products mid-training (the cold exact
+# ends took 39-43 full products' worth at the slowest probes of epoch 5, n = 8; 13-14 calls at init; a middle figure)
+LAYOUT_PRODUCTS = 32
 _CHOICES: dict[tuple, bool] = {}  # transposes_pay's measured answers, for this process
 
 
 def transposes_pay(links: Sequence[Link], rows: int) -> bool:
-    """Whether the forward passes of ``links`` on ``rows`` rows run faster on contiguous transposes of the weights
-    than on their transposed views (measured once per key, module docstring)."""
+    """Whether products of the chain ``links`` on ``rows`` rows run faster with contiguous transposes of the weights
+    than on their transposed views, the copy's cost counted (measured once per key, module docstring)."""
     W = links[0].W
     key = (W.dtype, W.device.type, tuple(tuple(L.W.shape) for L in links), int(rows))
     if key not in _CHOICES:
-        _CHOICES[key] = _copies_faster([L.W for L in links], int(rows))
+        _CHOICES[key] = _copies_faster(list(links), int(rows))
     return _CHOICES[key]
 
 
-def _copies_faster(weights: list[torch.Tensor], rows: int) -> bool:
-    """Time the forward matmuls ``x W^T`` of every weight on ``rows`` random rows, on the views and on contiguous
-    copies, alternating, and the copying once (fresh memory, as at every build); ``True`` when the copies' best
-    round saves more over ``LAYOUT_PASSES`` passes than the copy costs."""
+def _copies_faster(links: list[Link], rows: int) -> bool:
+    """Time whole products of the chain on ``rows`` random rows (``ChainForward.hvp`` with the identity at the top:
+    every link read by the forward pass and by the pullback; a product's cost does not depend on the values), on the
+    views and on the contiguous copies, alternating, and the copying once (fresh memory, as at every build); ``True``
+    when the copies' best round saves more over ``LAYOUT_PRODUCTS`` products than the copy costs."""
+    W = links[0].W
     gen = torch.Generator().manual_seed(0)
-    xs = [torch.randn(rows, W.shape[1], generator=gen, dtype=W.dtype).to(W.device) for W in weights]
-    views = [W.T for W in weights]
-    copies, copy_seconds = _timed(lambda: [W.T.contiguous() for W in weights], weights[0])
+    Z, V = (torch.randn(rows, W.shape[1], generator=gen, dtype=W.dtype).to(W.device) for _ in range(2))
+    views = chain_forward(links, Z)
+    copies, copy_seconds = _timed(views.with_transposes, W)
+    D = [torch.ones_like(s) for s in views.s1]
     best = {"views": float("inf"), "copies": float("inf")}
     for _ in range(LAYOUT_REPEATS):
-        for name, mats in (("views", views), ("copies", copies)):
-            best[name] = min(best[name], _forward_seconds(xs, mats))
-    return LAYOUT_PASSES * (best["views"] - best["copies"]) > copy_seconds
+        for name, chain in (("views", views), ("copies", copies)):
+            best[name] = min(best[name], _product_seconds(chain, D, V))
+    return LAYOUT_PRODUCTS * (best["views"] - best["copies"]) > copy_seconds
 
 
 def _timed(fn, like: torch.Tensor):
@@ -69,9 +78,9 @@ def _timed(fn, like: torch.Tensor):
     return out, time.perf_counter() - t
 
 
-def _forward_seconds(xs: list[torch.Tensor], mats: list[torch.Tensor]) -> float:
-    """Wall seconds of ``x @ m`` for each pair (the device synchronised around them)."""
-    return _timed(lambda: [x @ m for x, m in zip(xs, mats)], xs[0])[1]
+def _product_seconds(chain: ChainForward, D: list[torch.Tensor], V: torch.Tensor) -> float:
+    """Wall seconds of one product of ``chain`` on ``V`` (the device synchronised around it)."""
+    return _timed(lambda: chain.hvp(D, V, top=lambda U: U), V)[1]
 
 
 def answers() -> list[list]:

@@ -7,9 +7,10 @@ run's state, composed as the tracker's float32 recurrence composes them) for eac
 alone on each layout (what the decision timed before 2026-12-04), whole products on each layout (``ChainForward.hvp``
 through every link: what it times now), the copy's cost, and the answer ``transposes_pay`` gives in this process
 with the time it took. Best of ``--repeats`` alternating rounds (the copy: the median of its rounds, fresh memory
-each time, as at a build).
+each time, as at a build). ``--quick`` (checks that it runs): the run's untrained head and predictor on random
+rows, nothing trained or cached, 1 and 2 rows, 2 rounds.
 
-    python -m bench.bench_layout --threads 1 [--state 'epoch 5'] [--repeats 15]
+    python -m bench.bench_layout --threads 1 [--state 'epoch 5'] [--repeats 15] [--quick]
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def row(links, rows: int, repeats: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from bench._paper_tracker import OneView
-    from bench._states import OFFICIAL, training_states
+    from bench._states import OFFICIAL, _model, training_states
     from bench.bench_curvature import EPOCHS
     from bench.bench_curvature_parts import MAX_PROBE_PAIRS
     from scale.engine.heads import mini_head_of
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--state", default=f"epoch {EPOCHS}", help=f"one of {', '.join(names)} (default: epoch {EPOCHS})")
     p.add_argument("--repeats", type=int, default=15, help="alternating rounds (default: 15)")
     p.add_argument("--threads", type=int, default=1, help="torch threads, fixed (default: 1)")
+    p.add_argument("--quick", action="store_true", help="untrained weights, random rows, 1 and 2 rows, 2 rounds")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     if args.state not in names or args.repeats < 1 or args.threads < 1:
@@ -88,21 +90,32 @@ def main(argv: list[str] | None = None) -> int:
               f"valid: {', '.join(repr(x) for x in names)}; repeats >= 1; threads >= 1", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
-    state = training_states(OFFICIAL, EPOCHS, MAX_PROBE_PAIRS, threads=args.threads,  # bench_curvature's states
-                            log=lambda m: print(m, file=sys.stderr, flush=True))[names.index(args.state)]
-    m = state.z.shape[0] // 2
-    z, t = state.z[: max(ROWS)].float(), state.h[m: m + max(ROWS)].float()
-    links = OneView(state.predictor, t).curvature_at(mini_head_of(state.projector, torch.float32), z, True).fwd.links
+    rows, repeats, what = ROWS, args.repeats, f"State `{args.state}` of the {EPOCHS}-epoch run"
+    if args.quick:  # the run's model as built, random rows: the code path only
+        _, model = _model(OFFICIAL, EPOCHS, 0, args.threads)
+        projector, predictor = model.projector.eval(), model.predictor.eval()
+        gen = torch.Generator().manual_seed(0)
+        z = torch.randn(max(ROWS), projector.d, generator=gen)
+        with torch.no_grad():
+            t = projector(torch.randn(z.shape, generator=gen))
+        rows, repeats, what = ROWS[:2], 2, "Quick check (untrained weights, random rows: timings mean nothing)"
+    else:
+        state = training_states(OFFICIAL, EPOCHS, MAX_PROBE_PAIRS, threads=args.threads,  # bench_curvature's states
+                                log=lambda m: print(m, file=sys.stderr, flush=True))[names.index(args.state)]
+        projector, predictor = state.projector, state.predictor
+        m = state.z.shape[0] // 2
+        z, t = state.z[: max(ROWS)].float(), state.h[m: m + max(ROWS)].float()
+    links = OneView(predictor, t).curvature_at(mini_head_of(projector, torch.float32), z, True).fwd.links
     header = run_header("bench.bench_layout", argv if argv is not None else sys.argv[1:], args.threads)
     lines = ["# The weights' layout: forward matmuls alone against whole products", "", header, "",
-             f"State `{args.state}` of the {EPOCHS}-epoch run: the official chain composed for the float32 recurrence "
+             f"{what}: the official chain composed for the float32 recurrence "
              f"(weights {' -> '.join(str(L.W.shape[1]) for L in links)} -> {links[-1].W.shape[0]}, "
              f"{sum(L.W.numel() for L in links) * 4 / 2**20:.0f} MiB in float32); milliseconds, best of "
-             f"{args.repeats} alternating rounds; the copy a median. The decision: `transposes_pay` in this process "
+             f"{repeats} alternating rounds; the copy a median. The decision: `transposes_pay` in this process "
              f"(whole products, the copy counted over `LAYOUT_PRODUCTS` products).", "",
              "| rows | forward, views | forward, copies | views / copies | product, views | product, copies | "
              "views / copies | copy | decision | to decide (ms) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    lines += [row(links, rows, args.repeats) for rows in ROWS]
+    lines += [row(links, r, repeats) for r in rows]
     lines += ["", "A ratio views / copies above 1: the copies faster. The forward matmuls alone are what the decision "
               "timed before 2026-12-04; a product reads every weight twice (the forward pass on the copies, the "
               "pullback on the originals), so with the copies it reads from twice the memory."]

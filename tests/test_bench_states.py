@@ -59,3 +59,19 @@ def test_layout_bench_refuses_bad_input_before_training(argv, tmp_path, monkeypa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "valid: 'init'" in err[0] and "'epoch 5'" in err[0]
     assert not out.exists()
+
+
+def test_layout_bench_quick_runs_without_training(tmp_path, monkeypatch, capsys):
+    """``bench_layout --quick``: the untrained model on random rows, nothing trained (the trainer replaced by one that
+    fails), its table written with a row per row count, both ratios and a decision in each."""
+    import bench._states
+    from bench.bench_layout import main as layout
+
+    monkeypatch.setattr(bench._states, "training_states", lambda *a, **k: pytest.fail("trained"))
+    out = tmp_path / "layout.md"
+    assert layout(["--quick", "--out", str(out)]) == 0
+    table = [line for line in out.read_text().splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert len(table) == 2
+    for line in table:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert len(cells) == 10 and cells[8] in ("views", "copies") and float(cells[3]) > 0 and float(cells[6]) > 0

@@ -11,17 +11,19 @@ with the copies; the same MKL on an AMD EPYC ran the copy 1.15-1.25x slower than
 The copies also double what a product reads from: the forward pass reads one copy of every weight, the pullback the
 other, where on the views both passes read the same memory. A forward matmul timed alone does not see that. On an
 AMD EPYC with AVX-512, the forward matmuls of the official chain (composed for the float32 recurrence: 12 MiB of
-weights) ran up to 1.29x faster on the copies at 1-4 rows, while whole products there ran 1.3x-1.6x *slower* with
-them (``python -m bench.bench_layout``, 2026-12-04). So ``transposes_pay`` times whole products of the chain itself
-(``ChainForward.hvp``: the forward-mode pass and the pullback through every link) both ways, ``LAYOUT_REPEATS``
-alternating rounds, best of each, and the copying, and keeps the answer for the process, keyed by dtype, device,
-the links' shapes and the rows: a tracker measuring every epoch pays it once (about 15 products), a product never.
-The copies are made anew at every build (the weights change between measurements), so they are taken only when
-what they save over ``LAYOUT_PRODUCTS`` products exceeds their own measured cost. On an AMD EPYC with AVX-512 the
-views were faster, the copy cost 7-47 ms, and a decision without that cost had chosen the copies in one process:
-its cold exact ends took 0.96x-1.03x of the paper's estimator's time, against 0.87x on the views (2026-12-04,
-BENCHMARKS.md). The two layouts round differently, so a tracker's checkpoint carries the answers (``answers``,
-``adopt``) and a resumed run multiplies in the layouts of the run it continues.
+weights) ran 1.02x-1.29x faster on the copies at 1-32 rows, while whole products ran 1.1x-1.6x *slower* with them
+(``python -m bench.bench_layout``, 2026-12-04): timed on forward matmuls, the copies would have been taken at 8
+rows, their 0.08 ms a pass over 32 passes outweighing the 1.9 ms copy, and every product made 1.25x slower. So
+``transposes_pay`` times whole products of the chain itself (``ChainForward.hvp``: the forward-mode pass and the
+pullback through every link) both ways, ``LAYOUT_REPEATS`` alternating rounds, best of each, and the copying, and
+keeps the answer for the process, keyed by dtype, device, the links' shapes and the rows: a tracker measuring every
+epoch pays it once (about 15 products), a product never. The copies are made anew at every build (the weights change
+between measurements), so they are taken only when what they save over ``LAYOUT_PRODUCTS`` products exceeds their
+own measured cost. On an AMD EPYC with AVX-512 the views were faster, the copy cost 7-47 ms, and a decision without
+that cost had chosen the copies in one process: its cold exact ends took 0.96x-1.03x of the paper's estimator's
+time, against 0.87x on the views (2026-12-04, BENCHMARKS.md). The two layouts round differently, so a tracker's
+checkpoint carries the answers (``answers``, ``adopt``) and a resumed run multiplies in the layouts of the run it
+continues.
 """
 
 from __future__ import annotations

@@ -34,14 +34,21 @@ def test_curvature_parts_refuses_a_bad_state_before_training(argv, tmp_path, mon
     """``bench_curvature_parts``: a state outside the 5-epoch run, no rows, probes or a probe below 0 or past 256
     pairs: exit 2 with one line naming the valid choices, before any training (the trainer is replaced by one that
     fails) and with no results file written."""
-    import bench._states
     from bench.bench_curvature_parts import main as parts
 
+    _refused_before_training(parts, argv, tmp_path, monkeypatch, capsys, "valid: 'crowded'")
+
+
+def _refused_before_training(bench_main, argv, tmp_path, monkeypatch, capsys, valid: str) -> None:
+    """``bench_main(argv)`` exits 2 with one line naming the valid choices (``valid`` and ``'epoch 5'`` in it), the
+    trainer replaced by one that fails, and writes no results file."""
+    import bench._states
+
     monkeypatch.setattr(bench._states, "training_states", lambda *a, **k: pytest.fail("trained"))
-    out = tmp_path / "parts.md"
-    assert parts([*argv, "--out", str(out)]) == 2
+    out = tmp_path / "out.md"
+    assert bench_main([*argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "valid: 'crowded'" in err[0] and "'epoch 5'" in err[0]
+    assert len(err) == 1 and valid in err[0] and "'epoch 5'" in err[0]
     assert not out.exists()
 
 
@@ -50,15 +57,9 @@ def test_curvature_parts_refuses_a_bad_state_before_training(argv, tmp_path, mon
 def test_layout_bench_refuses_bad_input_before_training(argv, tmp_path, monkeypatch, capsys):
     """``bench_layout``: a state outside the 5-epoch run, no rounds or no threads: exit 2 with one line naming the
     valid choices, before any training (the trainer replaced by one that fails) and with no results file written."""
-    import bench._states
     from bench.bench_layout import main as layout
 
-    monkeypatch.setattr(bench._states, "training_states", lambda *a, **k: pytest.fail("trained"))
-    out = tmp_path / "layout.md"
-    assert layout([*argv, "--out", str(out)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "valid: 'init'" in err[0] and "'epoch 5'" in err[0]
-    assert not out.exists()
+    _refused_before_training(layout, argv, tmp_path, monkeypatch, capsys, "valid: 'init'")
 
 
 def test_layout_bench_quick_runs_without_training(tmp_path, monkeypatch, capsys):

@@ -5,12 +5,11 @@ rounds (medians), each contender building what it needs at the state, as a user 
 
     paper         the paper's float32 shifted power iteration (``bench._paper_tracker``; the anchor)
     ends cold     the tracker's route to ``lambda_min`` and ``lambda_max`` (``blockwise_ends``, no ``|M|``), cold
-    ends warm     the same, each block started from the previous epoch's Ritz vectors on the same probe rows
     record cold   the tracker's whole record (``measure(path="auto")``: also ``|M|/|H|``, the negative count)
-    record warm   the same, warm-started from the previous epoch's record
 
-The warm starts come from a cold run at the previous snapshot (not timed), as a tracker measuring every epoch holds
-it. Beside each: the products (in full-product equivalents, a call on ``a`` of ``n`` rows counting ``a / n``: the
+Both start cold, as the tracker does (a start steered by the previous epoch's Ritz vectors can fool the let-go at an
+eigenvalue crossing: ``scale.curvature.blockwise.blockwise_lanczos``; until 2026-12-04 the sweep also timed such warm
+starts). Beside each: the products (in full-product equivalents, a call on ``a`` of ``n`` rows counting ``a / n``: the
 per-block Lanczos goes on with the rows of the blocks still waited for; and the calls), the errors against the
 exact spectrum (float64 ``eigvalsh`` of every block), the spectral gaps ``(lambda_2 - lambda_1) / max|lambda|`` of
 the block holding ``lambda_min`` and their median over blocks (what sets Lanczos' product count), and the process's
@@ -49,17 +48,6 @@ def exact_spectrum(state, rows: int) -> torch.Tensor:
     return torch.cat([torch.linalg.eigvalsh(M + G) for _, M, G in c.blocks()])
 
 
-def cold_runs(state, rows: int) -> dict:
-    """The tracker's cold results at ``state`` (the next snapshot's warm starts)."""
-    from scale.curvature.closed_form import blockwise_ends
-    from scale.curvature.tracking import measure
-
-    z1, t2 = probe_rows(state, rows)
-    ends = blockwise_ends(z1, state.projector, OneView(state.predictor, t2), tol=BLOCK_BOUND, interaction=False)[0]
-    _, record = measure(z1, state.projector, OneView(state.predictor, t2), block_diagonal=True, path="auto")
-    return {"ends": ends, "record": record}
-
-
 def gaps(state, rows: int) -> dict:
     """The spectral gaps ``(lambda_2 - lambda_1) / max|lambda|`` at ``state`` on ``rows`` probe rows: of the block
     holding ``lambda_min``, their median and their least over the blocks (what sets the per-block Lanczos' steps)."""
@@ -82,7 +70,7 @@ def gaps_table(states: list, rows: list[int], log) -> list[str]:
     return lines
 
 
-def compare_state(state, rows: int, repeats: int, warm: dict | None) -> dict:
+def compare_state(state, rows: int, repeats: int) -> dict:
     from scale.curvature.closed_form import blockwise_ends
     from scale.curvature.tracking import measure
 
@@ -97,15 +85,15 @@ def compare_state(state, rows: int, repeats: int, warm: dict | None) -> dict:
     loss = OneView(state.predictor, t2)
     got: dict[str, tuple] = {}
 
-    def ends(name, w):
+    def ends(name):
         def go():
-            r = blockwise_ends(z1, state.projector, loss, tol=BLOCK_BOUND, interaction=False, warm=w)[0]
+            r = blockwise_ends(z1, state.projector, loss, tol=BLOCK_BOUND, interaction=False)[0]
             got[name] = (r.lambda_min, r.lambda_max, (r.product_cost, r.n_products), r.ends_converged)
         return go
 
-    def record(name, w):
+    def record(name):
         def go():
-            rec, _ = measure(z1, state.projector, loss, block_diagonal=True, path="auto", warm=w)
+            rec, _ = measure(z1, state.projector, loss, block_diagonal=True, path="auto")
             calls = rec["n_products"] + rec.get("n_products_M", 0)
             cost = rec.get("product_cost", rec["n_products"]) + rec.get("product_cost_M", rec.get("n_products_M", 0))
             ok = rec["converged_min"] and rec["converged_max"]
@@ -115,9 +103,7 @@ def compare_state(state, rows: int, repeats: int, warm: dict | None) -> dict:
     def paper():
         got["paper"] = (paper_power_iteration(f32, z1), None, (42, 42), None)
 
-    fns = {"paper": paper, "ends cold": ends("ends cold", None), "record cold": record("record cold", None)}
-    if warm is not None:
-        fns |= {"ends warm": ends("ends warm", warm["ends"]), "record warm": record("record warm", warm["record"])}
+    fns = {"paper": paper, "ends cold": ends("ends cold"), "record cold": record("record cold")}
     times = interleaved_median(fns, repeats)
     for name, t in times.items():
         lo, hi, products, converged = got[name]
@@ -129,12 +115,10 @@ def compare_state(state, rows: int, repeats: int, warm: dict | None) -> dict:
     return out
 
 
-CONTENDERS = ("paper", "ends cold", "ends warm", "record cold", "record warm")
+CONTENDERS = ("paper", "ends cold", "record cold")
 LABELS = {"paper": "paper: float32 shifted power iteration (anchor)",
           "ends cold": "**tracker's exact ends, cold** (`blockwise_ends`)",
-          "ends warm": "**tracker's exact ends, warm** (previous epoch's Ritz vectors)",
-          "record cold": "tracker's whole record, cold (`measure`, also abs(M)/abs(H))",
-          "record warm": "tracker's whole record, warm"}
+          "record cold": "tracker's whole record, cold (`measure`, also abs(M)/abs(H))"}
 
 
 def sweep_table(results: list[dict]) -> list[str]:
@@ -164,15 +148,14 @@ def sweep_table(results: list[dict]) -> list[str]:
 
 
 def sweep(states: list, names: list[str], rows: list[int], repeats: int, log, on_result=None) -> list[dict]:
-    """Every named state at every row count; the warm starts from the snapshot just before each state.
-    ``on_result(results)`` after each point (the caller writes what is done so far)."""
+    """Every named state at every row count. ``on_result(results)`` after each point (the caller writes what is done
+    so far)."""
     results = []
-    for k, state in enumerate(states):
+    for state in states:
         if state.name not in names:
             continue
         for n in rows:
-            warm = cold_runs(states[k - 1], n) if k > 0 else None
-            results.append(compare_state(state, n, repeats, warm))
+            results.append(compare_state(state, n, repeats))
             r = results[-1]
             log(f"bench_curvature: {state.name}, n = {n}: " + ", ".join(
                 f"{c} {r[c]['ratio']:.2f}x ({r[c]['products']:.1f}, {r[c]['calls']} calls)" for c in CONTENDERS[1:]

@@ -11,8 +11,8 @@ first view's representations ``z1`` only (``rows`` images, ``N = rows x d``); on
 **The sweep** (``bench._curvature_states``): the official network at several states of one SimSiam run on digits
 (``bench._states``, cached between runs: init, and after epochs 1, 3 and 5, "mid-training"; ``crowded``, epoch 4,
 the most crowded block ends found; ``epoch E`` for any E, training a run that long once), rows 8 to 256: the
-paper's estimator, the tracker's exact ends cold and warm (from the previous epoch's Ritz vectors), its whole
-record cold and warm, their products, the spectral gaps that set them, and the peak resident memory. ``--gaps``:
+paper's estimator, the tracker's exact ends and its whole record (both cold, as the tracker starts them), their
+products, the spectral gaps that set them, and the peak resident memory. ``--gaps``:
 the gaps alone, at every snapshot of the run (no timing: where the block ends crowd).
 
 **Every contender** at one state (after one epoch) of two networks:

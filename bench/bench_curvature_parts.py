@@ -3,7 +3,7 @@
 ``bench_curvature`` reports ratios; this splits one of them. At a state of the 5-epoch run (``crowded`` by
 default: epoch 4, the cell where the exact ends are slowest) and ``--rows`` probe rows, side by side in interleaved
 rounds (medians): the paper's float32 power iteration (42 products) and ``blockwise_ends`` (the tracker's exact
-ends, cold, and warm from the previous epoch's result). Then one more cold run with its parts timed: the two
+ends, cold, as the tracker starts them). Then one more cold run with its parts timed: the two
 closed-form operators' construction, the float32 products of the recurrence (calls and seconds each), the final
 float64 refinement, the per-step work of the recurrence itself (the tests' extreme Ritz pairs, the
 reorthogonalisation, the rest). Last, the convergence of the block that holds ``lambda_min``: at every test, the
@@ -193,24 +193,19 @@ def main(argv: list[str] | None = None) -> int:
     states = training_states(OFFICIAL, EPOCHS, pairs, threads=args.threads,
                              log=lambda m: print(m, file=sys.stderr, flush=True))
     part = slice(args.probe * args.rows, (args.probe + 1) * args.rows)
-    state, before = (probe_state(s, part) for s in (states[names.index(name)], states[max(names.index(name) - 1, 0)]))
+    state = probe_state(states[names.index(name)], part)
     z1, t2 = probe_rows(state, args.rows)
     loss = OneView(state.predictor, t2)
     f32 = one_view_loss(state.projector, state.predictor, t2, torch.float32)
 
-    def ends(w):
-        return lambda: blockwise_ends(z1, state.projector, loss, tol=BOUND, interaction=False, warm=w)
+    def ends():
+        return blockwise_ends(z1, state.projector, loss, tol=BOUND, interaction=False)
 
-    fns = {"paper": lambda: paper_power_iteration(f32, z1), "ends cold": ends(None)}
-    if name != "init":  # warm: from the previous snapshot's cold result on the same probe rows, as a tracker holds it
-        zb, tb = probe_rows(before, args.rows)
-        fns["ends warm"] = ends(blockwise_ends(zb, before.projector, OneView(before.predictor, tb), tol=BOUND,
-                                               interaction=False)[0])
-    med = interleaved_median(fns, args.repeats)
+    med = interleaved_median({"paper": lambda: paper_power_iteration(f32, z1), "ends cold": ends}, args.repeats)
     spent, calls = Counter(), Counter()
     with timed_parts(spent, calls):
         t = time.perf_counter()
-        res = ends(None)()[0]
+        res = ends()[0]
         whole = time.perf_counter() - t
     header = run_header("bench.bench_curvature_parts", argv if argv is not None else sys.argv[1:], args.threads)
     paper = med["paper"]

@@ -42,7 +42,6 @@ class BlockwiseResult(LanczosResult):
     block_vectors: Tensor | None = field(repr=False, default=None)  # (2, n, d): every block's lowest, highest vector
     goal: str = "blocks"  # what the stop waited for (GOALS)
     warm_started: bool = False
-    interaction: BlockwiseResult | None = field(repr=False, default=None)  # M's run beside H's (the tracker's warm)
     product_cost: float = 0.0  # the products in full-product equivalents (a product on a of n rows: a / n)
     shrinks: tuple = ()  # (step, active blocks) each time the recurrence went on with fewer blocks' rows
 
@@ -98,8 +97,9 @@ WARM_NOISE = 1e-2  # blockwise_lanczos: the random part of a warm start vector (
 
 
 def _block_start(n: int, d: int, warm: BlockwiseResult | None, gen: torch.Generator, device) -> Tensor:
-    """Each block's first basis vector (n, d): random, or (warm) the sum of the previous run's lowest and highest
-    Ritz vectors of that block plus ``WARM_NOISE`` of a random one, so that both ends start well represented."""
+    """Each block's first basis vector (n, d): random, or (warm: a run on the same operator) the sum of that run's
+    lowest and highest Ritz vectors of the block plus ``WARM_NOISE`` of a random one, so that both ends start well
+    represented."""
     q = torch.randn(n, d, generator=gen, dtype=torch.float64).to(device)
     q = q / q.norm(dim=1, keepdim=True)
     if warm is not None:
@@ -212,8 +212,16 @@ def blockwise_lanczos(
     Without a restriction (``op`` not restrictable: a coupled loss, an autograd product) every step advances every
     block, as ``restrict=False`` does.
 
-    ``warm``: a previous result on an operator of the same shape (the tracker's last measurement on the same
-    probe): each block starts from its previous lowest plus highest Ritz vector (``_block_start``).
+    ``warm``: a previous result on the same operator (``blockwise_ends``' float64 rerun of a float32 run): each
+    block starts from that run's lowest plus highest Ritz vector (``_block_start``). Not a previous measurement's
+    result: between measurements a block's eigenvalues may cross, its old lowest Ritz vector is then nearly
+    orthogonal to its new lowest eigenvector, and the let-go's premise fails on the start it steers: the block's
+    lowest Ritz value settles at its second eigenvalue with a small bound, the block holding ``lambda_min`` is let
+    go, and the answer is off, reported converged. Started at every block's second eigenvector (a crossing in every
+    block), the official tracker's sizes gave ``lambda_min`` 1e-3 to 2e-2 of the scale off in 6 of 16 snapshots, and
+    8e-4 and 2e-3 in 2 of 16 with the random part as large as the steered one; random starts on the same snapshots
+    were exact (2026-12-04, ``BENCHMARKS.md``; ``tests/test_lanczos.py`` keeps a small instance). So measurements
+    start cold (``blockwise_ends`` takes no warm start).
     """
     if stop not in STOPS:
         raise ValueError(f"stop must be one of {STOPS}, got {stop!r}")

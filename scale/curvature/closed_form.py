@@ -152,7 +152,6 @@ def blockwise_ends(
     rel_floor: float = NEG_FLOOR,
     interaction: bool = True,
     goal: str = "ends",
-    warm: BlockwiseResult | None = None,
 ) -> tuple[BlockwiseResult, BlockwiseResult | None, dict[str, Any]]:
     """The extreme eigenvalues of a block-diagonal objective's ``H_eff`` (and of ``M``, for ``|M|``, when
     ``interaction``) by a Lanczos per block (``scale.curvature.blockwise.blockwise_lanczos``) on closed-form products,
@@ -168,9 +167,9 @@ def blockwise_ends(
     (``info["recurrence"]``: the products' dtype of the runs kept).
 
     ``goal`` (``blockwise_lanczos``): ``"ends"`` (default) waits for ``H``'s ``lambda_min`` and ``lambda_max`` only,
-    ``"blocks"`` for every block's ends; ``M``'s run waits for ``|M|`` only (``"norm"``) unless ``"blocks"``.
-    ``warm``: the previous measurement's ``H`` result (its ``interaction``: ``M``'s) on the same probe: each block
-    starts from its previous Ritz vectors."""
+    ``"blocks"`` for every block's ends; ``M``'s run waits for ``|M|`` only (``"norm"``) unless ``"blocks"``. Every
+    run starts cold: a start steered by a previous measurement's Ritz vectors can fool the let-go at an eigenvalue
+    crossing (``blockwise_lanczos``, ``warm``)."""
     n = z.shape[0]
     with reused_casts():  # the float64 weights in this thread's buffers: the operator does not leave this call
         H, M, info = closed_form_operator(z, head, loss, dtype=dtype, compose=False)
@@ -179,17 +178,15 @@ def blockwise_ends(
     if torch.finfo(RECURRENCE_DTYPE).eps > torch.finfo(dtype).eps:
         fast = list(closed_form_operator(z, head, loss, dtype=RECURRENCE_DTYPE)[:len(exact)])
     goals = [goal, "blocks" if goal == "blocks" else "norm"]
-    warms = [warm, None if warm is None else warm.interaction]
     out, used = [], set()
-    for op, ref, g, w in zip(fast, exact, goals, warms):
+    for op, ref, g in zip(fast, exact, goals):
         refine = None if op is ref else ref
-        kw = dict(max_iter=max_iter, tol=tol, rel_floor=rel_floor, goal=g, warm=w)
+        kw = dict(max_iter=max_iter, tol=tol, rel_floor=rel_floor, goal=g)
         res = blockwise_lanczos(op, n, refine=refine, **kw)
         if refine is not None and not res.answered:  # float64 products, from the float32 run's Ritz vectors
             spent, spent_cost = res.n_products, res.product_cost  # the discarded run's products count in the kept
-            op, res = ref, blockwise_lanczos(ref, n, **{**kw, "warm": res})
-            res = replace(res, n_products=res.n_products + spent, product_cost=res.product_cost + spent_cost,
-                          warm_started=w is not None)
+            op, res = ref, blockwise_lanczos(ref, n, **kw, warm=res)
+            res = replace(res, n_products=res.n_products + spent, product_cost=res.product_cost + spent_cost)
         out.append(res)
         used.add(str(op.dtype).removeprefix("torch."))
     return out[0], out[1] if interaction else None, {**info, "recurrence": ", ".join(sorted(used))}

@@ -40,7 +40,6 @@ from __future__ import annotations
 import copy
 import json
 import time
-from dataclasses import fields, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -53,7 +52,7 @@ from mini.collapse_metrics import representation_std
 from mini.hessian import NEG_FLOOR
 from scale.curvature import layout
 from scale.curvature.blocks import block_norm, effective_hessian_blocks, factored_operator
-from scale.curvature.blockwise import BLOCKWISE_TOL, BlockwiseResult
+from scale.curvature.blockwise import BLOCKWISE_TOL
 from scale.curvature.closed_form import (
     block_route,
     blockwise_ends,
@@ -169,9 +168,9 @@ def measure(
       ends are within ``tol`` (default ``BLOCKWISE_TOL``, 1e-8) of the scale by the eigenvalue bound; ``|M|`` from
       the same on ``M``'s blocks; the negative count a lower bound. ``auto`` takes it when
       ``scale.curvature.closed_form.block_route`` finds it cheaper than forming the blocks (wide heads); the stop waits
-      for ``H``'s two ends and ``|M|`` only (``goal="ends"``/``"norm"``), and a ``warm`` from the previous
-      measurement's per-block run starts each block from its previous Ritz vectors (the returned result carries
-      ``M``'s run as its ``interaction``);
+      for ``H``'s two ends and ``|M|`` only (``goal="ends"``/``"norm"``); every measurement starts cold (a start
+      steered by the previous measurement's Ritz vectors can fool the let-go at an eigenvalue crossing:
+      ``blockwise_lanczos``), so ``warm`` is passed through unused;
     - ``"factored"``: a row-wise head (``MLPHead``, BatchNorm in eval mode) and any objective: Lanczos
       on ``blockdiag(M) + J^T (grad^2_H L) J`` with ``J`` and ``M`` exact (``scale.curvature.blocks.factored_operator``,
       products without a pass through the head); ``|M|`` exact from the blocks, ``|H|`` from Lanczos;
@@ -205,10 +204,8 @@ def measure(
                    M_over_H_is=audit["M_over_H_is"], bn_mode=audit["bn_mode"], hvp_mode="none (blocks)",
                    dtype="float64", loss=value, rel_floor=rel_floor)
     elif path == "block-lanczos":
-        block_warm = warm if isinstance(warm, BlockwiseResult) else None
         resH, resM, info = blockwise_ends(z, head, loss, dtype=dtype, tol=BLOCKWISE_TOL if tol is None else tol,
-                                          max_iter=max_iter, rel_floor=rel_floor, warm=block_warm)
-        res = replace(resH, interaction=resM)  # the next measurement's warm start, both runs
+                                          max_iter=max_iter, rel_floor=rel_floor)
         rec.update({k: v for k, v in resH.summary().items() if k not in ("n_negative", "n_negative_is")})
         norm_M = float(np.abs(resM.values).max())
         rec.update(lambda_is=f"Lanczos per block ({n} blocks, closed-form products in {info['recurrence']}, "
@@ -217,7 +214,6 @@ def measure(
                    n_negative=resH.n_negative, n_negative_is="lower bound (Ritz intervals below the floor, per block)",
                    n_products_M=resM.n_products, product_cost=resH.product_cost, product_cost_M=resM.product_cost,
                    M_over_H=norm_M / resH.scale if resH.scale else float("nan"),
-                   warm_started=resH.warm_started,
                    M_over_H_is="spectral norms: |M| and |H| from per-block Lanczos ends (eigenvalue bound)")
     else:
         if path == "factored":
@@ -307,20 +303,15 @@ class HessianTracker(Hook):
             atomic_write_bytes(self.run_dir / "curvature.png", plot_curvature(self.records))
 
     def state_dict(self) -> dict[str, Any]:
-        blocks = None
-        if isinstance(self.warm, BlockwiseResult):  # the per-block runs' starts: every block's Ritz vectors, H and M
-            M = self.warm.interaction
-            blocks = (self.warm.block_vectors.cpu(), None if M is None else M.block_vectors.cpu())
         return {"records": self.records, "probe_x": self.probe_x, "seconds": self.seconds,
-                "warm": None if self.warm is None else self.warm.vectors.cpu(), "warm_blocks": blocks,
+                "warm": None if self.warm is None else self.warm.vectors.cpu(),
                 "layouts": layout.answers()}  # the weights' layouts the products ran in (a resume keeps them)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.records = list(state.get("records", []))
         self.probe_x = state.get("probe_x")
         self.seconds = float(state.get("seconds", 0.0))
-        self._warm_vectors = state.get("warm")
-        self._warm_blocks = state.get("warm_blocks")
+        self._warm_vectors = state.get("warm")  # (an earlier version's "warm_blocks" is not read: blocks start cold)
         layout.adopt(state.get("layouts"))
 
     # ---- the measurement
@@ -336,9 +327,7 @@ class HessianTracker(Hook):
                 target_h = state.target(x)[1]
         th = None if target_h is None else target_h.to(self.dtype)
         loss = probe_objective(cfg.method, model, h.to(self.dtype), th, cfg.temperature, config=cfg)
-        if self.warm is None and getattr(self, "_warm_blocks", None) is not None:
-            self.warm = _blocks_as_result(*self._warm_blocks)
-        elif self.warm is None and getattr(self, "_warm_vectors", None) is not None:
+        if self.warm is None and getattr(self, "_warm_vectors", None) is not None:
             self.warm = _vectors_as_result(self._warm_vectors.to(state.device))
         rec, self.warm = measure(z, model.projector, loss, block_diagonal=methods.get(cfg.method).per_sample,
                                  bn_mode=self.bn_mode, dtype=self.dtype, warm=self.warm, max_iter=self.max_iter,
@@ -376,16 +365,6 @@ def _vectors_as_result(vectors: Tensor) -> LanczosResult:
     p = vectors.shape[1]
     z = np.zeros(p)
     return LanczosResult(z, vectors.double(), z, np.zeros(p, bool), z, z, 0, 0, False, 0.0, NEG_FLOOR)
-
-
-def _blocks_as_result(H: Tensor, M: Tensor | None) -> BlockwiseResult:
-    """A stand-in per-block result carrying only every block's Ritz vectors (2, n, d), ``M``'s as its interaction (a
-    warm start restored from a checkpoint)."""
-    def one(Y: Tensor) -> BlockwiseResult:
-        base = _vectors_as_result(Y.reshape(2, -1).T)
-        return BlockwiseResult(**{f.name: getattr(base, f.name) for f in fields(LanczosResult)}, block_vectors=Y)
-
-    return replace(one(H), interaction=None if M is None else one(M))
 
 
 def plot_curvature(records: list[dict[str, Any]]) -> bytes:

@@ -36,11 +36,11 @@ def test_curvature_parts_refuses_a_bad_state_before_training(argv, tmp_path, mon
     fails) and with no results file written."""
     from bench.bench_curvature_parts import main as parts
 
-    _refused_before_training(parts, argv, tmp_path, monkeypatch, capsys, "valid: 'crowded'")
+    _refused_before_training(parts, argv, tmp_path, monkeypatch, capsys, "valid: 'crowded'", "'epoch 5'")
 
 
-def _refused_before_training(bench_main, argv, tmp_path, monkeypatch, capsys, valid: str) -> None:
-    """``bench_main(argv)`` exits 2 with one line naming the valid choices (``valid`` and ``'epoch 5'`` in it), the
+def _refused_before_training(bench_main, argv, tmp_path, monkeypatch, capsys, *valid: str) -> None:
+    """``bench_main(argv)`` exits 2 with one line naming the valid choices (every string of ``valid`` in it), the
     trainer replaced by one that fails, and writes no results file."""
     import bench._states
 
@@ -48,7 +48,7 @@ def _refused_before_training(bench_main, argv, tmp_path, monkeypatch, capsys, va
     out = tmp_path / "out.md"
     assert bench_main([*argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and valid in err[0] and "'epoch 5'" in err[0]
+    assert len(err) == 1 and all(v in err[0] for v in valid), err
     assert not out.exists()
 
 
@@ -59,7 +59,7 @@ def test_layout_bench_refuses_bad_input_before_training(argv, tmp_path, monkeypa
     valid choices, before any training (the trainer replaced by one that fails) and with no results file written."""
     from bench.bench_layout import main as layout
 
-    _refused_before_training(layout, argv, tmp_path, monkeypatch, capsys, "valid: 'init'")
+    _refused_before_training(layout, argv, tmp_path, monkeypatch, capsys, "valid: 'init'", "'epoch 5'")
 
 
 def test_layout_bench_quick_runs_without_training(tmp_path, monkeypatch, capsys):
@@ -76,3 +76,13 @@ def test_layout_bench_quick_runs_without_training(tmp_path, monkeypatch, capsys)
     for line in table:
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert len(cells) == 10 and cells[8] in ("views", "copies") and float(cells[3]) > 0 and float(cells[6]) > 0
+
+
+@pytest.mark.parametrize("argv", [["--rows", "0"], ["--probes", "0"], ["--threads", "0"], ["--rows", "64"],
+                                  ["--rows", "8", "--probes", "33"]])
+def test_warm_crossing_bench_refuses_bad_input_before_training(argv, tmp_path, monkeypatch, capsys):
+    """``bench_warm_crossing``: no rows, probes or threads, or more pairs than the cached probe holds: exit 2 with one
+    line naming the valid ranges, before any training, no results file written."""
+    from bench.bench_warm_crossing import main as crossing
+
+    _refused_before_training(crossing, argv, tmp_path, monkeypatch, capsys, "valid: rows, probes, threads >= 1")

@@ -14,7 +14,9 @@ every block), with the recurrence as ``blockwise_ends`` runs it (float32 product
                  as it was), on ``--probes`` probes per epoch
 
 Each: how many runs reported an answer (``answered``) whose ``lambda_min`` is more than 100 ``tol`` of the scale
-off, the worst error, and the products (full-product equivalents, median).
+off, the worst error, and the products (full-product equivalents, median). Beside them, on the crossing starts'
+probes: how far the lowest eigenvector of the block holding ``lambda_min`` turned in one epoch (its overlap with the
+previous epoch's lowest eigenvector of the same block, and with the span of the previous lowest three).
 
     python -m bench.bench_warm_crossing --threads 1 [--rows 8] [--probes 32]
 """
@@ -105,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     states = training_states(OFFICIAL, EPOCHS, MAX_PROBE_PAIRS, threads=args.threads,
                              log=lambda m: print(m, file=sys.stderr, flush=True))
     tallies = {k: Tally() for k in ("cold", "crossing", "crossing, equal", "previous")}
-    saved = blockwise.WARM_NOISE
+    saved, turned = blockwise.WARM_NOISE, []
     for e in EPOCHS_SEEN:
         for probe in range(args.probes):
             part = slice(probe * args.rows, (probe + 1) * args.rows)
@@ -115,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
             tallies["cold"].add(cold, w)
             tallies["previous"].add(_ends(now, args.rows, warm=_ends(before, args.rows)), w)
             if probe in TIMED_PROBES:
+                i = int(w[:, 0].argmin())
+                old = torch.linalg.eigh(_blocks(before, args.rows)[i])[1]
+                turned.append((float((old[:, 0] @ V[i][:, 0]).abs()), float((old[:, :3].T @ V[i][:, 0]).norm()),
+                               e, probe))
                 crossing = replace(cold, block_vectors=torch.stack([V[:, :, 1], V[:, :, -1]]))
                 tallies["crossing"].add(_ends(now, args.rows, warm=crossing), w)
                 try:  # a random part as large as the steered one (the steered part's norm is about sqrt 2)
@@ -135,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
                                      f"`WARM_NOISE` = {saved:g}"),
              tallies["crossing, equal"].row("the same, random part as large as the steered one"),
              tallies["previous"].row("the previous epoch's Ritz vectors (the tracker's warm start until 2026-12-04)")]
+    one, three, e, probe = min(turned)
+    lines += ["", f"The lowest eigenvector of the block holding `lambda_min`, against the same block's previous epoch "
+              f"(exact eigenvectors, the {len(turned)} crossing probes): overlap with the previous lowest "
+              f"{min(t[0] for t in turned):.2f}-{max(t[0] for t in turned):.2f} (least at epoch {e}, probe {probe}: "
+              f"{one:.2f}, {three:.2f} with the span of the previous lowest three)."]
     return publish(args.out, lines)
 
 

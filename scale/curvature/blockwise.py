@@ -218,10 +218,10 @@ def blockwise_lanczos(
     orthogonal to its new lowest eigenvector, and the let-go's premise fails on the start it steers: the block's
     lowest Ritz value settles at its second eigenvalue with a small bound, the block holding ``lambda_min`` is let
     go, and the answer is off, reported converged. Started at every block's second eigenvector (a crossing in every
-    block), the official tracker's sizes gave ``lambda_min`` 1e-3 to 2e-2 of the scale off in 6 of 16 snapshots, and
-    8e-4 and 2e-3 in 2 of 16 with the random part as large as the steered one; random starts on the same snapshots
-    were exact (2026-12-04, ``BENCHMARKS.md``; ``tests/test_lanczos.py`` keeps a small instance). So measurements
-    start cold (``blockwise_ends`` takes no warm start).
+    block), the official tracker's sizes gave ``lambda_min`` up to 1.6e-2 of the scale off in 6 of 16 snapshots, and
+    up to 1.8e-3 in 2 of 16 with the random part as large as the steered one; random starts were never fooled
+    (``python -m bench.bench_warm_crossing``, 2026-12-04; ``tests/test_lanczos.py`` keeps a small instance). So
+    measurements start cold (``blockwise_ends`` takes no warm start).
     """
     if stop not in STOPS:
         raise ValueError(f"stop must be one of {STOPS}, got {stop!r}")

@@ -155,8 +155,9 @@ def measure(
     path: str = "auto",
     rel_floor: float = NEG_FLOOR,
 ) -> tuple[dict[str, Any], LanczosResult | None]:
-    """One curvature measurement of ``H_eff`` at ``z`` (n, d); returns the record and the Lanczos result
-    (the previous ``warm`` when no Lanczos ran: the warm start then carries over).
+    """One curvature measurement of ``H_eff`` at ``z`` (n, d); returns the record and the Lanczos result that can
+    warm-start the next measurement (the previous ``warm`` on the ``blocks`` and ``block-lanczos`` paths, which take
+    none: it then carries over).
 
     ``path`` (``"auto"`` picks the first that applies):
 

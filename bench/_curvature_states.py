@@ -38,14 +38,20 @@ def probe_rows(state, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     return state.z[:rows].double(), state.h[m:m + rows].double()
 
 
-def exact_spectrum(state, rows: int) -> torch.Tensor:
-    """(rows, d): every block's eigenvalues, ascending (float64 ``eigvalsh`` of the closed-form blocks)."""
+def exact_blocks(state, rows: int):
+    """Every block of ``H_eff`` at the probe's first ``rows`` rows, float64, in closed form, chunk by chunk (m, d, d)
+    (``PredictorCosineCurvature.blocks``: never all at once; the solvers downstream read one triangle)."""
     from mini.loss_hessians import PredictorCosineCurvature
     from scale.engine.heads import mini_head_of
 
     z1, t2 = probe_rows(state, rows)
     c = PredictorCosineCurvature(mini_head_of(state.projector), mini_head_of(state.predictor), z1, t2, -0.5 / rows)
-    return torch.cat([torch.linalg.eigvalsh(M + G) for _, M, G in c.blocks()])
+    return (M + G for _, M, G in c.blocks())
+
+
+def exact_spectrum(state, rows: int) -> torch.Tensor:
+    """(rows, d): every block's eigenvalues, ascending (float64 ``eigvalsh`` of ``exact_blocks``)."""
+    return torch.cat([torch.linalg.eigvalsh(B) for B in exact_blocks(state, rows)])
 
 
 def gaps(state, rows: int) -> dict:

@@ -38,18 +38,6 @@ TIMED_PROBES = (0, 9, 26, 29)  # the crossing starts' probes: the sweep's cell a
 EPOCHS_SEEN = (2, 3, 4, 5)  # mid-training, where the block ends crowd and cross
 
 
-def _blocks(state, rows: int) -> torch.Tensor:
-    """Every block of ``H_eff`` at the probe's first ``rows`` rows (n, d, d), float64, symmetrised."""
-    from bench._curvature_states import probe_rows
-    from mini.loss_hessians import PredictorCosineCurvature
-    from scale.engine.heads import mini_head_of
-
-    z1, t2 = probe_rows(state, rows)
-    c = PredictorCosineCurvature(mini_head_of(state.projector), mini_head_of(state.predictor), z1, t2, -0.5 / rows)
-    H = torch.cat([M + G for _, M, G in c.blocks()])
-    return (H + H.transpose(1, 2)) / 2
-
-
 def _ends(state, rows: int, warm=None):
     """``blockwise_ends``' run on ``H`` (float32 recurrence, float64 refinement), with an optional start."""
     from bench._curvature_states import BLOCK_BOUND, probe_rows
@@ -87,6 +75,7 @@ class Tally:
 
 def main(argv: list[str] | None = None) -> int:
     import scale.curvature.blockwise as blockwise
+    from bench._curvature_states import exact_blocks
     from bench._states import OFFICIAL, training_states
     from bench.bench_curvature import EPOCHS
     from bench.bench_curvature_parts import MAX_PROBE_PAIRS, probe_state
@@ -112,13 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         for probe in range(args.probes):
             part = slice(probe * args.rows, (probe + 1) * args.rows)
             now, before = probe_state(states[e], part), probe_state(states[e - 1], part)
-            w, V = torch.linalg.eigh(_blocks(now, args.rows))
+            w, V = torch.linalg.eigh(torch.cat(list(exact_blocks(now, args.rows))))
             cold = _ends(now, args.rows)
             tallies["cold"].add(cold, w)
             tallies["previous"].add(_ends(now, args.rows, warm=_ends(before, args.rows)), w)
             if probe in TIMED_PROBES:
                 i = int(w[:, 0].argmin())
-                old = torch.linalg.eigh(_blocks(before, args.rows)[i])[1]
+                old = torch.linalg.eigh(torch.cat(list(exact_blocks(before, args.rows)))[i])[1]
                 turned.append((float((old[:, 0] @ V[i][:, 0]).abs()), float((old[:, :3].T @ V[i][:, 0]).norm()),
                                e, probe))
                 crossing = replace(cold, block_vectors=torch.stack([V[:, :, 1], V[:, :, -1]]))

@@ -313,13 +313,18 @@ def crowded_block_operator(n: int, seed: int, shift: float = 0.0):
         K = torch.as_tensor(rng.standard_normal((n, BLOCK_D, BLOCK_D)))
         R = torch.linalg.matrix_exp(shift * (K - K.transpose(1, 2)))  # a small rotation of each block
         A = R @ A @ R.transpose(1, 2)
+    return block_diagonal_operator(A, "crowded blocks"), eig
+
+
+def block_diagonal_operator(A: torch.Tensor, name: str) -> Operator:
+    """The block-diagonal operator of the blocks ``A`` (n, d, d), products block by block (nothing else formed)."""
+    n, d, _ = A.shape
 
     def rows(V):
         return torch.einsum("ide,...ie->...id", A, V)
 
-    return Operator("crowded blocks", n * BLOCK_D, torch.float64, torch.device("cpu"),
-                    lambda v: rows(v.reshape(n, -1)).reshape(-1),
-                    lambda C: rows(C.reshape(C.shape[0], n, -1)).reshape(C.shape[0], -1)), eig
+    return Operator(name, n * d, A.dtype, A.device, lambda v: rows(v.reshape(n, -1)).reshape(-1),
+                    lambda C: rows(C.reshape(C.shape[0], n, -1)).reshape(C.shape[0], -1))
 
 
 def test_blockwise_goal_ends_lets_go_of_crowded_blocks_far_from_the_operators_ends():
@@ -377,13 +382,7 @@ def crossing_operator(n: int, seed: int):
         eig.append(np.sort(np.r_[lo, inner, [0.95, 1.0] if i == 1 else [0.9, 0.92]]))
     eig = np.stack(eig)
     A = torch.stack([matrix_with_spectrum(e, seed + 1 + i) for i, e in enumerate(eig)])
-
-    def rows(W):
-        return torch.einsum("ide,...ie->...id", A, W)
-
-    return Operator("crossing blocks", n * CROSSING_D, torch.float64, torch.device("cpu"),
-                    lambda v: rows(v.reshape(n, -1)).reshape(-1),
-                    lambda C: rows(C.reshape(C.shape[0], n, -1)).reshape(C.shape[0], -1)), eig, torch.linalg.eigh(A)[1]
+    return block_diagonal_operator(A, "crossing blocks"), eig, torch.linalg.eigh(A)[1]
 
 
 CROSSING_SEEDS = range(10)

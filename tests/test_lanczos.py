@@ -26,6 +26,18 @@ def matrix_with_spectrum(eig: np.ndarray, seed: int) -> torch.Tensor:
     return torch.as_tensor((Q * eig) @ Q.T)
 
 
+def block_diagonal_operator(A: torch.Tensor, name: str) -> Operator:
+    """The block-diagonal operator of the blocks ``A`` (n, d, d) on stacked rows: block i acts on row i only (products
+    block by block, nothing else formed), in ``A``'s dtype."""
+    n, d, _ = A.shape
+
+    def rows(V):
+        return torch.einsum("ide,...ie->...id", A, V)
+
+    return Operator(name, n * d, A.dtype, A.device, lambda v: rows(v.reshape(n, -1)).reshape(-1),
+                    lambda C: rows(C.reshape(C.shape[0], n, -1)).reshape(C.shape[0], -1))
+
+
 SPECTRA = {
     "indefinite": lambda rng: np.concatenate([rng.uniform(-3, -0.1, 20), rng.uniform(0.1, 10, 60)]),
     "clustered ends": lambda rng: np.concatenate([-1 - 1e-3 * rng.random(5), rng.uniform(-0.5, 0.5, 60),
@@ -131,14 +143,7 @@ def separated_block_operator(dtype: torch.dtype):
     G = torch.randn(F32_ROWS, F32_D, F32_D, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     Q = torch.linalg.qr(G)[0]
     A = ((Q * torch.as_tensor(eig)[:, None, :]) @ Q.transpose(1, 2)).to(dtype)
-
-    def rows(V):  # (..., n, d) -> (..., n, d)
-        return torch.einsum("ide,...ie->...id", A, V)
-
-    N = F32_ROWS * F32_D
-    return Operator("separated blocks", N, dtype, torch.device("cpu"),
-                    lambda v: rows(v.reshape(F32_ROWS, -1)).reshape(-1),
-                    lambda C: rows(C.reshape(C.shape[0], F32_ROWS, -1)).reshape(C.shape[0], -1))
+    return block_diagonal_operator(A, "separated blocks")
 
 
 def test_float32_products_at_their_rounding_floor_stop_near_the_float64_count():
@@ -245,13 +250,7 @@ def block_operator(n: int, seed: int, dtype=torch.float64):
     eig = np.sort(np.stack([np.r_[-1.0, rng.uniform(-0.95, 0.95, BLOCK_D - 2), 1.0] * rng.uniform(0.5, 1.0)
                             for _ in range(n)]), axis=1)
     A = torch.stack([matrix_with_spectrum(e, seed + 1 + i) for i, e in enumerate(eig)]).to(dtype)  # (n, d, d)
-
-    def rows(V):  # (..., n, d) -> (..., n, d): block i acts on row i only
-        return torch.einsum("ide,...ie->...id", A, V)
-
-    op = Operator("blocks", n * BLOCK_D, dtype, torch.device("cpu"), lambda v: rows(v.reshape(n, -1)).reshape(-1),
-                  lambda C: rows(C.reshape(C.shape[0], n, -1)).reshape(C.shape[0], -1))
-    return op, eig
+    return block_diagonal_operator(A, "blocks"), eig
 
 
 def test_blockwise_lanczos_finds_the_ends_in_steps_that_do_not_grow_with_the_blocks():
@@ -314,17 +313,6 @@ def crowded_block_operator(n: int, seed: int, shift: float = 0.0):
         R = torch.linalg.matrix_exp(shift * (K - K.transpose(1, 2)))  # a small rotation of each block
         A = R @ A @ R.transpose(1, 2)
     return block_diagonal_operator(A, "crowded blocks"), eig
-
-
-def block_diagonal_operator(A: torch.Tensor, name: str) -> Operator:
-    """The block-diagonal operator of the blocks ``A`` (n, d, d), products block by block (nothing else formed)."""
-    n, d, _ = A.shape
-
-    def rows(V):
-        return torch.einsum("ide,...ie->...id", A, V)
-
-    return Operator(name, n * d, A.dtype, A.device, lambda v: rows(v.reshape(n, -1)).reshape(-1),
-                    lambda C: rows(C.reshape(C.shape[0], n, -1)).reshape(C.shape[0], -1))
 
 
 def test_blockwise_goal_ends_lets_go_of_crowded_blocks_far_from_the_operators_ends():

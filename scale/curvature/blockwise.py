@@ -331,10 +331,13 @@ def _block_tests(alpha: np.ndarray, beta: np.ndarray, b_last: np.ndarray, open_e
 def _reorthogonalise_blocks(w: Tensor, Q: Tensor, eta: float = 2.0**-0.5) -> tuple[Tensor, Tensor]:
     """``_reorthogonalise`` for every block at once: ``w`` (n, d) against each block's basis ``Q[i]`` (n, j, d), by
     classical Gram-Schmidt, a second pass only where the first removed more than ``1 - eta`` of a norm. Returns
-    ``w`` and its norms (n,)."""
+    ``w`` and its norms (n,). Both products as row vectors against ``Q`` (``(1, d) x (d, j)``, ``(1, j) x (j, d)`` per
+    block): batched matrix-column products of these shapes ran 6-14x slower (MKL, 1 thread, j = 40: 0.43 ms a pass
+    against 0.045 ms), which made the reorthogonalisation a tenth of the per-block Lanczos' time."""
     before = w.norm(dim=1)
+    Qt = Q.transpose(1, 2)
     for _ in range(2):
-        w = w - torch.bmm(Q.transpose(1, 2), torch.bmm(Q, w[:, :, None]))[:, :, 0]
+        w = w - ((w[:, None, :] @ Qt) @ Q)[:, 0, :]
         after = w.norm(dim=1)
         if bool((after > eta * before).all()):
             break

@@ -292,3 +292,50 @@ def test_the_tests_stride_while_far_saves_tests_not_steps(monkeypatch):
     assert stride.n_products == every.n_products and np.array_equal(stride.values, every.values)
     assert n_stride < n_every
     assert always.n_products >= every.n_products and n_always < n_every
+
+
+REORTH_RTOL = 1e-13  # _reorthogonalise_blocks: what is left along the basis, relative to the input's norm
+
+
+def _orthonormal_blocks(n: int, j: int, d: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.linalg.qr(torch.randn(n, d, j, generator=gen, dtype=torch.float64))[0].transpose(1, 2)
+
+
+def test_reorthogonalisation_leaves_nothing_along_each_blocks_basis():
+    """Every block's vector comes out orthogonal to its own basis (n, j, d) to round-off and equal to the exact
+    projection ``(I - Q^T Q) w``, its norm returned; a vector already orthogonal is kept. Negative control: the same
+    products removing half of the projection (one pass: the norm barely moves, so no second pass) leave half of it."""
+    from scale.curvature.blockwise import _reorthogonalise_blocks
+
+    n, j, d = 5, 12, 40
+    Q = _orthonormal_blocks(n, j, d, seed=0)
+    gen = torch.Generator().manual_seed(1)
+    inside = torch.einsum("njd,nj->nd", Q, torch.randn(n, j, generator=gen, dtype=torch.float64))
+    outside = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    outside = outside - torch.einsum("njd,nj->nd", Q, torch.einsum("njd,nd->nj", Q, outside))
+    w = outside + 1e-3 * inside  # mostly orthogonal already: the Lanczos case after the three-term recurrence
+    out, norms = _reorthogonalise_blocks(w, Q)
+    left = torch.einsum("njd,nd->nj", Q, out).norm(dim=1) / w.norm(dim=1)
+    assert float(left.max()) <= REORTH_RTOL
+    assert torch.allclose(out, outside, rtol=0, atol=REORTH_RTOL * float(w.norm(dim=1).max()))
+    assert torch.allclose(norms, out.norm(dim=1), rtol=1e-15)
+    kept, _ = _reorthogonalise_blocks(outside, Q)
+    assert torch.allclose(kept, outside, rtol=0, atol=REORTH_RTOL * float(outside.norm(dim=1).max()))
+    half = w - 0.5 * ((w[:, None, :] @ Q.transpose(1, 2)) @ Q)[:, 0, :]  # the control
+    assert float((torch.einsum("njd,nd->nj", Q, half).norm(dim=1) / w.norm(dim=1)).min()) > 1e3 * REORTH_RTOL
+
+
+def test_kept_basis_copies_the_written_vectors_of_the_kept_blocks():
+    """``_kept_basis`` keeps the rows ``keep`` with their first ``used`` vectors (bit for bit) and the full capacity
+    for the vectors still to come (the rest unwritten, so not compared). A copy of one vector fewer would lose the
+    newest vector, the one the next step multiplies: ``test_restricted_run_gives_the_full_runs_ends_at_a_fraction_of_the
+    _cost`` then fails (checked by hand on that mutant, 2026-12-04)."""
+    from scale.curvature.blockwise import _kept_basis
+
+    Q = torch.randn(6, 9, 4, dtype=torch.float64)
+    keep = torch.tensor([True, False, True, True, False, False])
+    out = _kept_basis(Q, keep, 5)
+    assert out.shape == (3, 9, 4)
+    assert torch.equal(out[:, :5], Q[keep, :5])
+    assert torch.equal(_kept_basis(Q, ~keep, 9), Q[~keep])  # every slot written: the whole rows

@@ -150,15 +150,14 @@ def cifar_shape_cost(methods: list[str], head: str, batch: int, steps: int, repe
         hist = trainer.state.history[-1]
         per_image = hist["epoch_seconds"] / (batch * steps)
         times = [tracker.records[0]["seconds"]]  # the run's first measurement (pays one-off warm-up)
-        for _ in range(repeats - 1):  # cold starts: a warm start from the same state would flatter Lanczos
-            tracker.warm = None
+        for _ in range(repeats - 1):  # every measurement starts cold (``measure``)
             times.append(tracker.track(keep.state)["seconds"])
         r = tracker.records[-1]
         other = {"factored": "closed-form", "closed-form": "factored"}.get(r["path"])
         other_s = None
         # the operator route not taken, once, cold: what the rule (scale.curvature.closed_form.operator_route) saved
         if other:
-            tracker.path, tracker.warm = other, None
+            tracker.path = other
             other_s = tracker.track(keep.state)["seconds"]
             tracker.path = "auto"
         rows.append({

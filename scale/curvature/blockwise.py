@@ -232,7 +232,7 @@ def blockwise_lanczos(
         raise ValueError(f"n_blocks must divide the operator's dimension N={N}, got {n_blocks}")
     d = N // n
     if warm is not None and (warm.block_vectors is None or tuple(warm.block_vectors.shape) != (2, n, d)):
-        warm = None  # another shape (a probe of another size) or no block vectors (a checkpoint's stand-in): cold
+        warm = None  # another shape (a probe of another size) or no block vectors: cold
     m_max = min(d, 200) if max_iter is None else min(int(max_iter), d)
     if m_max < 1:
         raise ValueError(f"max_iter must be >= 1, got {max_iter}")

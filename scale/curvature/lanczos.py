@@ -208,7 +208,10 @@ def lanczos(
     the next Ritz value inwards less that value's own residual, and the residual test is used where that
     estimate is not positive): the same eigenvalue accuracy with fewer products when ``tol`` asks for the
     eigenvalue, not the eigenvector. ``tol`` defaults by the operator's dtype (float64: 1e-10, float32:
-    1e-5). ``warm``: start from a previous result's Ritz vectors (same operator dimension).
+    1e-5). ``warm``: start from a previous result's Ritz vectors (same operator dimension), for a rerun on the same
+    operator. Not from a previous measurement's: after an eigenvalue crossing its lowest Ritz vector is the new second
+    eigenvector, and a loose ``tol`` (float32's default, 1e-5) can be met there before the lowest eigenvector shows
+    (``tests/test_lanczos.py``), so ``scale.curvature.tracking.measure`` starts cold.
     """
     if stop not in STOPS:
         raise ValueError(f"stop must be one of {STOPS}, got {stop!r}")

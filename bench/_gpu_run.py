@@ -35,20 +35,6 @@ class Run:
     lines: list[str] = field(default_factory=list)
 
 
-def _sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
-def synced_seconds(fn: Callable[[], object], dev: torch.device) -> tuple[object, float]:
-    """``(fn(), wall seconds)``, the device synchronised before and after (its queued work counted in)."""
-    _sync(dev)
-    t0 = time.perf_counter()
-    out = fn()
-    _sync(dev)
-    return out, time.perf_counter() - t0
-
-
 @dataclass(frozen=True)
 class Section:
     run: Callable[[Run], None]

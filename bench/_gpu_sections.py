@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from bench._gpu_run import Run, synced_seconds
+from bench._gpu_run import Run
+from scale.engine.timing import synced_seconds
 
 
 def wide_lanczos(run: Run) -> None:

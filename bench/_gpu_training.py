@@ -14,7 +14,8 @@ from functools import partial
 
 import torch
 
-from bench._gpu_run import Run, _sync, synced_seconds
+from bench._gpu_run import Run
+from scale.engine.timing import synced_seconds, synchronize
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 HEAD = "relu2"  # the paper's E3 head: 512-2048 BN ReLU 2048 BN (SimCLR's recipe: BatchNorm after both Linear layers)
@@ -106,7 +107,7 @@ def training(run: Run, section: str) -> None:
         trainer.forward_model = torch.compile(trainer.forward_model, backend="eager")
         label += " (tiny: dynamo, eager backend)"
     trainer.fit()
-    _sync(dev)
+    synchronize(dev)
     h = trainer.state.history
     e2 = h[-1]["epoch_seconds"]
     floor = flops * trainer.steps_per_epoch / (a.peak_tflops * 1e12)
@@ -207,7 +208,7 @@ def paper_pipeline(run: Run) -> None:
                                          pin_memory=dev.type == "cuda")
     times = []
     for _ in range(2):
-        _sync(dev)
+        synchronize(dev)
         t0 = time.perf_counter()
         for v1, v2 in loader:
             xb = torch.cat([v1, v2]).to(dev, non_blocking=True)
@@ -215,7 +216,7 @@ def paper_pipeline(run: Run) -> None:
             trainer.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             trainer.optimizer.step()
-        _sync(dev)
+        synchronize(dev)
         times.append(time.perf_counter() - t0)
     run.figures["paper"] = times[-1]
     run.lines += ["## The paper's pipeline on the same device", "",

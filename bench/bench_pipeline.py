@@ -28,6 +28,7 @@ import torch
 
 from bench._util import run_header, write_atomic
 from scale.engine.augment import PerImageViews, PILAugment
+from scale.engine.timing import synchronize
 from scale.engine.train import TrainConfig, Trainer
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -92,24 +93,20 @@ def compare(args, threads: int) -> str:
         loss.backward()
         trainer.optimizer.step()
 
-    def sync() -> None:
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-
     def on_device(steps: int) -> float:
-        sync()
+        synchronize(dev)
         t = time.perf_counter()
         for _ in range(steps):
             idx = torch.randint(0, n, (args.batch,), device=dev)
             step(trainer.augment.views(trainer.train_x[idx]))
-        sync()
+        synchronize(dev)
         return steps * args.batch / (time.perf_counter() - t)
 
     it = iter(loader)
 
     def conventional(steps: int) -> float:
         nonlocal it
-        sync()
+        synchronize(dev)
         t = time.perf_counter()
         for _ in range(steps):
             try:
@@ -118,15 +115,15 @@ def compare(args, threads: int) -> str:
                 it = iter(loader)
                 v1, v2 = next(it)
             step(torch.cat([v1, v2]).to(dev, non_blocking=True))
-        sync()
+        synchronize(dev)
         return steps * args.batch / (time.perf_counter() - t)
 
     def aug_only_device(steps: int) -> float:
-        sync()
+        synchronize(dev)
         t = time.perf_counter()
         for _ in range(steps):
             trainer.augment.views(trainer.train_x[torch.randint(0, n, (args.batch,), device=dev)])
-        sync()
+        synchronize(dev)
         return steps * args.batch / (time.perf_counter() - t)
 
     per_image = PerImageViews(x, pil)

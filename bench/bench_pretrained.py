@@ -21,16 +21,12 @@ import torch
 
 from scale.engine.checkpoint import atomic_write_text
 from scale.engine.pretrained_models import MODELS, Dims, build_model
+from scale.engine.timing import synchronize
 from scale.geometry.orbits import FAMILIES, digits_images, orbit_batch
 from scale.pretrained import Config, measure
 from scale.runs.run_report import device_name, git_commit, versions
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pretrained.md"
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 STAND_IN = {  # --stand-in: small widths in each model's official layout (a check of the bench, not a measurement)
@@ -48,20 +44,20 @@ def bench(cfg: Config, models: list[str], stand_in: bool = False) -> list[dict]:
     rows = []
     gen = images.to(device)
     orbit_batch(gen, "blur", cfg.steps)  # warm-up
-    _sync(device)
+    synchronize(device)
     start = time.perf_counter()
     for fam in cfg.families:
         orbit_batch(gen, fam, cfg.steps)
-    _sync(device)
+    synchronize(device)
     gen_rate = cfg.trajectories * cfg.steps * len(cfg.families) / (time.perf_counter() - start)
     for name in models:
         model = build_model(name, STAND_IN[name] if stand_in else None, seed=cfg.seed).to(device).eval()
         warm = Config([name], **{**_small(cfg), "steps": cfg.steps, "families": ["blur"]})
         measure(model, images[:2], warm)  # warm-up (two images: the least orbit geometry takes); first calls are slow
-        _sync(device)
+        synchronize(device)
         start = time.perf_counter()
         measure(model, images, cfg)
-        _sync(device)
+        synchronize(device)
         seconds = time.perf_counter() - start
         rows.append({"model": name, "images": n_points, "seconds": seconds, "images_per_s": n_points / seconds})
         print(f"{name}: {n_points} images in {seconds:.2f} s = {n_points / seconds:.1f} images/s", flush=True)

@@ -63,6 +63,7 @@ from scale.engine.pretrained_models import (
     check_model_name,
     load_checkpoint,
 )
+from scale.engine.timing import synchronize
 from scale.geometry.orbits import DATASETS, FAMILIES, dataset_images
 from scale.geometry.verdict import CONFIDENCE, Estimate, mean_estimate, pooled_ratio_estimate, verdict
 from scale.runs.run_report import device_name, git_commit, versions
@@ -350,8 +351,7 @@ def run(cfg: Config) -> Path:
         model = load_checkpoint(name, str(weights[name]))
         start = time.perf_counter()
         results = measure(model, images, cfg)
-        if cfg.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        synchronize(torch.device(cfg.device))
         record = result_record(name, weights[name], cfg, results, time.perf_counter() - start, len(images))
         record["weights_sha256"] = checksums.sha256sum(weights[name])  # which file exactly (scale/engine/checksums.py)
         atomic_write_json(out / f"{name}.json", record)

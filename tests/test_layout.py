@@ -90,7 +90,7 @@ def test_copies_are_taken_only_when_they_save_more_than_they_cost(monkeypatch):
     monkeypatch.setattr(layout, "_product_seconds", lambda chain, D, V: 1e-3 if _copied(chain) else 2e-3)
     saving = layout.LAYOUT_PRODUCTS * 1e-3
     for copy_seconds, want in [(0.5 * saving, True), (2.0 * saving, False)]:
-        monkeypatch.setattr(layout, "_timed", lambda fn, like, s=copy_seconds: (fn(), s))
+        monkeypatch.setattr(layout, "synced_seconds", lambda fn, device, s=copy_seconds: (fn(), s))
         assert layout._copies_faster(_links(), 2) is want
 
 

@@ -28,12 +28,12 @@ continues.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import torch
 
 from mini.loss_hessians import ChainForward, Link, chain_forward
+from scale.engine.timing import synced_seconds
 
 LAYOUT_REPEATS = 7  # transposes_pay: alternating rounds of each layout; the best of each is compared
 # the products the copies must pay for within one build: about a measurement's products mid-training (the cold exact
@@ -61,7 +61,7 @@ def _copies_faster(links: list[Link], rows: int) -> bool:
     gen = torch.Generator().manual_seed(0)
     Z, V = (torch.randn(rows, W.shape[1], generator=gen, dtype=W.dtype).to(W.device) for _ in range(2))
     views = chain_forward(links, Z)
-    copies, copy_seconds = _timed(views.with_transposes, W)
+    copies, copy_seconds = synced_seconds(views.with_transposes, W.device)
     D = [torch.ones_like(s) for s in views.s1]
     best = {"views": float("inf"), "copies": float("inf")}
     for _ in range(LAYOUT_REPEATS):
@@ -70,19 +70,9 @@ def _copies_faster(links: list[Link], rows: int) -> bool:
     return LAYOUT_PRODUCTS * (best["views"] - best["copies"]) > copy_seconds
 
 
-def _timed(fn, like: torch.Tensor):
-    """``(fn(), wall seconds)``, the device of ``like`` synchronised around it."""
-    sync = torch.cuda.synchronize if like.is_cuda else (lambda: None)
-    sync()
-    t = time.perf_counter()
-    out = fn()
-    sync()
-    return out, time.perf_counter() - t
-
-
 def _product_seconds(chain: ChainForward, D: list[torch.Tensor], V: torch.Tensor) -> float:
     """Wall seconds of one product of ``chain`` on ``V`` (the device synchronised around it)."""
-    return _timed(lambda: chain.hvp(D, V, top=lambda U: U), V)[1]
+    return synced_seconds(lambda: chain.hvp(D, V, top=lambda U: U), V.device)[1]
 
 
 def answers() -> list[list]:

@@ -12,16 +12,22 @@ from pathlib import Path
 from mini.atomic import atomic_write_text
 
 
-def interleaved_median(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Median wall time of each function, run in alternation (A B A B ...) so that machine noise
-    hits every contender alike; ratios of these medians are what we report."""
+def interleaved_times(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Every round's wall time of each function, run in alternation (A B A B ...) so that machine noise
+    hits every contender alike."""
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
-    return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
+    return times
+
+
+def interleaved_median(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median wall time of each function over ``interleaved_times``' rounds; ratios of these medians are what we
+    report."""
+    return {name: sorted(ts)[len(ts) // 2] for name, ts in interleaved_times(fns, repeats).items()}
 
 
 def machine() -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from bench._util import publish, run_header
+from bench._util import interleaved_times, publish, run_header
 
 OUT = Path(__file__).resolve().parent / "results" / "layout.md"
 ROWS = (1, 2, 4, 8, 16, 32)  # up to mini.loss_hessians.TRANSPOSED_ROWS: above it no pass reads the copies
@@ -31,13 +31,7 @@ ROWS = (1, 2, 4, 8, 16, 32)  # up to mini.loss_hessians.TRANSPOSED_ROWS: above i
 
 def _best(fns: dict, repeats: int) -> dict[str, float]:
     """Best wall time of each function over ``repeats`` alternating rounds."""
-    best = dict.fromkeys(fns, float("inf"))
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t)
-    return best
+    return {name: min(ts) for name, ts in interleaved_times(fns, repeats).items()}
 
 
 def row(links, rows: int, repeats: int) -> str:
@@ -56,18 +50,14 @@ def row(links, rows: int, repeats: int) -> str:
     V = torch.randn(rows, links[0].W.shape[1], generator=gen)
     prod = _best({"views": lambda: chain.hvp(D, V, top=lambda U: U),
                   "copies": lambda: copied.hvp(D, V, top=lambda U: U)}, repeats)
-    copy_ms = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        chain.with_transposes()
-        copy_ms.append(1e3 * (time.perf_counter() - t))
+    copy_s = interleaved_times({"copy": chain.with_transposes}, repeats)["copy"]
     layout._CHOICES.pop((links[0].W.dtype, "cpu", tuple(tuple(L.W.shape) for L in links), rows), None)
     t = time.perf_counter()
     answer = layout.transposes_pay(links, rows)
     decided = time.perf_counter() - t
     return (f"| {rows} | {1e3 * fwd['views']:.2f} | {1e3 * fwd['copies']:.2f} | {fwd['views'] / fwd['copies']:.2f} | "
             f"{1e3 * prod['views']:.2f} | {1e3 * prod['copies']:.2f} | {prod['views'] / prod['copies']:.2f} | "
-            f"{statistics.median(copy_ms):.1f} | {'copies' if answer else 'views'} | {1e3 * decided:.0f} |")
+            f"{1e3 * statistics.median(copy_s):.1f} | {'copies' if answer else 'views'} | {1e3 * decided:.0f} |")
 
 
 def main(argv: list[str] | None = None) -> int:

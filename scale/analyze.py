@@ -40,13 +40,14 @@ What is measured (each by the project's one implementation of it):
                 of cos(h, h of the unaugmented image) minus that of z, with its t interval
     probes      on z versus h, at most ``--probe-images`` images per split (a run directory: the run's own
                 end-of-run images, orbits and seed, so that both reports agree on the same weights): the
-                headline class-label probe (``scale.geometry.probes.class_probe``) with the backbone at
-                initialisation beside it, and E3's 4-way rotation probes, linear and MLP, with the paper's
-                protocol (``scale.geometry.probes.run_rotation_probes``); accuracies in percent, each gap h minus
-                z with its paired bootstrap interval
-    training    the run against its baselines (``scale.geometry.training_check``), printed first: the loss
-                against chance and its first step (from the run's metrics.jsonl), the spread of z and h, the
-                probe at initialisation; a verdict of a run that did not train is labelled so
+                headline class-label probe (``scale.geometry.probes.class_probe``) and the kNN probe, each with
+                the backbone at initialisation beside it, and E3's 4-way rotation probes, linear and MLP, with the
+                paper's protocol (``scale.geometry.probes.run_rotation_probes``); accuracies in percent, each gap
+                h minus z with its paired bootstrap interval
+    training    the premise "the network learned" (``scale.runs.premise``), printed first: the loss against
+                chance (or its first step and the collapse detectors), from the run's metrics.jsonl, and z's
+                class probes (linear and kNN) against the backbone at initialisation; a verdict of a network
+                that did not learn is labelled so
 
 Outputs, written only once everything is measured: ``OUT/analysis.json`` (numbers, settings, versions),
 ``OUT/report.md`` and its figures ``spectrum.png``, ``orbits.png``. ``OUT`` defaults to ``RUN_DIR/analysis``
@@ -97,6 +98,7 @@ from scale.runs.load import RunError, load_run, load_state_dict_checked
 from scale.runs.run_report import (
     accuracy_text,
     gap_text,
+    knn_line,
     probe_line,
     training_lines,
     verdict_line,
@@ -351,12 +353,14 @@ def main(argv: list[str] | None = None) -> int:
     for line in training_lines(training):
         print(line)
     if "verdict" in result:
-        print(verdict_line(Verdict.from_dict(result["verdict"]), training is not None and not training.trained))
+        print(verdict_line(Verdict.from_dict(result["verdict"]), training is not None and training.learned is False))
     if "probes" in result:
         p = result["probes"]
         if p.get("headline") is not None:
             headline = RunSummary.from_dict({"class_probe": p["headline"]}).class_probe
             print(f"headline class probe: {probe_line(headline)}")
+            if headline.knn is not None:
+                print(f"kNN class probe: {knn_line(headline)}")
         r, rs = p["rotation"], p["rotation_settings"]
         n, gap = rs["rotation_samples"]["test"], (p.get("rotation_gaps") or {}).get("linear")
         print(f"rotation probe, linear ({rs['test_base_images']} test images x 4 turns, seed {rs['seed']}): z "

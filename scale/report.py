@@ -37,8 +37,9 @@ from scale.engine.checkpoint import atomic_write_bytes, atomic_write_text
 from scale.geometry.probes import E3_PROTOCOL, HEADLINE_PROTOCOL
 from scale.grid.figures import figure_e1, figure_e2, figure_orbits, png, pyplot
 from scale.grid.records import load_grid
-from scale.runs.run_report import versions_table
-from scale.runs.summary import CurvatureSummary, GeometrySummary, RunSummary
+from scale.runs.premise import DID_NOT_LEARN, recheck
+from scale.runs.run_report import premise_word, versions_table
+from scale.runs.summary import CurvatureSummary, GeometrySummary, RunSummary, TrainingCheck
 
 PAPER_COMPRESSION = f"{paper.E4['spread'].factor:.4g}x"
 PAPER_COMPRESSION_UNTRAINED = f"{paper.COMPRESSION_UNTRAINED:.2f}x"
@@ -139,6 +140,44 @@ def _verdict(ok: bool | None) -> str:
     return "not measured" if ok is None else ("holds here" if ok else "does not hold here")
 
 
+def learned_check(r: dict[str, Any]) -> TrainingCheck | None:
+    """A run's premise "the network learned", read again on its unit's numbers under today's definition
+    (``scale.runs.premise.recheck``: units written before the premise or the kNN probe included)."""
+    s: RunSummary | None = r["summary"]
+    if s is None or s.training is None:
+        return None
+    return recheck(s.training, s.config.get("method", ""), s.class_probe)
+
+
+def premise_cell(runs: list[dict[str, Any]]) -> tuple[str, bool | None]:
+    """The premise over the runs a verdict rests on: the cell's text and whether every run learned (``None``:
+    not measured in any)."""
+    checks = [(r["name"], learned_check(r)) for r in runs]
+    measured = [(n, t) for n, t in checks if t is not None and t.learned is not None]
+    if not measured:
+        return "not measured", None
+    failed = [(n, t) for n, t in measured if not t.learned]
+    if not failed:
+        return f"learned ({len(measured)} of {len(checks)} runs measured)", True
+    return (f"{DID_NOT_LEARN}: " + "; ".join(f"{n} ({t.findings[0]})" for n, t in failed[:3])
+            + (f"; and {len(failed) - 3} more" if len(failed) > 3 else "")), False
+
+
+def add_verdict(verdicts: list, claim: str, ours: str, paper_text: str, ok: bool | None, runs: list[dict[str, Any]],
+                gated: bool = True, why_not: str = "") -> None:
+    """One row of the verdict table with its premise: a claim about a trained network (``gated``) is decided only
+    where every run it rests on learned, else "premise not met"; another (``why_not``: why the premise is not its
+    premise) shows the premise beside its verdict."""
+    cell, learned = premise_cell(runs)
+    if not gated:
+        cell = f"not this claim's premise ({why_not}); {cell}"
+    verdict = _verdict(ok)
+    if gated and learned is not True and ok is not None:
+        verdict = f"premise not met ({'the network ' + DID_NOT_LEARN if learned is False else 'not measured'}); " \
+                  f"as measured: {verdict}"
+    verdicts.append((claim, ours, paper_text, cell, verdict))
+
+
 def _final(r: dict[str, Any], key: str) -> float | None:
     return r["metrics"][-1].get(key) if r["metrics"] else None
 
@@ -223,24 +262,27 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
               for exp, diffs in man["paper_choices"].items()]
         L += [""]
 
-    verdicts: list[tuple[str, str, str, str]] = []
+    verdicts: list[tuple[str, str, str, str, str]] = []
     L += _section_e1(runs, verdicts)
     L += _section_e2(runs, verdicts)
     L += _section_e4(e3, comparable, verdicts)
     L += _section_e5(e5)
     head = ["## Verdicts, as measured", "",
-            "Each verdict reads our numbers only (the paper's figure is beside it, for comparison).", "",
-            "| claim (the paper) | ours | paper | verdict |", "|---|---|---|---|"]
-    head += [f"| {c} | {o} | {p} | {v} |" for c, o, p, v in verdicts] + [""]
+            "Each verdict reads our numbers only (the paper's figure is beside it, for comparison). A claim about "
+            "a trained network is decided only where every run it rests on learned (`scale.runs.premise`: the loss "
+            "clearly below chance, z's class probes above the backbone at initialisation); otherwise it reads "
+            "\"premise not met\", with the numbers as measured beside.", "",
+            "| claim (the paper) | ours | paper | premise: the network learned | verdict |", "|---|---|---|---|---|"]
+    head += [f"| {c} | {o} | {p} | {q} | {v} |" for c, o, p, q, v in verdicts] + [""]
     intro_end = L.index("## Deviations from the paper's settings")
     L = L[:intro_end] + head + L[intro_end:]
-    L += ["## Runs", "", "| run | status | epochs | final loss | wall s | deviations |", "|---|---|---|---|---|---|"]
+    L += ["## Runs", "", "| run | status | epochs | final loss | the network learned | wall s | deviations |",
+          "|---|---|---|---|---|---|---|"]
     for r in runs:
         s = r["summary"] or RunSummary()
         loss = _final(r, "loss")
-        L.append(f"| {r['name']} | {_status(r)} | {s.epochs_done} | "
-                 f"{'-' if loss is None else f'{loss:.4f}'} | {s.wall_seconds:.1f} | "
-                 f"{len(r['deviations'] or {})} |")
+        L.append(f"| {r['name']} | {_status(r)} | {s.epochs_done} | {'-' if loss is None else f'{loss:.4f}'} | "
+                 f"{premise_word(learned_check(r))} | {s.wall_seconds:.1f} | {len(r['deviations'] or {})} |")
     if grid["ignored"]:  # other plans share OUT/units: named, never read further nor touched
         L += ["", f"## Unit files left out ({len(grid['ignored'])})", "",
               "In `units/` beside this plan's folder, of another plan or with another key than this plan's run:", ""]
@@ -285,25 +327,33 @@ def _section_e1(runs, verdicts) -> list[str]:
     lr0 = 0.05 if 0.05 in lrs else lrs[len(lrs) // 2]
     lin, smooth = val("linear", False, lr0), [val(h, False, lr0) for h in ("gelu2", "swish2")]
     ok = None if lin is None or None in smooth else all(s > lin for s in smooth)
-    verdicts.append(("Thm 4.1: smooth heads (GELU, Swish) leave pseudo-collapse, a linear head does not "
-                     f"(E1, BN off, lr {lr0:g}: final h std)",
-                     f"linear {_n(lin)}; gelu {_n(smooth[0])}; swish {_n(smooth[1])}", "qualitative (no figure)",
-                     _verdict(ok)))
+    dynamics = "whether training leaves collapse is the claim itself"
+
+    def runs_of(*keys):
+        return [r for r in e1 if (r["labels"]["head"], r["labels"]["bn"], r["labels"]["lr"]) in keys]
+
+    add_verdict(verdicts, "Thm 4.1: smooth heads (GELU, Swish) leave pseudo-collapse, a linear head does not "
+                f"(E1, BN off, lr {lr0:g}: final h std)",
+                f"linear {_n(lin)}; gelu {_n(smooth[0])}; swish {_n(smooth[1])}", "qualitative (no figure)", ok,
+                runs_of(*((h, False, lr0) for h in ("linear", "gelu2", "swish2"))), gated=False, why_not=dynamics)
     lo = lrs[0]
     relu, lin_lo = val("relu2", False, lo), val("linear", False, lo)
     sm_lo = [val(h, False, lo) for h in ("gelu2", "swish2")]
     ok = None
     if relu is not None and lin_lo is not None and None not in sm_lo and relu > 0 and lin_lo > 0:
         ok = abs(math.log(relu / lin_lo)) < abs(math.log(relu / float(np.mean(sm_lo))))
-    verdicts.append((f"ReLU gap: without BN and at the smallest step (lr {lo:g}) ReLU behaves like linear "
-                     "(final h std closer to linear's than to the smooth heads' mean, in log)",
-                     f"relu {_n(relu)}; linear {_n(lin_lo)}; "
-                     f"smooth mean {_n(float(np.mean(sm_lo)) if None not in sm_lo else None)}",
-                     "qualitative (no figure)", _verdict(ok)))
+    add_verdict(verdicts, f"ReLU gap: without BN and at the smallest step (lr {lo:g}) ReLU behaves like linear "
+                "(final h std closer to linear's than to the smooth heads' mean, in log)",
+                f"relu {_n(relu)}; linear {_n(lin_lo)}; "
+                f"smooth mean {_n(float(np.mean(sm_lo)) if None not in sm_lo else None)}",
+                "qualitative (no figure)", ok, runs_of(*((h, False, lo) for h in ("relu2", "linear", "gelu2",
+                                                                                  "swish2"))),
+                gated=False, why_not=dynamics)
     relu_bn = val("relu2", True, lo)
-    verdicts.append((f"ReLU escapes through BatchNorm (lr {lo:g}: final h std with BN > without)",
-                     f"BN on {_n(relu_bn)}; off {_n(relu)}", "qualitative (no figure)",
-                     _verdict(None if relu is None or relu_bn is None else relu_bn > relu)))
+    add_verdict(verdicts, f"ReLU escapes through BatchNorm (lr {lo:g}: final h std with BN > without)",
+                f"BN on {_n(relu_bn)}; off {_n(relu)}", "qualitative (no figure)",
+                None if relu is None or relu_bn is None else relu_bn > relu,
+                runs_of(("relu2", True, lo), ("relu2", False, lo)), gated=False, why_not=dynamics)
     return L
 
 
@@ -346,14 +396,16 @@ def _section_e2(runs, verdicts) -> list[str]:
     sw = [frac.get("normal-swish2"), frac.get("collapsed-swish2")]
     re = frac.get("collapsed-relu2")
     ok = None if re is None or None in sw else min(sw) > re
-    verdicts.append(("E2: Swish heads show negative lambda_min of H_eff more often than the collapsed ReLU head "
-                     "(fraction of measurements)",
-                     f"swish normal {_pct(sw[0])}, collapsed {_pct(sw[1])}; relu {_pct(re)}",
-                     "about 70 % (Swish); 0 after epoch 1 (ReLU)", _verdict(ok)))
+    add_verdict(verdicts, "E2: Swish heads show negative lambda_min of H_eff more often than the collapsed ReLU "
+                "head (fraction of measurements over training)",
+                f"swish normal {_pct(sw[0])}, collapsed {_pct(sw[1])}; relu {_pct(re)}",
+                "about 70 % (Swish); 0 after epoch 1 (ReLU)", ok, e2)
     mr = m_ratio.get("collapsed-relu2")
-    verdicts.append(("Eq. (1) / ReLU gap: a ReLU head has no interaction term (abs(M)/abs(H) = 0 at the last "
-                     "measurement, E2 collapsed/ReLU)", _n(mr), "M = 0 (s'' = 0 a.e.)",
-                     _verdict(None if mr is None else mr == 0.0)))
+    add_verdict(verdicts, "Eq. (1) / ReLU gap: a ReLU head has no interaction term (abs(M)/abs(H) = 0 at the last "
+                "measurement, E2 collapsed/ReLU)", _n(mr), "M = 0 (s'' = 0 a.e.)",
+                None if mr is None else mr == 0.0,
+                [r for r in e2 if (r["labels"]["init"], r["labels"]["head"]) == ("collapsed", "relu2")], gated=False,
+                why_not="an identity of the head's form, at any state")
     L += ["Negative eigenvalues counted in `G` come from the loss Hessian: SimSiam's negative cosine has an "
           "indefinite Hessian (the paper's audit caveat), so `G = J^T (grad^2 L) J` need not be PSD and lambda_min "
           "< 0 does not by itself show the head's curvature at work; `|M|/|H|` separates the two.", ""]
@@ -421,23 +473,23 @@ def _section_e4(e3, comparable: bool, verdicts) -> list[str]:
     L += ["", "![E4 orbits](e4_orbits.png)", "", "![compression](compression.png)", ""]
     kap = mean_std([g.kappa_factor for g in geos])[0]
     rat = mean_std([g.ratio_factor for g in geos])[0]
-    verdicts += [
+    for claim, ours, paper_text, ok in (
         ("E4: the trained head compresses rotation orbits (spread z / spread h > 1)", f"{comp:.3g}x",
-         PAPER_COMPRESSION, _verdict(comp > 1 if math.isfinite(comp) else None)),
+         PAPER_COMPRESSION, comp > 1 if math.isfinite(comp) else None),
         ("E4: the compression is learned (trained head compresses more than an untrained one)",
          f"{comp:.3g}x vs {comp0:.3g}x", f"{PAPER_COMPRESSION} vs {PAPER_COMPRESSION_UNTRAINED}",
-         _verdict(comp > comp0 if math.isfinite(comp) and math.isfinite(comp0) else None)),
+         comp > comp0 if math.isfinite(comp) and math.isfinite(comp0) else None),
         ("E4: the head raises the curvature kappa along the sweep (h / z > 1)", f"{kap:.3g}x",
-         paper.E4["kappa"].factor_text(),
-         _verdict(kap > 1 if math.isfinite(kap) else None)),
+         paper.E4["kappa"].factor_text(), kap > 1 if math.isfinite(kap) else None),
         ("E4: the head raises D_inter / D_intra (h / z > 1)", f"{rat:.3g}x", f"{paper.E4['ratio'].factor:.4g}x",
-         _verdict(rat > 1 if math.isfinite(rat) else None)),
+         rat > 1 if math.isfinite(rat) else None),
         ("E3: the rotation is harder to read from h than from z (linear probe, h - z < 0)",
          f"{diffs['linear']:+.3g} points", paper.E3_PROBES["linear"].cells()[2],
-         _verdict(diffs["linear"] < 0 if math.isfinite(diffs["linear"]) else None)),
+         diffs["linear"] < 0 if math.isfinite(diffs["linear"]) else None),
         ("E3: the same with the MLP probe", f"{diffs['mlp']:+.3g} points", paper.E3_PROBES["mlp"].cells()[2],
-         _verdict(diffs["mlp"] < 0 if math.isfinite(diffs["mlp"]) else None)),
-    ]
+         diffs["mlp"] < 0 if math.isfinite(diffs["mlp"]) else None),
+    ):
+        add_verdict(verdicts, claim, ours, paper_text, ok, e3)
     return L
 
 

@@ -39,12 +39,14 @@ from scale.engine.hooks import TensorBoardLog
 from scale.engine.recipes import DATASET_DEFAULTS
 from scale.engine.train import OPTIMIZERS, SCHEDULES, Hook, Interrupted, NonFiniteLoss, TrainConfig, Trainer
 from scale.geometry.measure import EndOfRun, final_measurement, parse_orbits
+from scale.geometry.probes import KNN_PROTOCOL
 from scale.runs import budget, faults, rundir, validate
 from scale.runs.config_file import ConfigFileError, read_config_file
 from scale.runs.run_report import (
     command_line,
     device_name,
     git_commit,
+    knn_line,
     probe_line,
     small_test_warning,
     training_lines,
@@ -313,8 +315,10 @@ def result_lines(summary: RunSummary, dataset: str) -> list[str]:
     if summary.class_probe is not None:
         lines.append(f"linear probe, the headline ({dataset} class labels, logistic regression; test accuracy "
                      f"[Wilson 95 %], gaps [paired bootstrap 95 %]): {probe_line(summary.class_probe)}")
+        if summary.class_probe.knn is not None:
+            lines.append(f"kNN probe ({KNN_PROTOCOL}): {knn_line(summary.class_probe)}")
     if summary.geometry is not None and summary.geometry.verdict is not None:
-        untrained = summary.training is not None and not summary.training.trained
+        untrained = summary.training is not None and summary.training.learned is False
         lines.append(verdict_line(summary.geometry.verdict, untrained))
     return lines + [f"note: {note}" for note in summary.notes]
 

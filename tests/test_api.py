@@ -221,7 +221,8 @@ def test_the_clis_read_an_api_run_or_name_the_fix_in_one_line(api_run, tmp_path,
 
 def test_resolve_is_the_cli_resolution():
     """``TrainConfig.resolve`` gives what ``python -m scale.run DATASET ...`` resolves, dataset adjustments
-    included (digits: a 16-wide ResNet-18, a 256/128 head, batch 128, 8 epochs)."""
+    included (digits: a 16-wide ResNet-18, a 256/128 head, batch 128, and the main job's recipe: 20 epochs of the
+    digits augmentation)."""
     for argv, kw in ((["digits"], {}), (["digits", "--method", "simsiam", "--lr", "0.1"], {"lr": 0.1}),
                      (["cifar10", "--method", "simclr_paper"], {})):
         args = scale_run.build_parser().parse_args(argv)
@@ -229,7 +230,8 @@ def test_resolve_is_the_cli_resolution():
         api = TrainConfig.resolve(argv[0], args.method, threads=cli.threads, **kw)
         assert api == cli, argv
     d = TrainConfig.resolve("digits")
-    assert (d.backbone_width, d.head_width, d.head_out, d.batch_size, d.epochs) == (16, 256, 128, 128, 8)
+    assert (d.backbone_width, d.head_width, d.head_out, d.batch_size, d.epochs, d.augment) == (
+        16, 256, 128, 128, 20, "digits")
     assert TrainConfig.resolve("digits", "simclr", "vit_tiny").backbone_width == 48
     with pytest.raises(TypeError, match="no fields head_widht"):
         TrainConfig.resolve("digits", head_widht=3)

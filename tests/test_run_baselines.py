@@ -1,4 +1,4 @@
-"""What a run's results claim, checked against what they rest on: a run that did not train says so first and
+"""What a run's results claim, checked against what they rest on: a network that did not learn says so first and
 its verdict is labelled; the verdict compares the head with its untrained control by the interval of their
 ratio (never "the same" unless that interval contains 1); every probe gap carries a paired interval; the
 end-of-run probes and ``scale.analyze`` of the same weights agree; the same command, seed and thread count
@@ -92,7 +92,7 @@ def test_paired_gap_resamples_the_samples_of_one_image_together():
     assert math.isnan(paired_gap(np.ones(1, bool), np.zeros(1, bool)).low)
 
 
-# ----------------------------------------------------------------------------- a run that did not train
+# ----------------------------------------------------------------------------- a network that did not learn
 
 
 class ConstantHead(nn.Module):
@@ -106,21 +106,24 @@ class ConstantHead(nn.Module):
         return self.b.expand(len(z), -1)
 
 
-def test_a_run_whose_loss_stays_at_chance_says_so_first_and_labels_its_verdict(tmp_path):
+def test_a_network_whose_loss_stays_at_chance_did_not_learn_and_says_so_first(tmp_path):
     lines: list[str] = []
     cfg = scale.TrainConfig.resolve("synthetic", backbone_width=4, image_size=8, batch_size=32, epochs=1,
                                     train_subset=96, threads=1, augment_path="batched", probe_size=32)
     s = scale.train(cfg, load_synthetic(image_size=8), tmp_path / "run", head=ConstantHead(),
                     measure=EndOfRun("3x2"), log=lines.append)
     t = s.training
-    assert not t.trained and math.isclose(t.chance_loss, math.log(2 * 32 - 1))
+    assert t.learned is False and math.isclose(t.chance_loss, math.log(2 * 32 - 1))
     assert abs(t.final_loss - t.chance_loss) < 1e-3 and t.h_spread < 1e-6
+    assert "chance" in t.findings[0] and any("collapsed" in n for n in t.notes)
     results = lines[lines.index(next(li for li in lines if li.startswith("WARNING"))):]
-    assert results[0].startswith("WARNING: this run did not train: the loss ended at chance")
-    assert any(li.startswith("verdict (of an untrained representation): ") for li in results)
+    assert results[0].startswith("WARNING: the network did not learn: the loss ended")
+    verdicts = [li for li in results if li.startswith("verdict")]
+    assert all(li.startswith("verdict (of a network that did not learn): ") for li in verdicts)
+    assert all("whether training made this effect is not said" in li for li in verdicts)
     report = (tmp_path / "run" / "report.md").read_text()
-    assert report.splitlines()[2].startswith("**WARNING: this run did not train")
-    assert "**Verdict (of an untrained representation):" in report or s.geometry.verdict is None
+    assert report.splitlines()[2].startswith("**WARNING: the network did not learn")
+    assert "**Verdict (of a network that did not learn):" in report or s.geometry.verdict is None
 
 
 # ----------------------------------------------------------------------------- one protocol, numbers that repeat
@@ -164,5 +167,5 @@ def test_analyze_of_a_run_repeats_its_end_of_run_probes_and_orbits(seeded):
                 assert math.isclose(result["verdict"][key][part], est[part], rel_tol=FLOAT32_RTOL), (key, part)
         else:
             assert result["verdict"][key] == est, key
-    assert result["training"]["trained"] == summary["training"]["trained"]
+    assert result["training"]["learned"] == summary["training"]["learned"]
     assert "(h minus z: " in buf.getvalue() and "training check: loss" in buf.getvalue()

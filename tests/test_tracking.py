@@ -14,6 +14,9 @@ import pytest
 import torch
 from _hooks import Crash
 
+import mini.loss_hessians as loss_hessians
+import scale.curvature.layout as layout
+import scale.curvature.tracking as tracking
 from scale.curvature.operators import EffectiveHessian
 from scale.curvature.tracking import HessianTracker, probe_objective, spearman
 from scale.engine.checkpoint import load_checkpoint, save_checkpoint
@@ -241,23 +244,42 @@ def test_block_lanczos_measurements_start_cold_whatever_they_are_handed():
     assert not {"warm", "warm_blocks"} & set(HessianTracker().state_dict())
 
 
-def test_a_resume_multiplies_in_the_layouts_the_run_chose(tmp_path, monkeypatch):
+@pytest.mark.parametrize("same_bits", [False, True], ids=["layouts-round-apart", "layouts-round-alike"])
+def test_a_resume_multiplies_in_the_layouts_the_run_chose(tmp_path, monkeypatch, same_bits):
+    _layout_resume(tmp_path, monkeypatch, same_bits)
+
+
+def test_a_resume_that_ignores_the_checkpoints_layouts_fails_the_layout_test(tmp_path, monkeypatch):
+    """The mutant the layout test guards against: a resume that drops the checkpoint's answers (``adopt`` doing
+    nothing). Where both layouts give the same bits, no value can show it; the layouts the resume recorded do."""
+    monkeypatch.setattr(layout, "adopt", lambda saved: None)
+    with pytest.raises(AssertionError):
+        _layout_resume(tmp_path, monkeypatch, same_bits=True)
+
+
+def _layout_resume(tmp_path, monkeypatch, same_bits: bool) -> None:
     """simsiam on 32 probe rows, the per-block Lanczos route: the closed-form products ask which layout of the
     weights is faster (``scale.curvature.layout``), a per-process measurement. The checkpoint carries the answers, so
     a resumed process whose own measurement would choose the other layout (a scripted clock here; on a real machine
-    two layouts of nearly equal speed) still multiplies as the run it continues did: its records are bitwise the
-    uninterrupted run's. Negative control: the same resume with the answers dropped from the checkpoint measures
-    anew, takes the other layout, and its epoch-2 record differs in the last bits (equal to the tolerance)."""
-    import scale.curvature.layout as layout
-    import scale.curvature.tracking as tracking
-
+    two layouts of nearly equal speed) still multiplies as the run it continues did: it takes the checkpoint's
+    layout, and its records are bitwise the uninterrupted run's. Negative control: the same resume with the answers
+    dropped from the checkpoint measures anew and takes the other layout (read from what it recorded, not from its
+    values: whether the two layouts round apart depends on the processor and the BLAS; on an Intel Xeon with MKL they
+    gave the same bits). ``same_bits``: the copies never read (``TRANSPOSED_ROWS = 0``), so both layouts give the
+    same bits, as on that Xeon: the test must hold there too."""
     monkeypatch.setattr(tracking, "block_route", lambda *a, **k: "block-lanczos")  # this tiny head would form blocks
+    if same_bits:
+        monkeypatch.setattr(loss_hessians, "TRANSPOSED_ROWS", 0)
 
     def clock(copies_win: bool):
         monkeypatch.setattr(layout, "_CHOICES", {})
         def seconds(chain, D, V):  # the scripted layout a second faster a product
             return 1.0 if all(L.WT is not None for L in chain.links) == copies_win else 2.0
         monkeypatch.setattr(layout, "_product_seconds", seconds)
+
+    def took(name: str) -> list[bool]:  # the layouts a run's tracker recorded it multiplied in (True: the copies)
+        saved = load_checkpoint(tmp_path / name / "checkpoint.pt")["hooks"]["HessianTracker#0"]["layouts"]
+        return [choice for *_, choice in saved]
 
     argv = [*TINY, "--method", "simsiam", "--out", str(tmp_path), "--track-hessian-every"]
     clock(True)
@@ -277,6 +299,8 @@ def test_a_resume_multiplies_in_the_layouts_the_run_chose(tmp_path, monkeypatch)
     full, cut = _jsonl(tmp_path / "full" / "curvature.jsonl"), _jsonl(tmp_path / "cut" / "curvature.jsonl")
     strip = [{k: v for k, v in r.items() if k not in VOLATILE} for r in full]
     assert len(full) == 2 and strip == [{k: v for k, v in r.items() if k not in VOLATILE} for r in cut]
+    assert took("cut") and all(took("cut"))  # the checkpoint's answer: the copies, against its own clock
+    assert took("fresh") and not any(took("fresh"))  # the control measured anew and took the views
     fresh = _jsonl(tmp_path / "fresh" / "curvature.jsonl")
-    assert fresh[0] == cut[0] and fresh[1]["lambda_min"] != full[1]["lambda_min"]
+    assert fresh[0] == cut[0]  # measured before the cut, in the first process
     assert abs(fresh[1]["lambda_min"] - full[1]["lambda_min"]) <= EIG_TOL * full[1]["scale"]

@@ -22,6 +22,7 @@ from scale.engine.data import Dataset
 from scale.engine.methods import get as get_method
 from scale.engine.progress import Phases
 from scale.engine.train import SSLModel, TrainConfig
+from scale.geometry.initial import initial_backbone
 from scale.geometry.measure import (
     CONTROL_SEED,
     GeometryResult,
@@ -33,8 +34,8 @@ from scale.geometry.measure import (
     untrained_copy,
 )
 from scale.geometry.probes import plan_probes, run_probes
-from scale.geometry.training_check import check_training, initial_backbone
 from scale.geometry.verdict import orbit_verdict
+from scale.runs.premise import check_training
 from scale.runs.run_report import (
     device_name,
     git_commit,
@@ -146,7 +147,7 @@ def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: Trai
     controls are fresh copies of ``head`` (``untrained_copy``), or, with ``spec_controls``, the head that
     ``cfg`` names. ``settings`` says what to skip (``curvature``, ``probes``); the class probe is skipped,
     with the reason in ``notes``, where the data has no labels or one class; beside it the same probe of the
-    backbone at initialisation (``scale.geometry.training_check.initial_backbone``). ``history``: the run's
+    backbone at initialisation (``scale.geometry.initial.initial_backbone``). ``history``: the run's
     per-epoch records (``metrics.jsonl``), for the training check (``training``: whether the run moved from
     its baselines; without a history only the probe and the spread of the features are checked). ``log``:
     each phase announced with its size, its time and an estimate of the rest (``scale.engine.progress``).

@@ -17,7 +17,16 @@ Presets:
     e3_crop02  e3 with crop scale 0.2-1 (this project's former e3)
     simclr   the standard SimCLR/BYOL CIFAR recipe: crop (0.08-1), flip, colour jitter (0.4, 0.4, 0.2,
              0.1) p = 0.8, grayscale p = 0.2                                     (solo-learn's CIFAR)
+    digits   for an 8 x 8 source brought to 16 px (scikit-learn's digits): crop (scale 0.3-1), no flip (a
+             mirrored digit is another glyph), brightness and contrast jitter 0.4 with p = 0.8 (saturation and
+             hue do nothing to grey images)                                     (docs/recipes.md: the search)
+    digits_rotate  digits with every image rotated by an angle uniform in [-45, 45] degrees: E3/E4's
+             nuisance kept, so that a head can become invariant to it          (docs/recipes.md)
     none     no augmentation (normalisation only)
+
+The presets made for 32 px CIFAR or 224 px images crop too much of an 8-px digit: ``e3``'s 8 % of the area,
+turned and jittered, leaves two views of one digit less alike than two different digits, and SimCLR's loss then
+ends above chance (``docs/recipes.md``). ``register_preset`` adds one of your own.
 
 Two paths draw from the same distributions (``PRESET_PARAMS`` is the one table both read;
 ``tests/test_augment_paths.py`` compares the paths' sampled transforms with two-sample KS tests):
@@ -44,7 +53,7 @@ import numpy as np
 import torch
 from torch import nn
 
-PRESETS: tuple[str, ...] = ("e1", "e3", "e3_crop02", "simclr", "none")
+PRESETS: tuple[str, ...] = ("e1", "e3", "e3_crop02", "simclr", "digits", "digits_rotate", "none")
 # One table for both paths: crop scale range (None: no crop), flip probability, rotation (max |degrees|),
 # colour jitter (brightness, contrast, saturation, hue) and its probability, grayscale probability.
 PRESET_PARAMS: dict[str, dict] = {
@@ -52,9 +61,26 @@ PRESET_PARAMS: dict[str, dict] = {
     "e3": dict(crop=(0.08, 1.0), flip=0.5, rotation=45.0, jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=0.8, gray=0.0),
     "e3_crop02": dict(crop=(0.2, 1.0), flip=0.5, rotation=45.0, jitter=(0.4, 0.4, 0.4, 0.1), jitter_p=0.8, gray=0.0),
     "simclr": dict(crop=(0.08, 1.0), flip=0.5, rotation=0.0, jitter=(0.4, 0.4, 0.2, 0.1), jitter_p=0.8, gray=0.2),
+    "digits": dict(crop=(0.3, 1.0), flip=0.0, rotation=0.0, jitter=(0.4, 0.4, 0.0, 0.0), jitter_p=0.8, gray=0.0),
+    "digits_rotate": dict(crop=(0.3, 1.0), flip=0.0, rotation=45.0, jitter=(0.4, 0.4, 0.0, 0.0), jitter_p=0.8,
+                          gray=0.0),
     "none": dict(crop=None, flip=0.0, rotation=0.0, jitter=None, jitter_p=0.0, gray=0.0),
 }
+PARAM_KEYS = ("crop", "flip", "rotation", "jitter", "jitter_p", "gray")
 RATIO = (3.0 / 4.0, 4.0 / 3.0)  # the crop's aspect-ratio range (torchvision's and kornia's default)
+
+
+def register_preset(name: str, params: dict) -> None:
+    """Add a preset of your own to the one table both paths read (``params``: every key of ``PARAM_KEYS``); a
+    ``ValueError`` for a name taken or a key missing. A run names it by ``augment=name`` (``TrainConfig``)."""
+    if name in PRESET_PARAMS:
+        raise ValueError(f"augmentation preset {name!r} exists already; taken: {', '.join(PRESET_PARAMS)}")
+    missing = sorted(set(PARAM_KEYS) - set(params))
+    if missing or set(params) - set(PARAM_KEYS):
+        raise ValueError(f"augmentation preset {name!r} needs exactly the keys {', '.join(PARAM_KEYS)}")
+    global PRESETS
+    PRESET_PARAMS[name] = dict(params)
+    PRESETS = (*PRESETS, name)
 
 
 def _params(preset: str) -> dict:

@@ -79,7 +79,7 @@ class Method:
     # tracker's exact paths use; None: the tracker differentiates ``objective`` by autodiff.
     curvature: Callable[[ObjectiveContext], Loss] | None = None
     # The loss of a representation that tells no view from another, at a global batch of m pairs (a trained run
-    # whose loss sits there learned nothing: scale.geometry.training_check); None where the method has no such
+    # whose loss sits there learned nothing: scale.runs.premise); None where the method has no such
     # level (its minimum is a collapse, or the level depends on the data)
     chance_loss: Callable[[int], float] | None = None
 

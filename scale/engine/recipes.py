@@ -17,14 +17,29 @@ from typing import Any
 from scale.engine import methods
 from scale.engine.data import FOLDER_PREFIX
 
+# The digits recipes: what each of the paper's experiments trains with on scikit-learn's digits, found by the
+# search of docs/recipes.md (python -m bench.recipe_search), each a network that learns (scale.runs.premise) where
+# one could be found. "main" is the main job (python -m scale.run digits --head gelu3) and every method's digits
+# default; the experiments' recipes are read by the grid (scale.grid.plan) and the ledger (scale.ledger.plan) on
+# top of the paper's settings. E3/E4 and E5 keep the paper's rotation nuisance in the views (digits_rotate).
+# E1/E2 (SimSiam, SGD 0.05) learn only with BatchNorm in the head on digits: without it both collapse
+# (docs/recipes.md), and their rows say so.
+DIGITS_RECIPES: dict[str, dict[str, Any]] = {
+    "main": dict(augment="digits", epochs=20),
+    "E1": dict(augment="digits", epochs=20),
+    "E2": dict(augment="digits", epochs=50),
+    "E3E4": dict(augment="digits_rotate", epochs=50),
+    "E5": dict(augment="digits_rotate", epochs=50),
+}
+
 # Dataset adjustments on top of the method's. digits: 1,347 training images of 16 x 16 on a CPU, so a narrower
-# ResNet-18 (base width 16, z 128-d) and a 256-wide head; the whole run takes about 40 s on an idle 2-core CPU.
-# A value given per backbone is a dict keyed by the backbone's name.
+# ResNet-18 (base width 16, z 128-d) and a 256-wide head, with the main job's recipe; the whole run takes about
+# 40 s on an idle 2-core CPU. A value given per backbone is a dict keyed by the backbone's name.
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "cifar10": dict(image_size=32),
     "cifar100": dict(image_size=32),
     "digits": dict(image_size=16, backbone_width={"resnet18": 16, "vit_tiny": 48}, head_width=256, head_out=128,
-                   pred_width=64, batch_size=128, epochs=8, warmup_epochs=0),
+                   pred_width=64, batch_size=128, warmup_epochs=0, **DIGITS_RECIPES["main"]),
     "synthetic": dict(image_size=16, backbone_width={"resnet18": 8, "vit_tiny": 24}, head_width=32, head_out=16,
                       pred_width=8, batch_size=32, epochs=2, warmup_epochs=0, probe_size=64),
     "folder": dict(image_size=32),  # folder:PATH, your own images: CIFAR's size unless image_size says otherwise

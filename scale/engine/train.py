@@ -724,7 +724,7 @@ class Trainer:
             nxt = self._batch_indices(perm, step + 1)
             self.augment.prefetch(self.train_x[nxt], _seed_for(cfg.seed, 13, state.global_step + 1, self.rank))
         loss, z, h, target_h = self.step_loss(x)
-        if state.global_step == 0:  # the loss before any update: the baseline of scale.geometry.training_check
+        if state.global_step == 0:  # the loss before any update: the baseline of scale.runs.premise
             self.partial["initial_loss"] = float(loss.detach())  # kept in the checkpoint: a resume keeps it
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -59,9 +59,11 @@ from scale.engine.heads import build_head, collapse_init_
 from scale.engine.modes import eval_mode
 from scale.engine.modules import OWN
 from scale.engine.progress import Phases
+from scale.geometry.initial import initial_backbone
 from scale.geometry.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, check_family, family_parameters, orbit_batch_at
-from scale.geometry.probes import features
+from scale.geometry.probes import features, plan_probes, run_probes
 from scale.geometry.verdict import orbit_verdict
+from scale.runs.premise import check_training
 from scale.runs.summary import ClassProbe, GeometrySummary, RotationProbes, TrainingCheck
 
 CONTROL_SEED = 12345  # the untrained control head's initialisation seed (fixed: the same control in every run)
@@ -377,7 +379,7 @@ class EndOfRunResult:
     class_probe: ClassProbe | None = None
     geometry: GeometrySummary | None = None
     rotation_probes: RotationProbes | None = None
-    training: TrainingCheck | None = None  # the run against its baselines (scale.geometry.training_check)
+    training: TrainingCheck | None = None  # the run against its baselines (scale.runs.premise)
     notes: list[str] = field(default_factory=list)  # what was skipped and why, warnings
     seconds: float = 0.0
 
@@ -390,8 +392,6 @@ def final_measurement(trainer: Any, data: Any, run_dir: Path | None, settings: E
     data cannot give is skipped with the reason in ``notes``: the class probe without labels or with one
     class (``class_probe_skip_reason``), geometry with fewer than 2 orbits' classes, probes with fewer than 2
     images per split."""
-    from scale.geometry.probes import plan_probes, run_probes
-    from scale.geometry.training_check import check_training, initial_backbone
 
     cfg, model, state = trainer.cfg, trainer.model, trainer.state
     res = EndOfRunResult()

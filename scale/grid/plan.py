@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from scale.engine.recipes import DIGITS_RECIPES
+
 EXPERIMENTS: tuple[str, ...] = ("E1", "E2", "E3E4", "E5")
 E1_HEADS: tuple[str, ...] = ("linear", "relu2", "gelu2", "swish2")  # projector 512-2048-2048: 2 Linear layers
 E1_LRS: tuple[float, ...] = (0.005, 0.05, 0.5)
@@ -84,6 +86,8 @@ def plan(dataset: str, backbone: str, quick: bool, experiments: tuple[str, ...] 
         if not cifar:  # the dataset's CPU adjustments of scale.run apply to the model and batch sizes
             for k in ("backbone_width", "head_width", "head_out", "pred_width", "batch_size", "epochs"):
                 values.pop(k, None)
+            if dataset == "digits":  # the experiment's digits recipe: a network that learns (docs/recipes.md)
+                values.update(DIGITS_RECIPES[exp])
         values.update(flags)
         if quick:
             values.update(epochs=QUICK["epochs"], train_subset=QUICK["train_subset"])

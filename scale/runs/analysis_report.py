@@ -74,7 +74,7 @@ def render_report(result: dict[str, Any], source: str) -> str:
         L += [*training_section(training), ""]
     if "verdict" in result:
         L += verdict_section(Verdict.from_dict(result["verdict"]), untrained=training is not None and
-                             not training.trained)
+                             training.learned is False)
     L += [f"Note: {note}" for note in result.get("notes", [])] + ([""] if result.get("notes") else [])
     if "curvature" in result:
         L += _curvature_section(result["curvature"])

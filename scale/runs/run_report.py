@@ -21,6 +21,7 @@ from mini.collapse import wilson_interval
 from mini.invariance import Stat
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
 from scale.engine.modules import OWN, describe
+from scale.runs.premise import DID_NOT_LEARN, LEARNED_MARGIN
 from scale.runs.summary import (
     ClassProbe,
     CurvatureSummary,
@@ -138,23 +139,49 @@ def probe_line(c: ClassProbe) -> str:
     return line
 
 
-UNTRAINED_LABEL = "of an untrained representation"  # every verdict of a run that did not train says so
+UNTRAINED_LABEL = "of a network that did not learn"  # every verdict of a run that failed the premise says so
+# what such a verdict does not say: whether training made the effect (its premise failed)
+NOT_ATTRIBUTED = "whether training made this effect is not said: the network did not learn"
+
+
+def knn_line(c: ClassProbe) -> str:
+    """The kNN probe beside the headline, on one line (where it was measured)."""
+    k = c.knn
+    if k is None:
+        return ""
+    a = k.accuracy
+    line = (f"backbone z {accuracy_text(a.z, c.test_images)}  head h {accuracy_text(a.h, c.test_images)}  "
+            f"(h minus z: {gap_text(k.gap, a.gap)})")
+    if k.initial_z is not None:
+        line += (f"; z at initialisation {accuracy_text(k.initial_z, c.test_images)} (training added "
+                 f"{gap_text(k.initial_gain, a.z - k.initial_z)})")
+    return line
+
+
+def premise_word(t: TrainingCheck | None) -> str:
+    """The premise in a word or two, for tables: "learned", "did not learn", or "not measured"."""
+    if t is None or t.learned is None:
+        return "not measured"
+    return "learned" if t.learned else DID_NOT_LEARN
 
 
 def training_lines(t: TrainingCheck | None) -> list[str]:
-    """The run against its baselines, printed before anything else of its results: a warning where it did not
-    train, then what was checked."""
+    """The premise "the network learned" (``scale.runs.premise``), printed before anything else of
+    a run's results: a warning where it fails, then what was checked."""
     if t is None:
         return []
     lines = []
-    if not t.trained:
-        lines.append("WARNING: this run did not train: " + "; ".join(t.findings[:2]) + ". The probes and the "
-                     "verdict below describe an untrained representation.")
-    lines += [f"note: {f}" for f in (t.findings if t.trained else t.findings[2:])]
+    if t.learned is False:
+        lines.append(f"WARNING: the network {DID_NOT_LEARN}: " + "; ".join(t.findings) + ". The probes and the "
+                     "verdict below describe a network that did not learn.")
+    elif t.learned:
+        lines.append(f"the network learned (the premise of every verdict below: {t.premise})")
+    lines += [f"note: {f}" for f in t.notes]
     checked = []
     if t.final_loss is not None:
         base = [f"first step {t.initial_loss:.4f}" if t.initial_loss is not None else None,
-                f"chance {t.chance_loss:.4f}" if t.chance_loss is not None else None]
+                f"chance {t.chance_loss:.4f}, premise below {t.chance_loss - LEARNED_MARGIN:.4f}"
+                if t.chance_loss is not None else None]
         base_text = ", ".join(b for b in base if b)
         checked.append(f"loss {t.final_loss:.4f}" + (f" ({base_text})" if base_text else ""))
     spreads = [f"{name} {v:.2f}" for name, v in (("h", t.h_spread), ("z", t.z_spread)) if v is not None]
@@ -199,8 +226,8 @@ def verdict_line(v: Verdict, untrained: bool = False) -> str:
     """The verdict on one line (stdout of ``scale.run`` and ``scale.analyze``); ``untrained``: the run did not
     train, and the verdict says so."""
     label = f"verdict ({UNTRAINED_LABEL})" if untrained else "verdict"
-    return (f"{label}: {v.verdict} (collapse ratio {ratio_text(v.collapse_ratio)}); {control_text(v)}"
-            f"{learned_text(v, short=True)}")
+    said = f"; {NOT_ATTRIBUTED}" if untrained else learned_text(v, short=True)
+    return f"{label}: {v.verdict} (collapse ratio {ratio_text(v.collapse_ratio)}); {control_text(v)}{said}"
 
 
 def learned_text(v: Verdict, short: bool = False) -> str:
@@ -235,7 +262,8 @@ def verdict_section(v: Verdict, untrained: bool = False) -> list[str]:
             f"(geometric mean over orbits, 95 % t interval); the untrained head of the same architecture: "
             f"{ratio_text(v.collapse_ratio_untrained)} ({v.verdict_untrained}).{paired} Curvature ratio kappa(h) / "
             f"kappa(z) = {ratio_text(v.curvature_ratio)}; alignment gain (mean cosine to the unaugmented image, h "
-            f"minus z) = {v.alignment_gain.fmt('+.3f')}.", "", learned_text(v), ""]
+            f"minus z) = {v.alignment_gain.fmt('+.3f')}.", "",
+            f"{NOT_ATTRIBUTED[0].upper()}{NOT_ATTRIBUTED[1:]}." if untrained else learned_text(v), ""]
 
 
 def parts_text(c: dict) -> str:
@@ -272,25 +300,36 @@ def _run_section(run_dir: Path, s: RunSummary) -> list[str]:
             lines += [f"| headline probe on z at initialisation | {accuracy_text(s.class_probe.initial_z, n)} |",
                       f"| z trained minus z at initialisation | "
                       f"{gap_text(s.class_probe.initial_gain, a.z - s.class_probe.initial_z)} |"]
+        if (k := s.class_probe.knn) is not None:
+            lines += [f"| kNN probe on z, on h [Wilson 95 %] | {accuracy_text(k.accuracy.z, n)}; "
+                      f"{accuracy_text(k.accuracy.h, n)} |",
+                      f"| kNN: h minus z [paired bootstrap 95 %] | {gap_text(k.gap, k.accuracy.gap)} |"]
+            if k.initial_z is not None:
+                lines += [f"| kNN probe on z at initialisation | {accuracy_text(k.initial_z, n)} |",
+                          f"| kNN: z trained minus z at initialisation | "
+                          f"{gap_text(k.initial_gain, k.accuracy.z - k.initial_z)} |"]
     lines += [f"| wall time | {s.wall_seconds:.1f} s |"]
     if s.end_of_run_seconds is not None:
         lines += [f"| of which the end-of-run measurement | {s.end_of_run_seconds:.1f} s |"]
     lines += [""]
     if s.class_probe is not None:
         lines += [f"Headline probe: {s.class_probe.protocol}, {s.class_probe.train_images} training and "
-                  f"{s.class_probe.test_images} test images.", ""]
+                  f"{s.class_probe.test_images} test images"
+                  + (f"; beside it the kNN probe: {s.class_probe.knn.protocol}." if s.class_probe.knn else "."), ""]
     if s.training is not None:
         lines += [*training_section(s.training), ""]
     lines += [f"Note: {note}" for note in s.notes] + ([""] if s.notes else [])
     if s.geometry is not None and s.geometry.verdict is not None:
-        lines += verdict_section(s.geometry.verdict, untrained=s.training is not None and not s.training.trained)
+        lines += verdict_section(s.geometry.verdict, untrained=s.training is not None and s.training.learned is False)
     return [*lines, "![loss and variance](curves.png)", ""]
 
 
 def training_section(t: TrainingCheck) -> list[str]:
-    """The training check of a report: did the run move from its baselines (``scale.geometry.training_check``)."""
-    verdict = "the loss moved from its baselines" if t.trained else "**did not train**"
-    text = [f"Training check: {verdict}."] + [f"{f[0].upper()}{f[1:]}." for f in t.findings]
+    """The premise paragraph of a report: did the network learn (``scale.runs.premise``)."""
+    verdict = {True: "the network learned", False: f"**the network {DID_NOT_LEARN}**",
+               None: "not measured"}[t.learned]
+    text = [f"The premise of every verdict below: {verdict}" + (f" (resting on {t.premise})." if t.premise else ".")]
+    text += [f"{f[0].upper()}{f[1:]}." for f in (*t.findings, *t.notes)]
     checked = [li.removeprefix("training check: ") for li in training_lines(t) if li.startswith("training check: ")]
     text += [f"Checked: {c}." for c in checked]
     if t.initialisation:

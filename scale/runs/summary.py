@@ -74,6 +74,25 @@ def _estimate(d: dict[str, Any] | None) -> Estimate | None:
 
 
 @dataclass(frozen=True)
+class KnnProbe:
+    """The kNN probe on the class labels (``scale.geometry.probes.KNN_PROTOCOL``), on the same images as the
+    headline: accuracies of z and h, h minus z, the backbone at initialisation and the trained z minus it, each
+    gap paired over the test images. Nothing is fitted, so it reads the neighbourhoods of the features: where a
+    linear probe of random features is already near its ceiling, it still shows what training changed."""
+
+    protocol: str
+    accuracy: ProbePair
+    gap: Estimate | None = None
+    initial_z: float | None = None
+    initial_gain: Estimate | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> KnnProbe:
+        return cls(**{**d, "accuracy": ProbePair(**d["accuracy"]), "gap": _estimate(d.get("gap")),
+                      "initial_gain": _estimate(d.get("initial_gain"))})
+
+
+@dataclass(frozen=True)
 class ClassProbe:
     """The headline probe on the class labels: its protocol, the images it saw, the accuracies, the gap h
     minus z with its paired interval over the test images, and the control: the same probe of the backbone
@@ -87,11 +106,14 @@ class ClassProbe:
     gap: Estimate | None = None
     initial_z: float | None = None
     initial_gain: Estimate | None = None
+    knn: KnnProbe | None = None  # the kNN probe beside it (summaries written before it have none)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ClassProbe:
+        knn = d.get("knn")
         return cls(**{**d, "accuracy": ProbePair(**d["accuracy"]), "gap": _estimate(d.get("gap")),
-                      "initial_gain": _estimate(d.get("initial_gain"))})
+                      "initial_gain": _estimate(d.get("initial_gain")),
+                      "knn": KnnProbe.from_dict(knn) if isinstance(knn, dict) else None})
 
 
 @dataclass(frozen=True)
@@ -112,20 +134,27 @@ class RotationProbes:
 
 @dataclass(frozen=True)
 class TrainingCheck:
-    """A run against its own baselines (``scale.runs.training_check``), read before its verdict:
+    """The premise "the network learned", measured (``scale.runs.premise``), read before any verdict:
 
+    learned          True where it holds, False where it fails (``findings`` say why), None where nothing
+                     could be measured (or in summaries written before the premise); ``notes``: what is
+                     reported beside it (a collapse where the loss has a chance level)
+    premise          what it rests on: the loss against chance (or its first step and the collapse detectors),
+                     z's class probes against the backbone at initialisation
     chance_loss      the loss of a representation that tells no view from another (``None`` where the
                      method has no such level: its minimum is a collapse)
     initial_loss     the loss of the first step, before any update; ``final_loss`` the last epoch's mean
     h_spread         the head's spread: mean per-dimension std of the normalised rows times sqrt(k), 1 for
                      rows spread evenly over the sphere, 0 for one point; ``z_spread`` the backbone's
     initial_probe    the headline probe of the backbone at initialisation (percent), and ``probe_gain``
-                     the trained backbone minus it, paired over the test images
-    trained          False where the run did not move from its baselines; ``findings`` say why, first
+                     the trained backbone minus it, paired over the test images (the kNN probe's: the
+                     summary's ``class_probe.knn``)
     """
 
-    trained: bool
+    learned: bool | None
     findings: list[str]
+    premise: str = ""
+    notes: list[str] = field(default_factory=list)
     chance_loss: float | None = None
     initial_loss: float | None = None
     final_loss: float | None = None
@@ -137,8 +166,11 @@ class TrainingCheck:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainingCheck:
+        """What ``asdict`` wrote; a check written before the premise (its ``trained`` meant less) reads as
+        ``learned=None`` until ``scale.runs.premise.recheck`` reads its numbers again."""
         names = {f.name for f in fields(cls)}
-        return cls(**{k: (_estimate(v) if k == "probe_gain" else v) for k, v in d.items() if k in names})
+        kept = {k: (_estimate(v) if k == "probe_gain" else v) for k, v in d.items() if k in names}
+        return cls(**{"learned": None, **kept})
 
 
 def _geometry(d: dict[str, Any] | None) -> OrbitGeometry | None:

@@ -35,7 +35,7 @@ command line, the paper's value of every setting it checks, the assumptions wher
 official code decides, and ``paper_choices``: every setting where the grid's default differs from
 ``scale.run``'s user-facing default (also in ``--help`` and the report). Deviations (a setting whose resolved
 value differs from the paper's) are computed from each run's saved config.json, kept in its unit file, and shown
-in the report. The plan's settings and its runs are ``scale.grid.plan``; this module is the command line, each
+in the report. The plan's settings and its runs are ``scale.experiments.paper``; this module is the command line, each
 run's execution and the checks that resolve a config through ``scale.run``.
 
 ``--quick``: 1 seed, 2 epochs, training on the first 384 images (``--train-subset``) and probes on at
@@ -54,7 +54,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from scale.grid.plan import ASSUMPTIONS, E2_RUNS, EXPERIMENTS, PAPER_SETTINGS, QUICK, PlannedRun, deviations, plan
+from scale.experiments.paper import (
+    ASSUMPTIONS,
+    E2_RUNS,
+    EXPERIMENTS,
+    PAPER_SETTINGS,
+    QUICK,
+    PlannedRun,
+    deviations,
+    plan,
+)
 from scale.grid.state import refuse_other_manifest, run_state
 
 # the grid's plan, re-exported: the ledger and the study build on scale.paper's plan
@@ -181,7 +190,7 @@ def record_unit(run: PlannedRun, out: Path, args: argparse.Namespace) -> None:
 
     config = units.plan_dir(out, units.grid_plan(args)) / "runs" / run.name / "config.json"
     if config.is_file():
-        dev = deviations(read.read_json(config), run.paper, args.dataset, run.argv)
+        dev = deviations(read.read_json(config), run.paper, args.dataset, run.probe_images)
         units.record_run(out, run, args, dev)
 
 
@@ -295,7 +304,7 @@ def _main(argv: list[str] | None = None) -> int:
     planned = plan(args.dataset, args.backbone, args.quick, experiments, args.seeds, args.epochs)
     if args.data_dir:
         for r in planned:
-            r.argv += ["--data-dir", args.data_dir]
+            r.data_dir = args.data_dir
     runs = planned
     if args.units:
         wanted = [n.strip() for n in args.units.split(",") if n.strip()]

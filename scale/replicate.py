@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "seeds, bounded intervals, controls, premises and registered rules.")
     p.add_argument("--dataset", default="digits", choices=("digits", "cifar10", "cifar100"),
                    help="default: digits (offline, CPU sizes); cifar10 at the paper's sizes")
-    p.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 to run (default 5; --quick 2)")
+    p.add_argument("--seeds", type=int, default=10, help="seeds 0 .. N-1, part of the plan (default 10; --quick 2)")
     p.add_argument("--out", default="replication", help="output folder, the ledger's store (default: replication)")
     p.add_argument("--data-dir", help="folder with the CIFAR archive (see scale.run)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="default: cpu")
@@ -92,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "commit) in OUT and write results.json with the registration; run nothing")
     p.add_argument("--plan", help="with --report-only: the registered plan to view (e.g. v1; default: this "
                    "command's)")
+    p.add_argument("--verify", metavar="UNIT_FILE", help="rerun one stored unit (OUT/units/...json) with the code now "
+                   "and print the largest difference from its record; exit 0 only when every value is equal (timings "
+                   "aside), 1 when one differs, 2 when the file is not a unit of a registered plan or today's code "
+                   "plans another unit in its place")
     p.add_argument("--dry-run", action="store_true", help="list the units with an estimated cost on --device "
                    "(GPU-hours on --gpu-name for cuda), the jobs --launcher would submit and the registration they "
                    "would get; run and write nothing")
@@ -105,8 +109,7 @@ def print_plan(args: argparse.Namespace, settings: dict) -> None:
     from scale.launch.cost import print_cost
     from scale.ledger import claims
 
-    units = runner.share_of(args, plan.plan_units(args.dataset, args.seeds, args.quick, args.data_dir, args.epochs,
-                                                  args.experiments))
+    units = runner.share_of(args, runner.settings_units(settings, settings["seeds"], args.experiments))
     bases: set[str] = set()
     measured: dict[str, list[float]] = {}
     pid = runner.plan_id(settings)
@@ -150,8 +153,7 @@ def report_only(args: argparse.Namespace, settings: dict) -> int:
     else:
         amends = runner.check_rules(out, pid, reg, args.amend)
         s = reg["settings"]
-        seeds = max(args.seeds, runner.stored_seeds(out, pid))
-        expected = runner.expected_keys(s, seeds)
+        expected = runner.expected_keys(s, int(s.get("seeds", args.seeds)))
         units, ignored = store.load_units(out, pid, expected, s["device"], s["threads"])
         if not units:
             return _fail(f"no units of plan {pid} in {out}: nothing to report", 1)
@@ -195,8 +197,8 @@ def collect(args: argparse.Namespace, settings: dict) -> int:
     if reg is None:
         return _fail(f"no registration of plan {pid} in {out}: nothing submitted there to collect", 1)
     amends = runner.check_rules(out, pid, reg, args.amend)
-    seeds = max(args.seeds, runner.stored_seeds(out, pid))
-    units, ignored = store.load_units(out, pid, runner.expected_keys(settings, seeds), args.device, args.threads)
+    units, ignored = store.load_units(out, pid, runner.expected_keys(settings, settings["seeds"]), args.device,
+                                      args.threads)
     _, _, todo = runner.chosen_units(args, settings)
     states = job_states(out)
     missing = {u.name: states.get(u.name, "no job recorded") for u in todo}
@@ -225,9 +227,33 @@ def launch_units(args: argparse.Namespace, settings: dict, views) -> int:
     return 0 if args.no_wait else collect(args, settings)
 
 
+def verify_unit(path: str) -> int:
+    """``--verify UNIT_FILE`` (``scale.ledger.verify``): one line of result, the exit code of the help text."""
+    from scale.ledger.verify import verify
+
+    try:
+        r = verify(Path(path))
+    except StoreError as exc:
+        return _fail(str(exc), 2)
+    if r["status"] == "another unit":
+        return _fail(r["why"], 2)
+    where = ("on the kind of processor that computed it" if r["same_machine"] else
+             f"on another kind of processor ({r['machine']} against {r['stored_machine']}): float kernels may round "
+             "differently there")
+    if r["status"] == "equal":
+        print(f"scale.replicate: {path}: reproduced bitwise by the code now (timings aside), {where}")
+        return 0
+    p, a, rel = r["largest"]
+    print(f"scale.replicate: {path}: {r['differences']} value(s) differ from the record computed at {r['commit']}; "
+          f"the largest at {p}: {a:.3g} ({rel:.3g} relative), {where}")
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     raw = argv if argv is not None else sys.argv[1:]
     args = build_parser().parse_args(raw)
+    if args.verify:
+        return verify_unit(args.verify)
     args.raw = list(raw)
     args.command = " ".join(["python -m scale.replicate", *raw])
     if args.quick and "--seeds" not in raw:
@@ -243,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         args.epochs = parse_epochs(args.epochs) if args.epochs else None
     except ValueError as exc:
         return _fail(str(exc), 2)
-    settings = runner.plan_settings(args.dataset, args.quick, args.epochs, args.device, args.threads, args.repeat)
+    settings = runner.plan_settings(args.dataset, args.quick, args.epochs, args.device, args.threads, args.repeat,
+                                    args.seeds)
     try:
         check_gpus(args.launcher, launch_flags.check(args), args.node_gpus, args.device == "cuda")
         if args.dry_run:
@@ -279,8 +306,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def views(full: bool = False) -> None:
             reg = store.registration(out, pid)
-            seeds = max(args.seeds, runner.stored_seeds(out, pid))
-            expected = runner.expected_keys(settings, seeds)
+            expected = runner.expected_keys(settings, settings["seeds"])
             units, ignored = store.load_units(out, pid, expected, args.device, args.threads)
             report.write(out, reg, store.amendments(out, pid), units, ignored, with_report=full,
                          planned=len(expected))

@@ -18,13 +18,14 @@ ALLOWED = {  # package -> the scale packages its modules may import (besides its
     "engine": set(),
     "runs": {"engine"},
     "curvature": {"engine"},
-    "geometry": {"engine", "runs"},
-    # the ledger runs the experiments of two commands (scale.paper's plan, scale.e4_study's protocols): it sits
-    # beside the commands, and only the command scale.replicate imports it
-    "ledger": {"engine", "runs", "curvature", "geometry", "paper", "e4_study", "launch"},
+    "experiments": {"engine"},  # the paper's experiments as data: what each trains, on a config of the engine
+    "geometry": {"engine", "runs", "experiments"},
+    # the replication ledger: the experiments' units, their measurements, verdicts and store; only the command
+    # scale.replicate imports it
+    "ledger": {"engine", "runs", "curvature", "geometry", "experiments", "launch"},
     "launch": {"engine"},  # units as jobs (submitit), used by the commands and the grid's units
     "analysis": {"engine", "runs", "curvature", "geometry"},  # scale.analyze's measurements, as a library
-    "grid": {"engine", "runs", "launch", "ledger"},  # scale.paper's plan and units, stored as the ledger stores
+    "grid": {"engine", "runs", "launch", "ledger", "experiments"},  # scale.paper's units, stored as the ledger's
 }
 COMMANDS = {p.stem for p in SCALE.glob("*.py") if p.stem != "__init__"}
 

@@ -24,7 +24,15 @@ from scale.ledger import readers as rd
 from scale.ledger.claims import CLAIMS
 from scale.ledger.evaluate import evaluate
 from scale.ledger.probe import range_condition
-from scale.ledger.verdicts import INCONCLUSIVE, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, VERDICTS
+from scale.ledger.verdicts import (
+    INCONCLUSIVE,
+    NOT_MEASURABLE,
+    NOT_REPRODUCED,
+    PREMISE_NOT_MET,
+    REPRODUCED,
+    SIGN_ONLY,
+    VERDICTS,
+)
 
 T975_4 = 2.7764451051977934  # t_{0.975, 4}
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,25 +114,33 @@ def test_degenerate_correlation_is_not_measurable():
     assert row["verdict"] == NOT_MEASURABLE and row["interval"]["n"] == 0
 
 
-def _e3e4(gaps, controls) -> dict:
+def _e3e4(gaps, controls, learned: bool = True) -> dict:
+    """E3E4 units whose networks learned (``learned``), the controls the untrained heads under a (d) and b (g)."""
     res = {}
     for s, (g, c) in enumerate(zip(gaps, controls)):
+        untrained = {"rot_linear_z": 0.60, "rot_linear_h": 0.60 - c / 100}
         protocols = {"b_raw": {"rot_linear_z": 0.60, "rot_linear_h": 0.60 - g / 100},
-                     "d_untrained_nobias": {"rot_linear_z": 0.60, "rot_linear_h": 0.60 - c / 100}}
-        res[f"E3E4-s{s}"] = {"status": "finished", "seed": s, "experiment": "E3E4", "protocols": protocols}
+                     "d_untrained_nobias": untrained, "g_untrained_raw_renorm": dict(untrained)}
+        res[f"E3E4-s{s}"] = {"status": "finished", "seed": s, "experiment": "E3E4", "protocols": protocols,
+                             "premise": {"raw": {"training": {"learned": learned, "findings": []}}}}
     return res
 
 
 def test_a_claim_is_evaluated_from_its_per_seed_values():
     """E3.1 (h - z of the linear rotation probe < 0) on five hand-made seeds: values -2, -4, -6, -8, -10 points ->
-    mean -6, interval -6 +- t s / sqrt 5 with s^2 = 10, reproduced and stable; the opposite sign: not reproduced."""
+    mean -6, interval -6 +- t s / sqrt 5 with s^2 = 10 = [-9.93, -2.07]: the sign reproduced and stable, the twin
+    (trained minus untrained under b: -3, -3, -7, -7, -10) holds, and the paper's -14.72 lies outside the interval:
+    "sign only; the paper's value excluded"; the opposite sign: not reproduced."""
     claim = next(c for c in CLAIMS if c.id == "E3.1")
     res = _e3e4((2, 4, 6, 8, 10), (-1, 1, -1, 1, 0))
     row = evaluate(claim, res)
     half = T975_4 * math.sqrt(10) / math.sqrt(5)
     assert row["seeds"] == [0, 1, 2, 3, 4] and np.allclose(row["values"], [-2, -4, -6, -8, -10])
     assert math.isclose(row["interval"]["value"], -6.0) and math.isclose(row["interval"]["high"], -6 + half)
-    assert row["verdict"] == REPRODUCED and row["stability"] == "stable" and row["seeds_needed"] is None
+    assert row["sign"] == REPRODUCED and row["stability"] == "stable" and row["seeds_needed"] is None
+    assert row["twin_result"]["outcome"] == "holds" and np.allclose(row["twin_result"]["values"], [-3, -3, -7, -7, -10])
+    assert row["verdict"] == SIGN_ONLY and row["label"] == "sign only (reproduced); the paper's value excluded"
+    assert evaluate(claim, _e3e4((2, 4, 6, 8, 10), (-1, 1, -1, 1, 0), learned=False))["verdict"] == PREMISE_NOT_MET
     assert math.isclose(row["control_results"][0]["interval"]["value"], 0.0, abs_tol=1e-12)
     for r in res.values():
         p = r["protocols"]["b_raw"]
@@ -137,7 +153,7 @@ def test_leave_one_seed_out_flags_a_fragile_verdict_and_inconclusive_rows_get_se
     # three seeds at -1, -1.2, -0.8 points: mean -1, half-width 4.303 x 0.2 / sqrt 3 = 0.50, reproduced; any two of
     # them: half-width 12.71 x s / sqrt 2 > 1, inconclusive, so every seed's removal changes the verdict
     row = evaluate(claim, _e3e4((1, 1.2, 0.8), (0,) * 3))
-    assert row["verdict"] == REPRODUCED and row["stability"] == "fragile (without seed 0, 1, 2)"
+    assert row["sign"] == REPRODUCED and row["stability"] == "fragile (without seed 0, 1, 2)"
     row = evaluate(claim, _e3e4((1, -1, 2), (0, 0, 0)))  # mean -0.667 points, s = 1.528: inconclusive
     assert row["verdict"] == INCONCLUSIVE
     n = row["seeds_needed"]  # by hand: the first n with t_{0.975, n-1} s / sqrt(n) < 0.667
@@ -154,8 +170,9 @@ def test_a_protocol_control_that_fails_the_rule_qualifies_the_verdict():
     res = {}
     for s, (a, c) in enumerate(((50.0, 0.12), (55.0, 0.11), (48.0, 0.13))):
         prot = {"a_paper": {"compression": a}, "c_bn_renorm": {"compression": c}, "b_raw": {"compression": c},
-                "e_trained_normalized": {"compression": c}}
-        res[f"E3E4-s{s}"] = {"status": "finished", "seed": s, "experiment": "E3E4", "protocols": prot}
+                "e_trained_normalized": {"compression": c}, "d_untrained_nobias": {"compression": 1.0}}
+        res[f"E3E4-s{s}"] = {"status": "finished", "seed": s, "experiment": "E3E4", "protocols": prot,
+                             "premise": {"raw": {"training": {"learned": True, "findings": []}}}}
     row = evaluate(claim, res)
     assert row["verdict"] == "reproduced only under the paper's protocol"
     assert "BatchNorm re-estimated (c)" in row["contradicting"]
@@ -170,7 +187,7 @@ def test_every_claim_is_data_pointing_to_its_line_of_the_paper():
         assert file == "docs/paper.md" and phrase in lines[line - 1], (c.id, line, phrase)
         assert c.known, c.id
     tables = {c.table for c in CLAIMS}
-    assert tables == {"paper", "mechanism", "project"}
+    assert tables == {"paper", "mechanism", "project", "check"}
     assert {c.id for c in CLAIMS if c.table == "project"} == {"S3.1", "S3.2", "S3.3", "S3.4", "E3.3"}
     data = claims.rules_data()
     assert json.loads(json.dumps(data)) == data  # plain data
@@ -191,15 +208,19 @@ def _unit_files(out: Path) -> dict[str, bytes]:
 
 
 def test_a_rerun_with_fewer_seeds_loses_no_unit(tmp_path, monkeypatch):
-    """--seeds 2, then --seeds 1 into the same OUT: seed 1's unit stays in the store and in results.json (the first
-    ledger format dropped it: its results.json held only the current plan's seeds)."""
+    """--seeds 2, then --seeds 1 into the same OUT: the number of seeds is part of the registered plan (a store is
+    never sized by its files' names), so the second is another plan; it adds its own unit, and the first plan's two
+    stay in the store, untouched, and in its view when rebuilt (the first ledger format dropped seed 1's)."""
     monkeypatch.setattr(plan, "plan_units", _only([ONE_UNIT]))
     out = tmp_path / "ledger"
     assert R.main(["--quick", "--seeds", "2", "--out", str(out)]) == 0
     files = _unit_files(out)
     assert len(files) == 2
     assert R.main(["--quick", "--seeds", "1", "--out", str(out)]) == 0
-    assert _unit_files(out) == files  # nothing rewritten, nothing lost
+    after = _unit_files(out)
+    assert {k: after[k] for k in files} == files and len(after) == 3  # nothing rewritten, nothing lost
+    assert sum("plan quick-" in line for line in json.loads((out / "results.json").read_text())["ignored"]) == 2
+    assert R.main(["--quick", "--seeds", "2", "--out", str(out), "--report-only"]) == 0
     view = json.loads((out / "results.json").read_text())
     assert set(view["units"]) == {f"{ONE_UNIT}-s0", f"{ONE_UNIT}-s1"}
     assert view["registration"]["rules_hash"] == claims.rules_hash()
@@ -284,8 +305,8 @@ def test_plan_is_seed_major_keeps_the_paper_settings_and_takes_epochs():
     assert all(u.seed == 0 for u in units[:per_seed]) and all(u.seed == 1 for u in units[per_seed:])
     assert len({u.name for u in units}) == len(units)
     assert len([u for u in units if u.experiment == "E1" and u.seed == 0]) == 21 + 4
-    a = list(next(u for u in units if u.name == "E1-gelu2-bn0-lr0.05-normal-s1").argv)
-    assert a[a.index("--lr") + 1] == "0.05" and "--no-head-bias" in a and a[-a[::-1].index("--init")] == "normal"
+    cfg = next(u for u in units if u.name == "E1-gelu2-bn0-lr0.05-normal-s1").config()
+    assert (cfg.lr, cfg.head_bias, cfg.init, cfg.seed, cfg.augment_path) == (0.05, False, "normal", 1, "batched")
     short = plan.plan_units("digits", 1, quick=False, epochs=plan.parse_epochs("E2=3"), experiments=("E2",))
     assert len(short) == 3 and all(u.epochs == 3 for u in short)
     assert short[0].key_hash() != plan.plan_units("digits", 1, False, experiments=("E2",))[0].key_hash()

@@ -61,7 +61,7 @@ from scale.engine.modules import OWN
 from scale.engine.progress import Phases
 from scale.geometry.initial import initial_backbone
 from scale.geometry.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, check_family, family_parameters, orbit_batch_at
-from scale.geometry.probes import features, plan_probes, run_probes
+from scale.geometry.probes import class_probe, class_probe_skip_reason, features, plan_probes, run_probes
 from scale.geometry.verdict import orbit_verdict
 from scale.runs.premise import check_training
 from scale.runs.summary import ClassProbe, GeometrySummary, RotationProbes, TrainingCheck
@@ -382,6 +382,21 @@ class EndOfRunResult:
     training: TrainingCheck | None = None  # the run against its baselines (scale.runs.premise)
     notes: list[str] = field(default_factory=list)  # what was skipped and why, warnings
     seconds: float = 0.0
+
+
+def learning_premise(trainer: Any, data: Any) -> tuple[TrainingCheck, ClassProbe | None]:
+    """The premise "the network learned" (``scale.runs.premise``) of a ``scale.engine.train.Trainer`` after its
+    training, on ``data`` (on the training device): the class probes (linear and kNN) of z and h on every image,
+    with the backbone at initialisation beside, and the loss against its baselines. The class probe is ``None`` (the
+    premise then rests on the loss) where the data has no labels or one class."""
+    cfg, model, state = trainer.cfg, trainer.model, trainer.state
+    probe = None
+    start, how = initial_backbone(cfg, model.backbone)
+    if class_probe_skip_reason(data) is None:
+        probe = class_probe(state.embed, trainer.augment.normalize, data.train_x, data.train_y, data.test_x,
+                            data.test_y, data.classes, initial=torch.no_grad()(start))
+    k = state.embed(state.probe_x[:2])[1].shape[1]
+    return check_training(cfg, state.history, (model.backbone.out_dim, k), probe, how), probe
 
 
 def final_measurement(trainer: Any, data: Any, run_dir: Path | None, settings: EndOfRun = EndOfRun(),

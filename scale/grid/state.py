@@ -12,7 +12,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from scale.grid.plan import DONE_STATUSES, PlannedRun
+from scale.experiments.paper import DONE_STATUSES, PlannedRun
 
 
 def run_state(run_dir: Path) -> str:

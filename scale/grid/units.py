@@ -63,7 +63,7 @@ def run_key(argv: list[str], paper: dict[str, Any], track_hessian: bool) -> str:
 
 
 def keys(runs: list) -> dict[str, str]:
-    """name -> key of each run (``scale.grid.plan.PlannedRun``)."""
+    """name -> key of each run (``scale.experiments.paper.PlannedRun``)."""
     return {r.name: run_key(r.argv, r.paper, r.track_hessian) for r in runs}
 
 
@@ -92,7 +92,8 @@ def stored(out: Path, plan: str, keys: dict[str, str]) -> tuple[dict[str, dict[s
 
 
 def record_run(out: Path, run: Any, args: Any, deviations: dict[str, Any]) -> Path | None:
-    """``record`` of a ``scale.grid.plan.PlannedRun`` run by ``args`` (where it ran: the resolved device, threads)."""
+    """``record`` of a ``scale.experiments.paper.PlannedRun`` run by ``args`` (where it ran: the resolved device,
+    threads)."""
     import torch
 
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")

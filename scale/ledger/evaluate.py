@@ -1,5 +1,10 @@
 r"""A claim read from the units: its per-seed values, interval, verdict, p-value, Holm's verdict beside it, the
-leave-one-seed-out stability and, where inconclusive, the seeds its observed spread would need.
+leave-one-seed-out stability and, where inconclusive, the seeds its observed spread would need; and its contrasts
+(``scale.ledger.claims.base``): the premise "the network learned" over the trainings it names, the trained network
+against its untrained twin, the effect against the paper's magnitude (``scale.ledger.verdicts.compose``).
+
+    learned         every named training of every seed passed ``scale.runs.premise``: holds; one that did not:
+                    "premise not met: the network did not learn", naming the units; one not recorded: open
 
     stability       "stable" if dropping any one seed leaves the verdict as it is; otherwise "fragile" with the
                     seeds whose removal changes it (needs three seeds or more: "-" below)
@@ -15,7 +20,21 @@ from typing import Any
 
 from scale.ledger import stats
 from scale.ledger.claims.base import Claim, Results
-from scale.ledger.verdicts import FAILS, HOLDS, INCONCLUSIVE, OPEN, after_holm, decide, outcome_of
+from scale.ledger.readers import learned, learned_findings
+from scale.ledger.verdicts import (
+    FAILS,
+    HOLDS,
+    INCONCLUSIVE,
+    OPEN,
+    PREMISE_NOT_MET,
+    after_holm,
+    compose,
+    decide,
+    magnitude_outcome,
+    outcome_of,
+)
+
+DID_NOT_LEARN = "the network did not learn"
 
 
 def seeds_of(res: Results) -> list[int]:
@@ -28,6 +47,26 @@ def ran(claim: Claim, res: Results) -> bool:
     return any(r.get("experiment") == exp for r in res.values())
 
 
+def learned_premise(claim: Claim, res: Results, seeds: list[int]) -> dict[str, Any] | None:
+    """The premise "the network learned" over the claim's trainings (module docstring); ``None`` where the claim
+    names none (its ``not_learned`` says why)."""
+    if not claim.learned:
+        return None
+    failed, missing, names = [], [], []
+    for s in seeds:
+        for template, training in claim.learned:
+            name = template.format(s=s)
+            names.append(name)
+            ok = learned(res, name, training)
+            if ok is None:
+                missing.append(f"{name} ({training})")
+            elif not ok:
+                why = learned_findings(res, name, training)
+                failed.append(f"{name} ({training}): {why[0] if why else 'no finding recorded'}")
+    outcome = FAILS if failed else OPEN if missing else HOLDS
+    return {"outcome": outcome, "failed": failed, "missing": missing, "trainings": len(names)}
+
+
 def _verdict(claim: Claim, res: Results, seeds: list[int]) -> dict[str, Any]:
     values = [claim.value(res, s) for s in seeds]
     est = stats.estimate(claim.kind, values)
@@ -36,9 +75,10 @@ def _verdict(claim: Claim, res: Results, seeds: list[int]) -> dict[str, Any]:
         pv = [p.value(res, s) for s in seeds]
         pest = stats.estimate(p.kind, pv)
         premises.append({"values": pv, "interval": asdict(pest), "outcome": outcome_of(p.rule, pest)})
-    outcomes = {p["outcome"] for p in premises}
-    premise = FAILS if FAILS in outcomes else OPEN if OPEN in outcomes else HOLDS if premises else None
-    controls, contradicting = [], []
+    learn = learned_premise(claim, res, seeds)
+    outcomes = {p["outcome"] for p in premises} | ({learn["outcome"]} if learn else set())
+    premise = FAILS if FAILS in outcomes else OPEN if OPEN in outcomes else HOLDS if outcomes else None
+    controls, contradicting, open_protocols = [], [], []
     for c in claim.controls:
         cv = [c.value(res, s) for s in seeds]
         cest = stats.estimate(c.kind or claim.kind, cv)
@@ -46,9 +86,31 @@ def _verdict(claim: Claim, res: Results, seeds: list[int]) -> dict[str, Any]:
                          "outcome": outcome_of(claim.rule, cest)})
         if c.protocol and outcome_of(claim.rule, cest) == FAILS:
             contradicting.append(c.label)
-    verdict = decide(claim.rule, est, ran(claim, res), premise, tuple(contradicting))
-    return {"values": values, "estimate": est, "premises": premises, "controls": controls,
-            "contradicting": contradicting, "verdict": verdict}
+        elif c.protocol and outcome_of(claim.rule, cest) == OPEN:
+            open_protocols.append(c.label)
+    sign = decide(claim.rule, est, ran(claim, res), premise, tuple(contradicting))
+    twin = None
+    if claim.twin is not None:
+        tv = [claim.twin.value(res, s) for s in seeds]
+        test = stats.estimate("mean", tv)
+        twin = {"label": claim.twin.label, "values": tv, "interval": asdict(test),
+                "outcome": outcome_of(claim.twin.rule, test)}
+    magnitude = None
+    if claim.magnitude is not None:
+        m = claim.magnitude
+        magnitude = {"outcome": magnitude_outcome(m.band, m.paper, est.low, est.high), "paper": m.paper,
+                     "band": list(m.band)}
+    category, label = compose(sign, twin["outcome"] if twin else None, magnitude["outcome"] if magnitude else None,
+                              tuple(open_protocols))
+    if sign == PREMISE_NOT_MET:
+        failed = [t for p, r in zip(claim.premises, premises) if r["outcome"] == FAILS for t in (p.label,)]
+        if learn and learn["outcome"] == FAILS:
+            failed.append(f"{DID_NOT_LEARN}: " + "; ".join(learn["failed"][:3])
+                          + (f"; and {len(learn['failed']) - 3} more" if len(learn["failed"]) > 3 else ""))
+        label = f"{PREMISE_NOT_MET}: " + "; ".join(failed)
+    return {"values": values, "estimate": est, "premises": premises, "learned": learn, "controls": controls,
+            "contradicting": contradicting, "open_protocols": open_protocols, "twin": twin, "magnitude": magnitude,
+            "sign": sign, "verdict": category, "label": label}
 
 
 def evaluate(claim: Claim, res: Results) -> dict[str, Any]:
@@ -63,7 +125,7 @@ def evaluate(claim: Claim, res: Results) -> dict[str, Any]:
                    if _verdict(claim, res, [t for t in seeds if t != s])["verdict"] != v["verdict"]]
         stability = "stable" if not changed else "fragile (without seed " + ", ".join(map(str, changed)) + ")"
     needed = None
-    if v["verdict"] == INCONCLUSIVE:
+    if v["sign"] == INCONCLUSIVE:
         needed = stats.seeds_needed(claim.kind, v["values"], claim.rule.decisive)
     alternatives = []
     for a in claim.alternatives:
@@ -72,9 +134,10 @@ def evaluate(claim: Claim, res: Results) -> dict[str, Any]:
         alternatives.append({"label": a.label, "statistic": a.statistic, "rule": a.rule.text(), "values": av,
                              "interval": asdict(aest), "verdict": decide(a.rule, aest, ran(claim, res))})
     return {**claim.as_data(), "seeds": seeds, "values": v["values"], "interval": asdict(est),
-            "premise_results": v["premises"], "control_results": v["controls"], "contradicting": v["contradicting"],
-            "verdict": v["verdict"], "p": p, "stability": stability, "seeds_needed": needed,
-            "alternative_results": alternatives}
+            "premise_results": v["premises"], "learned_result": v["learned"], "control_results": v["controls"],
+            "contradicting": v["contradicting"], "open_protocols": v["open_protocols"], "twin_result": v["twin"],
+            "magnitude_result": v["magnitude"], "sign": v["sign"], "verdict": v["verdict"], "label": v["label"],
+            "p": p, "stability": stability, "seeds_needed": needed, "alternative_results": alternatives}
 
 
 def holm(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

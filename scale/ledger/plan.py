@@ -1,5 +1,6 @@
-r"""The ledger's plan: its units (one run of ``scale.paper``'s plan at one seed each), their sizes, their keys,
-and an estimate of each unit's cost on any device.
+r"""The ledger's plan: its units (one run of the paper's grid, ``scale.experiments.paper``, at one seed each), their
+sizes, their keys, and an estimate of each unit's cost on any device. On digits each experiment trains with its
+digits recipe (``scale.engine.recipes.DIGITS_RECIPES``: a network that learns, docs/recipes.md).
 
     E1    SimSiam, projector and predictor of one activation, no bias: heads linear, relu2, gelu2, swish2 x
           BatchNorm off/on (linear: off) x lr {0.005, 0.05, 0.5}, from the pseudo-collapsed start (projector
@@ -8,9 +9,11 @@ and an estimate of each unit's cost on any device.
     E3E4  ``scale.e4_study``'s seed: the E3 model trained twice (head on raw z; on normalised z), protocols a-e.
     E5    the E3 set-up with a Swish + BatchNorm head of depth 1, 2, 3, protocols a-d.
 
-A unit's ``key`` is everything that shapes its numbers (its ``scale.run`` arguments, the measurement settings,
-experiment and seed); ``key_hash`` names its file in the store. Where it ran (device, threads) is not in the key:
-the store keeps it in the file's name and the report never mixes two of them.
+A unit's ``key`` is everything that shapes its numbers (its resolved ``TrainConfig``, the measurement settings,
+experiment and seed); ``key_hash`` names its file in the store. Every unit draws its views on the batched path
+(``AUGMENT_PATH``), so that the same unit gives the same numbers on any machine at the same thread count. Where
+it ran (device, threads) is not in the key: the store keeps it in the file's name and the report never mixes two
+of them.
 
 Cost (``estimate_seconds``): seconds = epochs x seconds per epoch of the experiment on digits, CPU, one thread,
 measured on the v1 ledger's 160 units (median over each experiment's units of seconds / epochs, with the
@@ -27,15 +30,18 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from scale.engine.recipes import DIGITS_RECIPES
+from scale.engine.train import TrainConfig
+from scale.experiments.paper import plan
+
 CIFAR = ("cifar10", "cifar100")
 EXPERIMENTS = ("E1", "E2", "E3E4", "E5")
-# Epochs on digits (10 steps of 128 images per epoch): chosen by pilot runs so that one seed of the whole ledger
-# fits about 50 minutes of one CPU thread; on CIFAR every experiment keeps the paper's (None: scale.paper's plan).
-DIGITS_EPOCHS: dict[str, int] = {"E1": 20, "E2": 50, "E3E4": 50, "E5": 50}
+# Epochs on digits: each experiment's digits recipe (scale.engine.recipes.DIGITS_RECIPES, docs/recipes.md: the
+# epochs under which its network learns); on CIFAR every experiment keeps the paper's (None: the grid's plan).
+DIGITS_EPOCHS: dict[str, int] = {e: DIGITS_RECIPES[e]["epochs"] for e in EXPERIMENTS}
 # --quick: the pipeline, not the numbers (2 seeds, tiny model, 2 steps an epoch)
 QUICK_EPOCHS: dict[str, int] = {"E1": 1, "E2": 4, "E3E4": 1, "E5": 1}
-QUICK_FLAGS = ("--train-subset", "64", "--batch-size", "32", "--backbone-width", "8", "--head-width", "32",
-               "--head-out", "16", "--pred-width", "8")
+QUICK_SETTINGS = dict(train_subset=64, batch_size=32, backbone_width=8, head_width=32, head_out=16, pred_width=8)
 QUICK_SEEDS, QUICK_PROBE_IMAGES, QUICK_PROBE_PAIRS = 2, 32, 4
 PROBE_IMAGES = 10_000  # rotation probes: base images per split (all of digits)
 E1_NORMAL_START = ((False, 0.05),)  # (BatchNorm, lr) of E1's normal-start controls, every head
@@ -47,6 +53,9 @@ CONTROL_SEED = 12345  # the untrained heads' seed offset (scale.geometry.measure
 # the head reads z along its mean direction plus 1e-3 of the rest); the paper's x 0.1 alone leaves h std unchanged
 E1_COLLAPSE = "mean direction, eps 1e-3"
 TANGENT_IMAGES = 64  # E5: test images whose rotation tangents measure Proposition 5.2
+AUGMENT_PATH = "batched"  # every unit draws its views on the batched path: the same random stream on any machine
+KEY_FORMAT = 3  # v3: a unit is keyed by its resolved TrainConfig (not a command line)
+MACHINE_FIELDS = ("device", "threads")  # where a unit ran: in its file's name, not its key
 
 # Cost model (module docstring). Seconds per epoch, digits, CPU, 1 thread: the v1 ledger's median seconds / epochs.
 SECONDS_PER_EPOCH = {"E1": 3.3, "E2": 2.7, "E3E4": 4.2, "E5": 3.1}
@@ -58,18 +67,37 @@ DEVICE_FACTOR = {"cpu": (1.0, "measured (v1 ledger, 1 thread)"),
 
 @dataclass(frozen=True)
 class Unit:
+    """One unit: a training (E3E4: the E4 study's two) of ``settings``, ``TrainConfig`` fields on top of
+    ``python -m scale.run``'s resolution of ``dataset`` and ``backbone`` (``config``), measured with ``measure``."""
+
     name: str
     experiment: str  # E1, E2, E3E4, E5
     seed: int
-    argv: tuple[str, ...]  # scale.run arguments (E3E4: the flags appended to scale.e4_study's run)
-    paper: dict[str, Any]  # the paper's value of each checked setting (scale.paper.PlannedRun.paper)
+    dataset: str
+    backbone: str
+    settings: dict[str, Any]  # TrainConfig fields, the method among them
+    paper: dict[str, Any]  # the paper's value of each checked setting (scale.experiments.paper.PlannedRun.paper)
     labels: dict[str, Any] = field(default_factory=dict)
-    measure: dict[str, Any] = field(default_factory=dict)  # the settings outside argv that shape its numbers
-    epochs: int | None = None
+    measure: dict[str, Any] = field(default_factory=dict)  # the settings outside the training that shape its numbers
+    device: str = "cpu"
+
+    @property
+    def epochs(self) -> int | None:
+        return self.settings.get("epochs")
+
+    def config(self, threads: int = 1) -> TrainConfig:
+        """The unit's ``TrainConfig`` at ``threads`` on its device."""
+        values = {k: v for k, v in self.settings.items() if k != "method"}
+        return TrainConfig.resolve(self.dataset, self.settings["method"], self.backbone, device=self.device,
+                                   seed=self.seed, threads=threads, augment_path=AUGMENT_PATH, **values)
 
     def key(self) -> dict[str, Any]:
-        """What must match for a stored result to count for this unit."""
-        return {"argv": list(self.argv), "experiment": self.experiment, "seed": self.seed, "measure": self.measure}
+        """What must match for a stored result to count for this unit: its resolved config (where it ran left
+        out), experiment, seed and measurement settings. A code change that changes what the unit trains changes
+        its key."""
+        config = {k: v for k, v in self.config().to_dict().items() if k not in MACHINE_FIELDS}
+        return {"format": KEY_FORMAT, "config": config, "experiment": self.experiment, "seed": self.seed,
+                "measure": self.measure}
 
     def key_hash(self) -> str:
         return digest(self.key())[:12]
@@ -109,56 +137,44 @@ def parse_epochs(text: str) -> dict[str, int]:
     return out
 
 
-def plan_units(dataset: str, seeds: int, quick: bool, data_dir: str | None = None,
-               epochs: dict[str, int] | None = None, experiments: tuple[str, ...] = EXPERIMENTS) -> list[Unit]:
+def plan_units(dataset: str, seeds: int, quick: bool, epochs: dict[str, int] | None = None,
+               experiments: tuple[str, ...] = EXPERIMENTS, device: str = "cpu") -> list[Unit]:
     """Every unit of ``experiments``, seed-major (all of seed 0 first), so that a ledger stopped early has every
-    claim at fewer seeds rather than some claims at none. ``data_dir`` is where the data is, not what it is: it
-    is left out of the keys."""
-    from scale.paper import plan
-
+    claim at fewer seeds rather than some claims at none; each unit the grid's run of its experiment
+    (``scale.experiments.paper.plan``) at the ledger's epochs and seed."""
     ep = epochs_of(dataset, quick, epochs)
     curv = {"probe_pairs": QUICK_PROBE_PAIRS if quick else PROBE_PAIRS, "probe_seed": PROBE_SEED,
             "range_floor": RANGE_FLOOR}
     probes = {"probe_images": QUICK_PROBE_IMAGES if quick else PROBE_IMAGES, "control_seed": CONTROL_SEED}
-    tail: list[str] = list(QUICK_FLAGS) if quick else []
+    tail: dict[str, Any] = dict(QUICK_SETTINGS) if quick else {}
     by_seed: dict[int, list[Unit]] = {s: [] for s in range(seeds)}
 
-    def argv_of(run, seed: int, *extra: str) -> tuple[str, ...]:
-        keep = [a for a in run.argv if a not in ("--track-hessian-every", "epoch")]
-        return (*keep, "--seed", str(seed), *extra, *tail)  # argparse: the last occurrence of a flag wins
-
-    def epochs_in(argv: tuple[str, ...]) -> int | None:
-        return int(argv[argv.index("--epochs") + 1]) if "--epochs" in argv else None
+    def unit(name: str, run, seed: int, labels: dict[str, Any], measure: dict[str, Any], **changes: Any) -> Unit:
+        return Unit(name, run.experiment, seed, dataset, run.backbone, {**run.settings, **changes, **tail},
+                    dict(run.paper, **({"init": "normal"} if changes.get("init") == "normal" else {})), labels,
+                    measure, device)
 
     for seed in range(seeds):
         if "E1" in experiments:
             for run in plan(dataset, "resnet18", False, ("E1",), seeds=1, epochs=ep["E1"]):
                 lab = run.labels
                 name = f"E1-{lab['head']}-bn{int(lab['bn'])}-lr{lab['lr']:g}"
-                a = argv_of(run, seed)
-                by_seed[seed].append(Unit(f"{name}-collapsed-s{seed}", "E1", seed, a, run.paper,
-                                          dict(lab, init="collapsed"), dict(curv, collapse=E1_COLLAPSE),
-                                          epochs_in(a)))
+                by_seed[seed].append(unit(f"{name}-collapsed-s{seed}", run, seed, dict(lab, init="collapsed"),
+                                          dict(curv, collapse=E1_COLLAPSE)))
                 if (lab["bn"], lab["lr"]) in E1_NORMAL_START:
-                    a = argv_of(run, seed, "--init", "normal")
-                    by_seed[seed].append(Unit(f"{name}-normal-s{seed}", "E1", seed, a, dict(run.paper, init="normal"),
-                                              dict(lab, init="normal"), curv, epochs_in(a)))
+                    by_seed[seed].append(unit(f"{name}-normal-s{seed}", run, seed, dict(lab, init="normal"), curv,
+                                              init="normal"))
         if "E2" in experiments:
             for run in plan(dataset, "resnet18", False, ("E2",), seeds=1, epochs=ep["E2"]):
                 lab = run.labels
-                a = argv_of(run, seed)
-                by_seed[seed].append(Unit(f"E2-{lab['init']}-{lab['head']}-s{seed}", "E2", seed, a, run.paper,
-                                          dict(lab), curv, epochs_in(a)))
+                by_seed[seed].append(unit(f"E2-{lab['init']}-{lab['head']}-s{seed}", run, seed, dict(lab), curv))
         if "E3E4" in experiments:
             e3 = plan(dataset, "resnet18", False, ("E3E4",), seeds=1, epochs=ep["E3E4"])[0]
-            by_seed[seed].append(Unit(f"E3E4-s{seed}", "E3E4", seed, tuple(tail), e3.paper, dict(e3.labels),
-                                      dict(probes, epochs=ep["E3E4"]), epochs_in(tuple(e3.argv))))
+            by_seed[seed].append(unit(f"E3E4-s{seed}", e3, seed, dict(e3.labels), probes))
         if "E5" in experiments:
             for run in plan(dataset, "resnet18", False, ("E5",), seeds=1, epochs=ep["E5"]):
-                a = argv_of(run, seed)
-                by_seed[seed].append(Unit(f"E5-depth{run.labels['depth']}-s{seed}", "E5", seed, a, run.paper,
-                                          dict(run.labels), dict(probes, tangent_images=TANGENT_IMAGES),
-                                          epochs_in(a)))
+                by_seed[seed].append(unit(f"E5-depth{run.labels['depth']}-s{seed}", run, seed, dict(run.labels),
+                                          dict(probes, tangent_images=TANGENT_IMAGES)))
     return [u for s in range(seeds) for u in by_seed[s]]
 
 

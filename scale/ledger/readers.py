@@ -191,5 +191,49 @@ def mechanism_at(res: Results, name: str, key: str, at: str = "start") -> float:
     return float(v) if isinstance(v, (int, float)) else math.nan
 
 
+def loss_psd_at_start(res: Results, name: str) -> float:
+    """1 if the loss Hessian in h was positive semi-definite at the run's first measurement (epoch 0), 0 if
+    indefinite (``loss_indefinite``), NaN without it."""
+    recs = curvature(res, name)
+    if not recs or recs[0]["epoch"] != 0 or "loss_indefinite" not in recs[0]:
+        return math.nan
+    return 0.0 if recs[0]["loss_indefinite"] else 1.0
+
+
+def negative_count(res: Results, name: str, key: str = "negative", first_epoch: int = 1) -> tuple[int, int] | float:
+    """E2: ``(k, m)``, k of the m epoch-end measurements from ``first_epoch`` on with ``key`` true: a clustered
+    fraction's per-seed counts (``scale.ledger.stats``, kind ``clustered``); NaN without measurements."""
+    recs = [c for c in curvature(res, name) if c["epoch"] >= first_epoch]
+    return (sum(bool(c[key]) for c in recs), len(recs)) if recs else math.nan
+
+
+def learned(res: Results, name: str, training: str) -> bool | None:
+    """Whether a unit's training ``training`` (raw, normalized) passed the premise "the network learned"
+    (``scale.runs.premise``, recorded in the unit's ``premise``); ``None`` where not recorded."""
+    r = _unit(res, name)
+    t = (((r or {}).get("premise") or {}).get(training) or {}).get("training") or {}
+    v = t.get("learned")
+    return v if isinstance(v, bool) else None
+
+
+def learned_findings(res: Results, name: str, training: str) -> list[str]:
+    r = _unit(res, name)
+    t = (((r or {}).get("premise") or {}).get(training) or {}).get("training") or {}
+    return [str(f) for f in t.get("findings") or []]
+
+
+def start_z_spread(res: Results, name: str) -> float:
+    """E1: the spread of z at the collapsed start's measurement (``mechanism``'s z std times sqrt(d), d from its
+    G's eigenvalue count over the probe's rows): 1 for rows spread over the sphere, 0 for one point."""
+    recs = [c for c in curvature(res, name) if c.get("mechanism")]
+    if not recs or recs[0]["epoch"] != 0:
+        return math.nan
+    m = recs[0]["mechanism"]
+    rows = recs[0].get("probe_rows")
+    if not rows or not m.get("G_eigenvalues") or not isinstance(m.get("z_std"), (int, float)):
+        return math.nan
+    return float(m["z_std"]) * math.sqrt(float(m["G_eigenvalues"]) / float(rows))
+
+
 def log10_of_value(v: float) -> float:
     return math.log10(v) if math.isfinite(v) and v > 0 else math.nan

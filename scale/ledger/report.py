@@ -10,22 +10,38 @@ import math
 from pathlib import Path
 from typing import Any
 
+from scale.geometry.e4_report import write_report as e4_report
 from scale.ledger import store
 from scale.ledger.claims import CLAIMS, NOT_RUN
-from scale.ledger.claims.base import MECHANISM, PAPER, PROJECT, Results
+from scale.ledger.claims.base import CHECK, MECHANISM, PAPER, PROJECT, Results
 from scale.ledger.evaluate import evaluate_all, seeds_of
 from scale.ledger.stats import SEEDS_CAP, cell, estimate
-from scale.ledger.verdicts import VERDICTS
+from scale.ledger.verdicts import CATEGORIES
 from scale.runs.summary import Estimate
 
 BANNER = "pipeline check: not evidence"
 IN_PROGRESS = "in progress, not evidence yet"
 TITLES = {PAPER: "The paper's claims", MECHANISM: "The mechanism: the paper's theory, measured",
-          PROJECT: "The project's own questions (outside the paper's tally)"}
+          PROJECT: "The project's own questions (outside the paper's tally)",
+          CHECK: "Checks: identities of the code (outside every tally)"}
 
 
 def _cell(est: dict[str, Any]) -> str:
     return cell(Estimate(**est))
+
+
+def scalar(v: Any) -> float:
+    """A per-seed value as one number: a clustered fraction's ``(k, m)`` as k / m (NaN where not a number)."""
+    if isinstance(v, (tuple, list)) and len(v) == 2:
+        return v[0] / v[1] if v[1] else math.nan
+    return float(v) if isinstance(v, (int, float)) else math.nan
+
+
+def seed_cell(v: Any) -> str:
+    x = scalar(v)
+    if not math.isfinite(x):
+        return "-"
+    return f"{x:.3g}" + (f" ({v[0]}/{v[1]})" if isinstance(v, (tuple, list)) else "")
 
 
 def md(text: str) -> str:
@@ -33,33 +49,66 @@ def md(text: str) -> str:
     return str(text).replace("|", "\\|")
 
 
+def premise_text(row: dict[str, Any]) -> str:
+    """The row's premises: the theorem's hypotheses measured, and "the network learned" over its trainings."""
+    parts = [f"{md(p['text'])}: {_cell(r['interval'])} ({r['outcome']})"
+             for p, r in zip(row["premises"], row["premise_results"])]
+    learn = row.get("learned_result")
+    if learn is not None:
+        if learn["outcome"] == "holds":
+            parts.append(f"the network learned: all {learn['trainings']} trainings (holds)")
+        elif learn["outcome"] == "fails":
+            parts.append(f"the network learned: {len(learn['failed'])} of {learn['trainings']} trainings did not "
+                         f"({md('; '.join(learn['failed'][:2]))}{'; ...' if len(learn['failed']) > 2 else ''}) "
+                         "(fails)")
+        else:
+            parts.append(f"the network learned: not recorded for {len(learn['missing'])} trainings (open)")
+    elif row.get("not_learned"):
+        parts.append(f"the network learned: not this row's premise ({md(row['not_learned'])})")
+    return "; ".join(parts) or "-"
+
+
+def twin_text(row: dict[str, Any]) -> str:
+    t = row.get("twin_result")
+    if t is None:
+        return f"n/a: {md(row['no_twin'])}" if row.get("no_twin") else "-"
+    return f"{md(t['label'])}: {_cell(t['interval'])} ({t['outcome']})"
+
+
+def magnitude_text(row: dict[str, Any]) -> str:
+    m, reg = row.get("magnitude_result"), row.get("magnitude")
+    if m is None or reg is None:
+        return f"n/a: {md(row['no_magnitude'])}" if row.get("no_magnitude") else "-"
+    return (f"paper {m['paper']:.4g} ({md(reg['source'])}); band [{m['band'][0]:.4g}, {m['band'][1]:.4g}] "
+            f"({md(reg['how'])}): {m['outcome']}")
+
+
 def row_cells(row: dict[str, Any]) -> str:
     ctrl = "; ".join(f"{md(c['label'])}{' (protocol)' if c['protocol'] else ''}: {_cell(c['interval'])}"
                      for c in row["control_results"]) or "-"
-    premise = "; ".join(f"{md(p['text'])}: {_cell(r['interval'])} ({r['outcome']})"
-                        for p, r in zip(row["premises"], row["premise_results"])) or "-"
-    verdict = row["verdict"]
-    if row["contradicting"] and verdict.startswith("reproduced only"):
+    verdict = row["label"]
+    if row["contradicting"] and row["sign"].startswith("reproduced only"):
         verdict += f" (contradicted by: {', '.join(row['contradicting'])})"
-    if verdict == "not measurable":
+    if row["verdict"] == "not measurable":
         verdict += f" ({md(row['degenerate'] or 'no seed gave a value: the units lack this measurement')})"
-    needed = "-" if row["verdict"] != "inconclusive" else (
+    needed = "-" if row["sign"] != "inconclusive" else (
         f"{row['seeds_needed']}" if row["seeds_needed"] else f"> {SEEDS_CAP} (or no spread yet)")
     holm = "-" if not math.isfinite(row["p_holm"]) else f"{row['verdict_holm']} (p {row['p_holm']:.2g})"
     file, line, phrase = row["source"]
     return (f"| {row['id']} {md(row['claim'])} | {file}:{line} \"{md(phrase)}\" | {md(row['paper'])} | "
-            f"{md(row['statistic'])} ({row['unit']}) | {_cell(row['interval'])} | {ctrl} | {premise} | "
-            f"{row['rule_text']} | {verdict} | {holm} | {row['stability']} | {needed} | {row['transfer'][0]}: "
-            f"{md(row['transfer'][1])} |")
+            f"{md(row['statistic'])} ({row['unit']}) | {_cell(row['interval'])} | {row['rule_text']} | "
+            f"{twin_text(row)} | {magnitude_text(row)} | {premise_text(row)} | {ctrl} | {md(verdict)} | {holm} | "
+            f"{row['stability']} | {needed} | {row['transfer'][0]}: {md(row['transfer'][1])} |")
 
 
-TABLE_HEAD = ("| claim | tests | paper | statistic (unit) | ours: mean [95 % interval] (n) | controls | premise | "
-              "rule | verdict | after Holm | leave-one-seed-out | seeds needed | transfer to CIFAR |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+TABLE_HEAD = ("| claim | tests | paper | statistic (unit) | ours: mean [95 % interval] (n) | rule (sign) | trained "
+              "against untrained twin | magnitude against the paper | premises | controls | verdict | after Holm | "
+              "leave-one-seed-out | seeds needed | transfer to CIFAR |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def tally(rows: list[dict[str, Any]], key: str = "verdict") -> str:
-    counts = {v: sum(r[key] == v for r in rows) for v in VERDICTS}
+    counts = {v: sum(r[key] == v for r in rows) for v in CATEGORIES}
     return ", ".join(f"{n} {v}" for v, n in counts.items() if n)
 
 
@@ -85,7 +134,7 @@ def determinism(out: Path, settings: dict[str, Any], res: Results) -> list[str]:
             continue
         what = ", ".join(f"{k} {settings.get(k)} vs {s.get(k)}" for k in sorted(diff))
         for c in CLAIMS:
-            d = [c.value(both, sd) - c.value(theirs, sd) for sd in seeds_of(both)]
+            d = [scalar(c.value(both, sd)) - scalar(c.value(theirs, sd)) for sd in seeds_of(both)]
             d = [x for x in d if math.isfinite(x)]
             if d:
                 L.append(f"| {c.id} | {what} | {len(d)} | {max(abs(x) for x in d):.3g} | "
@@ -205,12 +254,19 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
     L += ["", "## Verdicts", "", f"The paper's claims: {tally(by_table[PAPER]) or 'none evaluated'}; after Holm "
           f"across every row of the ledger: {tally(by_table[PAPER], 'verdict_holm') or '-'}. The mechanism: "
           f"{tally(by_table[MECHANISM]) or '-'}. The project's questions: {tally(by_table[PROJECT]) or '-'}. "
-          f"{len(NOT_RUN)} not run (E6).", "",
-          "How a row is read (`scale/ledger/verdicts.py`, `scale/ledger/stats.py`): one statistic per seed; a "
-          "Student t interval for unbounded statistics, Fisher z for correlations, a Wilson interval for fractions "
-          "(each inside its statistic's range); the rule applied to that interval; the premise first (its failure: "
-          "the run is not a test); a protocol control that fails the same rule makes a holding claim 'reproduced "
-          "only under the paper's protocol'. 'After Holm': the verdict with Holm's step-down correction over "
+          f"Checks (identities of the code): {tally(by_table[CHECK]) or '-'}. {len(NOT_RUN)} not run (E6).", "",
+          "How a row is read (`scale/ledger/verdicts.py`, `scale/ledger/evaluate.py`, `scale/ledger/stats.py`): one "
+          "statistic per seed; a Student t interval for unbounded statistics, Fisher z for correlations, a Wilson "
+          "interval for fractions of seeds, and for fractions of epochs within seeds a beta-binomial profile-"
+          "likelihood interval (epochs clustered within seeds; the per-seed Wilson view beside it); each inside its "
+          "statistic's range. The premises first: the theorem's hypotheses, measured, and \"the network learned\" "
+          "(`scale.runs.premise`) for every training a claim about a trained network rests on; a failed premise: "
+          "the run is not a test. Then the sign (the rule), the trained network against its untrained twin under "
+          "the same protocol (\"reproduced\" needs it to hold; otherwise \"sign only; not attributable to "
+          "training\"), and the effect against the paper's value (\"reproduced in magnitude\" where the interval "
+          "lies inside the registered band, \"the paper's value excluded\" where it lies outside the interval). "
+          "A protocol control that fails the same rule makes a holding claim 'reproduced only under the paper's "
+          "protocol'; one that is open is named. 'After Holm': the verdict with Holm's step-down correction over "
           "every row's p-value (the smallest level at which its interval stays decisive). Leave-one-seed-out: "
           "whether dropping any one seed changes the verdict. Seeds needed: the fewest seeds at which the "
           "observed mean and spread would give a decisive interval. Transfer: whether the mechanism is "
@@ -219,7 +275,7 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
     for table, title in TITLES.items():
         L += [f"## {title}", "", *TABLE_HEAD, *(row_cells(r) for r in by_table[table])]
         if table == PAPER:
-            L += [f"| {e} {c} | - | {p} | - | - | - | - | - | {why} | - | - | - | - |"
+            L += [f"| {e} {c} | - | {p} | - | - | - | - | - | - | - | {why} | - | - | - | - |"
                   for e, (c, p, why) in NOT_RUN.items()]
         L.append("")
     L += ["## Alternatives considered (secondary rows, outside every tally)", "",
@@ -245,7 +301,7 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
           "| experiment | setting | paper | ours |", "|---|---|---|---|", *_deviation_rows(res), ""]
     L += ["## Per-seed values", "", "| claim | " + " | ".join(f"seed {s}" for s in seeds) + " |",
           "|---|" + "---|" * len(seeds)]
-    L += [f"| {r['id']} | " + " | ".join("-" if not math.isfinite(v) else f"{v:.3g}" for v in r["values"]) + " |"
+    L += [f"| {r['id']} | " + " | ".join(seed_cell(v) for v in r["values"]) + " |"
           for r in rows]
     if ignored:
         L += ["", f"## Unit files left out of this view ({len(ignored)})", "",
@@ -273,9 +329,7 @@ def write(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
         store.replace_view(out / "report.md", text)
         e4 = sorted((r for r in res.values() if r["experiment"] == "E3E4"), key=lambda r: r["seed"])
         if e4:
-            from scale.e4_study import write_report as e4_report
-
-            study = [{k: r[k] for k in ("seed", "config", "git_commit", "protocols", "seconds")} for r in e4]
+            study = [{k: r[k] for k in ("seed", "config", "git_commit", "protocols", "seconds") if k in r} for r in e4]
             store.replace_view(out / "e4_study" / "results.json",
                                json.dumps({"dataset": reg["settings"]["dataset"], "seeds": study,
                                            "command": reg["command"]}, indent=1, default=str))

@@ -19,16 +19,33 @@ removed once the unit's file is written.
 
 from __future__ import annotations
 
+import platform
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from scale.ledger import claims, plan, store
 from scale.ledger.store import StoreError
 
 DONE = ("finished", "non-finite loss")  # a unit in another state (an error) is run again by the next invocation
+
+
+def machine() -> dict[str, str]:
+    """What selects the float kernels a unit ran on: torch's CPU capability (AVX2, AVX512, ...) and the processor's
+    name (``scale.ledger.verify`` expects bitwise equality only on the same kind)."""
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu_capability": str(torch.backends.cpu.get_cpu_capability()), "processor": name}
 
 
 def code_commit() -> str:
@@ -47,11 +64,21 @@ def code_commit() -> str:
 
 
 def plan_settings(dataset: str, quick: bool, epochs: dict[str, int] | None, device: str, threads: int,
-                  repeat: int = 0) -> dict[str, Any]:
-    return {"dataset": dataset, "quick": quick, "epochs": plan.epochs_of(dataset, quick, epochs),
+                  repeat: int = 0, seeds: int = plan.QUICK_SEEDS) -> dict[str, Any]:
+    """The plan: what every unit shares, its seeds included (a registered plan has a fixed number of seeds: the
+    store is never sized by its files' names)."""
+    return {"dataset": dataset, "quick": quick, "seeds": seeds, "epochs": plan.epochs_of(dataset, quick, epochs),
             "probe_images": plan.QUICK_PROBE_IMAGES if quick else plan.PROBE_IMAGES,
             "probe_pairs": plan.QUICK_PROBE_PAIRS if quick else plan.PROBE_PAIRS, "device": device,
-            "threads": threads, "repeat": repeat, "format": 2}
+            "threads": threads, "repeat": repeat, "format": plan.KEY_FORMAT}
+
+
+def settings_units(settings: dict[str, Any], seeds: int, experiments: tuple[str, ...] = plan.EXPERIMENTS
+                   ) -> list[plan.Unit]:
+    """The plan's units at ``seeds`` seeds (of ``experiments``), from its settings."""
+    return plan.plan_units(settings["dataset"], seeds, settings["quick"],
+                           epochs={k: v for k, v in settings["epochs"].items() if v is not None},
+                           experiments=experiments, device=settings["device"])
 
 
 def plan_id(settings: dict[str, Any]) -> str:
@@ -93,16 +120,7 @@ def register(out: Path, settings: dict[str, Any], command: str, amend: str | Non
 
 
 def expected_keys(settings: dict[str, Any], seeds: int) -> dict[str, str]:
-    units = plan.plan_units(settings["dataset"], seeds, settings["quick"],
-                            epochs={k: v for k, v in settings["epochs"].items() if v is not None})
-    return {u.name: u.key_hash() for u in units}
-
-
-def stored_seeds(out: Path, pid: str) -> int:
-    """One more than the largest seed among the plan's unit files (0 without any)."""
-    seeds = [int(m["name"].rsplit("-s", 1)[1]) for p in store.unit_files(out)
-             if (m := store.parse_name(p)) and m["plan"] == pid and m["name"].rsplit("-s", 1)[-1].isdigit()]
-    return max(seeds) + 1 if seeds else 0
+    return {u.name: u.key_hash() for u in settings_units(settings, seeds)}
 
 
 def share_of(args, units: list[plan.Unit]) -> list[plan.Unit]:
@@ -122,7 +140,7 @@ def share_of(args, units: list[plan.Unit]) -> list[plan.Unit]:
 def chosen_units(args, settings: dict[str, Any]) -> tuple[list[plan.Unit], list[plan.Unit], list[plan.Unit]]:
     """(the plan's units chosen by --seeds/--experiments, this invocation's share, those of it not stored)."""
     out, pid = Path(args.out), plan_id(settings)
-    units = plan.plan_units(args.dataset, args.seeds, args.quick, args.data_dir, args.epochs, args.experiments)
+    units = settings_units(settings, settings["seeds"], args.experiments)
     share = share_of(args, units)
     have, _ = store.load_units(out, pid, {u.name: u.key_hash() for u in share}, args.device, args.threads) \
         if out.is_dir() else ({}, [])
@@ -133,14 +151,12 @@ def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Call
         ) -> None:
     """Run every unit of this invocation's share of the plan that the store does not hold; ``on_change`` rebuilds
     the views after the registration and after every unit."""
-    import torch
-
     from scale.engine.data import DataError, load_dataset
     from scale.engine.signals import stop_on_signals
     from scale.engine.train import Interrupted
+    from scale.experiments.paper import deviations
     from scale.ledger.units import run_unit
     from scale.ledger.work import remove, work_dir
-    from scale.paper import deviations
     from scale.runs.run_report import versions
 
     out, pid = Path(args.out), plan_id(settings)
@@ -152,8 +168,7 @@ def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Call
     register(out, settings, args.command, args.amend)
     on_change()  # the registration is in results.json before the first unit runs
     commit = code_commit()
-    probe_flag = ["--probe-images", str(settings["probe_images"])] if settings["probe_images"] != plan.PROBE_IMAGES \
-        else []
+    probe_images = settings["probe_images"] if settings["probe_images"] != plan.PROBE_IMAGES else None
     t_all = time.perf_counter()
     stop: list[bool] = []
     with stop_on_signals(lambda: stop.append(True)):
@@ -167,7 +182,7 @@ def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Call
             t0 = time.perf_counter()
             work = work_dir(out, pid, u.name, args.device, args.threads, u.key_hash())
             try:
-                rec = run_unit(u, args.dataset, data, args.device, args.quick, args.data_dir, log, work)
+                rec = run_unit(u, data, args.threads, args.quick, args.data_dir, log, work)
             except (KeyboardInterrupt, Interrupted, OSError, DataError, StoreError):  # the store's, not the unit's
                 raise
             except Exception as exc:  # one broken unit must not lose the rest; recorded, retried next time
@@ -176,9 +191,9 @@ def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Call
                 traceback.print_exc()
                 rec = {"status": f"error: {type(exc).__name__}: {exc}", "config": {}}
             rec.update(name=u.name, experiment=u.experiment, seed=u.seed, labels=u.labels, key=u.key(),
-                       git_commit=commit, versions=versions(), seconds=time.perf_counter() - t0,
+                       git_commit=commit, versions=versions(), machine=machine(), seconds=time.perf_counter() - t0,
                        torch_threads=torch.get_num_threads(), finished_at=time.strftime("%Y-%m-%d %H:%M:%S"),
-                       deviations=deviations(rec["config"], u.paper, args.dataset, probe_flag) if rec["config"]
+                       deviations=deviations(rec["config"], u.paper, args.dataset, probe_images) if rec["config"]
                        else {})
             if rec["status"] in DONE:
                 store.save_unit(out, pid, u.name, args.device, args.threads, u.key_hash(), rec)

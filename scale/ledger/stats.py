@@ -16,6 +16,18 @@ out and counted. Three kinds of interval, each at ``LEVEL``:
 
 A seed's correlation of exactly +-1 has no Fisher z: it is left out and counted like a NaN.
 
+A fraction of epochs within seeds (``"clustered"``: one ``(k, m)`` per seed, k of its m epochs) uses every epoch
+and treats the epochs of a seed as clustered: a beta-binomial random-effects model (seed s's rate p_s ~ Beta(mu
+kappa, (1 - mu) kappa), its k_s ~ Binomial(m_s, p_s)), and the profile-likelihood interval of the mean rate mu:
+
+    {mu : 2 (l_p(mu_hat) - l_p(mu)) <= chi2_1(LEVEL)},
+    l_p(mu) = max over kappa of sum_s log BetaBin(k_s | m_s, mu kappa, (1 - mu) kappa)
+
+kappa -> infinity is the binomial (epochs independent), kappa -> 0 the all-or-nothing seed (a seed one trial), and
+the data choose between them. 10 seeds of 50 of 50 epochs: l_p(mu) = 10 log mu (kappa -> 0 maximises), so the
+interval is [exp(-chi2 / 20), 1] = [0.825, 1]; the per-seed view beside it (Wilson over the seeds' fractions) is
+[0.722, 1].
+
 Around the interval (``scale.ledger.verdicts`` reads them):
 
     decisive_p        the smallest a at which the (1-a) interval still gives the same decisive verdict (by
@@ -30,17 +42,88 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+from scipy import optimize as sps_optimize
+from scipy import special as sps_special
 from scipy import stats as sps
 
 from scale.runs.summary import Estimate
 
 LEVEL = 0.95  # every interval's confidence
 CLIPPED = {"nonnegative": (0.0, math.inf), "cosine": (-1.0, 1.0)}  # t intervals cut to the statistic's range
-KINDS = ("mean", *CLIPPED, "correlation", "fraction")
+KINDS = ("mean", *CLIPPED, "correlation", "fraction", "clustered")
+LOG_KAPPA = (-14.0, 14.0)  # the beta-binomial's precision kappa searched between e^-14 (a seed one trial) and e^14
 SEEDS_CAP = 50  # seeds_needed looks no further: a claim that needs more stays undecided
 P_TOL = 1e-10  # bisection tolerance of decisive_p
+
+
+def _counts(values: Sequence[Any]) -> list[tuple[int, int]]:
+    """The usable ``(k, m)`` per seed of a clustered fraction (m >= 1, 0 <= k <= m)."""
+    out = []
+    for v in values:
+        if isinstance(v, (tuple, list)) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v):
+            k, m = v
+            if math.isfinite(k) and math.isfinite(m) and m >= 1 and 0 <= k <= m:
+                out.append((int(k), int(m)))
+    return out
+
+
+def _betabin_loglik(counts: list[tuple[int, int]], mu: float, log_kappa: float) -> float:
+    """sum_s log BetaBin(k_s | m_s, a = mu kappa, b = (1 - mu) kappa), the binomial coefficients left out (they do
+    not depend on mu or kappa)."""
+    kappa = math.exp(log_kappa)
+    a, b = mu * kappa, (1.0 - mu) * kappa
+    return float(sum(sps_special.betaln(k + a, m - k + b) - sps_special.betaln(a, b) for k, m in counts))
+
+
+def _binomial_loglik(counts: list[tuple[int, int]], mu: float) -> float:
+    """kappa -> infinity: the epochs independent (0 log 0 = 0)."""
+    k = sum(c[0] for c in counts)
+    n = sum(c[1] for c in counts)
+    return float(sps_special.xlogy(k, mu) + sps_special.xlog1py(n - k, -mu))
+
+
+def profile_loglik(counts: list[tuple[int, int]], mu: float) -> float:
+    """l_p(mu): the beta-binomial log-likelihood maximised over kappa (its binomial limit included)."""
+    best = sps_optimize.minimize_scalar(lambda t: -_betabin_loglik(counts, mu, t), bounds=LOG_KAPPA,
+                                        method="bounded", options={"xatol": 1e-6})
+    ends = [_betabin_loglik(counts, mu, t) for t in LOG_KAPPA]
+    return max(-float(best.fun), *ends, _binomial_loglik(counts, mu))
+
+
+MU_EDGE = 1e-12  # the mean rate's search range [MU_EDGE, 1 - MU_EDGE]; a bound at the edge is reported as 0 or 1
+
+
+def clustered_interval(counts: list[tuple[int, int]], level: float = LEVEL) -> tuple[float, float, float]:
+    """(mu_hat, low, high): the beta-binomial mean rate and its profile-likelihood interval (module docstring)."""
+    k, n = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    lo_edge, hi_edge = MU_EDGE, 1.0 - MU_EDGE
+    if k == n:
+        mu_hat = 1.0
+    elif k == 0:
+        mu_hat = 0.0
+    else:
+        fit = sps_optimize.minimize_scalar(lambda u: -profile_loglik(counts, u), bounds=(lo_edge, hi_edge),
+                                           method="bounded", options={"xatol": 1e-10})
+        mu_hat = float(fit.x)
+    top = profile_loglik(counts, min(max(mu_hat, lo_edge), hi_edge))
+    cut = float(sps.chi2.ppf(level, 1)) / 2.0
+
+    def inside(u: float) -> bool:
+        return top - profile_loglik(counts, u) <= cut
+
+    def edge(a: float, b: float) -> float:  # a inside, b outside: the crossing between them
+        for _ in range(60):
+            mid = (a + b) / 2
+            a, b = (mid, b) if inside(mid) else (a, mid)
+        return (a + b) / 2
+
+    centre = min(max(mu_hat, lo_edge), hi_edge)
+    low = 0.0 if inside(lo_edge) else edge(centre, lo_edge)
+    high = 1.0 if inside(hi_edge) else edge(centre, hi_edge)
+    return mu_hat, low, high
 
 
 def finite(values: Sequence[float | None]) -> list[float]:
@@ -75,8 +158,8 @@ def bounds(kind: str, mean: float, sd: float, n: int, level: float = LEVEL) -> t
 
 def summary(kind: str, values: Sequence[float | None]) -> tuple[float, float, int, int]:
     """(mean, sd, n, excluded) of the usable values on ``kind``'s scale."""
-    if kind not in KINDS:
-        raise ValueError(f"interval kind must be one of {KINDS}, got {kind!r}")
+    if kind not in KINDS or kind == "clustered":
+        raise ValueError(f"interval kind must be one of {KINDS} (clustered: read by estimate), got {kind!r}")
     use = _on_scale(kind, finite(values))
     n = len(use)
     mean = float(np.mean(use)) if n else math.nan
@@ -84,9 +167,15 @@ def summary(kind: str, values: Sequence[float | None]) -> tuple[float, float, in
     return mean, sd, n, len(values) - n
 
 
-def estimate(kind: str, values: Sequence[float | None], level: float = LEVEL) -> Estimate:
+def estimate(kind: str, values: Sequence[Any], level: float = LEVEL) -> Estimate:
     """The point and interval of ``kind`` over the usable seeds (``value``: the mean; for correlations the
-    back-transformed mean Fisher z)."""
+    back-transformed mean Fisher z; for a clustered fraction the beta-binomial mean rate)."""
+    if kind == "clustered":
+        counts = _counts(values)
+        if not counts:
+            return Estimate(math.nan, math.nan, math.nan, 0, len(values))
+        mu, low, high = clustered_interval(counts, level) if len(counts) >= 1 else (math.nan,) * 3
+        return Estimate(mu, low, high, len(counts), len(values) - len(counts))
     mean, sd, n, excluded = summary(kind, values)
     low, high = bounds(kind, mean, sd, n, level)
     value = math.tanh(mean) if kind == "correlation" and n else mean
@@ -105,20 +194,33 @@ def cell(est: Estimate, spec: str = ".3g") -> str:
     return f"{est.fmt(spec)} (n = {est.n}" + (f", {est.excluded} excluded)" if est.excluded else ")")
 
 
-def decisive_p(kind: str, values: Sequence[float | None], decisive: Callable[[float, float], bool]) -> float:
+def decisive_p(kind: str, values: Sequence[Any], decisive: Callable[[float, float], bool]) -> float:
     """The smallest ``a`` such that the (1 - a) interval is still decisive (``decisive(low, high)``); 1 where even
     a vanishing interval is not, NaN below two seeds."""
-    mean, sd, n, _ = summary(kind, values)
-    if n < 2:
-        return math.nan
-    if not decisive(*bounds(kind, mean, sd, n, 1e-12)):
+    if kind == "clustered":
+        counts = _counts(values)
+        if len(counts) < 2:
+            return math.nan
+
+        def at(level: float) -> tuple[float, float]:
+            return clustered_interval(counts, level)[1:]
+        tol = 1e-6  # each level's interval is itself a bisection: a coarser p suffices
+    else:
+        mean, sd, n, _ = summary(kind, values)
+        if n < 2:
+            return math.nan
+
+        def at(level: float) -> tuple[float, float]:
+            return bounds(kind, mean, sd, n, level)
+        tol = P_TOL
+    if not decisive(*at(1e-12)):
         return 1.0
     lo, hi = 1e-12, 1.0 - 1e-16  # decisive at level lo, not decisive (or still decisive) at hi
-    if decisive(*bounds(kind, mean, sd, n, hi)):
+    if decisive(*at(hi)):
         return 1.0 - hi
-    while hi - lo > P_TOL:
+    while hi - lo > tol:
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if decisive(*bounds(kind, mean, sd, n, mid)) else (lo, mid)
+        lo, hi = (mid, hi) if decisive(*at(mid)) else (lo, mid)
     return 1.0 - lo
 
 
@@ -136,7 +238,16 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 def seeds_needed(kind: str, values: Sequence[float | None], decisive: Callable[[float, float], bool],
                  cap: int = SEEDS_CAP) -> int | None:
     """The fewest seeds n (more than now) at which the interval with the observed mean and spread would be
-    decisive; ``None`` if more than ``cap`` (or no spread is known: fewer than two seeds)."""
+    decisive; ``None`` if more than ``cap`` (or no spread is known: fewer than two seeds). A clustered fraction:
+    the observed seeds repeated in turn until decisive."""
+    if kind == "clustered":
+        counts = _counts(values)
+        if len(counts) < 2:
+            return None
+        for m in range(len(counts) + 1, cap + 1):
+            if decisive(*clustered_interval([counts[i % len(counts)] for i in range(m)])[1:]):
+                return m
+        return None
     mean, sd, n, _ = summary(kind, values)
     if n < 2 or not math.isfinite(sd):
         return None

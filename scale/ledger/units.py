@@ -1,8 +1,13 @@
 r"""The ledger's unit runner: one unit of the plan in, its record (a JSON-able dict) out, by its experiment.
 
     E1, E2   ``train_unit``: a ``scale.engine.train.Trainer`` with a ``LedgerProbe`` (E2: every epoch)
-    E3E4     ``e3e4_unit``: one seed of ``scale.e4_study`` (two trainings, protocols a-e, probes)
-    E5       ``e5_unit``: one depth's model, then E4's protocols a-d
+    E3E4     ``e3e4_unit``: one seed of ``scale.e4_study`` (two trainings, protocols a-g, probes)
+    E5       ``e5_unit``: one depth's model, then E4's protocols a-d, f, g and Proposition 5.2's tangent gains
+
+Each training's config is the unit's (``scale.ledger.plan.Unit.config``: its settings resolved as ``scale.run``
+resolves them, at the ledger's thread count), and each record holds the premise "the network learned" of every
+training it made (``premise``: ``scale.geometry.measure.learning_premise``, the loss against chance and z's class
+probes against the backbone at initialisation), which the claims about trained networks read.
 
 ``work``: the unit's work folder (``scale.ledger.work``); each training checkpoints there and resumes from what
 it finds, so a unit stopped mid-way continues where it stopped. ``None``: no checkpoint (a unit in memory).
@@ -14,24 +19,35 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scale.ledger.plan import CONTROL_SEED, PROBE_PAIRS, TANGENT_IMAGES, Unit
+import torch
+
+from scale.engine.train import NonFiniteLoss, Trainer
+from scale.geometry.e4_seed import close_augment, one_seed, premise_record, train
+from scale.geometry.measure import standardize
+from scale.geometry.mechanism import ParameterDrift, tangent_gain_record, timescale_record
+from scale.geometry.probes import ProbeSettings
+from scale.geometry.protocols import measure_model, untrained_heads
+from scale.ledger.plan import (
+    CONTROL_SEED,
+    PROBE_IMAGES,
+    PROBE_PAIRS,
+    QUICK_PROBE_IMAGES,
+    QUICK_PROBE_PAIRS,
+    TANGENT_IMAGES,
+    Unit,
+)
 from scale.ledger.probe import LedgerProbe
+from scale.ledger.work import TRAININGS, make, resume
 
 HISTORY_KEYS = ("epoch", "loss", "h_std", "h_cond", "z_std", "z_cond", "rel_update_head", "rel_update_backbone",
                 "drift_head", "drift_backbone")
 
 
-def train_unit(unit: Unit, data, device: str, pairs: int = PROBE_PAIRS, work: Path | None = None,
+def train_unit(unit: Unit, data, threads: int, pairs: int = PROBE_PAIRS, work: Path | None = None,
                log: Callable[[str], None] = print) -> dict[str, Any]:
     """E1 / E2: train ``unit``'s run with a ``LedgerProbe`` (E2: every epoch, with the covariance statistics)."""
-    import torch
-
-    from scale.e4_study import close_augment, run_config
-    from scale.engine.train import NonFiniteLoss, Trainer
-    from scale.geometry.mechanism import ParameterDrift, timescale_record
-
-    cfg = run_config(list(unit.argv), device)
-    trainer = Trainer(cfg, data, torch.device(device), run_dir=_made(work), progress=False, log=None)
+    cfg = unit.config(threads)
+    trainer = Trainer(cfg, data, torch.device(unit.device), run_dir=_made(work), progress=False, log=None)
     probe = LedgerProbe(trainer, "epoch" if unit.experiment == "E2" else "ends", covariance=unit.experiment == "E2",
                         pairs=pairs, mechanism=True, collapse=bool(unit.measure.get("collapse")))
     trainer.hooks += [ParameterDrift(), probe]
@@ -44,73 +60,62 @@ def train_unit(unit: Unit, data, device: str, pairs: int = PROBE_PAIRS, work: Pa
     finally:
         close_augment(trainer)
     history = [{k: r.get(k) for k in HISTORY_KEYS} for r in trainer.state.history]
-    return {"status": status, "config": trainer.cfg.to_dict(), "start": probe.start, "history": history,
-            "curvature": probe.records, "curvature_seconds": probe.seconds,
-            "timescale": timescale_record(trainer.state.history)}
+    record = {"status": status, "config": trainer.cfg.to_dict(), "start": probe.start, "history": history,
+              "curvature": probe.records, "curvature_seconds": probe.seconds,
+              "timescale": timescale_record(trainer.state.history)}
+    if status == "finished":
+        record["premise"] = {"raw": premise_record(trainer, data.to(unit.device))}
+    return record
 
 
 def _made(work: Path | None) -> Path | None:
-    from scale.ledger.work import make
-
     return None if work is None else make(work)
 
 
 def _resume(trainer, name: str, log: Callable[[str], None]) -> None:
     """The trainer from its work folder's checkpoint if one is there (``scale.ledger.work.resume``), said in the log."""
-    from scale.ledger.work import resume
-
     done = resume(trainer)
     if done:
         log(f"  {name}: resumed at epoch {done} of {trainer.cfg.epochs} from {trainer.checkpoint_path}")
 
 
-def e3e4_unit(unit: Unit, dataset: str, epochs: int | None, data_dir: str | None, probe_images: int, device: str,
-              log: Callable[[str], None], work: Path | None = None) -> dict[str, Any]:
-    """E3 + E4: one seed of ``scale.e4_study`` (two trainings, protocols a-e, probes)."""
-    from scale.e4_study import one_seed
-    from scale.ledger.work import TRAININGS
-
+def e3e4_unit(unit: Unit, threads: int, data_dir: str | None, probe_images: int, log: Callable[[str], None],
+              work: Path | None = None) -> dict[str, Any]:
+    """E3 + E4: one seed of ``scale.e4_study`` (two trainings, protocols a-g, probes, each training's premise)."""
     def trainer_ready(trainer, normalized: bool) -> None:
         _resume(trainer, f"{unit.name} ({TRAININGS[normalized]} z)", log)
 
     folders = None if work is None else {t: _made(work / t) for t in TRAININGS}
-    return {"status": "finished", **one_seed(dataset, unit.seed, epochs, data_dir, probe_images, log, device,
-                                              extra=unit.argv, work=folders, ready=trainer_ready)}
+    return {"status": "finished", **one_seed(unit.config(threads), data_dir, probe_images, log, unit.device,
+                                              work=folders, ready=trainer_ready)}
 
 
-def e5_unit(unit: Unit, data, probe_images: int, device: str, work: Path | None = None,
+def e5_unit(unit: Unit, data, threads: int, probe_images: int, work: Path | None = None,
             log: Callable[[str], None] = print) -> dict[str, Any]:
-    """E5: train one depth's model, then E4's protocols a-d of it (``scale.geometry.protocols.measure_model``) and
-    Proposition 5.2 on its head and on an untrained head of its layers (``tangent_gain_record``)."""
-    from scale.e4_study import run_config, train
-    from scale.geometry.measure import standardize
-    from scale.geometry.mechanism import tangent_gain_record
-    from scale.geometry.probes import ProbeSettings
-    from scale.geometry.protocols import measure_model, untrained_heads
-
-    cfg = run_config(list(unit.argv), device)
-    model = train(cfg, data, normalized_input=False, device=device, run_dir=_made(work),
-                  ready=lambda trainer, _: _resume(trainer, unit.name, log))
+    """E5: train one depth's model, then E4's protocols of it (``scale.geometry.protocols.measure_model``),
+    Proposition 5.2 on its head and on an untrained head of its layers (``tangent_gain_record``), and its premise."""
+    cfg = unit.config(threads)
+    trainer = train(cfg, data, normalized_input=False, device=unit.device, run_dir=_made(work),
+                    ready=lambda t, _: _resume(t, unit.name, log))
+    model = trainer.model
     probe = ProbeSettings(train_images=probe_images, test_images=probe_images, seed=unit.seed)
-    data = data.to(device)
+    data = data.to(unit.device)
     images = data.test_x[:unit.measure.get("tangent_images", TANGENT_IMAGES)].float() / 255.0  # uint8 -> [0, 1]
     normalize = standardize(data.mean, data.std, data.test_x.device)
     untrained = untrained_heads(cfg, model.backbone.out_dim, CONTROL_SEED + unit.seed)["d_untrained_nobias"]
-    return {"status": "finished", "config": cfg.to_dict(),
+    return {"status": "finished", "config": cfg.to_dict(), "premise": {"raw": premise_record(trainer, data)},
             "protocols": measure_model(model, cfg, data, probe, CONTROL_SEED + unit.seed),
             "tangent": tangent_gain_record(model.backbone, model.projector.eval(), images, normalize),
             "tangent_untrained": tangent_gain_record(model.backbone, untrained.to(images.device).eval(), images,
                                                      normalize)}
 
 
-def run_unit(u: Unit, dataset: str, data, device: str, quick: bool, data_dir: str | None,
-             log: Callable[[str], None], work: Path | None = None) -> dict[str, Any]:
+def run_unit(u: Unit, data, threads: int, quick: bool, data_dir: str | None, log: Callable[[str], None],
+             work: Path | None = None) -> dict[str, Any]:
     """One unit's record, by its experiment's runner; ``work``: its work folder (module docstring)."""
-    from scale.ledger.plan import PROBE_IMAGES, QUICK_PROBE_IMAGES, QUICK_PROBE_PAIRS
-
     probe_images = QUICK_PROBE_IMAGES if quick else PROBE_IMAGES
     if u.experiment in ("E1", "E2"):
-        return train_unit(u, data, device, QUICK_PROBE_PAIRS if quick else PROBE_PAIRS, work, log)
+        return train_unit(u, data, threads, QUICK_PROBE_PAIRS if quick else PROBE_PAIRS, work, log)
     if u.experiment == "E5":
-        return e5_unit(u, data, probe_images, device, work, log)
-    return e3e4_unit(u, dataset, u.measure.get("epochs"), data_dir, probe_images, device, log, work)
+        return e5_unit(u, data, threads, probe_images, work, log)
+    return e3e4_unit(u, threads, data_dir, probe_images, log, work)

@@ -1,5 +1,6 @@
 r"""The ledger's verdicts: a ``Rule`` reads an interval; ``decide`` adds the premise, the contradicting controls,
-the degenerate cases, Holm's correction and the leave-one-seed-out stability.
+the degenerate cases, Holm's correction and the leave-one-seed-out stability; ``compose`` adds the contrasts every
+row declares (its untrained twin, the paper's magnitude) and says what holds.
 
 A ``Rule`` (fixed before the runs) maps an interval ``[low, high]`` to one of three outcomes:
 
@@ -105,9 +106,58 @@ def decide(rule: Rule, est: Estimate, ran: bool, premise: str | None = None,
     return NOT_REPRODUCED if out == FAILS else INCONCLUSIVE
 
 
+# The verdicts of the contrasts (``compose``): the sign of the claim, then what it rests on.
+IN_MAGNITUDE, EXCLUDED = "in magnitude", "the paper's value excluded"
+REPRODUCED_IN_MAGNITUDE = "reproduced in magnitude"
+SIGN_ONLY = "sign only"
+NOT_ATTRIBUTABLE = "not attributable to training"
+CATEGORIES = (REPRODUCED_IN_MAGNITUDE, REPRODUCED, ONLY_PAPER_PROTOCOL, SIGN_ONLY, NOT_REPRODUCED, PREMISE_NOT_MET,
+              INCONCLUSIVE, NOT_MEASURABLE, NOT_MEASURED)
+
+
+def magnitude_outcome(band: tuple[float, float], paper: float, low: float, high: float) -> str:
+    """``IN_MAGNITUDE`` where the interval lies inside the registered band, ``EXCLUDED`` where the paper's value
+    lies outside the interval, ``OPEN`` otherwise (an interval inside the band that misses the paper's value is in
+    magnitude: the band is what was registered)."""
+    if math.isnan(low) or math.isnan(high):
+        return OPEN
+    if band[0] <= low and high <= band[1]:
+        return IN_MAGNITUDE
+    return EXCLUDED if paper < low or paper > high else OPEN
+
+
+def compose(sign: str, twin: str | None, magnitude: str | None, open_protocols: tuple[str, ...] = ()
+            ) -> tuple[str, str]:
+    """``(category, label)`` of a row from ``decide``'s verdict (``sign``), the twin contrast's outcome (``None``: not
+    applicable) and the magnitude's (``None``: not applicable). "reproduced" needs the twin to hold; a holding sign
+    whose twin does not, or whose magnitude excludes the paper's value, is "sign only", with what failed named."""
+    if sign not in (REPRODUCED, ONLY_PAPER_PROTOCOL):
+        return sign, sign
+    notes = []
+    category = sign
+    if twin is not None and twin != HOLDS:
+        category = SIGN_ONLY
+        notes.append(NOT_ATTRIBUTABLE + (" (the untrained twin does as much or more)" if twin == FAILS else
+                                         " (trained against untrained: open)"))
+    if magnitude == EXCLUDED:
+        notes.append(EXCLUDED)
+        if category == REPRODUCED:
+            category = SIGN_ONLY
+    elif magnitude == IN_MAGNITUDE:
+        notes.append(IN_MAGNITUDE)
+        if category == REPRODUCED:
+            category = REPRODUCED_IN_MAGNITUDE
+    elif magnitude == OPEN:
+        notes.append("magnitude open")
+    if open_protocols:
+        notes.append("open under " + ", ".join(open_protocols))
+    head = category if category != SIGN_ONLY else f"{SIGN_ONLY} ({sign})"
+    return category, "; ".join([head, *notes])
+
+
 def after_holm(verdict: str, adjusted_p: float) -> str:
-    """The verdict beside Holm's correction: a decisive verdict whose adjusted p is not below ``FAMILY_ALPHA``
-    becomes inconclusive; every other verdict stays."""
-    if verdict in DECISIVE and not adjusted_p < FAMILY_ALPHA:
+    """The verdict beside Holm's correction: a decisive verdict (its sign decided) whose adjusted p is not below
+    ``FAMILY_ALPHA`` becomes inconclusive; every other verdict stays."""
+    if verdict in (*DECISIVE, REPRODUCED_IN_MAGNITUDE, SIGN_ONLY) and not adjusted_p < FAMILY_ALPHA:
         return INCONCLUSIVE
     return verdict

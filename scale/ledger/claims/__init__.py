@@ -5,8 +5,9 @@ r"""The ledger's claims as data, one module per experiment, gathered here in rep
     e3e4        E3's probes, E4's orbit geometry under the E4 study's protocols; mechanism: D_intra, D_inter,
                 the untrained head near 1x
     e5          E5's depth trends
-    mechanism   the remaining mechanism rows (timescale separation)
+    mechanism   the remaining mechanism rows (timescale separation, rho, M on null(G), Proposition 5.2)
     project     the project's own questions (trained heads whitening, the class probe): outside the paper's tally
+    checks      identities of the code (M.1: a ReLU head's M = 0): checks, not reproductions, outside every tally
 
 ``rules_data()`` is every claim's registered part (``Claim.as_data``) with the statistics' settings it is read
 with; ``rules_hash()`` its SHA-256, written into the registration before the first unit runs.
@@ -18,12 +19,13 @@ from typing import Any
 
 from scale.ledger import stats, verdicts
 from scale.ledger.claims import e1, e2, e3e4, e5, mechanism, project
-from scale.ledger.claims.base import MECHANISM, PAPER, PROJECT, Claim
+from scale.ledger.claims.base import CHECK, MECHANISM, PAPER, PROJECT, Claim
 from scale.ledger.plan import digest
 
 _MECHANISM = sorted((*e2.MECHANISM_CLAIMS, *e3e4.MECHANISM_CLAIMS, *mechanism.CLAIMS), key=lambda c: int(c.id[2:]))
-CLAIMS: tuple[Claim, ...] = (*e1.CLAIMS, *e2.CLAIMS, *e3e4.CLAIMS, *e5.CLAIMS, *_MECHANISM, *project.CLAIMS)
-TABLES = (PAPER, MECHANISM, PROJECT)
+CLAIMS: tuple[Claim, ...] = (*e1.CLAIMS, *e2.CLAIMS, *e3e4.CLAIMS, *e5.CLAIMS, *_MECHANISM, *project.CLAIMS,
+                             *e2.CHECKS)
+TABLES = (PAPER, MECHANISM, PROJECT, CHECK)
 # E6 is not run here: the pretrained checkpoints cannot be fetched offline (``python -m scale.pretrained``).
 NOT_RUN = {"E6": ("DINO heads compress orbits, VICReg / Barlow Twins heads expand them", "compressor / expander",
                   "not run: no pretrained checkpoint is reachable offline; `python -m scale.pretrained all --weights "
@@ -34,7 +36,8 @@ def rules_data() -> dict[str, Any]:
     """Everything a verdict depends on besides the units: the claims' data and the statistics' settings."""
     return {"claims": [c.as_data() for c in CLAIMS], "not_run": {k: list(v) for k, v in NOT_RUN.items()},
             "statistics": {"level": stats.LEVEL, "kinds": list(stats.KINDS), "seeds_cap": stats.SEEDS_CAP,
-                           "family_alpha": verdicts.FAMILY_ALPHA, "verdicts": list(verdicts.VERDICTS)}}
+                           "log_kappa": list(stats.LOG_KAPPA), "family_alpha": verdicts.FAMILY_ALPHA,
+                           "verdicts": list(verdicts.CATEGORIES)}}
 
 
 def rules_hash() -> str:

@@ -1,5 +1,14 @@
 r"""A claim as data: what it tests, where the paper says it, the per-seed statistic, the rule, the controls, the
-premise, what transfers to CIFAR, what was known when the rule was written, and the alternatives considered.
+premises, what transfers to CIFAR, what was known when the rule was written, and the alternatives considered; and
+the contrasts every row of the paper's claims and its mechanism declares (or says, with its reason, why it has none):
+
+    sign       the statistic against 0 (or the rule's bar): the rule
+    twin       the trained network against its untrained twin under the same protocol (``Twin``), for every claim
+               about what a head or training does: "reproduced" needs it to hold
+    magnitude  the effect against the paper's value, with a band registered around it (``Magnitude``):
+               "reproduced in magnitude", or "the paper's value excluded"
+    premises   the theorem's own hypotheses, measured (``premises``), and "the network learned"
+               (``learned``: the units whose trainings must have passed ``scale.runs.premise``)
 
 Everything but the statistics' functions is data (``Claim.as_data``); ``scale.ledger.claims.rules_data`` gathers
 it for every claim, and its SHA-256 (``rules_hash``) is registered before the first unit runs.
@@ -16,7 +25,9 @@ from scale.ledger.verdicts import Rule
 
 Results = dict[str, dict[str, Any]]  # unit name -> its record
 Statistic = Callable[[Results, int], float]  # (units, seed) -> one value (NaN: absent or degenerate)
-PAPER, PROJECT, MECHANISM = "paper", "project", "mechanism"
+PAPER, PROJECT, MECHANISM, CHECK = "paper", "project", "mechanism", "check"
+TABLES = (PAPER, MECHANISM, PROJECT, CHECK)
+MAGNITUDE_FACTOR = 2.0  # the default band: the effect within a factor 2 of the paper's (on the statistic's scale)
 TRANSFERS = ("scale-independent", "scale-dependent")
 
 
@@ -51,6 +62,44 @@ Premise = Alternative = RuledStatistic
 
 
 @dataclass(frozen=True)
+class Twin:
+    """The trained network against its untrained twin under the same protocol: per seed, the claim's statistic of
+    the trained network minus the same statistic of the twin, read by ``rule`` (the claim's direction at 0)."""
+
+    label: str
+    value: Statistic
+    rule: Rule
+
+    def as_data(self) -> dict[str, Any]:
+        return {"label": self.label, "rule": self.rule.as_data()}
+
+
+@dataclass(frozen=True)
+class Magnitude:
+    """The paper's value on the statistic's scale, its source, and the band registered around it: the interval
+    inside the band is "reproduced in magnitude"; the paper's value outside the interval, "the paper's value
+    excluded"."""
+
+    paper: float
+    band: tuple[float, float]
+    how: str  # how the band was set
+    source: str  # where the paper's value comes from
+
+    def __post_init__(self) -> None:
+        if not self.band[0] < self.band[1] or not self.band[0] <= self.paper <= self.band[1]:
+            raise ValueError(f"a magnitude band must hold the paper's value {self.paper}, got {self.band}")
+
+    def as_data(self) -> dict[str, Any]:
+        return {"paper": self.paper, "band": list(self.band), "how": self.how, "source": self.source}
+
+
+def factor_band(paper: float, source: str, factor: float = MAGNITUDE_FACTOR) -> Magnitude:
+    """The paper's effect within ``factor`` of itself (an effect of either sign, on the statistic's scale)."""
+    a, b = sorted((paper / factor, paper * factor))
+    return Magnitude(paper, (a, b), f"the effect within a factor {factor:g} of the paper's", source)
+
+
+@dataclass(frozen=True)
 class Claim:
     id: str
     experiment: str
@@ -69,14 +118,27 @@ class Claim:
     known: str = ""  # what was already known when the rule was written
     alternatives: tuple[Alternative, ...] = ()
     degenerate: str = ""  # when a seed's value is not measurable (NaN), why
+    twin: Twin | None = None
+    no_twin: str = ""  # why no untrained twin applies (every paper and mechanism row without a twin says why)
+    magnitude: Magnitude | None = None
+    no_magnitude: str = ""  # why the paper gives no value to test (qualitative, or the rule is the value)
+    # the trainings that must have learned (scale.runs.premise): (unit name with {s} for the seed, training), the
+    # training a key of the unit record's "premise" (raw, normalized); empty: not_learned says why not a premise
+    learned: tuple[tuple[str, str], ...] = ()
+    not_learned: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"{self.id}: kind must be one of {KINDS}, got {self.kind!r}")
-        if self.table not in (PAPER, PROJECT, MECHANISM):
-            raise ValueError(f"{self.id}: table must be paper, mechanism or project, got {self.table!r}")
+        if self.table not in TABLES:
+            raise ValueError(f"{self.id}: table must be one of {TABLES}, got {self.table!r}")
         if self.transfer[0] not in TRANSFERS:
             raise ValueError(f"{self.id}: transfer must be one of {TRANSFERS}, got {self.transfer[0]!r}")
+        if self.table in (PAPER, MECHANISM):  # every contrast declared, or its absence explained
+            for present, why, what in ((self.twin, self.no_twin, "twin"), (self.magnitude, self.no_magnitude,
+                                       "magnitude"), (self.learned, self.not_learned, "learned")):
+                if bool(present) == bool(why):
+                    raise ValueError(f"{self.id}: give exactly one of {what} and the reason it does not apply")
 
     def as_data(self) -> dict[str, Any]:
         """The claim without its functions: what registration hashes."""
@@ -88,6 +150,9 @@ class Claim:
             "premises": [p.as_data("text") for p in self.premises],
             "transfer": list(self.transfer), "known": self.known, "degenerate": self.degenerate,
             "alternatives": [a.as_data("label") for a in self.alternatives],
+            "twin": self.twin.as_data() if self.twin else None, "no_twin": self.no_twin,
+            "magnitude": self.magnitude.as_data() if self.magnitude else None, "no_magnitude": self.no_magnitude,
+            "learned": [list(x) for x in self.learned], "not_learned": self.not_learned,
         }
 
 
@@ -95,3 +160,9 @@ POSITIVE = Rule(">", 0.0)
 NEGATIVE = Rule("<", 0.0)
 LOG10 = "log10 ratio"
 PAPER_MD = "docs/paper.md"
+# reasons shared by many rows (why a contrast does not apply)
+COLLAPSE_IS_THE_CLAIM = ("the run starts collapsed by design: whether training leaves the collapse is the claim, "
+                         "not its premise")
+COLLAPSED_BY_DESIGN = "the run starts collapsed by design: its state, not a learned representation, is measured"
+QUALITATIVE = "the paper states no value, only the direction"
+NO_UNTRAINED_TWIN = "a property of training dynamics: an untrained network has no such trajectory"

@@ -10,11 +10,14 @@ and E1.3 (escape through M) also need rho = grad_h L non-zero at that start (``r
 from __future__ import annotations
 
 from scale.ledger.claims.base import (
+    COLLAPSE_IS_THE_CLAIM,
     LOG10,
     NEGATIVE,
+    NO_UNTRAINED_TWIN,
     PAPER,
     PAPER_MD,
     POSITIVE,
+    QUALITATIVE,
     Claim,
     Control,
     Premise,
@@ -25,6 +28,7 @@ from scale.ledger.readers import (
     escape,
     h_std_final,
     log10_of_value,
+    loss_psd_at_start,
     mechanism_at,
     relu_like_linear,
     start_h_std,
@@ -65,6 +69,16 @@ def _rho_premise(head: str) -> Premise:
 
 
 V1_PREMISE = "v1: the premise statistic was 0 at every seed (the two starts have the same h std)"
+# the contrasts E1's rows do not have, and why (scale.ledger.claims.base)
+E1_CONTRASTS = dict(no_twin=NO_UNTRAINED_TWIN, no_magnitude=QUALITATIVE, not_learned=COLLAPSE_IS_THE_CLAIM)
+
+
+def _psd_premise(head: str) -> Premise:
+    """Theorem 4.1 (1)'s hypothesis: the loss Hessian in h is positive semi-definite (as for MSE objectives)."""
+    return Premise("the loss Hessian in h is PSD at the collapsed start (Theorem 4.1 (1)'s hypothesis; SimSiam's "
+                   "negative cosine is indefinite)", f"fraction of seeds whose loss Hessian is PSD at the collapsed "
+                   f"start, {head}", lambda res, s: loss_psd_at_start(res, e1_name(head, False, 0.05, "collapsed", s)),
+                   Rule(">", 0.5), kind="fraction")
 
 
 def _smooth_escape(cid: str, name: str, head: str, known: str) -> Claim:
@@ -75,14 +89,16 @@ def _smooth_escape(cid: str, name: str, head: str, known: str) -> Claim:
                  f"log10(h std at the end / before training), {head}, BN off, lr 0.05", LOG10, POSITIVE, _escape(head),
                  controls=(Control("normal start", _escape(head, init="normal")),
                            Control("linear head", _escape("linear"))),
-                 premises=(_premise(head), _rho_premise(head)), transfer=E1_TRANSFER, known=known)
+                 premises=(_premise(head), _rho_premise(head)), transfer=E1_TRANSFER, known=known, **E1_CONTRASTS)
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("E1.1", "E1", PAPER, "a linear head does not leave pseudo-collapse",
           (PAPER_MD, 88, "linear heads have `M = 0`"), "qualitative (Thm 4.1 (1))",
           "log10(h std at the end / before training), linear, BN off, lr 0.05", LOG10, NEGATIVE, _escape("linear"),
-          controls=(Control("normal start", _escape("linear", init="normal")),), premises=(_premise("linear"),),
-          transfer=E1_TRANSFER, known=f"v1 (5 seeds): -2.16 [-2.26, -2.06], 'reproduced'; {V1_PREMISE}"),
+          controls=(Control("normal start", _escape("linear", init="normal")),),
+          premises=(_premise("linear"), _psd_premise("linear")), transfer=E1_TRANSFER,
+          known=f"v1 (5 seeds): -2.16 [-2.26, -2.06], 'reproduced'; {V1_PREMISE}; v2: 'not reproduced', its PSD "
+          "premise unchecked (M.2: the SimSiam loss Hessian indefinite in every measurement)", **E1_CONTRASTS),
     *(_smooth_escape(cid, name, head, known) for cid, name, head, known in (
         ("E1.2", "GELU", "gelu2", f"v1: -1.89 [-2.01, -1.76], 'not reproduced'; {V1_PREMISE}"),
         ("E1.3", "Swish", "swish2", f"v1: -1.80 [-1.89, -1.70], 'not reproduced'; {V1_PREMISE}"))),
@@ -93,12 +109,13 @@ CLAIMS: tuple[Claim, ...] = (
           lambda res, s: relu_like_linear(res, False, 0.005, s),
           controls=(Control("lr 0.05", lambda res, s: relu_like_linear(res, False, 0.05, s)),
                     Control("lr 0.5", lambda res, s: relu_like_linear(res, False, 0.5, s))),
-          transfer=E1_TRANSFER, known="v1: 0.131 [-0.077, 0.339], inconclusive; at lr 0.05: 0.317 [0.21, 0.425]"),
+          transfer=E1_TRANSFER, known="v1: 0.131 [-0.077, 0.339], inconclusive; at lr 0.05: 0.317 [0.21, 0.425]",
+          **E1_CONTRASTS),
     Claim("E1.5", "E1", PAPER, "BatchNorm is the way out for ReLU",
           (PAPER_MD, 90, "they escape only through finite steps and BatchNorm"), "qualitative (ReLU gap)",
           "log10(final h std with BN / without), relu2, lr 0.005", LOG10, POSITIVE, _bn_gain("relu2", 0.005),
           controls=(Control("gelu2 (BN's effect on a smooth head)", _bn_gain("gelu2", 0.005)),
                     Control("relu2 at lr 0.05", _bn_gain("relu2", 0.05))),
           transfer=E1_TRANSFER, known="v1: 2.07 [1.58, 2.57], 'reproduced'; the gelu2 control 1.83 [1.68, 1.99] "
-          "(BatchNorm lifts every head, not only ReLU)"),
+          "(BatchNorm lifts every head, not only ReLU)", **E1_CONTRASTS),
 )

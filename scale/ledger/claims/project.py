@@ -6,7 +6,7 @@ the downstream task better than the head) is the guillotine's premise, not a mea
 
 from __future__ import annotations
 
-from scale.ledger.claims.base import LOG10, NEGATIVE, PAPER_MD, PROJECT, Claim, Control
+from scale.ledger.claims.base import LOG10, NEGATIVE, PAPER_MD, PROJECT, Claim, Control, Twin
 from scale.ledger.readers import conditioning, e1_name, gap
 
 COND_TRANSFER = ("scale-dependent", "conditioning after training depends on the trajectory; a CIFAR run must "
@@ -29,13 +29,20 @@ CLAIMS: tuple[Claim, ...] = (
             f"{head}, BN off, lr 0.05, normal start", LOG10, NEGATIVE, _cond(head),
             controls=(Control("before training", _cond(head, at="start")),
                       Control("pseudo-collapsed start", _cond(head, "collapsed"))),
+            twin=Twin("after training minus before (the same head at initialisation)", lambda res, s, h=head:
+                      _cond(h)(res, s) - _cond(h, at="start")(res, s), NEGATIVE),
+            learned=((f"E1-{head}-bn0-lr0.05-normal-s{{s}}", "raw"),),
             transfer=COND_TRANSFER, known=f"v1: {V1[head]}")
       for i, head in enumerate(("linear", "relu2", "gelu2", "swish2"))),
     Claim("E3.3", "E3", PROJECT, "the backbone serves the downstream task better than the head (the guillotine)",
           (PAPER_MD, 17, "throws the head away"), "not reported (the paper's premise)",
           "class probe (logistic regression): accuracy on h minus on z (protocol b)", "points", NEGATIVE,
           lambda res, s: gap(res, f"E3E4-s{s}", "b_raw", "class"),
-          controls=(Control("untrained head", lambda res, s: gap(res, f"E3E4-s{s}", "d_untrained_nobias", "class")),),
+          controls=(Control("untrained head, protocol a (d)",
+                            lambda res, s: gap(res, f"E3E4-s{s}", "d_untrained_nobias", "class")),),
+          twin=Twin("trained minus its untrained twin, protocol b (g)", lambda res, s: gap(res, f"E3E4-s{s}", "b_raw",
+                    "class") - gap(res, f"E3E4-s{s}", "g_untrained_raw_renorm", "class"), NEGATIVE),
+          learned=(("E3E4-s{s}", "raw"),),
           transfer=("scale-dependent", "the class gap depends on data and width"),
           known="v1: -1.96 [-3.8, -0.111], 'reproduced', fragile (dropping any one seed made it inconclusive)"),
 )

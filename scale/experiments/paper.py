@@ -1,7 +1,9 @@
-r"""The paper's grid E1-E5 as a plan: its runs, each with its ``scale.run`` arguments and the paper's value of
-every setting it checks, the settings per experiment (the paper's, and its official code's where the paper is
-silent), the assumptions where neither decides, and the deviations of a resolved config from the paper's.
-``scale.paper``'s docstring describes the grid; ``scale.grid.units`` keys each run.
+r"""The paper's experiments E1-E5 as data: the settings per experiment (the paper's, and its official code's where
+the paper is silent), the assumptions where neither decides, the runs of its grid (each a ``PlannedRun``: its
+``TrainConfig`` settings, resolved as ``python -m scale.run`` resolves them, and the paper's value of every setting
+it checks), and the deviations of a resolved config from the paper's. On digits each experiment trains with its
+digits recipe (``scale.engine.recipes.DIGITS_RECIPES``). The grid (``scale.paper``, ``scale.grid``) and the ledger
+(``scale.ledger``) read these runs; ``scale.paper``'s docstring describes the grid.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scale.engine.recipes import DIGITS_RECIPES
+from scale.engine.train import TrainConfig
 
 EXPERIMENTS: tuple[str, ...] = ("E1", "E2", "E3E4", "E5")
 E1_HEADS: tuple[str, ...] = ("linear", "relu2", "gelu2", "swish2")  # projector 512-2048-2048: 2 Linear layers
@@ -57,17 +60,45 @@ DONE_STATUSES = ("finished", "non-finite loss")
 
 @dataclass
 class PlannedRun:
+    """One run of the grid: ``settings`` are ``TrainConfig`` fields given on top of ``python -m scale.run``'s
+    resolution of ``dataset``, ``backbone`` and the settings' method (``config``); ``probe_images``: the end-of-run
+    rotation probes' image cap (``None``: scale.run's default); ``data_dir``: where the data is (CIFAR)."""
+
     name: str
     experiment: str
     seed: int
-    argv: list[str]  # scale.run arguments, without --out / --run-name / --device / --quiet
+    dataset: str
+    backbone: str
+    settings: dict[str, Any]
     paper: dict[str, Any]  # the paper's value of each checked setting
     track_hessian: bool = False
     labels: dict[str, Any] = field(default_factory=dict)
+    probe_images: int | None = None
+    data_dir: str | None = None  # where the data is, not what it is: in no key
 
+    def config(self, device: str = "cpu", **changes: Any) -> TrainConfig:
+        """The ``TrainConfig`` of this run on ``device`` (``changes``: more settings, e.g. threads)."""
+        values = {k: v for k, v in {**self.settings, **changes}.items() if k != "method"}
+        return TrainConfig.resolve(self.dataset, self.settings.get("method", "simclr"), self.backbone, device=device,
+                                   seed=self.seed, **values)
 
-def _bool_flag(name: str, value: bool) -> str:
-    return f"--{name}" if value else f"--no-{name}"
+    @property
+    def argv(self) -> list[str]:
+        """The run as a ``python -m scale.run`` command line (the manifest's record for people, and the grid's runs
+        through scale.run), from ``settings``: one flag per setting."""
+        out = [self.dataset, "--backbone", self.backbone, "--seed", str(self.seed)]
+        for k, v in self.settings.items():
+            if v is None:
+                continue
+            flag = f"--{k.replace('_', '-')}"
+            out += ([flag] if v else [f"--no-{k.replace('_', '-')}"]) if isinstance(v, bool) else [flag, str(v)]
+        if self.probe_images is not None:
+            out += ["--probe-images", str(self.probe_images)]
+        if self.data_dir is not None:
+            out += ["--data-dir", self.data_dir]
+        if self.track_hessian:  # E2: H_eff once per epoch (scale.curvature.tracking through scale.run)
+            out += ["--track-hessian-every", "epoch"]
+        return out
 
 
 def plan(dataset: str, backbone: str, quick: bool, experiments: tuple[str, ...] = EXPERIMENTS,
@@ -93,19 +124,8 @@ def plan(dataset: str, backbone: str, quick: bool, experiments: tuple[str, ...] 
             values.update(epochs=QUICK["epochs"], train_subset=QUICK["train_subset"])
         if epochs is not None:
             values["epochs"] = epochs
-        argv = [dataset, "--backbone", backbone, "--seed", str(seed)]
-        for k, v in values.items():
-            if v is None:
-                continue
-            if isinstance(v, bool):
-                argv.append(_bool_flag(k.replace("_", "-"), v))
-            else:
-                argv += [f"--{k.replace('_', '-')}", str(v)]
-        if quick:
-            argv += ["--probe-images", str(QUICK["probe_images"])]
-        if track:  # E2: H_eff once per epoch (scale.curvature.tracking through scale.run)
-            argv += ["--track-hessian-every", "epoch"]
-        runs.append(PlannedRun(name, exp, seed, argv, ref, track, labels))
+        runs.append(PlannedRun(name, exp, seed, dataset, backbone, values, ref, track, labels,
+                               QUICK["probe_images"] if quick else None))
 
     for seed in range(n_seeds):
         if "E1" in experiments:
@@ -129,7 +149,7 @@ def plan(dataset: str, backbone: str, quick: bool, experiments: tuple[str, ...] 
 
 
 
-def deviations(config: dict[str, Any], paper: dict[str, Any], dataset: str, argv: list[str] = ()
+def deviations(config: dict[str, Any], paper: dict[str, Any], dataset: str, probe_images: int | None = None
                ) -> dict[str, list[Any]]:
     """``{setting: [paper, ours]}`` for every checked setting whose resolved value differs from the paper's;
     the dataset itself counts (the paper's figures are CIFAR-10)."""
@@ -148,6 +168,6 @@ def deviations(config: dict[str, Any], paper: dict[str, Any], dataset: str, argv
         out[key] = [ref, ours]
     if config.get("train_subset") is not None:
         out["train_subset"] = ["all", config["train_subset"]]
-    if "--probe-images" in argv:  # a measurement setting (not in config.json): probes on fewer images
-        out["probe_images"] = ["all", int(argv[list(argv).index("--probe-images") + 1])]
+    if probe_images is not None:  # a measurement setting (not in config.json): probes on fewer images
+        out["probe_images"] = ["all", int(probe_images)]
     return out

@@ -282,7 +282,9 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
           "| claim | alternative | statistic | rule | ours | verdict |", "|---|---|---|---|---|---|"]
     L += [f"| {r['id']} | {md(a['label'])} | {md(a['statistic'])} | {a['rule']} | {_cell(a['interval'])} | "
           f"{a['verdict']} |" for r in rows for a in r["alternative_results"]]
-    L += ["", "## What was known when each rule was written", "", "| claim | known |", "|---|---|"]
+    L += ["", "## What was known when each rule was written", ""]
+    L += [f"- {md(k)}" for k in (reg.get("rules") or {}).get("known_before_registration", [])]
+    L += ["", "| claim | known |", "|---|---|"]
     L += [f"| {r['id']} | {md(r['known']) or '-'} |" for r in rows]
     det = [] if reg.get("v1") else determinism(store_dir or out, settings, res)
     L += ["", "## Determinism: the same units at another thread count, device or repeat", ""]

@@ -32,9 +32,24 @@ NOT_RUN = {"E6": ("DINO heads compress orbits, VICReg / Barlow Twins heads expan
                   "PATH` (docs/pretrained.md)")}
 
 
+# What had been run and seen of these experiments when the v3 rules were written (besides each claim's ``known``):
+# the pilots, registered with the rules so that a reader can judge how blind each rule was.
+KNOWN_BEFORE_REGISTRATION: tuple[str, ...] = (
+    "v1 (5 seeds, 160 units) and v2 (10 seeds, 320 units) on the old recipes, whose E3/E4 and E5 networks did not "
+    "learn (docs/replication/v2/report.md; issue 48's measurements): every row's v2 value is in its 'known'",
+    "the recipe search (docs/recipes.md, bench/results/recipe_search.jsonl): the main job's, E3/E4's and E5's "
+    "recipes at seeds 0-2 on the configurations of this plan (the same settings, 1 thread), with their final losses "
+    "and z's class probes; no E3/E4 protocol, orbit, rotation-probe or curvature number was computed there",
+    "single-seed explorations of augmentations and SimSiam settings before the search (seed 0, 2 threads, the same "
+    "premise numbers only), and --quick ledgers of this code (tiny models, 1-4 epochs: pipeline checks)",
+)
+
+
 def rules_data() -> dict[str, Any]:
-    """Everything a verdict depends on besides the units: the claims' data and the statistics' settings."""
+    """Everything a verdict depends on besides the units: the claims' data and the statistics' settings, and what
+    was known when they were written."""
     return {"claims": [c.as_data() for c in CLAIMS], "not_run": {k: list(v) for k, v in NOT_RUN.items()},
+            "known_before_registration": list(KNOWN_BEFORE_REGISTRATION),
             "statistics": {"level": stats.LEVEL, "kinds": list(stats.KINDS), "seeds_cap": stats.SEEDS_CAP,
                            "log_kappa": list(stats.LOG_KAPPA), "family_alpha": verdicts.FAMILY_ALPHA,
                            "verdicts": list(verdicts.CATEGORIES)}}

@@ -231,7 +231,7 @@ def test_resolve_is_the_cli_resolution():
         assert api == cli, argv
     d = TrainConfig.resolve("digits")
     assert (d.backbone_width, d.head_width, d.head_out, d.batch_size, d.epochs, d.augment) == (
-        16, 256, 128, 128, 20, "digits")
+        16, 256, 128, 128, 20, "digits_mild")
     assert TrainConfig.resolve("digits", "simclr", "vit_tiny").backbone_width == 48
     with pytest.raises(TypeError, match="no fields head_widht"):
         TrainConfig.resolve("digits", head_widht=3)

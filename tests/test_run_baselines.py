@@ -159,8 +159,9 @@ def test_analyze_of_a_run_repeats_its_end_of_run_probes_and_orbits(seeded):
         assert result["probes"]["rotation_gaps"][kind] == summary["rotation_probes"]["gaps"][kind]
     assert result["probes"]["rotation_settings"]["seed"] == 3
     assert result["probes"]["headline"] == summary["class_probe"]
-    # the orbit features are float32 convolutions in another memory layout (the trainer's channels_last): the
-    # verdict's numbers agree to float32 round-off, relative to each number's own size
+    # the orbit features: float32 convolutions that scale.analyze computes on a model of its own (the trainer's
+    # layout is channels_last where memory_format_for allows it; this width-4 ResNet keeps the default layout), so
+    # the verdict's numbers are compared to float32 round-off, relative to each number's own size, not bitwise
     for key, est in summary["geometry"]["verdict"].items():
         if isinstance(est, dict):
             for part in ("value", "low", "high"):

@@ -25,7 +25,7 @@ from scale.engine.data import FOLDER_PREFIX
 # E1/E2 (SimSiam, SGD 0.05) learn only with BatchNorm in the head on digits: without it both collapse
 # (docs/recipes.md), and their rows say so.
 DIGITS_RECIPES: dict[str, dict[str, Any]] = {
-    "main": dict(augment="digits", epochs=20),
+    "main": dict(augment="digits_mild", epochs=20),
     "E1": dict(augment="digits", epochs=20),
     "E2": dict(augment="digits", epochs=50),
     "E3E4": dict(augment="digits_rotate", epochs=50),

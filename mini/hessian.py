@@ -147,7 +147,7 @@ def loss_hessian_blocks(objective: Objective, Hb: Array) -> np.ndarray:
     """
     if not objective.block_diagonal:
         raise ValueError(f"{objective.name}: its loss Hessian couples samples; use loss_derivatives")
-    Hb = np.asarray(Hb, dtype=float)
+    Hb = _real_embeddings(objective, Hb)  # checked before the float64 conversion (a complex batch is refused)
     objective.check(Hb)
     if objective.hessian_blocks_fn is not None:
         return _check_finite("grad^2_H L", np.asarray(objective.hessian_blocks_fn(Hb)))

@@ -1,8 +1,9 @@
 """A pytest plugin for ``python -m theory_checks.explore``: counts, per check, the examples hypothesis
 generated, the draws it discarded (an ``assume`` that failed, a filter), the failures, and the certificates
-issued in ball arithmetic (``certify.LOG``: how many, how long), and keeps each falsifying instance with its
-reproduction. Loaded with ``-p theory_checks._explore_plugin``; writes
-JSON to the path in ``THEORY_CHECKS_EXPLORE_OUT`` when the session ends.
+issued in ball arithmetic (``certify.LOG``: how many, how long, and how many on drawn instances: those a
+generated test case issued), and keeps each falsifying instance with its reproduction. Loaded with
+``-p theory_checks._explore_plugin``; writes JSON to the path in ``THEORY_CHECKS_EXPLORE_OUT`` when the session
+ends.
 
 Counts come from hypothesis's observability hook: one observation per test case, with its status
 (``passed`` / ``failed`` / ``gave_up``) and how it was made (explicit ``@example``, generated, shrunk).
@@ -42,18 +43,32 @@ class Explorer:
         self.failures: dict[str, str] = {}
         self.reasons: dict[str, set[str]] = defaultdict(set)
         self.outcomes: dict[str, str] = {}
+        self.logged = 0  # certify.LOG's length when the last test case (or test) ended
+
+    def _new_certificates(self) -> int:
+        """Certificates issued since the last call (``certify.LOG`` grows by one per certificate)."""
+        n = len(getattr(sys.modules.get("certify"), "LOG", []))
+        new, self.logged = n - self.logged, n
+        return new
+
+    @pytest.hookimpl
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        self._new_certificates()  # a test case's certificates are counted from its own test's start
 
     def observe(self, obs) -> None:
         if _field(obs, "type") != "test_case":
             return
         node = _field(obs, "property") or "?"
-        if "::" not in node:
-            return  # a property defined inside a test (test_premises' own machinery checks), not a check
+        issued = self._new_certificates()  # issued by this test case (observations come as each case ends)
+        if "::" not in node or "test_premises.py::" in node:
+            return  # the premise machinery's own properties (they discard on purpose), not checks
         how = str(_field(obs, "how_generated") or "")
         status = _field(obs, "status")
         if "shrink" in how or "minimal failing example" in how:
             return  # the shrinker's re-runs of a failure are not fresh examples
         kind = "explicit" if "explicit" in how else "generated"
+        if kind == "generated" and issued:
+            self.counts[node]["certificates_drawn"] += issued  # decided by certificate on a drawn instance
         if status == "gave_up":
             reason = str(_field(obs, "status_reason") or "")
             # a premise of the check (assume, or a strategy's filter) against hypothesis's own limits

@@ -84,15 +84,12 @@ def interaction_vanishes(spec: str) -> tuple[certify.Certificate, certify.Certif
     rho = np.asarray(decompose_closed_form(head, objective, Z).rho)
     n, d = Z.shape
 
-    def kinks() -> str | None:
+    def pre_activations() -> list:
         pre: list = []
         certify.ball_head(head, certify.taylor_array(Z), pre)
-        lows = [certify.lower(abs(a.c0)) for layer in pre for a in np.ravel(layer)]
-        if not lows:
-            return "no hidden layer: h is affine"
-        return f"{len(lows)} pre-activation balls, |a| >= {min(lows):.3e}" if min(lows) > 0 else None
+        return [a.c0 for layer in pre for a in np.ravel(layer)]
 
-    off = certify.decide(f"every hidden pre-activation of {spec} off its kink", kinks)
+    off = certify.off_kinks(pre_activations, f"every hidden pre-activation of {spec}")
 
     def forms():
         def interaction(x):

@@ -16,11 +16,21 @@ Certificates (each ``decide`` raises the working precision, ``PRECISIONS``, unti
 threshold, or fails with ``Undecided`` at the last one):
 
     rank(A) >= r          an r x r minor whose ball excludes 0 (``rank_at_least``)
-    lambda_min(A) < t     a Rayleigh quotient ``v^T A v / v^T v`` whose ball lies below t (``below``)
-    lambda_min(A) > t     an LDL^T factorisation of ``A - t I`` with every pivot's ball above 0 (``above``)
-    |x| <= b              every ball's upper end at most b (``bounded``)
+    lambda_min(A) < t     a Rayleigh quotient ``v^T A v / v^T v`` whose ball lies below t, ``v^T v`` a ball
+                          above 0 (``below``)
+    lambda_min(A) > t     an LDL^T factorisation of ``A - t I`` with every pivot's ball above 0, ``A``'s
+                          balls symmetric (``above``)
+    |x| <= b              every ball of |x| at most b, as balls (``bounded``)
+    a != 0 (off a kink)   every ball excludes 0 (``off_kinks``)
     x = 0 (an identity)   balls containing 0 at >= ``IDENTITY_BITS`` bits, radius below ``IDENTITY_RADIUS``
                           of the object's scale (``vanishes``): evidence at 200 bits, not a proof of 0
+
+Every comparison is a comparison of balls (Arb's ``<``, ``<=`` hold only when they hold for every point of
+both balls), never of a float read off a ball: ``float(b.upper())`` rounds to nearest, so ``1 + 2^-60`` would
+read as ``<= 1``. A NaN or infinite ball decides nothing (its comparisons are false), so every certificate
+fails closed on one; and an input that breaks a certificate's contract (a matrix whose balls are not
+symmetric, ``v^T v`` not above 0, a scale that is not finite and positive, nothing to certify) is
+``Refused``, a kind of ``Undecided``. ``test_certify.py`` feeds each certificate such hostile inputs.
 
 Every certificate issued is logged (``LOG``: the running check, the claim, the bits and the seconds), so
 ``python -m theory_checks.explore`` reports per check how many instances needed one and what they cost.
@@ -49,12 +59,18 @@ class Undecided(AssertionError):
     """The ball still contains the threshold at the last precision: the certificate could not be issued."""
 
 
+class Refused(Undecided):
+    """The input breaks the certificate's contract: nothing is decided (and no precision could decide it)."""
+
+
 @dataclass(frozen=True)
 class Certificate:
     claim: str
     bits: int
     evidence: str
     seconds: float
+    value: Any = None  # the deciding ball where one decides (a minor, a Rayleigh quotient), for its float64 twin
+    where: tuple = ()  # where it was read (a minor's rows and columns)
 
     def __str__(self) -> str:
         return f"{self.claim} [{self.evidence}; {self.bits} bits, {self.seconds * 1e3:.0f} ms]"
@@ -73,15 +89,20 @@ def precision(bits: int) -> Iterator[None]:
         ctx.prec = old
 
 
-def decide(claim: str, attempt: Callable[[], str | None], bits: Sequence[int] = PRECISIONS) -> Certificate:
-    """Run ``attempt`` at each precision in turn; it returns the evidence (a string) once its balls decide
-    the claim, ``None`` while they do not. ``Undecided`` when the last precision does not decide."""
+Evidence = str | tuple[str, Any, tuple]  # the text, or (text, the deciding ball, where it was read)
+
+
+def decide(claim: str, attempt: Callable[[], Evidence | None], bits: Sequence[int] = PRECISIONS) -> Certificate:
+    """Run ``attempt`` at each precision in turn; it returns the evidence once its balls decide the claim,
+    ``None`` while they do not. ``Undecided`` when the last precision does not decide (``Refused`` raised by
+    ``attempt`` passes through: no precision decides a claim its input cannot carry)."""
     t0 = time.perf_counter()
     for b in bits:
         with precision(b):
             evidence = attempt()
         if evidence is not None:
-            cert = Certificate(claim, b, evidence, time.perf_counter() - t0)
+            text, value, where = (evidence, None, ()) if isinstance(evidence, str) else evidence
+            cert = Certificate(claim, b, text, time.perf_counter() - t0, value, where)
             LOG.append((os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0], cert))
             return cert
     raise Undecided(f"not decided at {bits[-1]} bits: {claim}")
@@ -100,11 +121,31 @@ def ball_text(b: Ball) -> str:
 
 
 def upper(b: Ball) -> float:
+    """For printing only (rounded to nearest): decisions compare balls."""
     return float(b.upper())
 
 
 def lower(b: Ball) -> float:
+    """For printing only (rounded to nearest): decisions compare balls."""
     return float(b.lower())
+
+
+def balls(x: Any) -> list[Ball]:
+    """The balls of a scalar or an (object) array of them, flattened."""
+    return list(np.asarray(x, dtype=object).ravel())
+
+
+def finite(values: Sequence[Ball]) -> bool:
+    """Every ball finite: a NaN or infinite ball carries no information about the exact value."""
+    return all(isinstance(b, arb) and b.is_finite() for b in values)
+
+
+def _exact_bound(x: float, what: str, positive: bool = False) -> Ball:
+    """A float64 threshold as an exact ball; ``Refused`` unless finite (and positive when asked)."""
+    x = float(x)
+    if not np.isfinite(x) or (positive and not x > 0) or (not positive and x < 0):
+        raise Refused(f"{what}: the bound {x!r} is not a finite {'positive' if positive else 'non-negative'} number")
+    return arb(x)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -308,63 +349,114 @@ def minor(A: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> Ball:
 
 def rank_at_least(compute: Callable[[], np.ndarray], r: int, what: str) -> Certificate:
     """``rank >= r`` of the ball matrix ``compute()`` (recomputed at each precision): an ``r x r`` minor
-    whose ball excludes 0."""
+    whose ball excludes 0. Undecided on a NaN or infinite entry (its minors' balls contain everything)."""
+    if r != int(r) or r < 0:
+        raise Refused(f"rank({what}) >= {r}: r must be a non-negative integer")
     if r == 0:
         return Certificate(f"rank({what}) >= 0", 0, "trivial", 0.0)
     choice: list[tuple[np.ndarray, np.ndarray]] = []
 
-    def attempt() -> str | None:
-        A = compute()
+    def attempt() -> Evidence | None:
+        A = np.asarray(compute(), dtype=object)
+        if A.ndim != 2 or r > min(A.shape):
+            raise Refused(f"rank({what}) >= {r}: a matrix of shape {A.shape} has no {r} x {r} minor")
+        if not finite(balls(A)):
+            return None
         if not choice:
             choice.append(pivots(midpoints(A), r))
         rows, cols = choice[0]
         m = minor(A, rows, cols)
-        return None if m.contains(0) else f"minor rows {rows.tolist()} cols {cols.tolist()} = {ball_text(m)}"
+        if m.contains(0):
+            return None
+        return f"minor rows {rows.tolist()} cols {cols.tolist()} = {ball_text(m)}", m, (rows, cols)
 
     return decide(f"rank({what}) >= {r}", attempt)
 
 
 def vanishes(compute: Callable[[], np.ndarray], scale: float, what: str) -> Certificate:
-    """An identity: every ball of ``compute()`` contains 0 with radius below ``IDENTITY_RADIUS x scale``,
-    at ``IDENTITY_BITS`` bits or more (the float64 scale of the object, ``scale > 0``)."""
+    """An identity: every ball of ``compute()`` contains 0 with ``|x| <= IDENTITY_RADIUS x scale`` (a ball
+    comparison), at ``IDENTITY_BITS`` bits or more (``scale``, the float64 scale of the object, finite and
+    positive). A ball that excludes 0 disproves the identity (``Undecided`` at once); a NaN or infinite ball
+    leaves it undecided."""
+    radius = arb(IDENTITY_RADIUS) * _exact_bound(scale, f"{what} = 0: scale", positive=True)  # exact: 2^-150 x
 
-    def attempt() -> str | None:
-        values = np.asarray(compute(), dtype=object).ravel()
-        if not all(b.contains(0) for b in values):
-            raise Undecided(f"{what}: a ball excludes 0, the identity fails: "
-                            f"{next(b for b in values if not b.contains(0))}")
-        worst = max((upper(abs(b)) for b in values), default=0.0)
-        return None if worst > IDENTITY_RADIUS * scale else f"{values.size} balls contain 0, |x| <= {worst:.1e}"
+    def attempt() -> Evidence | None:
+        values = balls(compute())
+        if not values:
+            raise Refused(f"{what} = 0: no balls to certify")
+        if not finite(values):
+            return None
+        excluding = [b for b in values if not b.contains(0)]
+        if excluding:
+            raise Undecided(f"{what}: a ball excludes 0, the identity fails: {excluding[0]}")
+        if not all(abs(b) <= radius for b in values):
+            return None
+        return f"{len(values)} balls contain 0, |x| <= {max(upper(abs(b)) for b in values):.1e}"
 
     return decide(f"{what} = 0", attempt, bits=[b for b in PRECISIONS if b >= IDENTITY_BITS])
 
 
 def bounded(compute: Callable[[], np.ndarray], bound: float, what: str) -> Certificate:
-    """``|x| <= bound`` for every ball of ``compute()`` (its upper end): a quantity certified small, not zero
-    (an instance built from rounded float64 data, an orthogonal matrix say, is exact only to its rounding)."""
+    """``|x| <= bound`` for every ball of ``compute()``, compared as balls (``abs(x) <= bound`` holds for every
+    point): a quantity certified small, not zero (an instance built from rounded float64 data, an orthogonal
+    matrix say, is exact only to its rounding). A NaN or infinite ball is never bounded."""
+    b = _exact_bound(bound, f"|{what}|")
 
-    def attempt() -> str | None:
-        worst = max((upper(abs(b)) for b in np.asarray(compute(), dtype=object).ravel()), default=0.0)
-        return f"|x| <= {worst:.2e}" if worst <= bound else None
+    def attempt() -> Evidence | None:
+        values = balls(compute())
+        if not values:
+            raise Refused(f"|{what}| <= {bound:.2e}: no balls to certify")
+        if not finite(values) or not all(abs(x) <= b for x in values):
+            return None
+        return f"|x| <= {max(upper(abs(x)) for x in values):.2e}"
 
     return decide(f"|{what}| <= {bound:.2e}", attempt)
 
 
-def below(compute: Callable[[], tuple[Ball, Ball]], t: float, what: str) -> Certificate:
-    """``lambda_min < t`` by a Rayleigh quotient: ``compute()`` returns ``(v^T A v, v^T v)`` as balls."""
+def off_kinks(compute: Callable[[], Sequence[Ball]], what: str) -> Certificate:
+    """Every ball of ``compute()`` (a head's hidden pre-activations) excludes 0, so a piecewise-linear
+    activation is on one linear piece on a neighbourhood of the point. An empty list (no hidden layer: the
+    head is affine) is said so; a ball that contains 0, or is NaN, leaves it undecided."""
 
-    def attempt() -> str | None:
+    def attempt() -> Evidence | None:
+        values = balls(compute())
+        if not values:
+            return "no hidden layer: h is affine"
+        if not finite(values) or any(x.contains(0) for x in values):
+            return None
+        return f"{len(values)} pre-activation balls, |a| >= {min(lower(abs(x)) for x in values):.3e}"
+
+    return decide(f"{what} off its kink", attempt)
+
+
+def below(compute: Callable[[], tuple[Ball, Ball]], t: float, what: str) -> Certificate:
+    """``lambda_min < t`` by a Rayleigh quotient: ``compute()`` returns ``(v^T A v, v^T v)`` as balls, with
+    ``v^T v`` above 0 (``Refused`` otherwise: ``v = 0`` or not a square norm), and the quotient's ball below
+    ``t`` (every point of it)."""
+    if not np.isfinite(t):
+        raise Refused(f"lambda_min({what}) < {t}: the threshold is not finite")
+    t_ball = arb(float(t))  # exact
+
+    def attempt() -> Evidence | None:
         q, vv = compute()
+        if not finite([q, vv]):
+            return None
+        if vv <= 0:  # every point of it: v = 0, or not a square norm
+            raise Refused(f"lambda_min({what}) < {t:g}: v^T v = {vv} is not positive")
+        if not vv > 0:
+            return None
         rq = q / vv
-        return f"v^T A v / v^T v = {ball_text(rq)}" if rq < t else None
+        if not rq < t_ball:
+            return None
+        return f"v^T A v / v^T v = {ball_text(rq)}", rq, ()
 
     return decide(f"lambda_min({what}) < {t:g}", attempt)
 
 
 def ldl_pivots(A: np.ndarray) -> list[Ball]:
-    """The pivots ``D`` of ``A = L D L^T`` (symmetric ``A`` as an object array of balls), no pivoting.
-    All of them above 0 if and only if ``A`` is positive definite (Sylvester: ``D_j`` are ratios of
-    leading principal minors)."""
+    """The pivots ``D`` of ``A = L D L^T`` (symmetric ``A`` as an object array of balls, its lower triangle
+    read), no pivoting. All of them above 0 if and only if ``A`` is positive definite (Sylvester: ``D_j``
+    are ratios of leading principal minors)."""
     n = A.shape[0]
     Lm = [[arb(0)] * n for _ in range(n)]
     D: list[Ball] = []
@@ -378,18 +470,38 @@ def ldl_pivots(A: np.ndarray) -> list[Ball]:
     return D
 
 
-def above(compute: Callable[[], np.ndarray], t: float, what: str) -> Certificate:
-    """``lambda_min(A) > t``: every pivot of ``A - t I = L D L^T`` (``A = compute()``, balls) above 0."""
+def symmetric_balls(A: np.ndarray, what: str) -> np.ndarray:
+    """``A`` (square, balls) with each off-diagonal pair replaced by the intersection of its two balls (the
+    exact symmetric matrix's entry lies in both); ``Refused`` when a pair's balls are disjoint (``A`` is not
+    symmetric) or ``A`` is not square."""
+    A = np.array(A, dtype=object)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise Refused(f"{what}: not a square matrix (shape {A.shape})")
+    for i in range(A.shape[0]):
+        for j in range(i):
+            if A[i, j].is_finite() and A[j, i].is_finite() and not A[i, j].overlaps(A[j, i]):
+                raise Refused(f"{what}: not symmetric at ({i}, {j}): {A[i, j]} and {A[j, i]}")
+            if A[i, j].is_finite() and A[j, i].is_finite():
+                A[i, j] = A[j, i] = A[i, j].intersection(A[j, i])
+    return A
 
-    def attempt() -> str | None:
-        A = np.array(compute(), dtype=object)
-        for i in range(A.shape[0]):
-            A[i, i] = A[i, i] - t
-        D = ldl_pivots(A)
-        if len(D) < A.shape[0] or not D[-1] > 0:
+
+def above(compute: Callable[[], np.ndarray], t: float, what: str) -> Certificate:
+    """``lambda_min(A) > t`` for a symmetric ``A = compute()`` (balls; ``Refused`` when not symmetric): every
+    pivot of ``A - t I = L D L^T`` above 0."""
+    if not np.isfinite(t):
+        raise Refused(f"lambda_min({what}) > {t}: the threshold is not finite")
+    t_ball = arb(float(t))  # exact
+
+    def attempt() -> Evidence | None:
+        A = symmetric_balls(compute(), f"lambda_min({what}) > {t:g}")
+        if not finite(balls(A)):
             return None
-        low = min(lower(d) for d in D)
-        return f"LDL^T of A - t I: {len(D)} pivots, the smallest >= {low:.3e}"
+        for i in range(A.shape[0]):
+            A[i, i] = A[i, i] - t_ball
+        D = ldl_pivots(A)
+        if len(D) < A.shape[0] or not all(d > 0 for d in D):
+            return None
+        return f"LDL^T of A - t I: {len(D)} pivots, the smallest >= {min(lower(d) for d in D):.3e}", D[-1], ()
 
     return decide(f"lambda_min({what}) > {t:g}", attempt)
-

@@ -19,7 +19,16 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import strategies as st
-from premises import boundary, gate, over_budget, premise, reset_counts  # noqa: F401 (the checks' import point)
+from hypothesis.statistics import collector
+from premises import (  # noqa: F401 (the checks' import point)
+    OverBudget,
+    boundary,
+    gate,
+    note_statistics,
+    over_budget,
+    premise,
+    reset_counts,
+)
 
 from mini.heads import ACTIVATIONS, Head, init_head
 
@@ -50,14 +59,24 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(wrapper=True, trylast=True)
 def pytest_runtest_call(item: pytest.Item):
-    """Every test's premises held to their budgets (``premises.over_budget``)."""
+    """Every test's premises held to their budgets, and every draw hypothesis set aside one a premise set aside
+    (``premises.over_budget``). ``trylast``: inside hypothesis's own wrapper, so that the statistics of every
+    property the test runs reach ``note_statistics`` (and, through it, hypothesis's reporter)."""
     reset_counts()
-    result = yield
+    outer = collector.value
+
+    def note(stats: dict) -> None:
+        note_statistics(stats)
+        if outer is not None:
+            outer(stats)
+
+    with collector.with_value(note):
+        result = yield
     over = over_budget()
     if over:
-        raise AssertionError("premise over its discard budget: " + "; ".join(over))
+        raise OverBudget("premise over its discard budget: " + "; ".join(over))
     return result
 
 

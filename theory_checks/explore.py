@@ -16,7 +16,8 @@ generated, the draws discarded by a premise (``assume`` or a strategy's filter) 
 draws that hypothesis abandons itself (a test case over its size limit) are counted apart, as they
 say nothing of the check. The table gives, per check function (parametrisations summed), the
 examples generated over all seeds, the discard rate, the certificates issued in ball arithmetic (where
-float64 fell in a band, and on the fixed certified instances) with their time, and the failures; every
+float64 fell in a band, and on the fixed certified instances) with their time and how many of them drawn
+instances issued (a generated example whose float64 margin was thin), and the failures; every
 falsifying instance is printed with the seed that reproduces it and hypothesis's ``@reproduce_failure`` blob.
 
 Exit status: 0 when no check failed, 1 when one did, 2 on usage.
@@ -90,6 +91,7 @@ class CheckRow:
     failed_seeds: list[int] = field(default_factory=list)
     deterministic: bool = True  # no hypothesis draws at all
     certificates: int = 0  # issued in ball arithmetic (certify), all seeds
+    certificates_drawn: int = 0  # of those, issued by generated test cases (a drawn instance's thin margin)
     certificate_seconds: float = 0.0
 
     @property
@@ -110,6 +112,7 @@ def summarise(runs: list[SeedRun]) -> dict[str, CheckRow]:
             row.explicit += c.get("explicit", 0)
             row.discarded += c.get("discarded", 0)
             row.overrun += c.get("overrun", 0)
+            row.certificates_drawn += c.get("certificates_drawn", 0)
             row.deterministic = row.deterministic and not (c.get("generated", 0) or c.get("discarded", 0))
         for node in run.failures:
             rows[check_of(node)].failed_seeds.append(run.seed)
@@ -128,7 +131,8 @@ def table(rows: dict[str, CheckRow], n_seeds: int) -> str:
         per_txt = "" if r.deterministic else f"{per:.0f}"
         disc = "" if r.deterministic else f"{r.discarded} ({100 * r.discard_rate:.1f} %)"
         fails = ", ".join(f"seed {s}" for s in sorted(set(r.failed_seeds))) or "0"
-        certs = f"{r.certificates} ({r.certificate_seconds:.2f} s)" if r.certificates else ""
+        drawn = f"{r.certificates_drawn} drawn, " if r.certificates_drawn else ""
+        certs = f"{r.certificates} ({drawn}{r.certificate_seconds:.2f} s)" if r.certificates else ""
         lines.append(f"| `{name}` | {len(r.cases)} | {gen} | {per_txt} | {disc} | {certs} | {fails} |")
     return "\n".join(lines)
 
@@ -176,13 +180,15 @@ def main(argv: list[str] | None = None) -> int:
     disc = sum(r.discarded for r in rows.values())
     over = sum(r.overrun for r in rows.values())
     n_cert = sum(r.certificates for r in rows.values())
+    n_drawn = sum(r.certificates_drawn for r in rows.values())
     cert_s = sum(r.certificate_seconds for r in rows.values())
     header = (f"Explored {datetime.date.today().isoformat()} at {revision()}: "
               f"`python -m theory_checks.explore --seeds {len(seeds)} --examples {args.examples}`; "
               f"seeds {', '.join(map(str, seeds))}; {len(rows)} checks, "
               f"{sum(len(r.cases) for r in rows.values())} cases; {gen} examples generated, {disc} draws "
               f"discarded by premises ({100 * disc / max(1, gen + disc):.1f} %), {over} abandoned by hypothesis "
-              f"(test-case size); {n_cert} certificates in ball arithmetic ({cert_s:.1f} s); "
+              f"(test-case size); {n_cert} certificates in ball arithmetic ({n_drawn} on drawn instances; "
+              f"{cert_s:.1f} s); "
               f"{wall:.0f} s wall, {cpu:.0f} s CPU ({args.jobs} at once). **Failures: {n_fail}.**")
     text = f"{header}\n\n{table(rows, len(seeds))}"
     print(text)

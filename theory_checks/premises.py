@@ -8,7 +8,11 @@ check's draws it may set aside. The suite measures the fraction itself (every ca
 ``gate`` is counted per test; ``conftest``'s hook checks ``over_budget`` after each) and fails a check
 whose fraction is above its budget beyond
 sampling error (the Wilson 95 % interval's lower end above the budget), so a premise widened until it
-discards most draws fails the check that states it. A premise widened less (10x) is caught at its
+discards most draws fails the check that states it. The discards themselves are counted by hypothesis, not
+by name: ``conftest``'s hook collects hypothesis's statistics of every property a test runs (the status of
+each test case), and every draw hypothesis set aside (an ``assume`` under any name, a ``filter``, a
+``reject``) must be one that ``premise`` set aside; a discard by any other route fails the test, whatever its
+share. A premise widened less (10x) is caught at its
 *boundary instance*: each premise has a pinned instance just inside its domain (its measured value
 between the threshold and ten times it), on which the check must run and hold; a fixed instance whose
 premise fails is a failure, not a discard.
@@ -19,9 +23,12 @@ a premise (this module is kept across the mutation driver's re-imports of the ch
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import assume, currently_in_test_context
+from hypothesis.control import current_build_context
 
 from mini.collapse import wilson_interval
 
@@ -63,12 +70,30 @@ def threshold(name: str) -> float:
 # Stating a premise, and its budget (conftest's hook resets the counts before each test, checks them after)
 # ------------------------------------------------------------------------------------------------
 
+class OverBudget(AssertionError):
+    """A test's draws set aside beyond a premise's budget, or by a route other than ``premise``."""
+
+
 # Premise counts of the running test: name -> [instances that reached the premise, instances it set aside].
 COUNTS: dict[str, list[int]] = {}
+# Hypothesis's own count of the running test's test cases by status ("valid", "invalid": set aside, "overrun",
+# "interesting": failing), from the statistics of every property the test ran (``note_statistics``).
+DRAWS: Counter = Counter()
+# The draws ``premise`` set aside inside a generated test case (each an ``assume(False)`` hypothesis counts).
+ASIDE: Counter = Counter()
 
 
 def reset_counts() -> None:
     COUNTS.clear()
+    DRAWS.clear()
+    ASIDE.clear()
+
+
+def note_statistics(stats: dict[str, Any]) -> None:
+    """Hypothesis's statistics of one property run (``hypothesis.statistics.collector``'s callback)."""
+    for key, phase in stats.items():
+        if key.endswith("-phase") and isinstance(phase, dict):
+            DRAWS.update(case["status"] for case in phase.get("test-cases", ()))
 
 
 def _count(name: str, holds: bool) -> None:
@@ -77,13 +102,20 @@ def _count(name: str, holds: bool) -> None:
     c[1] += not holds
 
 
+def _generated() -> bool:
+    """Inside a test case hypothesis generated (not an explicit ``@example``, which it runs as final)."""
+    return currently_in_test_context() and not current_build_context().is_final
+
+
 def premise(name: str, value: float, what: str) -> bool:
     """A remaining premise of a check's instance, holding where ``value`` is above ``PREMISES[name]``'s
-    threshold. Inside a property, ``assume`` (a counted discard, held to the premise's budget); in a fixed
-    example, where nothing may be discarded silently, a failure naming it."""
+    threshold. Inside a generated test case, ``assume`` (a counted discard, held to the premise's budget); in a
+    fixed instance or a pinned ``@example``, where nothing may be discarded silently (hypothesis skips an
+    explicit example whose ``assume`` fails without a word), a failure naming it."""
     holds = bool(value > PREMISES[name].threshold)
     _count(name, holds)
-    if currently_in_test_context():
+    if _generated():
+        ASIDE[name] += not holds
         assume(holds)
     elif not holds:
         raise AssertionError(f"premise {name} fails on a fixed instance ({value:.3g} <= "
@@ -108,13 +140,20 @@ def boundary(name: str, value: float, what: str) -> None:
                              f"{10 * t:g}]: {what}")
 
 
-def over_budget(counts: dict[str, list[int]] | None = None) -> list[str]:
-    """The premises whose share of set-aside instances exceeds their budget beyond sampling error: the
-    Wilson 95 % interval's lower end above the declared budget."""
+def over_budget(counts: dict[str, list[int]] | None = None, draws: Counter | None = None,
+                aside: Counter | None = None) -> list[str]:
+    """What breaks a budget: a premise whose share of set-aside instances exceeds its budget beyond sampling
+    error (the Wilson 95 % interval's lower end above the declared budget), and any draw hypothesis set aside
+    that no ``premise`` did (a raw or aliased ``assume``, a ``filter``, a ``reject``: no budget covers it)."""
     out = []
-    for name, (tried, aside) in sorted((COUNTS if counts is None else counts).items()):
-        lo, _ = wilson_interval(aside, tried)
+    for name, (tried, set_aside) in sorted((COUNTS if counts is None else counts).items()):
+        lo, _ = wilson_interval(set_aside, tried)
         if lo > PREMISES[name].budget:
-            out.append(f"{name}: {aside}/{tried} set aside, Wilson 95 % lower end {lo:.3f} > budget "
+            out.append(f"{name}: {set_aside}/{tried} set aside, Wilson 95 % lower end {lo:.3f} > budget "
                        f"{PREMISES[name].budget:g}")
+    invalid = (DRAWS if draws is None else draws)["invalid"]
+    by_premises = sum((ASIDE if aside is None else aside).values())
+    if invalid > by_premises:
+        out.append(f"{invalid - by_premises} of {invalid} draws hypothesis set aside were not set aside by a "
+                   f"premise (an assume under any name, a filter, a reject): no budget covers them")
     return out

@@ -1,139 +1,189 @@
-"""Equation (1) proven symbolically: ``H_eff = G + M`` as an identity of expressions, not a sample.
+"""Equation (1) proven symbolically, of ``mini``'s own code: ``H_eff = G + M`` as an identity of expressions.
 
-Statement: for an MLP head ``h`` (``a_l = W_l x_{l-1} + b_l``, ``x_l = s(a_l)``, ``h = a_L``) and a loss
-``L`` of the whole batch of embeddings, the Hessian of ``Z -> L(h(z_1), ..., h(z_n))`` is
+Statement: for an MLP head ``h`` (``a_l = W_l x_{l-1} + b_l``, ``x_l = s(a_l)``, ``h = a_L``) and a loss ``L`` of
+the whole batch of embeddings, the Hessian of ``Z -> L(h(z_1), ..., h(z_n))`` is ``G + M``,
+``G = J^T (grad^2_H L) J``, ``M = blockdiag_i sum_l (da_l/dz_i)^T diag(s''(a_l) * g_l) (da_l/dz_i)``.
 
-    G + M,   G = J^T (grad^2_H L) J,   M = blockdiag_i sum_l (da_l/dz_i)^T diag(s''(a_l) * g_l) (da_l/dz_i),
+What is proven, and of what code. ``mini.hessian.decompose_closed_form`` itself runs here, line for line, on
+NumPy object arrays of sympy expressions: every weight, bias and input is a symbol, and the activation is an
+undefined function ``s`` registered in ``mini.activations``' table for the run (``value``: ``s(a)``;
+``derivatives``: ``s'(a)``, ``s''(a)`` as sympy's derivatives of ``s``), so the proof covers mini's closed form
+for every twice-differentiable activation. What runs is mini's: ``head_derivatives`` (the forward recursion
+``P_l``), ``interaction_blocks`` (the backward recursion ``g_{l-1} = W_l^T (s'(a_l) * g_l)`` and the sum of
+``P_l^T diag(g_l s''(a_l)) P_l``), ``assemble`` (the coupled ``G`` and its symmetrisation) or ``assemble_blocks``
+(per-sample blocks), ``block_diagonal``, ``H = G + M``, and the objectives' closed forms. Only the input checks,
+which compare values with float64 limits and compute nothing (``check_array``, ``check_batch``'s float64
+conversion, ``_real_embeddings``, ``_check_finite``, ``Objective.check``), are replaced by pass-throughs.
 
-with ``J = blockdiag(J_i)``, ``J_i = W_L D_{L-1} W_{L-1} ... D_1 W_1`` (``D_l = diag(s'(a_l))``), and the backward
-recursion of ``mini/hessian.py``: ``g_{L-1} = W_L^T rho_i``, ``g_{l-1} = W_l^T (s'(a_l) * g_l)``, ``rho_i =
-grad_{h_i} L``.
+The reference is independent of that code: sympy's own Hessian of the scalar ``L(h(Z))``, with ``h(Z)`` mini's
+forward pass (``Head.__call__``) and ``L`` the objective's value. The residual ``H_ref - H_mini`` (and
+``H_ref - G - M``) is expanded entry by entry in exact rational arithmetic (mini's float constants, such as the
+``0.5`` of the symmetrisation, are dyadic and converted exactly) and every entry is the polynomial 0.
 
-What the execution proves. Every weight, bias and input is a symbol; the activation ``s`` is an undefined
-function (sympy's ``Function``: any twice-differentiable ``s``, its derivatives kept as ``s'``, ``s''`` at
-each pre-activation); the loss is the general quadratic ``L(y) = g^T y + y^T A y / 2`` in the ``n k``
-embeddings with symbolic ``g`` and symmetric ``A``. Both sides of the identity are linear in ``L`` and read
-``L`` only through its value, gradient and Hessian at ``h(Z)`` (its 2-jet), and ``(g + A h(Z), A)`` ranges
-over every 2-jet as ``g`` and ``A`` do: so the identity for the general quadratic is the identity for every
-twice-differentiable loss, coupled across samples or not (every objective of ``mini.losses``). sympy expands
-``H - G - M`` entry by entry and every entry is the polynomial 0: a proof for every instance of the shapes
-below, by execution. The concrete MSE objectives (targets; two views) are run as well, as closed forms.
+Losses: the general quadratic ``L(y) = g^T y + y^T A y / 2`` in the ``n k`` embeddings (symbolic ``g``,
+symmetric ``A``; an ``Objective`` with its closed-form gradient and Hessian, through mini's coupled path). Both
+sides read ``L`` only through its 2-jet at ``h(Z)``, and ``(g + A h(Z), A)`` ranges over every 2-jet, so this is
+the identity for every twice-differentiable loss, coupled across samples or not. mini's own objectives with
+closed forms run too: ``mse_targets`` (per-sample blocks, ``assemble_blocks``; dyadic float targets) and
+``mse_views`` (coupled).
 
-Shapes covered (``SHAPES``): ``n = 2`` samples (so the loss couples samples and ``G`` has cross blocks),
-``d = 2`` inputs, hidden width 2, ``k = 2`` outputs, depths 1 and 2. Deeper heads follow by induction on
-depth, the recursion itself: a depth-``l + 1`` head is ``phi o h'`` with ``h'`` of depth ``l`` (its last
-pre-activation) and ``phi(y) = W s(y) + b``; equation (1) for ``h'`` and the loss ``L o phi``, with
-``grad^2 (L o phi)`` given by the depth-2 identity, is the depth-``l + 1`` identity, the step adding the
-term ``diag(s''(a_l) * g_l)`` and carrying ``g_{l-1} = W_l^T (s'(a_l) * g_l)``. Depth 3 (22 s) is run by
-``THEORY_CHECKS_SYMBOLIC_DEPTH=3``; other widths change only how many terms of each kind the sums hold
-(pairs of units, samples and outputs, each kind present at width 2), an argument, not an execution.
+Shapes proven (``SHAPES``): ``n = 2`` samples (so the loss couples samples and ``G`` has cross blocks), ``d = 2``
+inputs, hidden width 2, ``k = 2`` outputs, depths 1, 2 and 3 (depth 3 is the first where the backward recursion
+carries ``s'`` between two hidden layers). For other shapes the code runs the same lines with other loop counts
+(an argument, not an execution); the numeric checks (``test_eq1_decomposition.py``) cover them.
 
-Negative controls: ``M`` dropped, or ``s''`` with the wrong sign, leaves entries that do not vanish.
+Negative controls: mini's ``M`` with its sign flipped leaves a residual (the proof is of mini's code, not of a
+copy of the formula); and the same control run against a *tautological* reference (``H_ref`` taken from mini's
+own ``G + M``) passes the mistake, which is what the control exists to refuse.
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
+import numpy as np
 import pytest
+
+import mini.heads as mini_heads
+import mini.hessian as mini_hessian
+import mini.losses as mini_losses
+from mini import activations
+from mini.heads import Head, parse_head_spec
 
 sp = pytest.importorskip("sympy")
 
 SHAPES = {"n": 2, "d": 2, "width": 2, "k": 2}
-DEPTHS = (1, 2, 3) if os.environ.get("THEORY_CHECKS_SYMBOLIC_DEPTH") == "3" else (1, 2)
+DEPTHS = (1, 2, 3)
+TARGETS = np.array([[0.5, -1.25], [2.0, 0.75]])  # dyadic: exact as floats and as rationals
+
+s_fn = sp.Function("s")
+_t = sp.Symbol("t")
 
 
-def symbolic_head(depth: int, d: int, width: int, k: int):
-    """Weights and biases as symbols, and the forward pass of one sample returning ``h`` and the hidden
-    pre-activations ``a_1 .. a_{L-1}``."""
+def _elementwise(f: Callable[[Any], Any]) -> Callable[[Any], np.ndarray]:
+    return np.vectorize(f, otypes=[object])
+
+
+SYMBOLIC = activations.Activation(
+    "sym",
+    lambda xp, a: _elementwise(s_fn)(a),
+    lambda xp, a: (_elementwise(lambda e: sp.Subs(sp.Derivative(s_fn(_t), _t), _t, e))(a),
+                   _elementwise(lambda e: sp.Subs(sp.Derivative(s_fn(_t), (_t, 2)), _t, e))(a)),
+)
+
+
+@contextmanager
+def symbolic_mini() -> Iterator[None]:
+    """mini with the symbolic activation ``sym`` registered and its input checks passed through (they compare
+    values with float64 limits; object arrays of expressions have none)."""
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setitem(activations.TABLE, "sym", SYMBOLIC)
+        for module in (mini_hessian, mini_heads, mini_losses):
+            mp.setattr(module, "check_array", lambda name, x, ndim=None: x)
+        mp.setattr(mini_hessian, "check_batch", lambda head, Z: Z)
+        mp.setattr(mini_hessian, "_real_embeddings", lambda objective, Hb: Hb)
+        mp.setattr(mini_hessian, "_check_finite", lambda name, A: A)
+        mp.setattr(mini_losses.Objective, "check", lambda self, Hb: None)
+        yield
+    finally:
+        mp.undo()
+
+
+def symbolic_head(depth: int, d: int, width: int, k: int) -> Head:
+    """A mini ``Head`` of spec ``sym<depth>`` (``linear`` at depth 1) whose weights and biases are symbols."""
     dims = [d] + [width] * (depth - 1) + [k]
-    Ws = [sp.Matrix(dims[l + 1], dims[l], lambda i, j, l=l: sp.Symbol(f"W{l}_{i}{j}")) for l in range(depth)]
-    bs = [sp.Matrix(dims[l + 1], 1, lambda i, j, l=l: sp.Symbol(f"b{l}_{i}")) for l in range(depth)]
-    s = sp.Function("s")
-
-    def forward(z):
-        x, pres = z, []
-        for l in range(depth):
-            a = Ws[l] * x + bs[l]
-            if l < depth - 1:
-                pres.append(a)
-                x = a.applyfunc(s)
-            else:
-                x = a
-        return x, pres
-
-    return Ws, forward, s
+    layers = [{"W": np.array([[sp.Symbol(f"W{l}_{i}{j}") for j in range(dims[l])] for i in range(dims[l + 1])],
+                             dtype=object),
+               "b": np.array([sp.Symbol(f"b{l}_{i}") for i in range(dims[l + 1])], dtype=object)}
+              for l in range(depth)]
+    return Head(parse_head_spec("linear" if depth == 1 else f"sym{depth}"), layers)
 
 
-def closed_form(Ws, pres_of, s, rho, n: int, d: int, k: int, s2_sign: int = 1, with_M: bool = True):
-    """``J`` (block diagonal) and ``M`` from the recursion of equation (1), per sample."""
-    t = sp.Symbol("t")
-
-    def s1(x):
-        return sp.Subs(sp.Derivative(s(t), t), t, x)
-
-    def s2(x):
-        return s2_sign * sp.Subs(sp.Derivative(s(t), (t, 2)), t, x)
-
-    J = sp.zeros(n * k, n * d)
-    M = sp.zeros(n * d, n * d)
-    for i in range(n):
-        pres = pres_of[i]
-        Jx = [sp.eye(d)]  # d x_l / d z_i, x_0 = z_i
-        for l in range(len(pres)):
-            Jx.append(sp.diag(*[s1(a) for a in pres[l]]) * Ws[l] * Jx[-1])
-        J[i * k:(i + 1) * k, i * d:(i + 1) * d] = Ws[-1] * Jx[-1]
-        g = Ws[-1].T * rho[i * k:(i + 1) * k, 0]  # g_{L-1} = W_L^T rho_i
-        Mi = sp.zeros(d, d)
-        for l in range(len(pres) - 1, -1, -1):
-            Ja = Ws[l] * Jx[l]  # d a_l / d z_i
-            Mi += Ja.T * sp.diag(*[s2(pres[l][j]) * g[j] for j in range(len(g))]) * Ja
-            g = Ws[l].T * sp.diag(*[s1(a) for a in pres[l]]) * g  # g_{l-1} = W_l^T (s'(a_l) * g_l)
-        if with_M:
-            M[i * d:(i + 1) * d, i * d:(i + 1) * d] = Mi
-    return J, M
-
-
-def residual(depth: int, loss: str = "quadratic", **mistake) -> sp.Matrix:
-    """``H - G - M`` expanded, for the symbolic head of ``depth`` and ``loss``: ``quadratic`` (general),
-    ``mse`` (targets ``t``: ``|h - t|^2 / 2n``) or ``mse_views`` (``|h_1 - h_2|^2 / 2``)."""
-    n, d, width, k = SHAPES["n"], SHAPES["d"], SHAPES["width"], SHAPES["k"]
-    Z = sp.Matrix(n, d, lambda i, j: sp.Symbol(f"z{i}{j}"))
-    Ws, forward, s = symbolic_head(depth, d, width, k)
-    outs = [forward(Z[i, :].T) for i in range(n)]
-    h = sp.Matrix([outs[i][0][c] for i in range(n) for c in range(k)])  # (n k, 1), sample-major
+def quadratic_objective(n: int, k: int) -> mini_losses.Objective:
+    """``L(y) = g^T y + y^T A y / 2`` in ``y = vec(Hb)`` (sample-major), symbolic ``g`` and symmetric ``A``."""
     N = n * k
-    y = sp.Matrix(sp.symbols(f"y0:{N}"))
+    g = np.array([sp.Symbol(f"g{i}") for i in range(N)], dtype=object)
+    A = np.array([[sp.Symbol(f"A{min(i, j)}_{max(i, j)}") for j in range(N)] for i in range(N)], dtype=object)
+
+    def fn(Hb):
+        y = np.reshape(Hb, (N,))
+        return y @ g + (y @ A @ y) / 2
+
+    return mini_losses.Objective("quadratic", fn, grad_fn=lambda Hb: np.reshape(g + A @ np.reshape(Hb, (N,)), (n, k)),
+                                 hessian_fn=lambda Hb: np.reshape(A, (n, k, n, k)))
+
+
+def objective_named(loss: str, n: int, k: int) -> mini_losses.Objective:
     if loss == "quadratic":
-        g = sp.Matrix(N, 1, lambda i, j: sp.Symbol(f"g{i}"))
-        A = sp.Matrix(N, N, lambda i, j: sp.Symbol(f"A{min(i, j)}_{max(i, j)}"))
-        L_of = (g.T * y)[0] + (y.T * A * y)[0] / 2
-    elif loss == "mse":
-        T = sp.Matrix(sp.symbols(f"t0:{N}"))
-        L_of = ((y - T).T * (y - T))[0] / (2 * n)
-    elif loss == "mse_views":
-        L_of = ((y[:k, 0] - y[k:, 0]).T * (y[:k, 0] - y[k:, 0]))[0] / 2
-    else:
-        raise ValueError(f"unknown loss {loss!r}; valid: quadratic, mse, mse_views")
-    at_h = dict(zip(y, h))
-    rho = sp.Matrix([sp.diff(L_of, v) for v in y]).subs(at_h)  # grad_H L at h(Z)
-    HL = sp.hessian(L_of, list(y)).subs(at_h)  # grad^2_H L at h(Z)
-    H = sp.hessian(L_of.subs(at_h), list(Z))  # the Hessian of the composition, by sympy's chain rule
-    J, M = closed_form(Ws, [o[1] for o in outs], s, rho, n, d, k, **mistake)
-    return (H - J.T * HL * J - M).applyfunc(lambda e: sp.expand(e.doit()))
+        return quadratic_objective(n, k)
+    if loss == "mse":
+        return mini_losses.mse_targets(TARGETS[:n, :k])
+    if loss == "mse_views":
+        return mini_losses.mse_views()
+    raise ValueError(f"unknown loss {loss!r}; valid: quadratic, mse, mse_views")
+
+
+def exact(e: Any) -> Any:
+    """``e`` with every float replaced by the rational it is (mini's constants are floats), then ``doit`` (the
+    ``Subs`` of ``s'``, ``s''`` to derivatives at the pre-activations) and expanded."""
+    e = sp.sympify(e)
+    return sp.expand(e.xreplace({f: sp.Rational(f) for f in e.atoms(sp.Float)}).doit())
+
+
+def reference_hessian(head: Head, objective: mini_losses.Objective, Z: np.ndarray) -> Any:
+    """sympy's Hessian of the scalar ``L(h(Z))`` in the entries of ``Z``: mini's forward pass and loss value,
+    differentiated by sympy's chain rule (no line of mini's closed form)."""
+    return sp.hessian(objective.fn(head(Z)), list(Z.ravel()))
+
+
+def residual(depth: int, loss: str = "quadratic", reference: str = "sympy") -> Any:
+    """``H_ref - H_mini`` and ``H_ref - G_mini - M_mini`` expanded, stacked; ``reference="mini"`` takes
+    ``H_ref`` from mini's own ``G + M`` (the tautology the negative control must expose)."""
+    n, d, width, k = SHAPES["n"], SHAPES["d"], SHAPES["width"], SHAPES["k"]
+    with symbolic_mini():
+        head = symbolic_head(depth, d, width, k)
+        Z = np.array([[sp.Symbol(f"z{i}{j}") for j in range(d)] for i in range(n)], dtype=object)
+        objective = objective_named(loss, n, k)
+        dec = mini_hessian.decompose_closed_form(head, objective, Z)
+        H_ref = reference_hessian(head, objective, Z) if reference == "sympy" else sp.Matrix(dec.G + dec.M)
+        R = sp.Matrix.vstack(H_ref - sp.Matrix(dec.H), H_ref - sp.Matrix(dec.G) - sp.Matrix(dec.M))
+    return R.applyfunc(exact)
 
 
 @pytest.mark.parametrize("depth", DEPTHS)
-def test_equation_1_is_an_identity_for_every_loss(depth: int) -> None:
-    D = residual(depth)
-    assert all(e == 0 for e in D), f"depth {depth}: H - G - M has non-zero entries: {[e for e in D if e != 0][:1]}"
+def test_equation_1_is_an_identity_of_minis_closed_form_for_every_loss(depth: int) -> None:
+    R = residual(depth)
+    assert all(e == 0 for e in R), f"depth {depth}: H - G - M has non-zero entries: {[e for e in R if e != 0][:1]}"
 
 
 @pytest.mark.parametrize("loss", ("mse", "mse_views"))
-def test_equation_1_is_an_identity_for_the_closed_form_objectives(loss: str) -> None:
+def test_equation_1_is_an_identity_of_minis_closed_form_objectives(loss: str) -> None:
     assert all(e == 0 for e in residual(2, loss))
 
 
-@pytest.mark.parametrize("mistake", ({"with_M": False}, {"s2_sign": -1}))
-def test_negative_control_a_wrong_M_leaves_a_residual(mistake: dict) -> None:
-    assert any(e != 0 for e in residual(2, "mse", **mistake))
+def negated_M(mp: pytest.MonkeyPatch) -> None:
+    """mini's interaction blocks with the wrong sign (the mistake the control must see)."""
+    original = mini_hessian.interaction_blocks
+    mp.setattr(mini_hessian, "interaction_blocks", lambda der, rho: -original(der, rho))
+
+
+def check_sees_negated_M(reference: str) -> None:
+    """The negative control: with mini's ``M`` negated, the residual against ``reference`` is not 0."""
+    with pytest.MonkeyPatch.context() as mp:
+        negated_M(mp)
+        R = residual(2, "mse", reference)
+    assert any(e != 0 for e in R), f"mini's M negated, and the residual against the {reference} reference is 0"
+
+
+def test_negative_control_minis_M_with_the_wrong_sign_leaves_a_residual() -> None:
+    check_sees_negated_M("sympy")
+
+
+def test_negative_control_a_tautological_reference_fails_the_control() -> None:
+    """The control above is what refuses a tautology: against ``H_ref = G_mini + M_mini`` mini's negated ``M``
+    leaves no residual, so the control fails; against sympy's Hessian it does not."""
+    with pytest.raises(AssertionError, match="residual against the mini reference is 0"):
+        check_sees_negated_M("mini")

@@ -439,15 +439,21 @@ def test_bottleneck_critical_point_has_no_curvature_on_null_G(spec: str) -> None
         assert off > MATERIAL_REL * scale
 
 
+def saturated_gelu_state():
+    """``toy_state("gelu2", "collapsed", "mse", 0)`` of shape n = 2, d = 4, k = width = 2, its first hidden unit
+    pushed to ``a = -7`` at ``z*``: ``(head, objective, Z)``."""
+    head, obj, Z, _ = _collapsed("gelu2", 0, shape={"n": 2, "d": 4, "k": 2, "width": 2})
+    a = Z[0] @ head.layers[0]["W"].T + head.layers[0]["b"]
+    b = head.layers[0]["b"] + (-7.0 - a[0]) * np.eye(a.size)[0]
+    return head.with_layers([{**head.layers[0], "b": b}, *head.layers[1:]]), obj, Z
+
+
 def test_part2_null_space_decided_by_certificate_where_float64_cannot() -> None:
     """A GELU unit pushed to ``a = -7`` (``s' ~ 1e-11``): ``J(z*)`` keeps rank ``k = 2`` but ``G``'s nonzero
     eigenvalues from it fall below ``G``'s round-off, so float64 counts six null directions where ``n (d - k)
     = 4``. The certificate decides (a 2 x 2 minor of the ball Jacobian, ~ -9e-13, excludes 0), ``null(G)`` is
     the span of the four smallest eigenvectors, and the lemma holds on it."""
-    head, obj, Z, _ = _collapsed("gelu2", 0, shape={"n": 2, "d": 4, "k": 2, "width": 2})
-    a = Z[0] @ head.layers[0]["W"].T + head.layers[0]["b"]
-    b = head.layers[0]["b"] + (-7.0 - a[0]) * np.eye(a.size)[0]
-    head = head.with_layers([{**head.layers[0], "b": b}, *head.layers[1:]])
+    head, obj, Z = saturated_gelu_state()
     dec = decompose_closed_form(head, obj, Z)
     issued = len(certify.LOG)
     B = decided_null_space(head, Z, dec)

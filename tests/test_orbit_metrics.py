@@ -13,6 +13,11 @@ from mini import invariance as inv
 torch = pytest.importorskip("torch")
 
 AGREE_RTOL = 1e-12  # NumPy and torch run the same float64 arithmetic; only summation order differs
+# A probe's prediction is decided on the processor's rounding only where a point's two best scores lie within that
+# rounding of each other; on this instance the closest pair is 3e-2 of the largest score apart (measured), and the two
+# backends' scores agree to 1e-15 of it (OpenBLAS and MKL, AVX2 and AVX-512 kernels alike). Asserted, so that the
+# accuracies' equality holds on any BLAS and processor, not by luck of the round-off.
+PROBE_MARGIN = 1e-6  # the smallest gap between a point's two best scores, relative to the largest score
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -53,7 +58,11 @@ def test_metrics_match_brute_force_definitions():
     assert geo.ratio_of_means == pytest.approx(np.mean(pairs) / np.mean(intra), rel=1e-12)
 
 
-def test_numpy_and_torch_give_identical_metrics_and_probes():
+def test_numpy_and_torch_give_identical_metrics_and_probes(monkeypatch):
+    """The same metrics and probes on NumPy (its BLAS: OpenBLAS) and torch (MKL) arrays. The probes' scores agree to
+    ``AGREE_RTOL``; their accuracies are equal, as the two decide every point alike: no point's two best scores lie
+    within ``PROBE_MARGIN`` of each other, far above the backends' disagreement. Negative control: a probe fitted on
+    other labels gives other scores."""
     F, labels, sweep = _orbits(seed=3)
     a = inv.orbit_geometry(F, labels, sweep)
     b = inv.orbit_geometry(torch.from_numpy(F), torch.from_numpy(labels), torch.from_numpy(sweep))
@@ -67,11 +76,23 @@ def test_numpy_and_torch_give_identical_metrics_and_probes():
     groups = np.repeat(np.arange(F.shape[0]), F.shape[1])
     train, test = inv.group_split(groups, 0.34, seed=1)
     Xt, yt = torch.from_numpy(X), torch.from_numpy(y)
+    scores: list[np.ndarray] = []  # what each accuracy was computed from: train, then test scores, per call
+    accuracy = inv._accuracy
+    monkeypatch.setattr(inv, "_accuracy", lambda xp, s, y: scores.append(np.asarray(s)) or accuracy(xp, s, y))
     mlp = functools.partial(inv.mlp_probe, steps=100)
     for probe in (inv.linear_probe, mlp):
+        scores.clear()
         pa, pb = probe(X, y, train, test), probe(Xt, yt, train, test)
+        for s_np, s_torch in zip(scores[:2], scores[2:]):
+            top = np.abs(s_np).max()
+            assert np.abs(s_torch - s_np).max() <= AGREE_RTOL * top
+            best_two = np.sort(s_np, axis=1)[:, -2:]
+            assert (best_two[:, 1] - best_two[:, 0]).min() > PROBE_MARGIN * top
         assert (pa.train_accuracy, pa.test_accuracy) == (pb.train_accuracy, pb.test_accuracy)
         assert 0.0 <= pa.test_accuracy <= 1.0
+        fitted = scores[0]
+        probe(X, np.roll(y, len(y) // 2), train, test)  # control: other labels, other scores
+        assert np.abs(scores[-2] - fitted).max() > 1e3 * AGREE_RTOL * np.abs(fitted).max()
 
 
 def test_normalized_features_apply_the_head_to_normalised_z():

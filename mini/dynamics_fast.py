@@ -21,7 +21,7 @@ Shapes and parameter layout are those of ``mini.dynamics`` (``params["backbone" 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -29,10 +29,16 @@ from mini import activations
 from mini.batchnorm import BN_EPS
 from mini.losses import normalize, safe_norm
 
-if TYPE_CHECKING:
-    from mini.dynamics import Arch
-
 Params = dict[str, Any]
+
+
+class Arch(Protocol):
+    """What the fast paths read of a ``mini.dynamics.Arch`` (which imports this module: no import back)."""
+
+    @property
+    def activation(self) -> str | None: ...
+
+    bn: bool
 
 
 def loss_gradient(objective: str, P: np.ndarray, targets: np.ndarray) -> np.ndarray:

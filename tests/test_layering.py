@@ -67,3 +67,79 @@ def test_negative_control_an_upward_import_is_caught():
     assert violations("engine", "from scale.curvature.lanczos import lanczos\n") == {"curvature"}
     assert violations("runs", "def f():\n    from scale import run\n") == {"run"}
     assert violations("geometry", "import scale.engine.heads\nfrom scale.runs import summary\n") == set()
+
+
+# ----------------------------------------------------------------------------- no import cycle
+
+
+def project_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports (mini and scale; every import statement, at the top, inside a
+    function or under ``TYPE_CHECKING``: a cycle hidden in any of them is still a cycle of the design)."""
+    root = SCALE.parent
+    modules = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+               for pkg in ("mini", "scale") for p in (root / pkg).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            for t in targets:  # the most specific module the statement names ("from scale.engine import disk")
+                while t and t not in modules:
+                    t = t.rpartition(".")[0]
+                if t and t != name and t.split(".")[0] in ("mini", "scale"):
+                    found.add(t)
+                    break
+        graph[name] = found
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_import_graph_has_no_cycle():
+    # packages import their own modules from __init__ only for a docstring's sake: a package and its module are
+    # not a cycle of the design (scale/ledger/claims/__init__ gathers its modules)
+    graph = {m: {t for t in ts if not (m == t.rpartition(".")[0] and m.count(".") >= 1)} for m, ts in
+             project_graph().items()}
+    assert not cycles(graph), cycles(graph)
+
+
+def test_negative_control_a_cycle_is_found():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

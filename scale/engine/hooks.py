@@ -40,12 +40,16 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from scale.engine.checkpoint import atomic_write_text
+from scale.engine.state import TrainState
 
-if TYPE_CHECKING:
-    from scale.engine.train import Trainer, TrainState
+
+class Saver(Protocol):
+    """What ``Checkpointer`` needs of a trainer (``scale.engine.train.Trainer``)."""
+
+    def save(self, epoch: int, step: int) -> Any: ...
 
 
 class Hook:
@@ -119,7 +123,7 @@ class Checkpointer(Hook):
     """``Trainer.save`` at every epoch end (resume at the next epoch's step 0) and on a mid-epoch stop
     (resume at the step after the last finished one)."""
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: Saver) -> None:
         self.trainer = trainer
 
     def on_epoch_end(self, state: TrainState) -> None:

@@ -35,7 +35,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ from scale.engine.hooks import Checkpointer, EpochLog, Hook, MetricsFile, Progre
 from scale.engine.modes import eval_mode
 from scale.engine.modules import OWN, ModuleSpecError, as_module, is_spec, missing_modules_message, module_record
 from scale.engine.signals import any_rank, stop_on_signals
+from scale.engine.state import TrainState
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "lars")
 SCHEDULES: tuple[str, ...] = ("cosine", "constant")
@@ -339,53 +340,6 @@ def lr_at(cfg: TrainConfig, step: int, total: int, warmup: int) -> float:
 # --------------------------------------------------------------------------------------------
 # Hooks and state
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class TrainState:
-    config: TrainConfig
-    model: SSLModel
-    optimizer: torch.optim.Optimizer
-    device: torch.device
-    probe_x: torch.Tensor
-    probe_y: torch.Tensor
-    steps_per_epoch: int
-    rank: int = 0
-    world_size: int = 1
-    epoch: int = 0  # current epoch (0-based)
-    first_step: int = 0  # the step this epoch starts at (> 0 when a resume lands mid-epoch)
-    step: int = 0  # step within the epoch (0-based) of the last finished step
-    global_step: int = 0  # optimiser steps done
-    lr: float = 0.0
-    loss: torch.Tensor | None = None
-    x: torch.Tensor | None = None
-    z: torch.Tensor | None = None
-    h: torch.Tensor | None = None
-    target_h: torch.Tensor | None = None  # BYOL targets of the step
-    metrics: dict[str, float] = field(default_factory=dict)
-    history: list[dict[str, float]] = field(default_factory=list)
-    target: SSLModel | None = None  # BYOL momentum network
-    autocast: Callable[[], Any] | None = None
-
-    @torch.no_grad()
-    def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(z, h)`` of normalised images in eval mode (BatchNorm uses running statistics), without gradients:
-        a measurement, never a step (no graph is kept)."""
-        with eval_mode(self.model), torch.no_grad():
-            z, h, _ = self.model(x)
-        return z.detach(), h.detach()  # a view of a parameter made under no_grad still says it requires grad
-
-    def objective(self, h: torch.Tensor | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
-        """``Hb -> L(Hb)`` with stop-gradient data bound at ``h`` (default: the step's ``state.h``)."""
-        return objective_fn(self.config, self.model, self.h if h is None else h, self.target_h)
-
-
-def objective_fn(cfg: TrainConfig, model: SSLModel, h: torch.Tensor, target_h: torch.Tensor | None = None
-                 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The method's loss as a function of the embedding batch (mini.losses semantics): the registry's
-    objective with the stop-gradient data bound at ``h`` (and ``target_h``) and the predictor inside."""
-    ctx = methods.ObjectiveContext(h, target_h, model.predictor, cfg, gather=True)
-    return methods.get(cfg.method).objective(ctx)
 
 
 def training_loss(cfg: TrainConfig, h: torch.Tensor, p: torch.Tensor | None, target_h: torch.Tensor | None

@@ -75,7 +75,8 @@ import numpy as np
 from autograd import elementwise_grad, grad
 
 from mini.heads import Head, init_head, parse_head_spec
-from mini.hessian import assemble, head_derivatives, interaction_blocks
+from mini.hessian import assemble, decompose_closed_form, head_derivatives, interaction_blocks, loss_derivatives
+from mini.whitening import defect_lower_bound
 
 Array = Any
 RowLoss = Callable[[Array], Array]  # rows (T, k) -> (T,)
@@ -249,7 +250,6 @@ def linear_certificate(loss: Callable[[Array], Array], head: Head, Z: np.ndarray
     head with this image can have ``eps`` below it."""
     from autograd import hessian
 
-    from mini.whitening import defect_lower_bound
 
     metrics = [hessian(loss)(u) for u in head(Z)]
     return math.tanh(0.5 * defect_lower_bound(metrics))
@@ -345,7 +345,6 @@ def effective_hessian_gap(head_phi: Head, head_star: Head, objective, Z: Array) 
 
     ``M = |A_*|_2``; from ``G_phi - G_* = J_phi^T (A_phi - A_*) J_phi + (J_phi^T A_* J_phi - J_*^T A_* J_*)``.
     """
-    from mini.hessian import decompose_closed_form, loss_derivatives
 
     Z = np.asarray(Z, dtype=float)
     n = Z.shape[0]

@@ -77,6 +77,7 @@ from scale.analysis import (  # noqa: F401  (the library behind this command, re
     curvature,
     measure_probes,
 )
+from scale.engine import disk
 from scale.engine.augment import PRESETS
 from scale.engine.backbones import BACKBONES, build_backbone
 from scale.engine.checkpoint import (
@@ -307,8 +308,6 @@ def _predictor_state(model: SSLModel, src: Path) -> dict[str, torch.Tensor]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from scale.engine import disk
-
     args = build_parser().parse_args(argv)
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
                           else "cpu")

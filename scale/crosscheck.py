@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from autograd import grad as ag_grad
 
-from mini.heads import init_head
+from mini.heads import Head, init_head
 from mini.hessian import assemble, decompose_autograd, head_derivatives, interaction_blocks
 from mini.losses import Objective, make_objective
 from scale.curvature.lanczos import lanczos
@@ -104,7 +104,6 @@ def _rel(a, b, scale: float | None = None) -> float:
 
 def _closed_form(inst: Instance, Z, loss_hessian, xp_asarray) -> np.ndarray:
     """mini's array-API closed form on another library's arrays; the result back as NumPy."""
-    from mini.heads import Head
 
     head = Head(inst.mini_head.spec, [{k: xp_asarray(v) for k, v in layer.items()} for layer in inst.mini_head.layers])
     der = head_derivatives(head, Z)

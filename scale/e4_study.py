@@ -50,9 +50,13 @@ from typing import Any
 
 import torch
 
+from scale.engine import disk, read
+from scale.engine.checkpoint import atomic_write_json
+from scale.engine.data import DataError
 from scale.geometry.e4_report import write_report
 from scale.geometry.e4_seed import e3_config, one_seed
 from scale.runs.faults import guarded
+from scale.runs.validate import plan_disagreements
 
 # --------------------------------------------------------------------------------------------
 # CLI
@@ -78,7 +82,6 @@ def reused_seeds(path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     another plan otherwise: they are never mixed into this one's intervals, and the file is left as it is."""
     import os
 
-    from scale.engine import read
 
     if not os.path.lexists(path):
         return []
@@ -92,7 +95,6 @@ def reused_seeds(path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     except (read.Unreadable, KeyError, TypeError) as exc:
         raise ResultsFileError(f"{path} is not a results file of scale.e4_study ({type(exc).__name__}: "
                                f"{str(exc)[:120]}); move it away, or choose another --out") from None
-    from scale.runs.validate import plan_disagreements
 
     other = []
     for s in seeds:
@@ -148,9 +150,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe_images < 2:
         print(f"scale.e4_study: error: --probe-images must be >= 2, got {args.probe_images}", file=sys.stderr)
         return 2
-    from scale.engine import disk
-    from scale.engine.checkpoint import atomic_write_json
-    from scale.engine.data import DataError
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)

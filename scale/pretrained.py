@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from scale.analysis import AnalysisSettings, analyze_orbits
-from scale.engine import checksums
+from scale.engine import checksums, disk
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
 from scale.engine.data import DataError, folder_images
 from scale.engine.pretrained_models import (
@@ -112,7 +112,6 @@ def resolve_weights(name: str, weights: str | None) -> Path:
     if cached.is_file():
         checksums.verify(cached, published, url)  # truncated, corrupt or replaced since it was downloaded
         return cached
-    from scale.engine import disk
 
     disk.make_dirs(cached.parent)
     try:  # torch.hub writes a temporary of its own and renames it: the cache is torch's folder, not the user's

@@ -1,6 +1,7 @@
-"""The README's "Python" section: every ```python block there runs as it stands (in a subprocess, in a
-fresh folder, with this checkout on the path) and exits 0; the third trains your own backbone through
-``scale.train`` and reads the run back with ``python -m scale.analyze`` and ``python -m scale.export``."""
+"""The "Python" section of ``docs/usage.md`` (where the README sends a user of the libraries): every ```python block
+there runs as it stands (in a subprocess, in a fresh folder, with this checkout on the path) and exits 0; the third
+trains your own backbone through ``scale.train`` and reads the run back with ``python -m scale.analyze`` and
+``python -m scale.export``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def python_section_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "usage.md").read_text()
     start = text.index("\n## Python\n")
     end = text.find("\n## ", start + 1)
     section = text[start : end if end >= 0 else len(text)]

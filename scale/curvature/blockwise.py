@@ -129,10 +129,11 @@ def _settled(theta: np.ndarray, r: np.ndarray, conv: np.ndarray, goal: str, best
     eigenvalue beyond the block's end). The residual alone bounds the distance to the block's *nearest* eigenvalue,
     not to its end: it let a block go whose lowest Ritz value still stood near its third eigenvalue with a small
     residual and a bound twice its margin, its lowest eigenvalue below the reported ``lambda_min`` (8.6e-4 of the
-    scale off at the official tracker's sizes, run B: ``bench/results/curvature_history.md``). Nor was that enough: at step 12-15 a block's
-    lowest Ritz value can stand above three of its eigenvalues with a bound of 1e-2 of the scale that looks tight
-    (3.1e-3 of the scale off, epoch 2, n = 32): an end is let go only once its bound is below ``LETGO_BOUND`` of the
-    ``scale`` as well, where the Krylov space has resolved the block's end region. ``best`` is updated in place."""
+    scale off at the official tracker's sizes, run B: ``bench/results/curvature_history.md``). Nor was that enough: at
+    step 12-15 a block's lowest Ritz value can stand above three of its eigenvalues with a bound of 1e-2 of the scale
+    that looks tight (3.1e-3 of the scale off, epoch 2, n = 32): an end is let go only once its bound is below
+    ``LETGO_BOUND`` of the ``scale`` as well, where the Krylov space has resolved the block's end region. ``best``
+    is updated in place."""
     done = conv.copy()
     lo, hi = theta[:, 0], theta[:, -1]
     e = r[:, [0, -1]] if bound is None else np.maximum(r[:, [0, -1]], bound)  # (a, 2)

@@ -21,9 +21,9 @@ epoch pays it once (about 15 products), a product never. The copies are made ane
 between measurements), so they are taken only when what they save over ``LAYOUT_PRODUCTS`` products exceeds their
 own measured cost. On an AMD EPYC with AVX-512 the views were faster, the copy cost 7-47 ms, and a decision without
 that cost had chosen the copies in one process: its cold exact ends took 0.96x-1.03x of the paper's estimator's
-time, against 0.87x on the views (2026-12-04, run E: bench/results/curvature_history.md). The two layouts round differently, so a tracker's
-checkpoint carries the answers (``answers``, ``adopt``) and a resumed run multiplies in the layouts of the run it
-continues.
+time, against 0.87x on the views (2026-12-04, run E: bench/results/curvature_history.md). The two layouts round
+differently, so a tracker's checkpoint carries the answers (``answers``, ``adopt``) and a resumed run multiplies in
+the layouts of the run it continues.
 """
 
 from __future__ import annotations

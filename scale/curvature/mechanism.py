@@ -55,7 +55,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from mini.collapse import restricted_min
+from mini.collapse_metrics import representation_std
 from mini.hessian import NEG_FLOOR
+from scale.curvature.blocks import block_norm, effective_hessian_blocks
+from scale.curvature.tracking import probe_objective
+from scale.engine.modes import eval_mode
 
 NULL_RTOL = 1e-8  # |lambda| <= NULL_RTOL * scale_G is null: above float64 round-off (d eps ~ 1e-13), far below data
 RHO_FLOOR = 1e-3  # rho_rel at or below: rho counts as vanished (a convention; see rho_nonzero in the docstring)
@@ -67,8 +72,6 @@ RHO_FLOOR = 1e-3  # rho_rel at or below: rho counts as vanished (a convention; s
 
 
 def _embed(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    from scale.engine.modes import eval_mode
-
     with torch.no_grad(), eval_mode(model):
         z, h, _ = model(x)
     return z, h
@@ -93,7 +96,6 @@ def null_restricted(G: torch.Tensor, M: torch.Tensor, H: torch.Tensor, scale_G: 
     to G's scale over the whole probe, so a block that is small everywhere is not called null by its own scale),
     ``lambda_min`` of ``M_i`` on it (``mini.collapse.restricted_min``; ``inf`` when trivial), and
     ``|Q^T (H_i - M_i) Q|_2`` (the identity's residual, 0 when trivial)."""
-    from mini.collapse import restricted_min
 
     w, V = torch.linalg.eigh(G)  # (n, d), (n, d, d)
     dims, mins, resid = [], [], []
@@ -107,8 +109,6 @@ def null_restricted(G: torch.Tensor, M: torch.Tensor, H: torch.Tensor, scale_G: 
 
 def curvature_mechanism(model: nn.Module, cfg: Any, x: torch.Tensor) -> dict[str, float]:
     """Eq. (1)'s parts on the probe views ``x`` (module docstring): ``|M|/|H|``, G's inertia, M on null(G)."""
-    from scale.curvature.blocks import block_norm, effective_hessian_blocks
-    from scale.curvature.tracking import probe_objective
 
     z, h = _embed(model, x)
     loss = probe_objective(cfg.method, model, h.double(), None, config=cfg)
@@ -143,8 +143,6 @@ def residual_record(model: nn.Module, cfg: Any, x: torch.Tensor) -> dict[str, fl
     """``rho = grad_h L`` at the probe views ``x`` and its size against the loss (module docstring). The objective is
     the run's at the probe with its stop-gradient data bound at the probe's own h (SimSiam's targets, SimCLR's
     batch); a momentum target network (BYOL) is not consulted."""
-    from mini.collapse_metrics import representation_std
-    from scale.curvature.tracking import probe_objective
 
     z, h = _embed(model, x)
     H = h.double().detach().requires_grad_(True)

@@ -58,6 +58,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from scale.engine.workers import process_pool
+
 PRESETS: tuple[str, ...] = ("e1", "e3", "e3_crop02", "simclr", "digits", "digits_mild", "digits_rotate", "none")
 # One table for both paths: crop scale range (None: no crop), flip probability, rotation (max |degrees|),
 # colour jitter (brightness, contrast, saturation, hue) and its probability, grayscale probability.
@@ -310,8 +312,6 @@ class WorkerAugment:
         return self._norm.normalize(x_uint8)
 
     def _submit(self, x_uint8: torch.Tensor, seed: int, n_views: int) -> list:
-        from scale.engine.workers import process_pool
-
         if self._pool is None:
             self._pool = process_pool(self.workers)
         x = x_uint8.cpu().numpy()

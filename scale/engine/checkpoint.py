@@ -19,6 +19,7 @@ import torch
 from scale.engine.disk import write_bytes as atomic_write_bytes
 from scale.engine.disk import write_json as atomic_write_json
 from scale.engine.disk import write_text as atomic_write_text
+from scale.engine.read import open_regular
 
 __all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "load_checkpoint", "save_checkpoint"]
 
@@ -33,7 +34,6 @@ def save_checkpoint(path: str | Path, state: dict[str, Any]) -> None:
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load with ``weights_only=True`` (tensors and plain values only), from a regular file only (opened
     non-blocking and checked first: a FIFO would wait forever; ``scale.engine.read.Unreadable`` otherwise)."""
-    from scale.engine.read import open_regular
 
     with open_regular(path) as fh:
         return torch.load(fh, map_location=map_location, weights_only=True)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from scale.engine.checkpoint import atomic_write_text
+
 # scale.engine.pretrained_models.OFFICIAL_FILES: none of the four full checkpoints has a published digest.
 PUBLISHED_SHA256: dict[str, str | None] = {
     "dino_vits16": None,
@@ -44,7 +46,6 @@ def record_path(path: Path) -> Path:
 
 def record(path: Path) -> str:
     """Write ``PATH.sha256`` with the file's digest (right after a verified download); returns the digest."""
-    from scale.engine.checkpoint import atomic_write_text
 
     digest = sha256sum(path)
     atomic_write_text(record_path(path), f"{digest}  {path.name}\n")

@@ -33,6 +33,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from scale.engine import disk
+from scale.engine.read import Unreadable, open_regular
 from scale.engine.safe_pickle import UnsafePickleError, safe_loads
 
 DATASETS: tuple[str, ...] = ("cifar10", "cifar100", "digits", "synthetic")
@@ -141,7 +143,6 @@ def _missing_message(spec: CifarArchive, data_dir: Path, why: str) -> str:
 def _download(spec: CifarArchive, target: Path, timeout: float = 30.0) -> None:
     """The archive into ``target`` through the one owner of the disk (a fresh temporary, renamed only once its
     MD5 matches: a failed or corrupt download leaves nothing)."""
-    from scale.engine import disk
 
     digest = hashlib.md5()
     with urllib.request.urlopen(spec.url, timeout=timeout) as response, disk.writing(target) as fh:
@@ -437,7 +438,6 @@ def read_image(path: Path, size: int) -> torch.Tensor:
     """One image file as ``(3, size, size)`` float32 in [0, 1]: read with Pillow (``image_to_unit``) if it
     declares at most ``MAX_IMAGE_PIXELS`` (``_open_image``), centre-cropped to a square, resized
     (``resize_square``)."""
-    from scale.engine.read import Unreadable, open_regular
 
     try:
         fh = open_regular(path)  # non-blocking, regular files only: a file swapped for a FIFO cannot hang a run

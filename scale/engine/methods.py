@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from scale.engine import objectives as so
+from scale.engine.loss_curvature import NTXent, PredictorCosine
 
 Loss = Callable[[torch.Tensor], torch.Tensor]
 HESSIAN_STRUCTURES: tuple[str, ...] = ("per-sample", "coupled")
@@ -130,22 +131,14 @@ def _byol(ctx: ObjectiveContext) -> Loss:
 
 
 def _simclr_curvature(ctx: ObjectiveContext) -> Loss:
-    from scale.engine.loss_curvature import (
-        NTXent,  # imported here: loss_curvature needs scale.engine.heads and scale.curvature.blocks
-    )
-
     return NTXent(ctx.config.temperature)
 
 
 def _simsiam_curvature(ctx: ObjectiveContext) -> Loss:
-    from scale.engine.loss_curvature import PredictorCosine
-
     return PredictorCosine(ctx.targets("simsiam"), ctx.predictor, "cosine")
 
 
 def _byol_curvature(ctx: ObjectiveContext) -> Loss:
-    from scale.engine.loss_curvature import PredictorCosine
-
     if ctx.target_h is None:
         raise ValueError("byol's curvature needs the target network's embeddings of the probe")
     return PredictorCosine(ctx.targets("byol"), ctx.predictor, "nmse")

@@ -42,6 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from scale.engine.checkpoint import unreadable_reason
+
 MODELS = ("dino_vits16", "dino_resnet50", "vicreg_resnet50", "barlow_resnet50")
 
 # ImageNet statistics: all four models were trained on images normalised with them.
@@ -442,7 +444,6 @@ def read_checkpoint(path: str) -> dict:
         with torch.serialization.safe_globals([argparse.Namespace, _exclude_bias_and_norm]):
             obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        from scale.engine.checkpoint import unreadable_reason
 
         raise CheckpointError(f"{path}: not readable as a weights-only torch checkpoint ({unreadable_reason(exc)}); "
                               "is it the official full checkpoint?") from None

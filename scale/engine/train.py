@@ -54,6 +54,7 @@ from scale.engine.heads import build_head, collapse_init_
 from scale.engine.hooks import Checkpointer, EpochLog, Hook, MetricsFile, ProgressBar
 from scale.engine.modes import eval_mode
 from scale.engine.modules import OWN, ModuleSpecError, as_module, is_spec, missing_modules_message, module_record
+from scale.engine.recipes import resolve
 from scale.engine.signals import any_rank, stop_on_signals
 from scale.engine.state import TrainState
 
@@ -140,7 +141,6 @@ class TrainConfig:
         dataset's adjustments > the method's recipe > these defaults (``scale.engine.recipes``). ``backbone``,
         ``head`` and ``predictor`` may be ``module:callable`` specs of your own modules (``SSLModel`` imports
         them): the config then names them, and ``scale.train`` records them."""
-        from scale.engine.recipes import resolve
 
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - names)

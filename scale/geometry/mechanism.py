@@ -91,8 +91,11 @@ import torch
 from torch import nn
 
 from mini.collapse import PSEUDO_COLLAPSE_FACTOR
+from mini.invariance import orbit_gain
 from scale.engine.heads import collapse_init_
 from scale.engine.hooks import Hook
+from scale.engine.modes import eval_mode
+from scale.geometry.orbits import orbit_batch_at
 
 COLLAPSE_EPS = 1e-3  # collapsed_start_: the weight left off the mean-feature direction
 COLLAPSED_RATIO = 0.1  # start_record: a start at most this fraction of the normal start's h std counts as collapsed
@@ -105,8 +108,6 @@ TANGENT_STEP_DEG = 0.5  # central-difference step of the image's rotation tangen
 
 
 def _embed(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    from scale.engine.modes import eval_mode
-
     with torch.no_grad(), eval_mode(model):
         z, h, _ = model(x)
     return z, h
@@ -252,7 +253,6 @@ def tangent_gains(f: Callable[[torch.Tensor], torch.Tensor], Z: torch.Tensor, V:
     row of ``Z`` (n, d), ``v`` the rows of ``V`` (n, d)."""
     from torch.func import jacrev
 
-    from mini.invariance import orbit_gain
 
     out = []
     for z, v in zip(Z.double(), V.double()):
@@ -267,7 +267,6 @@ def image_tangent(images: torch.Tensor, step_deg: float) -> torch.Tensor:
     rotation by +-``step_deg``. Bilinear interpolation is piecewise bilinear in the sampling point and the rotation
     moves it by ``+-sin(t) R' p``, so this is the image's central spatial gradient along the rotation field, with
     an error of O(step) from the cells' cross terms (``fd_error`` of ``tangent_gain_record`` measures it)."""
-    from scale.geometry.orbits import orbit_batch_at
 
     pair = orbit_batch_at(images, "rotation", (-step_deg, step_deg)).reshape(len(images), 2, *images.shape[1:])
     return (pair[:, 1] - pair[:, 0]) / (2 * math.radians(step_deg))

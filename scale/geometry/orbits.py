@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scale.engine.data import resize_square
+from scale.engine.data import load_cifar, load_dataset, resize_square
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,6 @@ def colourise(grey: torch.Tensor, seed: int = 0) -> torch.Tensor:
 
 def digits_images(n: int, size: int, seed: int = 0) -> torch.Tensor:
     """``n`` test-split digits (``scale.engine.data``), upsampled to ``size``, strokes and background coloured."""
-    from scale.engine.data import load_dataset
 
     test = load_dataset("digits", image_size=8).test_x  # uint8 (N, 3, 8, 8)
     idx = torch.from_numpy(np.random.default_rng(seed).choice(len(test), size=n, replace=n > len(test)))
@@ -95,7 +94,6 @@ def dataset_images(name: str, n: int, size: int, seed: int = 0, data_dir: str | 
     if name == "digits":
         return digits_images(n, size, seed)
     if name == "cifar10":
-        from scale.engine.data import load_cifar
 
         test = load_cifar("cifar10", data_dir).test_x  # uint8 (10000, 3, 32, 32)
         idx = torch.from_numpy(np.random.default_rng(seed).choice(len(test), size=n, replace=False))

@@ -29,7 +29,8 @@ from typing import Any
 
 import submitit
 
-from scale.launch.resources import LAUNCH_ONLY, LaunchError, Resources, node_gpus, without
+from scale.engine import disk, read
+from scale.launch.resources import LAUNCH_ONLY, LaunchError, Resources, node_gpus, resources, without
 
 POLL_S = 1.0
 # submitit's name of the engine behind --launcher slurm. The tests set "local": AutoExecutor then builds the same
@@ -102,7 +103,6 @@ def submit(launcher: str, folder: Path, res: Resources, commands: list[tuple[str
     ``{unit: job}``; ``submitted`` is called with each batch as soon as it is submitted (the array; each local
     job). ``local-jobs`` keeps at most one job per ``gpus`` slot (or ``parallel``) running, so ``wait=False``
     there needs every job to start at once."""
-    from scale.engine import disk
 
     disk.make_dirs(folder)
     if launcher == "slurm":
@@ -156,7 +156,6 @@ def wait_all(jobs: dict[str, Any], log: Callable[[str], None] = print) -> None:
 def record_submission(out: Path, launcher: str, folder: Path, res: Resources, jobs: dict[str, Any],
                       command: str) -> Path:
     """``OUT/launch/<time>-<pid>.json``, written once: what a later ``--collect`` needs to name the jobs."""
-    from scale.engine import disk
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = out / "launch" / f"{stamp}-{os.getpid()}.json"
@@ -189,8 +188,6 @@ def active_units(out: Path) -> dict[str, str]:
 
 
 def _jobs(out: Path) -> dict[str, tuple[str, str, str]]:
-    from scale.engine import read
-
     folder = out / "launch"
     states: dict[str, tuple[str, str, str]] = {}
     if not folder.is_dir():
@@ -241,7 +238,6 @@ def launch(args: Any, module: str, raw: list[str], units: list[str], out: Path, 
            log: Callable[[str], None] = print) -> None:
     """Submit ``units`` of this invocation as jobs (``args``: the launch flags); wait unless ``--no-wait``.
     ``wants_gpu``: the units run on CUDA (``check_gpus``)."""
-    from scale.launch.resources import resources
 
     res = resources(args)
     check_gpus(args.launcher, res, args.node_gpus, wants_gpu)  # the commands check it before writing anything

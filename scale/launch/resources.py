@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from scale.engine import read
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10: the same parser from PyPI
@@ -49,7 +51,6 @@ _NUMBERS = {"gpus": int, "cpus": int, "mem_gb": float, "time_min": int, "array_p
 
 def read_recipe(path: str | Path) -> dict[str, Any]:
     """The recipe's keys (underscored), checked; ``LaunchError`` otherwise."""
-    from scale.engine import read
 
     try:
         data = tomllib.loads(read.read_regular(path, RECIPE_MAX_BYTES).decode("utf-8"))

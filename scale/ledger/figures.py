@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mini import paper_numbers as paper
 from scale.ledger.claims.base import Results
 
 
@@ -92,7 +93,6 @@ def figure_e2(res: Results, path: Path) -> bool:
 
 def figure_e5(res: Results, path: Path) -> bool:
     """E5: rotation probes (linear) on z and h and the compression against depth, per seed and the mean."""
-    from mini import paper_numbers as paper
 
     e5 = [r for r in res.values() if r["experiment"] == "E5" and r.get("status") == "finished"]
     if not e5:

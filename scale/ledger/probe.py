@@ -11,7 +11,16 @@ from typing import Any
 
 import numpy as np
 
+from mini.collapse_metrics import collapse_stats, covariance_spectrum
+from mini.hessian import NEG_FLOOR
+from scale.curvature.blocks import effective_hessian_blocks
+from scale.curvature.lanczos import shifted_power_iteration
+from scale.curvature.mechanism import curvature_mechanism, residual_record
+from scale.curvature.operators import Operator
+from scale.curvature.tracking import probe_objective
 from scale.engine.hooks import Hook
+from scale.engine.modes import eval_mode
+from scale.geometry.mechanism import collapsed_start_
 from scale.ledger.plan import PROBE_PAIRS, PROBE_SEED, RANGE_FLOOR
 
 
@@ -36,12 +45,6 @@ def curvature_record(model, cfg, x) -> dict[str, Any]:
     sample)."""
     import torch
 
-    from mini.hessian import NEG_FLOOR
-    from scale.curvature.blocks import effective_hessian_blocks
-    from scale.curvature.lanczos import shifted_power_iteration
-    from scale.curvature.operators import Operator
-    from scale.curvature.tracking import probe_objective
-    from scale.engine.modes import eval_mode
 
     with torch.no_grad(), eval_mode(model):
         z, h, _ = model(x)
@@ -99,8 +102,6 @@ class LedgerProbe(Hook):
         self.seconds = 0.0
 
     def _stats(self, state) -> dict[str, Any]:
-        from mini.collapse_metrics import collapse_stats, covariance_spectrum
-
         z, h = state.embed(state.probe_x)
         h_std, h_cond = collapse_stats(h.double())
         z_std, z_cond = collapse_stats(z.double())
@@ -121,7 +122,6 @@ class LedgerProbe(Hook):
 
     def _mechanism(self, state) -> dict[str, Any]:
         """``scale.curvature.mechanism``'s record at this state: eq. (1)'s M, G's inertia, M on null(G), rho."""
-        from scale.curvature.mechanism import curvature_mechanism, residual_record
 
         return {**curvature_mechanism(state.model, state.config, self.x),
                 **residual_record(state.model, state.config, self.x)}
@@ -146,7 +146,6 @@ class LedgerProbe(Hook):
             return
         collapsed: dict[str, Any] = {}
         if self.collapse:  # the paper's start (weights x 0.1), then collapsed in the measured statistic
-            from scale.geometry.mechanism import collapsed_start_
 
             before = self._stats(state)
             # factor 1: the run's --init collapsed has applied the paper's x 0.1 already (the projection is linear

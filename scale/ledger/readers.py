@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from mini.collapse_metrics import COND_FLOOR
+from scale.curvature.tracking import spearman
 from scale.ledger.stats import fraction, log10_ratio
 
 Results = dict[str, dict[str, Any]]  # unit name -> its record
@@ -65,7 +67,6 @@ def spearman_e2(res: Results, name: str, clamped: bool = True) -> float:
     official plot drops epoch 1); ``clamped=False``: the condition number with the unclamped lambda_min.
     Degenerate (NaN): fewer than three epochs, a constant series, or (clamped) every epoch at the 1e-7 clamp,
     where the condition number is lambda_max / 1e-7, a variance correlated with a std by construction."""
-    from scale.curvature.tracking import spearman
 
     r = _unit(res, name)
     if not r:
@@ -88,7 +89,6 @@ def spearman_e2(res: Results, name: str, clamped: bool = True) -> float:
 def clamp_fraction(res: Results, name: str) -> float:
     """E2: the fraction of epochs 2.. where the covariance's lambda_min lies below the paper's 1e-7 clamp (there
     the condition number is lambda_max / 1e-7, a variance)."""
-    from mini.collapse_metrics import COND_FLOOR
 
     recs = [c for c in curvature(res, name) if c["epoch"] >= 2]
     return fraction([c["z_cov_min"] < COND_FLOOR for c in recs]) if recs else math.nan

@@ -15,6 +15,9 @@ from scale.ledger import store
 from scale.ledger.claims import CLAIMS, NOT_RUN
 from scale.ledger.claims.base import CHECK, MECHANISM, PAPER, PROJECT, Results
 from scale.ledger.evaluate import evaluate_all, seeds_of
+from scale.ledger.figures import figure_e1, figure_e2, figure_e5
+from scale.ledger.readers import curvature
+from scale.ledger.runner import expected_keys
 from scale.ledger.stats import SEEDS_CAP, cell, estimate
 from scale.ledger.verdicts import CATEGORIES
 from scale.runs.summary import Estimate
@@ -115,7 +118,6 @@ def tally(rows: list[dict[str, Any]], key: str = "verdict") -> str:
 def determinism(out: Path, settings: dict[str, Any], res: Results) -> list[str]:
     """Per claim, the differences of its per-seed value between this plan's units and the same units of a plan
     that differs only in threads, device or repeat (run-to-run and thread-to-thread spread)."""
-    from scale.ledger.runner import expected_keys
 
     folder = out / "registrations"
     L: list[str] = []
@@ -184,8 +186,6 @@ def _deviation_rows(res: Results) -> list[str]:
 
 
 def _e2_table(res: Results) -> list[str]:
-    from scale.ledger.readers import curvature
-
     L = ["| run | lambda_min(H) < 0 | lambda_min(G) < 0 | loss Hessian indefinite | power iteration < 0 | "
          "median abs(M)/abs(H) |", "|---|---|---|---|---|---|"]
     seeds = seeds_of(res)
@@ -209,7 +209,6 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
     """(results.json, report.md) of the plan registered as ``reg``, from its units ``res``; figures in ``out``,
     other plans (determinism) from ``store_dir`` (default ``out``). ``planned``: how many units the plan has at
     the seeds asked for; fewer stored puts the "in progress" banner first."""
-    from scale.ledger.figures import figure_e1, figure_e2, figure_e5
 
     settings = reg["settings"]
     rows = evaluate_all(CLAIMS, res)

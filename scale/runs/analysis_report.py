@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from scale.engine import disk, read
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
 from scale.runs.run_report import geometry_section, probe_section, training_section, verdict_section, versions_table
 from scale.runs.summary import RotationProbes, RunSummary, TrainingCheck, Verdict
@@ -115,7 +116,6 @@ ANALYSIS_FILES = ("analysis.json", "report.md", "spectrum.png", "orbits.png")  #
 
 def is_analysis(path: Path) -> bool:
     """Whether ``path`` is an analysis.json this command wrote (a JSON object naming its ``source``)."""
-    from scale.engine import read
 
     try:
         return "source" in read.read_json(path, dict)
@@ -125,7 +125,6 @@ def is_analysis(path: Path) -> bool:
 
 def check_analysis_out(out: str | Path) -> None:
     """Refuse (``disk.NotOurs``) an ``out`` holding a user's file of one of this report's names: run before the work."""
-    from scale.engine import disk
 
     disk.check_outputs_ours(Path(out), ANALYSIS_FILES, "analysis.json", is_analysis)
 
@@ -133,7 +132,6 @@ def check_analysis_out(out: str | Path) -> None:
 def write_report(result: dict[str, Any], out: str | Path, source: str) -> Path:
     """analysis.json, report.md and the figures into ``out`` (each file written atomically; a user's file of
     one of these names is refused, never replaced)."""
-    from scale.engine import disk
 
     out = Path(out)
     check_analysis_out(out)

@@ -26,6 +26,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from scale.engine import methods
+from scale.engine.modules import OWN
+from scale.engine.train import SSLModel, TrainConfig
+from scale.runs.faults import ConfigError
+
 MAX_MODEL_PARAMS = 1_000_000_000  # backbone + heads; the paper's largest model (ResNet-18 + E1's heads) has ~3e7
 # (training, test) images of a dataset whose name says how many: CIFAR, digits' fixed split, synthetic
 DATASET_IMAGES = {"cifar10": (50_000, 10_000), "cifar100": (50_000, 10_000), "digits": (1_347, 450),
@@ -49,7 +54,6 @@ def _model_key(cfg: Any) -> tuple:
 def _meta_model(key: tuple):
     import torch
 
-    from scale.engine.train import SSLModel, TrainConfig
 
     with torch.device("meta"):
         return SSLModel(TrainConfig(**dict(zip(MODEL_FIELDS, key))))
@@ -105,7 +109,6 @@ class Need:
 
 def need(cfg: Any, world: int = 1) -> Need:
     """What one of ``world`` training processes of ``cfg`` holds at least (module docstring)."""
-    from scale.engine import methods
 
     n = model_parameters(cfg)
     copies = 2 + OPTIMIZER_STATES.get(cfg.optimizer, 2) + (1 if methods.get(cfg.method).ema_target else 0)
@@ -144,8 +147,6 @@ def device_memory(device: Any) -> int:
 def check_memory(cfg: Any, device: Any, world: int = 1) -> Need | None:
     """``need(cfg, world)`` if it fits ``device``'s memory, else ``ConfigError`` naming the parts and the levers;
     ``None`` for a model with a part of your own (built by your code, so not the project's to size)."""
-    from scale.engine.modules import OWN
-    from scale.runs.faults import ConfigError
 
     if OWN in (cfg.backbone, cfg.head, cfg.predictor):
         return None

@@ -49,6 +49,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from scale.engine.disk import NotOurs
+from scale.engine.read import Unreadable
+
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_NONFINITE, EXIT_WRITE, EXIT_PEER, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 5, 130
 
 
@@ -144,8 +147,6 @@ def is_peer_failure(exc: BaseException) -> bool:
 
 def describe(exc: BaseException, guard: _Guard) -> tuple[int, str]:
     """``(exit code, one line)`` for a failure that escaped ``main``; ``(-1, '')`` when it is a bug."""
-    from scale.engine.disk import NotOurs
-    from scale.engine.read import Unreadable
 
     kept = last_checkpoint(guard.run_dir)
     if isinstance(exc, (RunError, NotOurs, Unreadable)):  # refused by the disk's owner or its reader: one line

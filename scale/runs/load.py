@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from scale.engine import read
+from scale.engine import disk, read
 from scale.engine.backbones import build_backbone
 from scale.engine.checkpoint import atomic_write_json, load_checkpoint, save_checkpoint, unreadable_reason
 from scale.engine.heads import build_head
@@ -49,6 +49,7 @@ from scale.engine.modules import (
     module_record,
 )
 from scale.engine.train import SSLModel, TrainConfig, default_predictor, output_dim
+from scale.runs import faults, validate
 from scale.runs.validate import MAX_WIDTH
 
 PARTS: tuple[str, ...] = ("backbone", "projector", "predictor")
@@ -177,7 +178,6 @@ def checked_config(path: Path, checkpointed: dict[str, Any], device: str) -> Tra
     """The run's config as ``scale.run --resume`` takes it (``scale.runs.validate``): config.json (the checkpoint's
     copy where there is none) agreeing with the checkpoint's copy, then validated like flags; ``device`` replaces
     the saved one."""
-    from scale.runs import faults, validate
 
     has_json = (path / "config.json").is_file()
     try:
@@ -242,7 +242,6 @@ def architecture_path(out: str | Path) -> Path:
 def check_export_target(out: Path) -> None:
     """``RunError`` when ``out`` or ``out.json`` exists but is not an earlier export (a plain ``out.json``
     architecture record of this format): a user's file of that name is never replaced."""
-    from scale.engine import disk
 
     def is_record(p: Path) -> bool:
         try:

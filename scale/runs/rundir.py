@@ -45,7 +45,8 @@ from pathlib import Path
 
 from scale.engine import disk
 from scale.engine.workers import private_descriptor, release_descriptor
-from scale.runs.faults import ConfigError
+from scale.runs import validate
+from scale.runs.faults import ConfigError, RunError
 
 LOCK_NAME = ".lock"
 # Every file the project writes in a run directory, by writer; --overwrite removes these and nothing else.
@@ -117,8 +118,6 @@ def run_files(run_dir: Path) -> RunFiles:
 def is_run(run_dir: Path) -> bool:
     """Whether ``run_dir`` holds a run: its config.json parses as a run's config (``scale.runs.validate``), or
     its checkpoint.pt loads as a run's checkpoint (weights only, memory-mapped)."""
-    from scale.runs import validate
-    from scale.runs.faults import RunError
 
     config, checkpoint = run_dir / "config.json", run_dir / "checkpoint.pt"
     if config.is_file() and not config.is_symlink():

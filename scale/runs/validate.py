@@ -37,9 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from mini.heads import parse_head_spec
+from scale.engine import augment, methods, read
+from scale.engine.augment import AUGMENT_PATHS
+from scale.engine.backbones import BACKBONES
 from scale.engine.checkpoint import unreadable_reason
+from scale.engine.data import DATASETS, FOLDER_PREFIX
 from scale.engine.heads import MAX_LAYERS
+from scale.engine.hooks import summary_writer_class
+from scale.engine.methods import METHODS
 from scale.engine.modules import OWN
+from scale.engine.train import OPTIMIZERS, SCHEDULES, TrainConfig, default_predictor
+from scale.runs.budget import MAX_MODEL_PARAMS, model_parameters
 from scale.runs.faults import ConfigError, CorruptFile
 
 MAX_HEAD_LAYERS = MAX_LAYERS  # scale.engine.heads's bound, checked here before anything is built
@@ -55,14 +63,9 @@ LOG_CHOICES = ("none", "tensorboard")  # --log: metrics.jsonl always; tensorboar
 
 
 def _choices() -> dict[str, tuple[str, ...]]:
-    from scale.engine.augment import AUGMENT_PATHS, PRESETS
-    from scale.engine.backbones import BACKBONES
-    from scale.engine.data import DATASETS
-    from scale.engine.methods import METHODS
-    from scale.engine.train import OPTIMIZERS, SCHEDULES
-
+    """Each setting's valid values, read at the call (``augment.register_preset`` adds presets)."""
     return {"dataset": DATASETS, "method": tuple(METHODS), "backbone": (*BACKBONES, OWN), "optimizer": OPTIMIZERS,
-            "schedule": SCHEDULES, "augment": PRESETS, "init": ("normal", "collapsed"),
+            "schedule": SCHEDULES, "augment": augment.PRESETS, "init": ("normal", "collapsed"),
             "precision": ("fp32", "bf16"), "augment_path": AUGMENT_PATHS}
 
 
@@ -110,7 +113,6 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         problem = _type_error(name(f.name), str(f.type), getattr(cfg, f.name))
         if problem:
             raise ConfigError(problem)
-    from scale.engine.data import FOLDER_PREFIX
 
     for key, valid in _choices().items():
         v = getattr(cfg, key)
@@ -182,10 +184,8 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         return
     d = backbone_dim(cfg)
     total = head_parameters(cfg.head, d, cfg.head_out, cfg.head_width, cfg.head_bias)
-    from scale.engine import methods
 
     if methods.get(cfg.method).predictor and cfg.predictor != OWN:  # the registry: which methods have one
-        from scale.engine.train import default_predictor
 
         spec = cfg.predictor or default_predictor(cfg.head)
         total += head_parameters(spec, cfg.head_out, cfg.head_out, cfg.pred_width, cfg.head_bias)
@@ -193,7 +193,6 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         raise ConfigError(f"the head ({cfg.head}, width {cfg.head_width}, out {cfg.head_out}) would have "
                           f"{total:,} parameters; at most {MAX_HEAD_PARAMS:,} are supported (reduce --head-width, "
                           "--head-out, --pred-width or the depth)")
-    from scale.runs.budget import MAX_MODEL_PARAMS, model_parameters
 
     if OWN in (cfg.backbone, cfg.head, cfg.predictor):
         return  # a part of your own was built (and sized) by your code: the project's parts are capped above
@@ -209,7 +208,6 @@ def check_log(value: str) -> None:
     if value not in LOG_CHOICES:
         raise ConfigError(f"--log {value!r} is not one of: {', '.join(LOG_CHOICES)}")
     if value == "tensorboard":
-        from scale.engine.hooks import summary_writer_class
 
         try:
             summary_writer_class()
@@ -225,7 +223,6 @@ def check_log(value: str) -> None:
 def read_config_json(path: Path) -> dict[str, Any]:
     """config.json as a dict, or ``CorruptFile`` saying what is wrong with it (the one bounded reader,
     ``scale.engine.read``: a regular file, its size and nesting bounded)."""
-    from scale.engine import read
 
     try:
         return read.read_json(path, dict)
@@ -259,7 +256,6 @@ def read_checkpoint_config(path: Path) -> tuple[dict[str, Any], int]:
 
 def config_from_dict(values: dict[str, Any], source: str) -> Any:
     """A ``TrainConfig`` from a saved dict; unknown or missing keys are refused by name."""
-    from scale.engine.train import TrainConfig
 
     names = {f.name for f in fields(TrainConfig)}
     unknown = sorted(set(values) - names)
@@ -334,7 +330,6 @@ def agreeing_config(run_dir: Path, written: dict[str, Any], checkpointed: dict[s
 def resume_config(run_dir: Path, args: argparse.Namespace, given: set[str], device: str, default_threads: int
                   ) -> tuple[Any, list[str]]:
     """The resumed run's ``TrainConfig`` and the notes to print (module docstring); refuses what would mix runs."""
-    from scale.engine.train import TrainConfig
 
     written = read_config_json(run_dir / "config.json")
     checkpointed, done = read_checkpoint_config(run_dir / "checkpoint.pt")

@@ -25,7 +25,9 @@ touches or deletes another's. Each run is one ``python -m scale.run`` in ``OUT/<
 this machine, one job per ``--node-gpus`` device; ``scale.launch``, docs/launch.md). A finished run gets one
 immutable unit file holding everything the report reads; ``OUT/<plan>/results.json`` and ``report.md`` are rebuilt
 from the plan's unit files (``--report-only`` rebuilds them alone, ``scale.report OUT/<plan>`` the report), and
-list the unit files of other plans they left out; ``--collect`` names the runs without a file and the one command
+list the unit files they left out (another plan's, another key, or a content that is not the run its name says:
+``scale.units``, never used, never deleted; a link at ``OUT/units`` or at a folder of the plan is refused before
+anything is written); ``--collect`` names the runs without a file and the one command
 that runs only them (exit 3). A run with a unit file is skipped; one with a checkpoint but no summary is resumed
 (``--resume``; a timed-out or preempted job is requeued and resumes so). Only if it is the planned run: a saved
 config.json that differs from what the plan resolves to (the code changed a run; not the device or thread
@@ -54,6 +56,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from scale import run as scale_run
+from scale.engine import disk, read
 from scale.experiments.paper import (
     ASSUMPTIONS,
     E2_RUNS,
@@ -64,7 +70,21 @@ from scale.experiments.paper import (
     deviations,
     plan,
 )
+from scale.grid import units
 from scale.grid.state import refuse_other_manifest, run_state
+from scale.launch import resources as launch_flags
+from scale.launch.cost import print_cost as launch_cost
+from scale.launch.jobs import check_gpus, launch
+from scale.launch.resources import LaunchError
+from scale.ledger.plan import CIFAR, Unit, estimate_seconds
+from scale.report import write_report
+from scale.run import build_parser as run_parser
+from scale.run import resolve_config
+from scale.runs.faults import RunError
+from scale.runs.run_report import git_commit, versions
+from scale.runs.validate import plan_disagreements, read_config_json
+from scale.units.schema import MAX_SEEDS
+from scale.units.store import StoreError
 
 # the grid's plan, re-exported: the ledger and the study build on scale.paper's plan
 __all__ = ["E2_RUNS", "EXPERIMENTS", "PAPER_SETTINGS", "PlannedRun", "asdict", "deviations", "main", "paper_choices",
@@ -74,11 +94,6 @@ def paper_choices(experiment: str) -> dict[str, list[Any]]:
     """``{setting: [scale.run's default, this grid's]}`` for each setting of ``experiment`` (CIFAR sizes) where
     the paper's choice differs from what ``python -m scale.run cifar10 --method M`` gives; M is the experiment's
     method (``simclr`` for ``simclr_paper``, the user-facing SimCLR)."""
-    import torch
-
-    from scale.run import build_parser as run_parser
-    from scale.run import resolve_config
-
     ref = PAPER_SETTINGS[experiment]
     base = "simclr" if ref["method"] == "simclr_paper" else ref["method"]
     cfg = resolve_config(run_parser().parse_args(["cifar10", "--method", base]), torch.device("cpu")).to_dict()
@@ -101,11 +116,7 @@ def _choices_text() -> str:
 
 def planned_config(run: PlannedRun) -> dict[str, Any]:
     """The resolved config ``scale.run`` gives the run's arguments (on a CPU; where it runs is not compared)."""
-    import torch
-
-    from scale.run import build_parser, resolve_config
-
-    return resolve_config(build_parser().parse_args(run.argv), torch.device("cpu")).to_dict()
+    return resolve_config(run_parser().parse_args(run.argv), torch.device("cpu")).to_dict()
 
 
 def _flag(tokens: list[str], flag: str) -> str | None:
@@ -116,9 +127,6 @@ def plan_differences(run_dir: Path, run: PlannedRun) -> list[str]:
     """Where the run saved in ``run_dir`` is not the planned one: its config.json against ``planned_config``
     (``scale.runs.validate.plan_disagreements``), and for a finished run the measurement flag its summary's
     command line holds (``--probe-images``). Empty when it is the plan (or when nothing was saved yet)."""
-    from scale.runs.faults import RunError
-    from scale.runs.validate import plan_disagreements, read_config_json
-
     if not (run_dir / "config.json").is_file():
         return []
     try:
@@ -156,15 +164,11 @@ def refuse_other_plans(out: Path, runs: list[PlannedRun]) -> str | None:
 
 
 def _log(home: Path, record: dict[str, Any]) -> None:
-    from scale.engine import disk
-
     disk.append_text(home / "grid_log.jsonl", json.dumps(record, sort_keys=True) + "\n")  # append-only: one line each
 
 
 def execute_in_process(run: PlannedRun, home: Path, device: str, threads: int | None = None) -> int:
     """One run through ``scale.run.main`` in this process, in the plan folder ``home`` (a job calls this too)."""
-    from scale import run as scale_run
-
     run_dir = home / "runs" / run.name
     state = run_state(run_dir)
     if state == "done":
@@ -185,9 +189,6 @@ def execute_in_process(run: PlannedRun, home: Path, device: str, threads: int | 
 
 def record_unit(run: PlannedRun, out: Path, args: argparse.Namespace) -> None:
     """Once the run is done, its one immutable unit file with its deviations (``scale.grid.units``)."""
-    from scale.engine import read
-    from scale.grid import units
-
     config = units.plan_dir(out, units.grid_plan(args)) / "runs" / run.name / "config.json"
     if config.is_file():
         dev = deviations(read.read_json(config), run.paper, args.dataset, run.probe_images)
@@ -196,8 +197,6 @@ def record_unit(run: PlannedRun, out: Path, args: argparse.Namespace) -> None:
 
 def run_here(runs: list[PlannedRun], out: Path, args: argparse.Namespace) -> int:
     """Each of ``runs`` in this process, one after another; 130 when interrupted (rerun to resume)."""
-    from scale.grid import units
-
     home = units.plan_dir(out, units.grid_plan(args))
     for r in runs:
         t = time.perf_counter()
@@ -220,8 +219,6 @@ def run_here(runs: list[PlannedRun], out: Path, args: argparse.Namespace) -> int
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from scale.launch import resources as launch_flags
-
     p = argparse.ArgumentParser(prog="python -m scale.paper", description="Run the paper's experiment grid E1-E5 "
                                 "with its defaults (docs/paper.md and the official code) and write the side-by-side "
                                 "report.", epilog=_choices_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -231,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--experiments", default=",".join(EXPERIMENTS),
                    help=f"comma-separated subset of {', '.join(EXPERIMENTS)} (default: all)")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 seed, 2 epochs, 384 training images")
-    p.add_argument("--seeds", type=int, help="seeds per configuration (default: 3; --quick 1)")
+    p.add_argument("--seeds", type=int, help=f"seeds per configuration (default: 3; --quick 1; at most {MAX_SEEDS})")
     p.add_argument("--epochs", type=int, help="override every run's epochs (a recorded deviation)")
     p.add_argument("--out", default=None, help="output folder: each plan in OUT/<plan>/, unit files in OUT/units "
                    "(default: paper-DATASET-BACKBONE[-quick])")
@@ -260,9 +257,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m scale.paper``; a file it would write through a link or replace without owning it (exit 2), a
     grid file it cannot read (exit 1) or an output it cannot write (exit 4) is one line, never a traceback; so is
     a unit file of the store it cannot read (exit 2, left as it is)."""
-    from scale.engine import disk, read
-    from scale.ledger.store import StoreError
-
     try:
         return _main(argv)
     except (disk.NotOurs, read.Unreadable) as exc:
@@ -277,9 +271,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    from scale.launch import resources as launch_flags
-    from scale.launch.resources import LaunchError
-
     raw = list(argv if argv is not None else sys.argv[1:])
     args = build_parser().parse_args(raw)
     args.raw = raw
@@ -289,11 +280,11 @@ def _main(argv: list[str] | None = None) -> int:
         if v is not None and v < 1:
             print(f"scale.paper: error: --{key} must be a positive integer, got {v}", file=sys.stderr)
             return 2
+    if args.seeds is not None and args.seeds > MAX_SEEDS:
+        print(f"scale.paper: error: --seeds {args.seeds} is above {MAX_SEEDS}, the most a plan has (1 <= N <= "
+              f"{MAX_SEEDS})", file=sys.stderr)
+        return 2
     try:
-        import torch
-
-        from scale.launch.jobs import check_gpus
-
         check_gpus(args.launcher, launch_flags.check(args), args.node_gpus,
                    args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()))
     except LaunchError as exc:
@@ -314,10 +305,9 @@ def _main(argv: list[str] | None = None) -> int:
                   "them)", file=sys.stderr)
             return 2
         runs = [r for r in planned if r.name in wanted]
-    from scale.grid import units
-
     pid = units.grid_plan(args)
     home = units.plan_dir(out, pid)  # everything of this plan but its unit files: other plans share OUT
+    units.check_folders(out, pid)  # a link at OUT/units, OUT/<plan>, ...: refused before anything is written
     # a job writes no manifest: the invocation that submitted it checked and wrote the plan's
     other_plan = refuse_other_plans(home, runs) or (None if args.as_job else refuse_other_manifest(home, planned))
     if other_plan:
@@ -333,10 +323,7 @@ def _main(argv: list[str] | None = None) -> int:
         units.collect(runs, out, pid, raw)
         return _report(home, args)
 
-    from scale.engine import disk
-    from scale.runs.run_report import git_commit, versions
-
-    have, _ = units.find(out, pid, units.keys(runs))
+    have, _ = units.find(out, pid, [units.of_run(r) for r in runs])
     states = {r.name: "done" if r.name in have else run_state(home / "runs" / r.name) for r in runs}
     todo = [r for r in runs if r.name not in have]
     print(f"scale.paper: plan {pid}: {len(runs)} runs in {home} ({len(runs) - len(todo)} stored, "
@@ -352,20 +339,19 @@ def _main(argv: list[str] | None = None) -> int:
         "quick_settings": QUICK if args.quick else None, "assumptions": {e: ASSUMPTIONS[e] for e in experiments},
         "paper_settings": {e: PAPER_SETTINGS[e] for e in experiments},
         "paper_choices": {e: paper_choices(e) for e in experiments},
-        "runs": [asdict(r) for r in planned], "git_commit": git_commit(), "versions": versions(),
+        "runs": [dict(asdict(r), argv=r.argv) for r in planned],  # argv: each run's command line (and key)
+        "git_commit": git_commit(), "versions": versions(),
     }
     if not args.collect:
         disk.write_json(home / "manifest.json", manifest)
     if args.dry_run:
-        units.print_cost(runs, states, args)
+        print_cost(runs, states, args)
         return 0
     t0 = time.perf_counter()
     code = 0
     if args.collect:
         pass
     elif args.launcher != "local":
-        from scale.launch.jobs import launch
-
         try:
             launch(args, "scale.paper", raw, [r.name for r in todo], home)  # GPUs checked above
         except LaunchError as exc:
@@ -385,11 +371,25 @@ def _main(argv: list[str] | None = None) -> int:
     return code or _report(home, args) or missing
 
 
+def print_cost(runs: list[PlannedRun], states: dict[str, str], args: argparse.Namespace) -> None:
+    """Each run's state and command, then ``scale.launch.cost``'s lines for the runs not done (the ledger's
+    per-epoch cost model, ``scale.ledger.plan``, at this grid's epochs)."""
+    device = "cuda" if args.device == "cuda" else "cpu"
+    costs, basis = [], "no runs"
+    for r in runs:
+        print(f"  [{states[r.name]:6s}] {r.name}: python -m scale.run {' '.join(r.argv)}")
+        epochs = int(r.argv[r.argv.index("--epochs") + 1]) if "--epochs" in r.argv else r.paper.get("epochs")
+        unit = Unit(r.name, r.experiment, r.seed, r.dataset, r.backbone, dict(r.settings, epochs=epochs), r.paper)
+        sec, basis = estimate_seconds(unit, args.dataset if args.dataset in CIFAR else "digits", False, device)
+        if states[r.name] != "done":
+            costs.append((r.name, sec))
+    launch_cost("scale.paper", args.raw, costs, f"scale.ledger.plan's per-epoch cost model at this grid's epochs: "
+                f"{basis}", device, args.launcher, launch_flags.resources(args), args.gpu_name)
+
+
 def _report(home: Path, args: argparse.Namespace) -> int:
     """The plan's report.md from its unit files (``scale.report``), unless --no-report."""
     if not args.no_report and (home / "manifest.json").is_file():
-        from scale.report import write_report
-
         print(f"scale.paper: report {write_report(home)}", flush=True)
     return 0
 

@@ -25,11 +25,19 @@ Slurm array through submitit (resources from ``--gpus-per-job``, ``--time-min``,
 this command with ``--units NAME`` and writes that unit's file. ``--no-wait`` returns after submitting;
 ``--collect`` rebuilds the views and names the missing units with the one command that runs only them.
 
-Exit codes: 0 done; 1 the data (CIFAR archive) missing or corrupt, or nothing to report; 2 a bad argument, an
-OUT holding files the ledger cannot read (left as they are), or rules changed without ``--amend``; 4 an
-output could not be written; 3 (``--collect``, or a launch that waited) some chosen units have no file; 130
-interrupted (SIGINT or SIGTERM: the running unit's training saves a checkpoint in its work folder, ``OUT/work/``,
-and the same command resumes it there; every finished unit is in the store).
+The store (``scale.ledger.store`` over ``scale.units``) uses a unit file only when its content is the unit its name
+says (plan, unit, device, threads, key, and the plan's experiment, seed and labels); any other is listed under
+"unit files left out" in the views and left as it is. The plan's seeds are its registration's (at most 1000),
+never counted from file names.
+
+Exit codes: 0 done; 1 the data (CIFAR archive) missing or corrupt, or nothing to report; 2 a bad argument (one
+line naming the valid values: ``--seeds`` 1 .. 1000, a non-blank ``--amend`` reason), an OUT holding a file the
+ledger cannot read or that is not of its schema (a damaged unit, registration or amendment: left as it is), a
+folder the ledger writes below OUT (``units/``, ``registrations/``, ``amendments/``, ``work/``, ...) that is a
+symbolic link, or rules changed without ``--amend``; 4 an output could not be written; 3 (``--collect``, or a
+launch that waited) some chosen units have no file; 130 interrupted (SIGINT or SIGTERM: the running unit's
+training saves a checkpoint in its work folder, ``OUT/work/``, and the same command resumes it there; every
+finished unit is in the store).
 """
 
 from __future__ import annotations
@@ -38,12 +46,20 @@ import argparse
 import sys
 from pathlib import Path
 
+import torch
+
+from scale.engine import disk
+from scale.engine.data import DataError
+from scale.engine.train import Interrupted
 from scale.launch import resources as launch_flags
-from scale.launch.jobs import check_gpus
+from scale.launch.cost import print_cost
+from scale.launch.jobs import check_gpus, job_states, launch, rerun_command
 from scale.launch.resources import LaunchError
-from scale.ledger import plan, runner, store
+from scale.ledger import claims, plan, report, runner, store
 from scale.ledger.plan import EXPERIMENTS, QUICK_SEEDS, parse_epochs
 from scale.ledger.store import StoreError
+from scale.ledger.verify import verify
+from scale.units.schema import MAX_SEEDS
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -71,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "seeds, bounded intervals, controls, premises and registered rules.")
     p.add_argument("--dataset", default="digits", choices=("digits", "cifar10", "cifar100"),
                    help="default: digits (offline, CPU sizes); cifar10 at the paper's sizes")
-    p.add_argument("--seeds", type=int, default=10, help="seeds 0 .. N-1, part of the plan (default 10; --quick 2)")
+    p.add_argument("--seeds", type=int, default=10, help=f"seeds 0 .. N-1, part of the plan (default 10; --quick 2; "
+                   f"at most {MAX_SEEDS})")
     p.add_argument("--out", default="replication", help="output folder, the ledger's store (default: replication)")
     p.add_argument("--data-dir", help="folder with the CIFAR archive (see scale.run)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="default: cpu")
@@ -106,18 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
 def print_plan(args: argparse.Namespace, settings: dict) -> None:
     """Every unit of this invocation with its estimated seconds on ``--device``, the totals, and the registration
     the plan would get (its id, rules hash)."""
-    from scale.launch.cost import print_cost
-    from scale.ledger import claims
-
     units = runner.share_of(args, runner.settings_units(settings, settings["seeds"], args.experiments))
     bases: set[str] = set()
     measured: dict[str, list[float]] = {}
     pid = runner.plan_id(settings)
-    for path in store.unit_files(Path(args.out)):
-        meta = store.parse_name(path)
-        if meta and meta["plan"] == pid:
-            rec = store.read_json(path)
-            measured.setdefault(rec.get("experiment", ""), []).append(float(rec.get("seconds", 0.0)))
+    stored, _ = store.load_units(Path(args.out), pid, runner.expected(settings), args.device, args.threads)
+    for rec in stored.values():
+        measured.setdefault(rec["experiment"], []).append(float(rec["seconds"]))
     print(f"scale.replicate: plan {runner.plan_id(settings)} ({args.dataset}, {args.seeds} seeds, "
           f"{args.device}, {args.threads} thread{'s' * (args.threads != 1)}{', quick' if args.quick else ''}): "
           f"{len(units)} units; rules hash {claims.rules_hash()}")
@@ -139,8 +151,6 @@ def _fail(msg: str, code: int) -> int:
 
 
 def report_only(args: argparse.Namespace, settings: dict) -> int:
-    from scale.ledger import report
-
     out = Path(args.out)
     pid = args.plan or runner.plan_id(settings)
     reg = store.registration(out, pid) if out.is_dir() else None
@@ -153,7 +163,7 @@ def report_only(args: argparse.Namespace, settings: dict) -> int:
     else:
         amends = runner.check_rules(out, pid, reg, args.amend)
         s = reg["settings"]
-        expected = runner.expected_keys(s, int(s.get("seeds", args.seeds)))
+        expected = runner.expected(s, s.get("seeds", args.seeds))  # the plan's seeds (registered since v3)
         units, ignored = store.load_units(out, pid, expected, s["device"], s["threads"])
         if not units:
             return _fail(f"no units of plan {pid} in {out}: nothing to report", 1)
@@ -163,19 +173,12 @@ def report_only(args: argparse.Namespace, settings: dict) -> int:
 
 
 def v1_units(out: Path) -> tuple[dict, list[str]]:
-    """Every unit file of plan v1 (its keys are its own: v1 registered none to check them against)."""
-    units = {}
-    for p in store.unit_files(out):
-        meta = store.parse_name(p)
-        if meta and meta["plan"] == store.V1:
-            units[meta["name"]] = store.read_json(p)
-    return units, []
+    """Every unit file of plan v1, each checked (its keys are its own: v1 registered none to check them against)."""
+    return store.load_v1(out)
 
 
 def v1_registration(reg: dict) -> dict:
     """v1's registration in the shape of a v2 one, saying what it is: its data under today's rules."""
-    from scale.ledger import claims
-
     s = reg["settings"]
     settings = {"dataset": s.get("dataset", "digits"), "quick": bool(s.get("quick")), "device": s.get("device", "cpu"),
                 "threads": int(s.get("threads") or 1), "epochs": dict(s.get("epochs") or {}),
@@ -189,16 +192,12 @@ def v1_registration(reg: dict) -> dict:
 def collect(args: argparse.Namespace, settings: dict) -> int:
     """The views from the unit files, with the units of this invocation's choice that have none, their jobs'
     states and the one command that runs only them (exit 3), or exit 0 when none is missing."""
-    from scale.launch.jobs import job_states, rerun_command
-    from scale.ledger import report
-
     out, pid = Path(args.out), runner.plan_id(settings)
     reg = store.registration(out, pid) if out.is_dir() else None
     if reg is None:
         return _fail(f"no registration of plan {pid} in {out}: nothing submitted there to collect", 1)
     amends = runner.check_rules(out, pid, reg, args.amend)
-    units, ignored = store.load_units(out, pid, runner.expected_keys(settings, settings["seeds"]), args.device,
-                                      args.threads)
+    units, ignored = store.load_units(out, pid, runner.expected(settings), args.device, args.threads)
     _, _, todo = runner.chosen_units(args, settings)
     states = job_states(out)
     missing = {u.name: states.get(u.name, "no job recorded") for u in todo}
@@ -217,8 +216,6 @@ def collect(args: argparse.Namespace, settings: dict) -> int:
 
 def launch_units(args: argparse.Namespace, settings: dict, views) -> int:
     """Register the plan, then submit this invocation's units not stored as jobs (``scale.launch``)."""
-    from scale.launch.jobs import launch
-
     out = Path(args.out)
     _, _, todo = runner.chosen_units(args, settings)
     runner.register(out, settings, args.command, args.amend)
@@ -229,8 +226,6 @@ def launch_units(args: argparse.Namespace, settings: dict, views) -> int:
 
 def verify_unit(path: str) -> int:
     """``--verify UNIT_FILE`` (``scale.ledger.verify``): one line of result, the exit code of the help text."""
-    from scale.ledger.verify import verify
-
     try:
         r = verify(Path(path))
     except StoreError as exc:
@@ -261,6 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("seeds", "threads"):
         if getattr(args, key) < 1:
             return _fail(f"--{key} must be a positive integer, got {getattr(args, key)}", 2)
+    if args.seeds > MAX_SEEDS:
+        return _fail(f"--seeds {args.seeds} is above {MAX_SEEDS}, the most a plan has (seeds 0 .. N-1, 1 <= N <= "
+                     f"{MAX_SEEDS})", 2)
+    if args.amend is not None and not args.amend.strip():
+        return _fail("--amend needs a reason: what changed in the rules and why (got a blank one)", 2)
     if args.repeat < 0 or (args.budget_s is not None and args.budget_s < 0):
         return _fail("--repeat and --budget-s must not be negative", 2)
     try:
@@ -278,18 +278,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     except (LaunchError, StoreError) as exc:
         return _fail(str(exc), 2)
-    import torch
-
     if args.device == "cuda" and not torch.cuda.is_available():
         return _fail("--device cuda was asked for but CUDA is not available here (--dry-run needs none)", 2)
     torch.set_num_threads(args.threads)
-    from scale.engine import disk
-    from scale.engine.data import DataError
-    from scale.engine.train import Interrupted
-    from scale.ledger import report
-
     out = Path(args.out)
     try:
+        store.check_folders(out)  # a link at OUT/units, OUT/work, ...: refused before anything is written
         if out.is_dir():
             store.convert_v1(out)  # before anything of this run is written
         if args.report_only:
@@ -306,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def views(full: bool = False) -> None:
             reg = store.registration(out, pid)
-            expected = runner.expected_keys(settings, settings["seeds"])
+            expected = runner.expected(settings)
             units, ignored = store.load_units(out, pid, expected, args.device, args.threads)
             report.write(out, reg, store.amendments(out, pid), units, ignored, with_report=full,
                          planned=len(expected))

@@ -285,7 +285,8 @@ def write_report(out: str | Path, figures: bool = True) -> Path:
                  f"{premise_word(learned_check(r))} | {s.wall_seconds:.1f} | {len(r['deviations'] or {})} |")
     if grid["ignored"]:  # other plans share OUT/units: named, never read further nor touched
         L += ["", f"## Unit files left out ({len(grid['ignored'])})", "",
-              "In `units/` beside this plan's folder, of another plan or with another key than this plan's run:", ""]
+              "In `units/` beside this plan's folder: of another plan, with another key than this plan's run, or "
+              "whose content is not the run its name says (never used, never deleted):", ""]
         L += [f"- {line}" for line in grid["ignored"]]
     L += ["", "## Versions", "", *versions_table(man["versions"], man["git_commit"])]
     path = out / "report.md"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from scale import e4_study
 from scale.run import main
 from scale.runs.faults import EXIT_INTERRUPTED, EXIT_USAGE
 
@@ -196,11 +197,9 @@ def test_sigint_during_a_resume_keeps_the_run_and_resumes_again(run, tmp_path, w
 
 
 def test_e4_study_into_an_out_of_another_plan_refuses_and_keeps_it(tmp_path, capsys):
-    from scale import e4_study
-
     out = tmp_path / "study"
     out.mkdir()
-    other = e4_study.e3_config("digits", 0, 7, None).to_dict()  # seven epochs: another plan than --epochs 1
+    other = e4_study.e3_config("digits", 0, 7).to_dict()  # seven epochs: another plan than --epochs 1
     (out / "results.json").write_text(json.dumps({"dataset": "digits", "epochs": 7, "command": "x",
                                                   "seeds": [{"seed": 0, "config": other, "protocols": {}}]}))
     (out / "report.md").write_text("their report")

@@ -175,17 +175,21 @@ def test_a_unit_killed_inside_its_write_leaves_no_unit_file(tmp_path):
 
     from scale.ledger import store
 
+    key = {"experiment": "E1", "seed": 0}
+    rec = {"status": "finished", "experiment": "E1", "seed": 0, "labels": {}, "key": key, "config": {},
+           "git_commit": "c", "seconds": 1.0}
+    k = store.digest(key)[:12]  # a record the store accepts: its key hashes to its name's
     code = ("import os, signal, sys\nfrom pathlib import Path\nfrom scale.ledger import store\n"
             "os.link = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
-            "store.save_unit(Path(sys.argv[1]), 'p1', 'E1-x-s0', 'cpu', 1, 'k' * 12, {'status': 'finished'})\n")
+            f"store.save_unit(Path(sys.argv[1]), 'p1', 'E1-x-s0', 'cpu', 1, {k!r}, {rec!r})\n")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, timeout=120)
     assert done.returncode == -signal.SIGKILL
     left = sorted(p.name for p in (tmp_path / "units").iterdir())
     assert len(left) == 1 and left[0].startswith(".") and left[0].endswith(".tmp")  # the temporary, nothing named
-    assert store.unit_files(tmp_path) == [] and store.load_units(tmp_path, "p1", {"E1-x-s0": "k" * 12}, "cpu", 1) \
+    assert store.unit_files(tmp_path) == [] and store.load_units(tmp_path, "p1", {"E1-x-s0": k}, "cpu", 1) \
         == ({}, [])
-    store.save_unit(tmp_path, "p1", "E1-x-s0", "cpu", 1, "k" * 12, {"status": "finished"})
-    units, ignored = store.load_units(tmp_path, "p1", {"E1-x-s0": "k" * 12}, "cpu", 1)
+    store.save_unit(tmp_path, "p1", "E1-x-s0", "cpu", 1, k, rec)
+    units, ignored = store.load_units(tmp_path, "p1", {"E1-x-s0": k}, "cpu", 1)
     assert units["E1-x-s0"]["status"] == "finished" and not ignored
 
 

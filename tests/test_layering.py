@@ -22,10 +22,12 @@ ALLOWED = {  # package -> the scale packages its modules may import (besides its
     "geometry": {"engine", "runs", "experiments"},
     # the replication ledger: the experiments' units, their measurements, verdicts and store; only the command
     # scale.replicate imports it
-    "ledger": {"engine", "runs", "curvature", "geometry", "experiments", "launch"},
+    "ledger": {"engine", "runs", "curvature", "geometry", "experiments", "launch", "units"},
     "launch": {"engine"},  # units as jobs (submitit), used by the commands and the grid's units
     "analysis": {"engine", "runs", "curvature", "geometry"},  # scale.analyze's measurements, as a library
-    "grid": {"engine", "runs", "launch", "ledger", "experiments"},  # scale.paper's units, stored as the ledger's
+    "grid": {"engine", "runs", "launch", "experiments", "units"},  # scale.paper's units, in the one unit store
+    # one store of unit files for the grid and the ledger: names, keys, schemas, identity checks
+    "units": {"engine"},
 }
 COMMANDS = {p.stem for p in SCALE.glob("*.py") if p.stem != "__init__"}
 

@@ -62,7 +62,7 @@ def _finish(proc: subprocess.Popen) -> tuple[int, str]:
 
 
 def _folder(case: Case, out: Path) -> Path:
-    settings = runner.plan_settings("digits", True, {case.experiment: case.epochs}, "cpu", 1)
+    settings = runner.plan_settings("digits", True, {case.experiment: case.epochs}, "cpu", 1, seeds=1)  # --seeds 1
     key = runner.expected_keys(settings, 1)[case.unit]
     return work.work_dir(out, runner.plan_id(settings), case.unit, "cpu", 1, key)
 

@@ -12,7 +12,10 @@ it refuses), ``scale.export``, ``scale.analyze``, ``scale.report``, ``scale.pape
 * the exit code is one the command documents.
 
 ``scale.replicate`` is covered by its own test function (``test_replicate_keeps_every_stored_unit``), selectable
-alone (``-k replicate``).
+alone (``-k replicate``), and the unit store under it (``scale.units``) by another
+(``test_the_unit_store_uses_only_what_its_names_say_and_keeps_every_file``, ``-k unit_store``): random hazards in a
+store (copies over other units' names, contents saying another device or head, damaged records, stray names of a
+huge seed, links and FIFOs, links at its folders), each left as it is and never used as a unit it is not.
 
 Budget: the suite's deterministic profile (seed 0) runs ``NOTHING_LOST_EXAMPLES`` examples per command (default 1:
 seven subprocesses of a few seconds of CPU each, most of it starting Python and torch; the replicate test one
@@ -278,6 +281,102 @@ def test_replicate_keeps_every_stored_unit(first, second, seeds, planted):
             assert not lost, f"{len(lost)} of {len(stored)} stored units lost, e.g. {sorted(lost)[:3]}"
             litter = [d.name for d in folders[1::2] if d.is_dir() and f"{d.name}.json" in files]
             assert not litter, f"work folders outlived their unit files: {litter[:3]}"
+
+
+STORE_UNITS = ("E1-relu2-bn0-lr0.05-collapsed-s0", "E1-swish2-bn0-lr0.05-collapsed-s0")  # two --quick units
+# What a user (or an attack) leaves in a ledger's store (``scale.units``): each must be used only if it is what its
+# name says, and left as it is. (kind, where): where a unit file of this plan, of another, or a folder of the store.
+STORE_HAZARDS = [("copied over another unit", "unit"), ("another device in its content", "unit"),
+                 ("another head in its config", "unit"), ("{'mine': 1}", "unit"), ("empty", "stray"),
+                 ("empty", "other plan"), ("notes", "not a unit name"), ("symlink", "unit"), ("fifo", "unit"),
+                 ("symlink", "units folder"), ("symlink", "amendments folder"), ("list", "registration")]
+
+
+@pytest.fixture(scope="module")
+def ledger_store(tmp_path_factory) -> Path:
+    """A --quick ledger of two E1 units, as scale.replicate leaves it."""
+    out = tmp_path_factory.mktemp("store") / "L"
+    run_command([*REPLICATE, "--experiments", "E1", "--out", str(out), "--units", ",".join(STORE_UNITS)], out.parent)
+    assert len(unit_files(out)) == 2
+    return out
+
+
+@_seeded
+@settings(**_profile)
+@given(hazards=st.lists(st.sampled_from(STORE_HAZARDS), min_size=1, max_size=4, unique=True),
+       report=st.booleans())
+def test_the_unit_store_uses_only_what_its_names_say_and_keeps_every_file(ledger_store, hazards, report):
+    """``scale.replicate`` (``--report-only``, or a run of one more unit) over a store holding random hazards: a
+    unit file copied over another's name or saying another device or head, a file of the wrong shape, stray names
+    (a seed of 999999999), links and FIFOs under units' names, a link at the store's folders, a damaged
+    registration. Nothing lost (every entry as it was, nothing outside --out changed), a documented exit code, no
+    traceback; when it reports, every unit in the view is the one its file's name says and every hazard in
+    ``units/`` is listed as left out."""
+    with tempfile.TemporaryDirectory() as name:
+        out, outside = Path(name) / "L", Path(name) / "outside"
+        shutil.copytree(ledger_store, out)
+        outside.mkdir()
+        (outside / "bashrc").write_bytes(b"export PATH=$HOME/bin:$PATH\n")
+        planted = [p for h in hazards if (p := plant_in_store(out, outside, *h))]
+        before = snapshot(out)
+        outside_before = snapshot(outside)
+        extra = ["--report-only"] if report else ["--units", "E1-gelu2-bn0-lr0.05-collapsed-s0"]
+        done = run_command([*REPLICATE, "--experiments", "E1", "--out", str(out), *extra], Path(name))
+        what = f"{hazards}: exit {done.returncode}\n{done.stderr[-2000:]}"
+        assert done.returncode in (0, 1, 2, 4) and "Traceback" not in done.stderr, what
+        after = snapshot(out)
+        changed = [k for k, v in before.items() if after.get(k) != v and not k.startswith(VIEWS)]
+        assert not changed, f"entries changed or went: {changed[:3]}\n{what}"
+        assert snapshot(outside) == outside_before, f"something outside --out changed\n{what}"
+        if done.returncode == 0:
+            view = json.loads((out / "results.json").read_text())
+            for unit, rec in view["units"].items():
+                path = next((out / "units").glob(f"{rec['plan']}--{unit}--*.json"))
+                assert rec["name"] == unit and json.loads(path.read_text())["name"] == unit, what
+            named = " ".join(view["ignored"])
+            assert all(p.name in named for p in planted if p.parent == out / "units"), what
+
+
+VIEWS = ("results.json", "report.md", "e1_std.png", "e2_curvature.png", "e5_depth.png", "e4_study")  # rebuilt
+
+
+def plant_in_store(out: Path, outside: Path, kind: str, where: str) -> Path | None:
+    """One hazard of ``STORE_HAZARDS`` in the store at ``out``; the path planted (None: a folder link)."""
+    units_dir = out / "units"
+    first, second = (next(units_dir.glob(f"*--{n}--*.json")) for n in STORE_UNITS)
+    plan = first.name.split("--")[0]
+    if where == "unit" and kind in ("symlink", "fifo"):
+        target = units_dir / f"{plan}--E1-linear-bn0-lr0.05-normal-s0--cpu-t1--{'0' * 12}.json"
+        target.symlink_to(outside / "bashrc") if kind == "symlink" else os.mkfifo(target)
+        return target
+    if where == "unit":
+        rec = json.loads((second if kind == "copied over another unit" else first).read_text())
+        if kind == "another device in its content":
+            rec["device"] = "cuda"
+        elif kind == "another head in its config":
+            rec["config"]["head"] = "gelu2"
+        elif kind == "{'mine': 1}":
+            rec = {"mine": 1}
+        first.unlink()
+        first.write_text(json.dumps(rec))
+        return first
+    if where in ("stray", "other plan", "not a unit name"):
+        name = {"stray": f"{plan}--E5-depth1-s999999999--cpu-t1--000000000000.json",
+                "other plan": "quick-000000000000--E1-x-s0--cpu-t1--000000000000.json",
+                "not a unit name": "notes.json"}[where]
+        (units_dir / name).write_bytes(b"" if kind == "empty" else b"my notes\n")
+        return units_dir / name
+    if where == "registration":
+        (out / "registrations" / f"{plan}.json").write_text("[1, 2]")
+        return out / "registrations" / f"{plan}.json"
+    folder = out / where.split()[0]
+    if folder.exists():
+        shutil.move(str(folder), str(outside / folder.name))
+        folder.symlink_to(outside / folder.name, target_is_directory=True)
+    else:
+        (outside / folder.name).mkdir()
+        folder.symlink_to(outside / folder.name, target_is_directory=True)
+    return None
 
 
 def quick_work_folders(out: Path, seeds: int) -> list[Path]:

@@ -52,7 +52,7 @@ def test_deviations_are_read_from_the_resolved_config():
     cfg.update(backbone_width=None, train_subset=None)
     assert deviations(cfg, ref, "cifar10") == {}
     cfg.update(epochs=2, lr=1e-3 + 1e-15, train_subset=100)
-    dev = deviations(cfg, ref, "digits", ["--probe-images", "64"])
+    dev = deviations(cfg, ref, "digits", 64)
     assert dev == {"dataset": ["cifar10", "digits"], "epochs": [50, 2], "train_subset": ["all", 100],
                    "probe_images": ["all", 64]}
 
@@ -202,6 +202,8 @@ def _fake_unit(root, home, r, h_std: list[float], curvature: list[float] | None 
         rec["curvature_summary"] = {"negative_lambda_min_fraction": neg, "spearman_zstd_condition": None,
                                     "spearman_points": 0}
     key = units.run_key(r.argv, r.paper, r.track_hessian)
+    rec.update(plan=home.name, name=r.name, device="cpu", threads=1, key_hash=key, experiment=r.experiment,
+               seed=r.seed, labels=r.labels, argv=r.argv)  # what the unit store checks (scale.units)
     (root / "units").mkdir(exist_ok=True)
     (root / "units" / f"{home.name}--{r.name}--cpu-t1--{key}.json").write_text(json.dumps(rec))
 

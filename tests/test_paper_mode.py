@@ -21,6 +21,8 @@ from scale.engine import objectives as so
 from scale.engine.backbones import build_backbone
 from scale.engine.heads import build_head
 from scale.engine.train import SSLModel
+from scale.geometry.e4_report import t_interval
+from scale.geometry.protocols import NormalizedInput, renormalized_bn, untrained_heads
 from scale.paper import PAPER_SETTINGS, paper_choices, plan
 from scale.run import build_parser, resolve_config
 
@@ -226,7 +228,6 @@ def test_paper_choices_name_each_difference_from_scale_run():
 
 def test_e4_study_t_interval_and_bn_reestimation():
     from mini.invariance import l2_normalize
-    from scale.e4_study import NormalizedInput, renormalized_bn, t_interval, untrained_heads
 
     ci = t_interval([1.0, 2.0, 3.0, 4.0, 5.0])
     half = 2.7764451051977987 * math.sqrt(2.5) / math.sqrt(5)  # t_{0.975, 4} from the tables, s^2 = 2.5

@@ -37,10 +37,12 @@ def _grid(root: Path) -> Path:
         "dataset": "synthetic", "backbone": "resnet18", "quick": True, "command": "python -m scale.paper --quick",
         "experiments": ["E1"], "assumptions": {"E1": "x"}, "paper_choices": None, "versions": {"torch": "2"},
         "git_commit": "abc",
-        "runs": [{"name": "e1-linear", "experiment": "E1", "labels": {"head": "linear", "bn": False, "lr": 0.05},
-                  "argv": [], "paper": {}}]}))
+        "runs": [{"name": "e1-linear", "experiment": "E1", "seed": 0,
+                  "labels": {"head": "linear", "bn": False, "lr": 0.05}, "argv": [], "paper": {}}]}))
     _unit(grid).parent.mkdir()
-    _unit(grid).write_text(json.dumps({
+    _unit(grid).write_text(json.dumps({  # what the unit store checks: it says what its name says (scale.units)
+        "plan": grid.name, "name": "e1-linear", "device": "cpu", "threads": 1, "key_hash": units.run_key([], {}, False),
+        "experiment": "E1", "seed": 0, "labels": {"head": "linear", "bn": False, "lr": 0.05}, "argv": [],
         "status": "finished", "summary": {"status": "finished", "epochs_done": 1, "wall_seconds": 1.0},
         "metrics": [{"epoch": 1, "loss": 0.5, "h_std": 0.1, "h_cond": 10.0}]}))
     assert units.run_key([], {}, False) == _unit(grid).stem.rsplit("--", 1)[1]

@@ -239,7 +239,8 @@ def test_a_v1_ledger_is_converted_and_another_plan_never_loses_it(tmp_path):
     converted = {n: json.loads(b) for n, b in files.items() if n.startswith("v1--")}
     assert len(converted) == len(v1) == 160
     for rec in converted.values():
-        assert {k: v for k, v in rec.items() if k not in ("plan", "key_hash")} == v1[rec["name"]]
+        assert {k: v for k, v in rec.items() if k not in ("plan", "key_hash", "device", "threads")} == v1[rec["name"]]
+        assert (rec["device"], rec["threads"]) == ("cpu", 1)  # what its file's name says, in its content too
     view = json.loads((out / "results.json").read_text())
     assert len(view["units"]) == 1 and sum("plan v1" in line for line in view["ignored"]) == 160
     assert R.main(["--report-only", "--plan", "v1", "--out", str(out)]) == 0
@@ -249,15 +250,25 @@ def test_a_v1_ledger_is_converted_and_another_plan_never_loses_it(tmp_path):
     assert _unit_files(out) == files
 
 
+def unit_record(plan_id: str, name: str, device: str = "cpu", threads: int = 1, **key_extra) -> dict:
+    """A ledger unit's record as the store checks it (its key hashes to its key_hash; experiment and seed its key's)."""
+    key = {"experiment": "E1", "seed": 0, **key_extra}
+    return {"plan": plan_id, "name": name, "device": device, "threads": threads, "key": key,
+            "key_hash": plan.digest(key)[:12], "experiment": "E1", "seed": 0, "labels": {}, "status": "finished",
+            "config": {}, "git_commit": "c", "seconds": 1.0}
+
+
 def test_units_of_another_thread_count_are_never_mixed_and_files_are_written_once(tmp_path):
     out = tmp_path / "s"
-    keys = {"E1-a-s0": "k0"}
-    assert store.write_once(out / "units" / store.unit_filename("p", "E1-a-s0", "cpu", 1, "k0"), {"v": 1})
-    assert not store.write_once(out / "units" / store.unit_filename("p", "E1-a-s0", "cpu", 1, "k0"), {"v": 2})
-    store.write_once(out / "units" / store.unit_filename("p", "E1-a-s0", "cpu", 2, "k0"), {"v": 3})
-    store.write_once(out / "units" / store.unit_filename("p", "E1-a-s0", "cpu", 1, "stale"), {"v": 4})
+    rec, stale = unit_record("p", "E1-a-s0"), unit_record("p", "E1-a-s0", version=2)
+    k0 = rec["key_hash"]
+    keys = {"E1-a-s0": k0}
+    assert store.write_once(out / "units" / store.unit_filename("p", "E1-a-s0", "cpu", 1, k0), rec)
+    assert not store.write_once(out / "units" / store.unit_filename("p", "E1-a-s0", "cpu", 1, k0), {"v": 2})
+    store.write_once(out / "units" / store.unit_filename("p", "E1-a-s0", "cpu", 2, k0), dict(rec, threads=2))
+    store.write_once(out / "units" / store.unit_filename("p", "E1-a-s0", "cpu", 1, stale["key_hash"]), stale)
     units, ignored = store.load_units(out, "p", keys, "cpu", 1)
-    assert units == {"E1-a-s0": {"v": 1}} and len(ignored) == 2
+    assert units == {"E1-a-s0": rec} and len(ignored) == 2
     assert any("2 threads" in line for line in ignored) and any("key" in line for line in ignored)
     assert not list((out / "units").glob(".*"))  # no temporary file left
 
@@ -472,12 +483,15 @@ def test_determinism_rows_compare_the_same_units_at_another_thread_count(tmp_pat
     one, two = (runner.plan_settings("digits", True, None, "cpu", t) for t in (1, 2))
     key = runner.expected_keys(one, 1)["E3E4-s0"]
     assert key == runner.expected_keys(two, 1)["E3E4-s0"]  # where a unit ran is not in its key
+    unit = next(u for u in runner.settings_units(one, 1) if u.name == "E3E4-s0")
     res = {}
     for settings, g in ((one, 2.0), (two, 3.5)):
         pid = runner.plan_id(settings)
-        store.register(out, pid, {"plan": pid, "settings": settings})
+        store.register(out, pid, runner.registration_record(settings, "test"))
         rec = _e3e4((g,), (0.0,))["E3E4-s0"]
-        store.save_unit(out, pid, "E3E4-s0", "cpu", settings["threads"], key, rec)
+        rec.update(key=unit.key(), labels=unit.labels, config=unit.config(settings["threads"]).to_dict(),
+                   git_commit="c", seconds=1.0)
+        store.save_unit(out, pid, "E3E4-s0", "cpu", settings["threads"], key, json.loads(json.dumps(rec)))
         res[settings["threads"]] = rec
     mine, _ = store.load_units(out, runner.plan_id(one), {"E3E4-s0": key}, "cpu", 1)
     rows = report.determinism(out, one, mine)

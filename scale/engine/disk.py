@@ -91,6 +91,27 @@ def make_dirs(path: str | Path) -> list[Path]:
     return created
 
 
+def check_folders(top: str | Path, folders: Iterable[str | Path]) -> None:
+    """``NotOurs`` where one of ``folders`` (paths relative to ``top``), or a folder between it and ``top``, is a
+    symbolic link or something other than a folder: a file written there would land where the link points
+    (rule 1). Absent folders are fine (they are created as folders); ``top`` itself may be a link (a user's
+    choice of where the output goes). Run before anything is written."""
+    for rel in folders:
+        d = Path(top)
+        for part in Path(rel).parts:
+            d = d / part
+            st = _lstat(d)
+            if st is None:
+                break
+            if stat.S_ISLNK(st.st_mode):
+                raise NotOurs(f"{d} is a symbolic link: the project writes its outputs only into folders of its "
+                              "own, never through a link; nothing was written. Move it away, or choose another "
+                              "output folder")
+            if not stat.S_ISDIR(st.st_mode):
+                raise NotOurs(f"{d} is {_kind(st)}, not a folder: the project keeps its outputs there; nothing was "
+                              "written. Move it away, or choose another output folder")
+
+
 def remove_created(folders: Iterable[Path]) -> None:
     """Remove folders this process created (``make_dirs``'s result), innermost first, while they are empty."""
     for d in sorted(folders, key=lambda p: len(p.parts), reverse=True):

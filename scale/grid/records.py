@@ -12,7 +12,11 @@ from typing import Any
 import numpy as np
 
 from scale.engine import read
+from scale.grid import units
+from scale.grid.units import ORBIT_SPACES
 from scale.runs.summary import CurvatureSummary, RunSummary
+from scale.units.schema import Schema, problem
+from scale.units.store import StoreError
 
 # Keys of the run files the report reads as numbers: a file whose values there are not numbers is refused.
 METRIC_KEYS = ("h_std", "h_cond", "loss", "epoch")
@@ -20,10 +24,11 @@ METRIC_KEYS = ("h_std", "h_cond", "loss", "epoch")
 LABEL_TYPES: dict[str, tuple[type, ...]] = {"head": (str,), "lr": (int, float), "bn": (bool,), "depth": (int,),
                                             "init": (str,)}
 LABELS = {"E1": ("head", "bn", "lr"), "E2": ("init", "head"), "E5": ("depth", "head")}
-# The manifest's entries the report reads, with their types (scale.paper writes them).
-MANIFEST: dict[str, Any] = {"dataset": str, "backbone": str, "quick": bool, "command": str, "experiments": list[str],
-                            "assumptions": dict[str, str], "paper_choices": dict[str, dict[str, list[Any]]] | None,
-                            "versions": dict[str, str], "git_commit": str}
+# The manifest's entries the report reads, with their types (scale.paper writes them): one schema mechanism with
+# the unit files' (scale.units.schema).
+MANIFEST = Schema({"dataset": str, "backbone": str, "quick": bool, "command": str, "experiments": list[str],
+                   "assumptions": dict[str, str], "versions": dict[str, str], "git_commit": str},
+                  {"paper_choices": dict[str, dict[str, list[Any]]] | None})
 DEVIATIONS = dict[str, tuple[Any, Any]]  # setting -> (paper, ours), a unit file's deviations
 CURVATURE_KEYS = ("lambda_min", "lambda_max", "M_over_H", "n_negative", "n_negative_G", "epoch", "step")
 
@@ -49,35 +54,38 @@ def _manifest_runs(manifest: dict[str, Any], where: Path) -> list[dict[str, Any]
             if isinstance(v, bool) is not (LABEL_TYPES[key] == (bool,)) or not isinstance(v, LABEL_TYPES[key]):
                 raise read.Unreadable(f"{where}: run {r['name']!r}: label {key!r} is {type(v).__name__}, not "
                                       f"{' or '.join(t.__name__ for t in LABEL_TYPES[key])}")
-    for key, kind in MANIFEST.items():
-        if not read.fits(manifest.get(key), kind):
-            raise read.Unreadable(f"{where}: {key!r} is {type(manifest.get(key)).__name__}, not what scale.paper "
-                                  "writes there")
+    wrong = problem(manifest, MANIFEST)
+    if wrong:
+        raise read.Unreadable(f"{where}: {wrong}, not what scale.paper writes there")
     return runs
 
 
 def load_grid(home: Path) -> dict[str, Any]:
     """The grid plan in ``home`` (``OUT/<plan>``, ``scale.grid.units``) as the report reads it: its manifest and,
     for each planned run, its unit file in ``OUT/units`` (none: not run), and one line per unit file left out
-    (another plan's, a changed key). ``read.Unreadable`` (exit 1) with one line for any file that is not what
-    scale.paper writes (not JSON, too deep or large, a FIFO, values of the wrong type, unreadable)."""
-    from scale.grid import units
-
+    (another plan's, a changed key, a content that is not the run its name says: ``scale.grid.units.find``).
+    ``read.Unreadable`` (exit 1) with one line for any file that is not what scale.paper writes (not JSON, too
+    deep or large, a FIFO, values of the wrong type, unreadable)."""
     if not os.path.lexists(home / "manifest.json"):
         raise FileNotFoundError(f"{home} has no manifest.json: not a grid plan folder of python -m scale.paper "
                                 "(OUT/grid-...)")
     manifest = _read_json(home / "manifest.json")
     records = _manifest_runs(manifest, home / "manifest.json")
-    keys = {r["name"]: units.run_key(r.get("argv") or [], r.get("paper") or {}, bool(r.get("track_hessian")))
-            for r in records}
+    try:
+        planned = [units.of_record(r) for r in records]
+    except read.Unreadable as exc:
+        raise read.Unreadable(f"{home / 'manifest.json'}: {exc}") from None
     if home.parent.is_dir() and (home.parent / "units").is_dir() \
             and not os.access(home.parent / "units", os.R_OK | os.X_OK):
         raise read.Unreadable(f"{home.parent / 'units'} cannot be read (permission denied); give it read permission")
-    found, ignored = units.find(home.parent, home.name, keys)
+    try:  # each unit file checked against its schema, its name and this plan before it is used (scale.units)
+        found, ignored = units.find(home.parent, home.name, planned)
+    except StoreError as exc:
+        raise read.Unreadable(str(exc)) from None
     runs = []
     for r in records:
-        path = found.get(r["name"])
-        u = read.read_json(path) if path is not None else {}
+        stored = found.get(r["name"])
+        path, u = (stored.path, stored.record) if stored is not None else (None, {})
         where = str(path)
         summary, curvature = u.get("summary"), u.get("curvature_summary")
         runs.append(dict(r, unit=path, config=u.get("config"),
@@ -103,8 +111,6 @@ def _records(found: Any, keys: tuple[str, ...], where: str) -> list[dict[str, An
 
 def _orbits(found: Any, where: str) -> dict[str, np.ndarray] | None:
     """E4's orbit figure data of a unit file (``scale.grid.units.orbit_projection``) as arrays."""
-    from scale.grid.units import ORBIT_SPACES
-
     if found is None:
         return None
     try:

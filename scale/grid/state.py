@@ -12,6 +12,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
+from scale.engine import read
 from scale.experiments.paper import DONE_STATUSES, PlannedRun
 
 
@@ -33,8 +34,6 @@ def refuse_other_manifest(out: Path, runs: list[PlannedRun]) -> str | None:
     """One line when ``out/manifest.json`` is not a manifest of scale.paper, or is one of another plan (a planned
     run it names is not in this plan, or is planned otherwise): the manifest is never rewritten then. A plan
     that adds runs to the saved one is the same grid, extended."""
-    from scale.engine import read
-
     path = out / "manifest.json"
     if not os.path.lexists(path):
         return None
@@ -47,7 +46,8 @@ def refuse_other_manifest(out: Path, runs: list[PlannedRun]) -> str | None:
     if not isinstance(records, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
                                                 for r in records):
         return f"{path} is not a manifest of scale.paper; it was left as it is. Use another --out"
-    other = [r["name"] for r in records if planned.get(r["name"]) != r]
+    # a run's argv is its settings as a command line, recorded beside them (manifests before it lack it)
+    other = [r["name"] for r in records if planned.get(r["name"]) != {k: v for k, v in r.items() if k != "argv"}]
     if other:
         return (f"{path} is the manifest of another plan ({len(other)} of its runs are not planned so, e.g. "
                 f"{', '.join(other[:3])}); nothing was run or rewritten. Use another --out")

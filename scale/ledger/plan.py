@@ -25,14 +25,13 @@ seconds per experiment instead. The estimate says which of these it rests on.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from scale.engine.recipes import DIGITS_RECIPES
 from scale.engine.train import TrainConfig
 from scale.experiments.paper import plan
+from scale.units.store import digest  # the store's key hash (re-exported: plan.digest)
 
 CIFAR = ("cifar10", "cifar100")
 EXPERIMENTS = ("E1", "E2", "E3E4", "E5")
@@ -101,11 +100,6 @@ class Unit:
 
     def key_hash(self) -> str:
         return digest(self.key())[:12]
-
-
-def digest(obj: Any) -> str:
-    """SHA-256 of ``obj``'s canonical JSON (sorted keys, no spaces)."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def epochs_of(dataset: str, quick: bool, override: dict[str, int] | None = None) -> dict[str, int | None]:

@@ -22,14 +22,22 @@ from __future__ import annotations
 import platform
 import subprocess
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from scale.engine.data import DataError, load_dataset
+from scale.engine.signals import stop_on_signals
+from scale.engine.train import Interrupted
+from scale.experiments.paper import deviations
 from scale.ledger import claims, plan, store
-from scale.ledger.store import StoreError
+from scale.ledger import units as unit_runner  # (a module: its run_unit is looked up at each call)
+from scale.ledger.store import Planned, StoreError, plan_id
+from scale.ledger.work import remove, work_dir
+from scale.runs.run_report import versions
 
 DONE = ("finished", "non-finite loss")  # a unit in another state (an error) is run again by the next invocation
 
@@ -81,10 +89,6 @@ def settings_units(settings: dict[str, Any], seeds: int, experiments: tuple[str,
                            experiments=experiments, device=settings["device"])
 
 
-def plan_id(settings: dict[str, Any]) -> str:
-    return ("quick-" if settings["quick"] else "") + plan.digest(settings)[:12]
-
-
 def registration_record(settings: dict[str, Any], command: str) -> dict[str, Any]:
     return {"plan": plan_id(settings), "settings": settings, "plan_hash": plan.digest(settings),
             "rules": claims.rules_data(), "rules_hash": claims.rules_hash(), "code_commit": code_commit(),
@@ -123,6 +127,14 @@ def expected_keys(settings: dict[str, Any], seeds: int) -> dict[str, str]:
     return {u.name: u.key_hash() for u in settings_units(settings, seeds)}
 
 
+def expected(settings: dict[str, Any], seeds: int | None = None) -> dict[str, Planned]:
+    """What the plan says of each of its units (at ``seeds``, default the plan's): the key its file is named by,
+    its experiment, seed and labels (``scale.units.store.Planned``: the store checks each unit file's content
+    against them before it is used)."""
+    return {u.name: Planned(u.key_hash(), u.experiment, u.seed, u.labels)
+            for u in settings_units(settings, settings["seeds"] if seeds is None else seeds)}
+
+
 def share_of(args, units: list[plan.Unit]) -> list[plan.Unit]:
     """This invocation's units: ``--units NAMES`` (a job's, or the rerun of missing units) or ``--shard K/N``."""
     if getattr(args, "units", None):
@@ -142,8 +154,8 @@ def chosen_units(args, settings: dict[str, Any]) -> tuple[list[plan.Unit], list[
     out, pid = Path(args.out), plan_id(settings)
     units = settings_units(settings, settings["seeds"], args.experiments)
     share = share_of(args, units)
-    have, _ = store.load_units(out, pid, {u.name: u.key_hash() for u in share}, args.device, args.threads) \
-        if out.is_dir() else ({}, [])
+    have, _ = store.load_units(out, pid, {u.name: Planned(u.key_hash(), u.experiment, u.seed, u.labels)
+                                          for u in units}, args.device, args.threads) if out.is_dir() else ({}, [])
     return units, share, [u for u in share if u.name not in have or have[u.name].get("status") not in DONE]
 
 
@@ -151,14 +163,6 @@ def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Call
         ) -> None:
     """Run every unit of this invocation's share of the plan that the store does not hold; ``on_change`` rebuilds
     the views after the registration and after every unit."""
-    from scale.engine.data import DataError, load_dataset
-    from scale.engine.signals import stop_on_signals
-    from scale.engine.train import Interrupted
-    from scale.experiments.paper import deviations
-    from scale.ledger.units import run_unit
-    from scale.ledger.work import remove, work_dir
-    from scale.runs.run_report import versions
-
     out, pid = Path(args.out), plan_id(settings)
     units, share, todo = chosen_units(args, settings)
     log(f"scale.replicate: plan {pid}: {len(units)} units chosen, {len(share)} in this share, {len(todo)} to run")
@@ -182,12 +186,10 @@ def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Call
             t0 = time.perf_counter()
             work = work_dir(out, pid, u.name, args.device, args.threads, u.key_hash())
             try:
-                rec = run_unit(u, data, args.threads, args.quick, args.data_dir, log, work)
+                rec = unit_runner.run_unit(u, data, args.threads, args.quick, args.data_dir, log, work)
             except (KeyboardInterrupt, Interrupted, OSError, DataError, StoreError):  # the store's, not the unit's
                 raise
             except Exception as exc:  # one broken unit must not lose the rest; recorded, retried next time
-                import traceback
-
                 traceback.print_exc()
                 rec = {"status": f"error: {type(exc).__name__}: {exc}", "config": {}}
             rec.update(name=u.name, experiment=u.experiment, seed=u.seed, labels=u.labels, key=u.key(),

@@ -1,20 +1,24 @@
-r"""The ledger's store: one immutable file per unit, registrations and amendments, each written once.
+r"""The ledger's files: its units in the unit store (``scale.units``), its registrations and amendments, each
+written once and checked against its schema and its name before it is used.
 
     OUT/registrations/<plan>.json     a plan's registration, written before its first unit: the plan's settings
                                       and hash, the rules (``scale.ledger.claims.rules_data``) and their hash,
                                       the code commit, the date, the command
     OUT/amendments/<plan>-<n>.json    a change of the rules after registration: date, reason, hashes, claims
     OUT/units/<plan>--<unit name>--<device>-t<threads>--<key>.json
-                                      one unit's record (its key: the plan, the unit's experiment and seed in
-                                      its name, where it ran, the hash of everything that shapes its numbers)
+                                      one unit's record (``scale.units.store``: written once, left out with one
+                                      line when it is not the unit its name says)
     OUT/results.json, OUT/report.md   views of one plan, rebuilt from the files above at every change
 
-Every store file is written to a temporary name and linked to its final name (``os.link`` fails if the name
-exists), so it appears whole or not at all and is never replaced (``mini.atomic``'s writer replaces, so the
-write-once primitive lives here); the views go through ``mini.atomic``. Nothing here deletes a file but its own
-temporary one. Shards and reruns with other ``--seeds`` or ``--experiments`` add files and lose none, without a lock. A
-unit file of another plan, or whose key no longer matches the plan's unit (the code changed the unit), is
-left alone and listed by the view as ignored.
+The unit store owns the names, the writing and the loading; what is the ledger's own is here: a unit's identity
+beyond its name (its ``key`` hashes to its ``key_hash``, says its experiment and seed, and holds its config less
+where it ran: ``unit_identity``), a registration's (its plan is its file's name and its settings' hash) and an
+amendment's (its number is its file's), and the schemas they are read by (``scale.units.schema``: a damaged
+file is one line, ``StoreError``, exit 2, left as it is). Nothing here deletes a file but the writer's own
+temporary one. Shards and reruns with other ``--seeds`` or ``--experiments`` add files and lose none, without a
+lock. A unit file of another plan, or whose key no longer matches the plan's unit (the code changed the unit),
+is left alone and listed by the view as left out. ``FOLDERS``: every folder the ledger writes below OUT, each
+refused when it is a symbolic link (``check_folders``, before anything is written).
 
 A results.json of the first ledger format (one file holding every unit) found in OUT is converted before
 anything else is written: each of its units becomes a unit file of the plan ``v1`` and its settings the
@@ -23,142 +27,198 @@ registration ``v1`` (the file itself is left in place until the view replaces it
 
 from __future__ import annotations
 
-import json
+import os
+import re
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from scale.engine import disk
+from scale.ledger.plan import MACHINE_FIELDS
+from scale.units import schema
+from scale.units import store as units
+from scale.units.store import (  # the unit store's names, re-exported: the ledger's modules read them here
+    Planned,
+    StoreError,
+    digest,
+    parse_name,
+    replace_view,
+    unit_filename,
+    unit_files,
+    write_once,
+)
+
 V1 = "v1"
+# Every folder the ledger writes below OUT (its store, checkpoints, views, jobs): none may be a link.
+FOLDERS = ("units", "registrations", "amendments", "work", "e4_study", "v1-reread", "launch", "jobs")
+
+__all__ = ["FOLDERS", "V1", "Planned", "StoreError", "amend", "amendments", "check_folders", "convert_v1", "digest",
+           "load_units", "load_v1", "parse_name", "plan_id", "read_json", "read_unit", "register", "registration",
+           "replace_view", "unit_filename", "unit_files", "unit_identity", "write_once"]
 
 
-class StoreError(ValueError):
-    """OUT holds something the ledger did not write or cannot read (exit 2; left as it is)."""
+def plan_id(settings: dict[str, Any]) -> str:
+    """A plan's name: the hash of its settings (``quick-`` first for a --quick plan)."""
+    return ("quick-" if settings["quick"] else "") + digest(settings)[:12]
 
 
-def write_once(path: Path, obj: Any) -> bool:
-    """Write ``obj`` as JSON at ``path`` unless the name exists; True if written. Atomic and never replacing
-    (``scale.engine.disk.write_once``)."""
-    from scale.engine import disk
-
-    data = json.dumps(obj, indent=1, sort_keys=True, default=str).encode("utf-8")
-    try:
-        return disk.write_once(path, data)
-    except NotADirectoryError as exc:
-        raise StoreError(f"{exc.filename} is not a folder; the ledger stores its files there: move it away") from None
-
-
-def replace_view(path: Path, text: str) -> None:
-    """A view (results.json, report.md): rebuilt from the store and replaced through the one owner of the disk,
-    which refuses a symbolic link, a hard link or anything but a regular file there."""
-    from scale.engine import disk
-
-    try:
-        disk.write_text(path, text)
-    except disk.NotOurs as exc:
-        raise StoreError(f"{exc}; the ledger writes no view over it: move it away") from None
+def check_folders(out: Path) -> None:
+    """``disk.NotOurs`` (exit 2) where a folder the ledger writes below ``out`` is a link or not a folder."""
+    disk.check_folders(out, FOLDERS)
 
 
 def read_json(path: Path) -> Any:
-    """A ledger file through the bounded reader (regular files only, size and nesting capped)."""
-    from scale.engine import read
+    """A ledger file through the bounded reader, checked as the record of its folder: a registration, an
+    amendment (``read_registration``, ``read_amendment``); any other file only bounded."""
+    folder = Path(path).parent.name
+    if folder == "registrations":
+        return read_registration(Path(path))
+    if folder == "amendments":
+        return read_amendment(Path(path))
+    return units.read_json(Path(path))
 
-    try:
-        return read.read_json(path, (dict, list))
-    except (OSError, read.Unreadable) as exc:
-        raise StoreError(f"{path} is not readable as a ledger file ({exc}); move it away or choose another --out") \
-            from None
 
-
-def unit_filename(plan: str, name: str, device: str, threads: int, key: str) -> str:
-    return f"{plan}--{name}--{device}-t{threads}--{key}.json"
-
+# -- registrations and amendments --------------------------------------------------------------------------------
 
 def registration_path(out: Path, plan: str) -> Path:
-    return out / "registrations" / f"{plan}.json"
+    return Path(out) / "registrations" / f"{plan}.json"
+
+
+def read_registration(path: Path) -> dict[str, Any]:
+    """A registration, of its schema, whose plan is its file's name and (but v1's) its settings' hash."""
+    plan = path.stem
+    rec = units.read_record(path, schema.V1_REGISTRATION if plan == V1 else schema.REGISTRATION, "registration")
+    why = None
+    if rec["plan"] != plan:
+        why = f"its content says plan {rec['plan']!r}, its name {plan!r}"
+    elif plan != V1 and (plan_id(rec["settings"]) != plan or rec["plan_hash"] != digest(rec["settings"])):
+        why = f"its settings hash to plan {plan_id(rec['settings'])!r}, not to its name"
+    if why:
+        raise StoreError(f"{path}: {why}: not the registration its name says; move it away or choose another --out")
+    return rec
 
 
 def registration(out: Path, plan: str) -> dict[str, Any] | None:
     path = registration_path(out, plan)
-    return read_json(path) if path.is_file() else None
+    return read_registration(path) if os.path.lexists(path) else None
 
 
 def register(out: Path, plan: str, record: dict[str, Any]) -> dict[str, Any]:
     """The plan's registration: the stored one if there is one, else ``record`` written now."""
     write_once(registration_path(out, plan), record)
-    return read_json(registration_path(out, plan))
+    return read_registration(registration_path(out, plan))
+
+
+def read_amendment(path: Path) -> dict[str, Any]:
+    """An amendment, of its schema, whose number is its file's (``<plan>-<number>.json``)."""
+    rec = units.read_record(path, schema.AMENDMENT, "amendment")
+    named = path.stem.rpartition("-")[2]
+    if not (named.isdigit() and int(named) == rec["number"]):
+        raise StoreError(f"{path}: its content says number {rec['number']}, its name {named!r}: not the amendment "
+                         "its name says; move it away or choose another --out")
+    return rec
 
 
 def amendments(out: Path, plan: str) -> list[dict[str, Any]]:
-    folder = out / "amendments"
+    """The plan's amendments (``OUT/amendments/<plan>-<n>.json``), in their order."""
+    folder = Path(out) / "amendments"
     if not folder.is_dir():
         return []
-    found = [read_json(p) for p in sorted(folder.glob(f"{plan}-*.json"))]
-    return sorted(found, key=lambda a: a.get("number", 0))
+    name = re.compile(rf"^{re.escape(plan)}-[0-9]+\.json$")
+    found = [read_amendment(p) for p in sorted(folder.iterdir()) if name.match(p.name)]
+    return sorted(found, key=lambda a: a["number"])
 
 
 def amend(out: Path, plan: str, record: dict[str, Any]) -> dict[str, Any]:
-    """Log an amendment of the plan's rules (numbered after the existing ones)."""
+    """Log an amendment of the plan's rules (numbered after the existing ones); its reason must say something."""
+    if not str(record.get("reason") or "").strip():
+        raise StoreError("an amendment needs a reason (what changed in the rules and why); got a blank one")
     number = len(amendments(out, plan)) + 1
-    while not write_once(out / "amendments" / f"{plan}-{number:03d}.json", dict(record, number=number)):
+    while not write_once(Path(out) / "amendments" / f"{plan}-{number:03d}.json", dict(record, number=number)):
         number += 1
     return dict(record, number=number)
 
 
+# -- units -----------------------------------------------------------------------------------------------------
+
+def unit_identity(record: dict[str, Any], planned: Planned) -> str | None:
+    """Where a ledger unit's record is not the unit of its key: its ``key`` does not hash to its ``key_hash``, its
+    experiment or seed is not its key's, or its config (less where it ran) is not its key's config, or says
+    another device or thread count than its record; None when it is."""
+    key, config = record["key"], record["config"]
+    if digest(key)[:12] != record["key_hash"]:
+        return f"its key hashes to {digest(key)[:12]}, not to its key_hash {record['key_hash']!r}"
+    for field in ("experiment", "seed"):
+        if field in key and key[field] != record[field]:
+            return f"its content says {field} {record[field]!r}, its key {key[field]!r}"
+    if isinstance(key.get("config"), dict):
+        ran = {k: v for k, v in config.items() if k not in MACHINE_FIELDS}
+        if ran != key["config"]:
+            differ = sorted(k for k in ran.keys() | key["config"].keys() if ran.get(k) != key["config"].get(k))
+            return f"its config differs from its key's at {', '.join(differ[:4])}"
+    for field in MACHINE_FIELDS:
+        if field in config and config[field] is not None and config[field] != record[field]:
+            return f"its config says {field} {config[field]!r}, its record {record[field]!r}"
+    return None
+
+
+def load_units(out: Path, plan: str, keys: Mapping[str, str | Planned], device: str, threads: int
+               ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The units of ``plan`` run on ``device`` at ``threads`` whose key is the plan's (``keys``: name -> key hash,
+    or what the plan says of the unit: ``Planned``), each checked before it is used (``scale.units.store.load``,
+    ``unit_identity``), and one line per unit file left out."""
+    planned = {n: k if isinstance(k, Planned) else Planned(k) for n, k in keys.items()}
+    found, left = units.load(Path(out), plan, planned, schema.LEDGER_UNIT, unit_identity, (device, threads))
+    return {n: s.record for n, s in found.items()}, left
+
+
+def load_v1(out: Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Every unit file of plan v1, checked as every unit is (its keys are its own: v1 registered none to check
+    them against, so the names are the files' own, as many as there are files)."""
+    names = {m["name"]: Planned(m["key"]) for p in unit_files(Path(out)) if (m := parse_name(p)) and m["plan"] == V1}
+    found, left = units.load(Path(out), V1, names, schema.LEDGER_UNIT, unit_identity)
+    return {n: s.record for n, s in found.items()}, [line for line in left if line.startswith(f"{V1}--")]
+
+
+def read_unit(path: Path) -> dict[str, Any]:
+    """One unit file, checked against its schema, its name and its key (``StoreError`` naming the mismatch)."""
+    path = Path(path)
+    meta = parse_name(path)
+    if meta is None:
+        raise StoreError(f"{path} is not a unit file's name (PLAN--UNIT--DEVICE-tTHREADS--KEY.json)")
+    record = units.read_record(path, schema.LEDGER_UNIT)
+    why = units.name_mismatch(meta, record) or unit_identity(record, Planned(meta["key"]))
+    if why:
+        raise StoreError(f"{path}: {why}: not the unit its name says")
+    return record
+
+
 def save_unit(out: Path, plan: str, name: str, device: str, threads: int, key: str, record: dict[str, Any]) -> Path:
-    path = out / "units" / unit_filename(plan, name, device, threads, key)
-    if not write_once(path, dict(record, plan=plan, key_hash=key, device=device, threads=threads)):
+    """Write a unit's file once, after checking its record as every reader will (its schema, its key)."""
+    path = Path(out) / "units" / unit_filename(plan, name, device, threads, key)
+    full = dict(record, plan=plan, name=name, key_hash=key, device=device, threads=threads)
+    wrong = schema.problem(full, schema.LEDGER_UNIT) or unit_identity(full, Planned(key))
+    if wrong:
+        raise StoreError(f"unit {name}: its record is not one the store would read back ({wrong}); not written")
+    if not write_once(path, full):
         raise StoreError(f"{path} exists already: a unit file is written once")
     return path
 
 
-def unit_files(out: Path) -> list[Path]:
-    folder = out / "units"
-    return sorted(p for p in folder.glob("*.json") if not p.name.startswith(".")) if folder.is_dir() else []
-
-
-def parse_name(path: Path) -> dict[str, Any] | None:
-    """(plan, name, device, threads, key) from a unit file's name; None for a name the ledger did not write."""
-    parts = path.stem.split("--")
-    if len(parts) != 4 or "-t" not in parts[2]:
-        return None
-    device, _, threads = parts[2].rpartition("-t")
-    if not threads.isdigit():
-        return None
-    return {"plan": parts[0], "name": parts[1], "device": device, "threads": int(threads), "key": parts[3]}
-
-
-def load_units(out: Path, plan: str, keys: dict[str, str], device: str, threads: int
-               ) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """The units of ``plan`` run on ``device`` at ``threads`` whose key is the plan's (``keys``: name -> key hash),
-    and one line per unit file left out (another plan, another device or thread count, a changed key)."""
-    units: dict[str, dict[str, Any]] = {}
-    ignored: list[str] = []
-    for path in unit_files(out):
-        meta = parse_name(path)
-        if meta is None:
-            ignored.append(f"{path.name}: not a unit file name")
-        elif meta["plan"] != plan:
-            ignored.append(f"{path.name}: plan {meta['plan']}")
-        elif (meta["device"], meta["threads"]) != (device, threads):
-            ignored.append(f"{path.name}: {meta['device']}, {meta['threads']} threads (this plan: {device}, "
-                           f"{threads})")
-        elif keys.get(meta["name"]) != meta["key"]:
-            ignored.append(f"{path.name}: its key is not this plan's unit's (the unit changed)")
-        else:
-            units[meta["name"]] = read_json(path)
-    return units, ignored
-
+# -- the first format ----------------------------------------------------------------------------------------------
 
 def convert_v1(out: Path) -> int:
     """Convert a first-format ``OUT/results.json`` into unit files of plan ``v1`` (module docstring); the number of
     units converted (0 if there is none to convert). A results.json that is neither format raises."""
-    path = out / "results.json"
+    path = Path(out) / "results.json"
     if not path.is_file():
         return 0
-    saved = read_json(path)
+    saved = units.read_json(path)
     if isinstance(saved, dict) and saved.get("format") == 2:
         return 0
-    if not (isinstance(saved, dict) and saved.get("format") == 1 and isinstance(saved.get("units"), dict)):
+    if not (isinstance(saved, dict) and saved.get("format") == 1 and schema.problem(
+            saved.get("units"), dict[str, dict[str, Any]]) is None):
         raise StoreError(f"{path} is not a ledger written by scale.replicate; move it away or choose another --out")
     settings = {k: v for k, v in saved.items() if k not in ("units", "claims")}
     register(out, V1, {"plan": V1, "settings": settings, "rules": {"claims": saved.get("claims", [])},
@@ -167,15 +227,12 @@ def convert_v1(out: Path) -> int:
                        "ran, no hash was recorded"})
     n = 0
     for name, rec in saved["units"].items():
-        key = (rec.get("key_hash") or _v1_key(rec))
-        target = out / "units" / unit_filename(V1, name, saved.get("device", "cpu"),
-                                               int(rec.get("torch_threads") or saved.get("threads") or 1), key)
-        if write_once(target, dict(rec, plan=V1, key_hash=key)) or target.is_file():
+        key = rec.get("key_hash") or digest(rec.get("key", {}))[:12]
+        device, threads = saved.get("device", "cpu"), rec.get("torch_threads") or saved.get("threads") or 1
+        if not (isinstance(device, str) and isinstance(threads, int) and isinstance(key, str)):
+            raise StoreError(f"{path}: unit {name!r} is not a unit of the first ledger format; move it away")
+        target = Path(out) / "units" / unit_filename(V1, name, device, threads, key)
+        if write_once(target, dict(rec, plan=V1, name=name, key_hash=key, device=device, threads=threads)) \
+                or target.is_file():
             n += 1
     return n
-
-
-def _v1_key(rec: dict[str, Any]) -> str:
-    from scale.ledger.plan import digest
-
-    return digest(rec.get("key", {}))[:12]

@@ -1,9 +1,10 @@
 r"""A stored unit, computed again by the code now: does HEAD reproduce it? (``python -m scale.replicate --verify``.)
 
-The unit file is read through the store's bounded reader and checked against what its name says (plan, unit,
-device, threads, key); its plan's registration (``OUT/registrations/<plan>.json`` beside ``OUT/units/``) gives the
-plan's settings, from which today's code plans the unit again: a unit whose key today differs from the stored one
-is another unit (the code changed what it trains), said and not rerun. Otherwise the unit runs again in memory
+The unit file is read through the store's bounded reader and checked as the store checks every unit file before
+use (``scale.ledger.store.read_unit``: its schema, what its name says, its key and config); its plan's
+registration (``OUT/registrations/<plan>.json`` beside ``OUT/units/``) gives the plan's settings, from which
+today's code plans the unit again: a unit whose key today differs from the stored one is another unit (the code
+changed what it trains), said and not rerun. Otherwise the unit runs again in memory
 (no work folder) at its own device and thread count, and every number of the new record is compared with the
 stored one, timings left out (``TIMING``: seconds, dates, versions, the commit). The result: the count of values
 that differ and the largest difference, absolute and relative to the stored value.
@@ -15,6 +16,7 @@ kind the float kernels may round differently, and the comparison is reported as 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -62,8 +64,6 @@ def differences(old: Any, new: Any, path: str = "") -> list[tuple[str, float, fl
 
 def _normalized(record: Any) -> Any:
     """A record as it is stored (JSON: tuples become lists, non-finite floats stay floats)."""
-    import json
-
     return json.loads(json.dumps(record, default=str))
 
 
@@ -72,17 +72,8 @@ def verify(unit_file: Path, log=print) -> dict[str, Any]:
     "equal" | "differs" | "another unit", "differences": n, "largest": (path, abs, rel) | None, "same_machine":
     bool, ...}``; ``StoreError`` for a file that is not a unit of a registered plan in its store."""
     unit_file = Path(unit_file)
+    stored = store.read_unit(unit_file)  # its schema, its name, its key: the store's checks
     meta = store.parse_name(unit_file)
-    if meta is None:
-        raise StoreError(f"{unit_file} is not a unit file's name (PLAN--UNIT--DEVICE-tTHREADS--KEY.json)")
-    stored = store.read_json(unit_file)
-    if not isinstance(stored, dict):
-        raise StoreError(f"{unit_file} does not hold a unit record")
-    said = {"plan": stored.get("plan"), "name": stored.get("name"), "device": stored.get("device"),
-            "threads": stored.get("threads"), "key": stored.get("key_hash")}
-    named = {k: meta[k] for k in said}
-    if said != named:
-        raise StoreError(f"{unit_file}: its content says {said}, its name {named}: not the unit its name says")
     out = unit_file.parent.parent
     reg = store.registration(out, meta["plan"])
     if reg is None:
@@ -96,6 +87,9 @@ def verify(unit_file: Path, log=print) -> dict[str, Any]:
     unit = units.get(meta["name"])
     if unit is None:
         raise StoreError(f"{meta['name']} is not a unit of plan {meta['plan']}")
+    said = store.Planned(meta["key"], unit.experiment, unit.seed, unit.labels).disagreement(stored)
+    if said:
+        raise StoreError(f"{unit_file}: {said}: not the unit its name says")
     if unit.key_hash() != meta["key"]:
         return {"status": "another unit", "differences": 0, "largest": None, "same_machine": False,
                 "why": f"today's code plans {meta['name']} with key {unit.key_hash()}, the file holds {meta['key']}: "

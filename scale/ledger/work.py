@@ -5,7 +5,7 @@ from its last checkpoint instead of starting again.
     OUT/work/<plan>--<unit>--<device>-t<threads>--<key>/               E1, E2, E5: the unit's one training
     OUT/work/<plan>--<unit>--<device>-t<threads>--<key>/raw/, normalized/      E3E4: its two trainings
 
-The folder is named by the unit file's key (``scale.ledger.store.unit_filename``), so a unit of another plan, another
+The folder is named by the unit file's key (``scale.units.store.unit_filename``), so a unit of another plan, another
 device or thread count, or whose key changed never reads it. Each training is a ``scale.engine.train.Trainer``
 with its folder as ``run_dir``: ``checkpoint.pt`` at every epoch end and on a SIGINT/SIGTERM (mid-epoch), holding
 the model, optimiser, history and the hooks' states (the ledger's probe records, the drift's last weights), plus
@@ -28,6 +28,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from scale.engine import disk
+from scale.engine.checkpoint import load_checkpoint, unreadable_reason
 from scale.ledger import store
 from scale.ledger.store import StoreError
 
@@ -44,8 +46,6 @@ def work_dir(out: Path, plan: str, name: str, device: str, threads: int, key: st
 def make(folder: Path) -> Path:
     """Create the work folder (and OUT/work) where missing. A link standing at it or at a folder above it up to
     OUT/work is refused (``StoreError``): the trainer would write through it."""
-    from scale.engine import disk
-
     chain = [folder, *folder.parents]
     top = next((i for i, d in enumerate(chain) if d.name == "work"), 0)
     for d in chain[: top + 1]:
@@ -59,8 +59,6 @@ def make(folder: Path) -> Path:
 def resume(trainer) -> int:
     """Load the trainer's ``checkpoint.pt`` from its run_dir if one is there; the epochs it holds (0 without one).
     The checkpoint must be a regular file of one name and of this trainer's configuration (``StoreError``)."""
-    from scale.engine.checkpoint import load_checkpoint, unreadable_reason
-
     path = trainer.checkpoint_path
     if path is None or not os.path.lexists(path):
         return 0
@@ -82,8 +80,6 @@ def resume(trainer) -> int:
 
 def removal(folder: Path) -> Any:
     """What ``remove`` deletes: the trainer's files in ``folder`` and in its trainings' sub-folders."""
-    from scale.engine import disk
-
     subs = [(folder / t, FILES) for t in TRAININGS if os.path.lexists(folder / t)]
     return disk.Removal(folders=[*subs, (folder, FILES)])  # sub-folders first: the Removal lists them
 
@@ -91,8 +87,6 @@ def removal(folder: Path) -> Any:
 def remove(folder: Path) -> str | None:
     """Delete the unit's work folder once its unit file is written; None when removed (or absent), else the one
     line saying why it is kept (it holds something the project did not write there)."""
-    from scale.engine import disk
-
     if not os.path.lexists(folder):
         return None
     try:

@@ -55,6 +55,7 @@ MAX_HEAD_PARAMS = 200_000_000  # projector + predictor; BYOL's 4096-wide head is
 MAX_WIDTH = 65_536
 MAX_IMAGE_SIZE = 1024  # ImageNet's models take 224; digits at 1024 px already hold 5.6 GB of uint8 images
 MAX_THREADS = 4096
+SEED_LIMIT = 2**63  # torch.manual_seed takes 0 <= seed < 2**63 (a larger one fails inside torch)
 MAX_AUGMENT_WORKERS = 256  # forked processes; each is also counted in the memory budget (scale.runs.budget)
 RESUME_CHANGEABLE = ("epochs", "device", "threads")
 INVOCATION_FLAGS = ("resume", "quiet", "track_hessian_every", "probe_images", "orbits", "no_final_measure",
@@ -139,6 +140,8 @@ def check_config(cfg: Any, source: str = "flags") -> None:
                           "forked process of its own memory); use at most one per CPU core")
     if cfg.threads is not None and cfg.threads > MAX_THREADS:
         raise ConfigError(f"{name('threads')} {cfg.threads} is above {MAX_THREADS}")
+    if not 0 <= cfg.seed < SEED_LIMIT:
+        raise ConfigError(f"{name('seed')} must be in [0, 2**63) (the seeds torch's generators take), got {cfg.seed}")
     for key in ("lr", "temperature"):
         v = getattr(cfg, key)
         if not (0 < v < math.inf):

@@ -59,7 +59,10 @@ from typing import Any
 import torch
 
 from scale import run as scale_run
+from scale.curvature.tracking import HessianTracker
 from scale.engine import disk, read
+from scale.engine.data import DataError, load_dataset
+from scale.engine.train import Interrupted, NonFiniteLoss, TrainConfig
 from scale.experiments.paper import (
     ASSUMPTIONS,
     E2_RUNS,
@@ -70,6 +73,7 @@ from scale.experiments.paper import (
     deviations,
     plan,
 )
+from scale.geometry.measure import EndOfRun
 from scale.grid import units
 from scale.grid.state import refuse_other_manifest, run_state
 from scale.launch import resources as launch_flags
@@ -78,8 +82,6 @@ from scale.launch.jobs import check_gpus, launch
 from scale.launch.resources import LaunchError
 from scale.ledger.plan import CIFAR, Unit, estimate_seconds
 from scale.report import write_report
-from scale.run import build_parser as run_parser
-from scale.run import resolve_config
 from scale.runs.faults import RunError
 from scale.runs.run_report import git_commit, versions
 from scale.runs.validate import plan_disagreements, read_config_json
@@ -96,7 +98,7 @@ def paper_choices(experiment: str) -> dict[str, list[Any]]:
     method (``simclr`` for ``simclr_paper``, the user-facing SimCLR)."""
     ref = PAPER_SETTINGS[experiment]
     base = "simclr" if ref["method"] == "simclr_paper" else ref["method"]
-    cfg = resolve_config(run_parser().parse_args(["cifar10", "--method", base]), torch.device("cpu")).to_dict()
+    cfg = TrainConfig.resolve("cifar10", base, device="cpu").to_dict()
     cfg["backbone_width"] = cfg["backbone_width"] or 64  # resnet18's standard width
     return {k: [cfg.get(k), v] for k, v in ref.items() if cfg.get(k) != v}
 
@@ -115,18 +117,15 @@ def _choices_text() -> str:
 
 
 def planned_config(run: PlannedRun) -> dict[str, Any]:
-    """The resolved config ``scale.run`` gives the run's arguments (on a CPU; where it runs is not compared)."""
-    return resolve_config(run_parser().parse_args(run.argv), torch.device("cpu")).to_dict()
-
-
-def _flag(tokens: list[str], flag: str) -> str | None:
-    return tokens[tokens.index(flag) + 1] if flag in tokens[:-1] else None
+    """The resolved config of the run's settings, as ``python -m scale.run`` resolves them (on a CPU; where it runs
+    is not compared)."""
+    return run.config("cpu").to_dict()
 
 
 def plan_differences(run_dir: Path, run: PlannedRun) -> list[str]:
     """Where the run saved in ``run_dir`` is not the planned one: its config.json against ``planned_config``
-    (``scale.runs.validate.plan_disagreements``), and for a finished run the measurement flag its summary's
-    command line holds (``--probe-images``). Empty when it is the plan (or when nothing was saved yet)."""
+    (``scale.runs.validate.plan_disagreements``), and for a finished run the end-of-run settings its summary
+    records (the rotation probes' image cap). Empty when it is the plan (or when nothing was saved yet)."""
     if not (run_dir / "config.json").is_file():
         return []
     try:
@@ -137,12 +136,12 @@ def plan_differences(run_dir: Path, run: PlannedRun) -> list[str]:
     summary = run_dir / "summary.json"
     if summary.is_file():
         try:
-            command = str(json.loads(summary.read_text()).get("command", "")).split()
-        except (OSError, ValueError, AttributeError):
-            command = []
-        ran, plan_value = _flag(command, "--probe-images"), _flag(run.argv, "--probe-images")
-        if ran != plan_value:
-            differ.append(f"--probe-images ({ran or 'default'} vs {plan_value or 'default'})")
+            measured = read.read_json(summary, dict).get("measure") or {}
+        except (read.Unreadable, AttributeError):
+            measured = {}
+        ran = measured.get("probe_images") if isinstance(measured, dict) else None
+        if ran != run.probe_images:
+            differ.append(f"probe_images ({ran or 'default'} vs {run.probe_images or 'default'})")
     return differ
 
 
@@ -168,23 +167,33 @@ def _log(home: Path, record: dict[str, Any]) -> None:
 
 
 def execute_in_process(run: PlannedRun, home: Path, device: str, threads: int | None = None) -> int:
-    """One run through ``scale.run.main`` in this process, in the plan folder ``home`` (a job calls this too)."""
+    """One run through ``scale.run.train`` (the run ``python -m scale.run`` makes, from the run's settings) in this
+    process, in the plan folder ``home`` (a job calls this too); its exit code as ``scale.run``'s (0 done, 1 a data
+    error, 3 a non-finite loss, 130 interrupted: rerun to resume)."""
     run_dir = home / "runs" / run.name
     state = run_state(run_dir)
     if state == "done":
         return 0
-    extra = ["--quiet", "--device", device] + (["--threads", str(threads)] if threads else [])
-    if state == "resume":  # the saved config holds the training settings; measurement and data flags do not
-        keep = [run.argv[i : i + 2] for i, a in enumerate(run.argv)
-                if a in ("--probe-images", "--data-dir", "--track-hessian-every")]
-        argv = ["--resume", str(run_dir), *[a for pair in keep for a in pair], *extra]
-    else:  # no checkpoint: what a killed attempt left (a config.json) is replaced, never mixed into
-        argv = [*run.argv, "--out", str(home / "runs"), "--run-name", run.name, "--overwrite", *extra]
-    saved, sys.argv = sys.argv, ["scale.run", *argv]  # the run's summary records its own command line
+    where = "cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu"
+    cfg = run.config(where, threads=threads or torch.get_num_threads())
+    torch.set_num_threads(cfg.threads)
     try:
-        return scale_run.main(argv)
-    finally:
-        sys.argv = saved
+        data = load_dataset(cfg.dataset, run.data_dir, image_size=None if cfg.dataset in CIFAR else cfg.image_size)
+        tracker = HessianTracker("epoch", run_dir=run_dir, log=None) if run.track_hessian else None
+        # resume: from its checkpoint; otherwise what a killed attempt left (a config.json) is replaced, never mixed
+        resume = state == "resume"
+        same = f"--resume {run_dir}" if resume else " ".join(run.argv)  # the equivalent command, for the record
+        scale_run.train(cfg, data, run_dir, measure=EndOfRun(probe_images=run.probe_images), resume=resume,
+                        overwrite=not resume, tracker=tracker, progress=False, log=None,
+                        command=f"python -m scale.run {same}")
+    except NonFiniteLoss:
+        return 3  # recorded in its summary: a finished state of the grid
+    except (Interrupted, KeyboardInterrupt):
+        return 130
+    except DataError as exc:
+        print(f"  {run.name}: data error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
 
 
 def record_unit(run: PlannedRun, out: Path, args: argparse.Namespace) -> None:
@@ -378,7 +387,7 @@ def print_cost(runs: list[PlannedRun], states: dict[str, str], args: argparse.Na
     costs, basis = [], "no runs"
     for r in runs:
         print(f"  [{states[r.name]:6s}] {r.name}: python -m scale.run {' '.join(r.argv)}")
-        epochs = int(r.argv[r.argv.index("--epochs") + 1]) if "--epochs" in r.argv else r.paper.get("epochs")
+        epochs = r.settings.get("epochs", r.paper.get("epochs"))
         unit = Unit(r.name, r.experiment, r.seed, r.dataset, r.backbone, dict(r.settings, epochs=epochs), r.paper)
         sec, basis = estimate_seconds(unit, args.dataset if args.dataset in CIFAR else "digits", False, device)
         if states[r.name] != "done":

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import fields
+from dataclasses import asdict, fields
 from datetime import timedelta
 from pathlib import Path
 
@@ -327,7 +327,8 @@ def train(cfg: TrainConfig, data: Dataset, run_dir: str | Path | None = None, *,
           device: str | torch.device | None = None, backbone: nn.Module | str | None = None,
           head: nn.Module | str | None = None, predictor: nn.Module | str | None = None, hooks: Sequence[Hook] = (),
           measure: EndOfRun | None = DEFAULT_MEASURE, resume: bool = False, progress: bool = True,
-          log: Callable[[str], None] | None = print) -> RunSummary:
+          log: Callable[[str], None] | None = print, tracker: HessianTracker | None = None,
+          overwrite: bool = False, command: str = "scale.train (Python)") -> RunSummary:
     """One run as ``python -m scale.run`` makes it, with your modules and data: ``Trainer.fit`` (``backbone``,
     ``head``, ``predictor``: modules or ``module:callable`` specs, recorded in config.json), then the
     end-of-run measurement (``scale.geometry.measure.EndOfRun``: the headline probe, E4 orbits with the
@@ -335,25 +336,29 @@ def train(cfg: TrainConfig, data: Dataset, run_dir: str | Path | None = None, *,
     checkpoint.pt, summary.json, report.md, curves.png, orbits.npz. ``python -m scale.analyze``,
     ``python -m scale.export`` and ``scale.load_run`` read it (with ``--backbone``/``backbone=`` for your
     own modules). The directory is locked while the run writes and a new run refuses one that holds a run
-    (``resume=True`` continues it from its checkpoint). A non-finite loss or an interruption raises
-    ``NonFiniteLoss`` / ``Interrupted`` after the summary records it. ``progress``: a per-step bar when stderr
-    is a terminal, otherwise one line through ``log`` after the first steps. ``cfg``: e.g.
-    ``TrainConfig.resolve``."""
+    (``resume=True`` continues it from its checkpoint; ``overwrite=True`` deletes a run's files there first, as
+    ``--overwrite`` does). A non-finite loss or an interruption raises ``NonFiniteLoss`` / ``Interrupted`` after
+    the summary records it. ``progress``: a per-step bar when stderr is a terminal, otherwise one line through
+    ``log`` after the first steps. ``tracker``: a ``HessianTracker``, run as a hook and summarised (E2);
+    ``command``: what the summary records as the run's command. ``cfg``: e.g. ``TrainConfig.resolve``."""
     t_start = time.perf_counter()
     device = torch.device(device if device is not None else cfg.device)
+    budget.check_memory(cfg, device, 1)  # before anything is written
     lock = rundir.RunLock(run_dir) if run_dir is not None else None
     try:
-        if run_dir is not None and not resume:
-            rundir.prepare_new(Path(run_dir), overwrite=False)
-        trainer = Trainer(cfg, data, device, run_dir, hooks, progress, log, backbone=backbone, head=head,
-                          predictor=predictor)
+        removal = rundir.prepare_new(Path(run_dir), overwrite) if run_dir is not None and not resume else None
+        trainer = Trainer(cfg, data, device, run_dir, [*hooks, *([tracker] if tracker else [])], progress, log,
+                          backbone=backbone, head=head, predictor=predictor)
+        if removal is not None:  # the old run's files go once every check of the new run has passed
+            rundir.apply_removal(Path(run_dir), removal)
         if resume and trainer.checkpoint_path is not None and trainer.checkpoint_path.is_file():
             trainer.load(trainer.checkpoint_path)
-        summary = new_summary(trainer, device, "scale.train (Python)")
+        summary = new_summary(trainer, device, command)
+        summary.measure = asdict(measure) if measure is not None else None
         try:
             trainer.fit()
         except NonFiniteLoss:
-            record_run(trainer, data, summary, "non-finite loss", t_start, measure=None)
+            record_run(trainer, data, summary, "non-finite loss", t_start, measure=None, tracker=tracker)
             raise
         except Interrupted:
             record_run(trainer, data, summary, "interrupted", t_start, measure=None)
@@ -361,7 +366,7 @@ def train(cfg: TrainConfig, data: Dataset, run_dir: str | Path | None = None, *,
         except DataError:
             record_run(trainer, data, summary, "data error", t_start, measure=None)
             raise
-        record_run(trainer, data, summary, "finished", t_start, measure=measure, log=log)
+        record_run(trainer, data, summary, "finished", t_start, measure=measure, log=log, tracker=tracker)
     finally:
         if lock is not None:
             lock.release()
@@ -494,6 +499,7 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
     if rank == 0:
         log = None if args.quiet else (lambda line: print(line, flush=True))
         measure = EndOfRun(args.orbits, args.probe_images, geometry=not args.no_final_measure)
+        summary.measure = asdict(measure)
         try:
             record_run(trainer, data, summary, status, t_start, measure=measure, log=log, tracker=tracker)
         except DataError as exc:  # the end-of-run measurement reads a streamed split again

@@ -244,6 +244,7 @@ class RunSummary:
     status: str = "not run"
     wall_seconds: float = 0.0
     end_of_run_seconds: float | None = None  # the linear probe and, unless skipped, geometry and rotation probes
+    measure: dict[str, Any] | None = None  # the end-of-run settings (scale.geometry.measure.EndOfRun) as run
     epochs_done: int = 0
     final: dict[str, float] | None = None
     training: TrainingCheck | None = None

@@ -27,6 +27,7 @@ from scale.runs.summary import (
     CurvatureSummary,
     Estimate,
     GeometrySummary,
+    ProbePair,
     RotationProbes,
     RunSummary,
     TrainingCheck,
@@ -127,35 +128,32 @@ def gap_text(gap: Estimate | None, value: float) -> str:
     return f"{gap.value:+.2f} points" + ("" if math.isnan(gap.low) else f" [{gap.low:+.1f}, {gap.high:+.1f}]")
 
 
-def probe_line(c: ClassProbe) -> str:
-    """The headline probe on one line, h minus z (the sign of every report) with its paired interval,
-    intervals beside; the backbone at initialisation where it was probed."""
-    a = c.accuracy
-    line = (f"backbone z {accuracy_text(a.z, c.test_images)}  head h {accuracy_text(a.h, c.test_images)}  "
-            f"(h minus z: {gap_text(c.gap, a.gap)})")
-    if c.initial_z is not None:
-        line += (f"; z at initialisation {accuracy_text(c.initial_z, c.test_images)} (training added "
-                 f"{gap_text(c.initial_gain, a.z - c.initial_z)})")
+def _pair_line(accuracy: ProbePair, gap: Estimate | None, initial_z: float | None, initial_gain: Estimate | None,
+               n: int) -> str:
+    """One probe's z and h, h minus z with its paired interval, and the backbone at initialisation where probed."""
+    line = (f"backbone z {accuracy_text(accuracy.z, n)}  head h {accuracy_text(accuracy.h, n)}  "
+            f"(h minus z: {gap_text(gap, accuracy.gap)})")
+    if initial_z is not None:
+        line += (f"; z at initialisation {accuracy_text(initial_z, n)} (training added "
+                 f"{gap_text(initial_gain, accuracy.z - initial_z)})")
     return line
 
 
-UNTRAINED_LABEL = "of a network that did not learn"  # every verdict of a run that failed the premise says so
-# what such a verdict does not say: whether training made the effect (its premise failed)
-NOT_ATTRIBUTED = "whether training made this effect is not said: the network did not learn"
+def probe_line(c: ClassProbe) -> str:
+    """The headline probe on one line, h minus z (the sign of every report) with its paired interval,
+    intervals beside; the backbone at initialisation where it was probed."""
+    return _pair_line(c.accuracy, c.gap, c.initial_z, c.initial_gain, c.test_images)
 
 
 def knn_line(c: ClassProbe) -> str:
     """The kNN probe beside the headline, on one line (where it was measured)."""
     k = c.knn
-    if k is None:
-        return ""
-    a = k.accuracy
-    line = (f"backbone z {accuracy_text(a.z, c.test_images)}  head h {accuracy_text(a.h, c.test_images)}  "
-            f"(h minus z: {gap_text(k.gap, a.gap)})")
-    if k.initial_z is not None:
-        line += (f"; z at initialisation {accuracy_text(k.initial_z, c.test_images)} (training added "
-                 f"{gap_text(k.initial_gain, a.z - k.initial_z)})")
-    return line
+    return "" if k is None else _pair_line(k.accuracy, k.gap, k.initial_z, k.initial_gain, c.test_images)
+
+
+UNTRAINED_LABEL = "of a network that did not learn"  # every verdict of a run that failed the premise says so
+# what such a verdict does not say: whether training made the effect (its premise failed)
+NOT_ATTRIBUTED = "whether training made this effect is not said: the network did not learn"
 
 
 def premise_word(t: TrainingCheck | None) -> str:

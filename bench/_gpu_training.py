@@ -23,7 +23,7 @@ HEAD = "relu2"  # the paper's E3 head: 512-2048 BN ReLU 2048 BN (SimCLR's recipe
 
 def _config(args, precision: str, compile_: bool):
     from scale.engine import methods
-    from scale.engine.train import TrainConfig
+    from scale.engine.config import TrainConfig
 
     d = methods.get("simclr").recipe
     return TrainConfig(
@@ -35,7 +35,7 @@ def _config(args, precision: str, compile_: bool):
 
 
 def _data(args):
-    from scale.engine.data import Dataset
+    from scale.engine.dataset import Dataset
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (args.images, 3, args.size, args.size), generator=gen, dtype=torch.uint8)

@@ -57,7 +57,7 @@ def _args(network: list[str], epochs: int, seed: int, threads: int) -> list[str]
 
 
 def _model(network: list[str], epochs: int, seed: int, threads: int):
-    from scale.engine.train import SSLModel
+    from scale.engine.model import SSLModel
     from scale.run import build_parser, resolve_config
 
     cfg = resolve_config(build_parser().parse_args(_args(network, epochs, seed, threads)), torch.device("cpu"))
@@ -91,8 +91,9 @@ def training_states(network: list[str], epochs: int, pairs: int, *, threads: int
 
 def _train(network: list[str], epochs: int, pairs: int, threads: int, seed: int) -> dict:
     from scale.engine.data import load_dataset
+    from scale.engine.hooks import Hook
     from scale.engine.modes import eval_mode
-    from scale.engine.train import Hook, Trainer
+    from scale.engine.train import Trainer
     from scale.run import build_parser, resolve_config
 
     class Snapshots(Hook):

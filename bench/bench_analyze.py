@@ -58,8 +58,9 @@ def products(width: int, rows: int, repeats: int) -> dict[str, float]:
     from scale.curvature.closed_form import closed_form_operator
     from scale.curvature.operators import EffectiveHessian
     from scale.curvature.tracking import probe_objective
+    from scale.engine.config import TrainConfig
     from scale.engine.heads import build_head
-    from scale.engine.train import SSLModel, TrainConfig
+    from scale.engine.model import SSLModel
 
     torch.manual_seed(0)
     head = build_head("relu3", 2048, width, width, batchnorm=True).eval()

@@ -28,8 +28,9 @@ import torch
 
 from bench._util import run_header, write_atomic
 from scale.engine.augment import PerImageViews, PILAugment
+from scale.engine.config import TrainConfig
 from scale.engine.timing import synchronize
-from scale.engine.train import TrainConfig, Trainer
+from scale.engine.train import Trainer
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
@@ -72,7 +73,7 @@ def compare(args, threads: int) -> str:
     n = args.batch * (args.steps + 1)
     x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8)
 
-    from scale.engine.data import Dataset
+    from scale.engine.dataset import Dataset
 
     data = Dataset("cifar-shaped", x, torch.zeros(n, dtype=torch.long), x[:8], torch.zeros(8, dtype=torch.long),
                    10, MEAN, STD)

@@ -127,7 +127,8 @@ def cifar_shape_cost(methods: list[str], head: str, batch: int, steps: int, repe
     50,000 images = one epoch; against the seconds of one tracker measurement at that state."""
     from scale.curvature.tracking import HessianTracker
     from scale.engine.data import load_dataset
-    from scale.engine.train import Hook, Trainer
+    from scale.engine.hooks import Hook
+    from scale.engine.train import Trainer
     from scale.run import build_parser, resolve_config
 
     class Keep(Hook):

@@ -27,10 +27,10 @@ import torch
 
 from bench._util import machine, write_atomic
 from scale.engine import augment
+from scale.engine.config import TrainConfig
 from scale.engine.data import load_dataset
 from scale.engine.hooks import Hook
 from scale.engine.recipes import DIGITS_RECIPES
-from scale.engine.train import TrainConfig
 from scale.geometry.measure import EndOfRun
 from scale.run import train
 from scale.runs.premise import LEARNED_MARGIN

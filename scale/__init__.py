@@ -31,10 +31,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, str] = {
-    "TrainConfig": "scale.engine.train",
-    "SSLModel": "scale.engine.train",
+    "TrainConfig": "scale.engine.config",
+    "SSLModel": "scale.engine.model",
     "Trainer": "scale.engine.train",
-    "Hook": "scale.engine.train",
+    "Hook": "scale.engine.hooks",
     "load_run": "scale.runs.load",
     "Run": "scale.runs.load",
     "RunError": "scale.runs.load",
@@ -53,7 +53,7 @@ _EXPORTS: dict[str, str] = {
     "build_head": "scale.engine.heads",
     "build_backbone": "scale.engine.backbones",
     "load_dataset": "scale.engine.data",
-    "folder_dataset": "scale.engine.data",
+    "folder_dataset": "scale.engine.folders",
     "analyze_model": "scale.analyze",
     "analyze_orbits": "scale.analyze",
 }
@@ -91,10 +91,14 @@ if TYPE_CHECKING:
     from scale.curvature.lanczos import lanczos
     from scale.curvature.operators import EffectiveHessian
     from scale.engine.backbones import build_backbone
-    from scale.engine.data import folder_dataset, load_dataset
+    from scale.engine.config import TrainConfig
+    from scale.engine.data import load_dataset
+    from scale.engine.folders import folder_dataset
     from scale.engine.heads import build_head
+    from scale.engine.hooks import Hook
+    from scale.engine.model import SSLModel
     from scale.engine.objectives import barlow, byol, info_nce_cross_view, mse_views, nt_xent, simsiam, vicreg
-    from scale.engine.train import Hook, SSLModel, TrainConfig, Trainer
+    from scale.engine.train import Trainer
     from scale.run import train
     from scale.runs.load import Run, RunError, export_backbone, load_backbone, load_run
 

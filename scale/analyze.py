@@ -84,12 +84,15 @@ from scale.engine.checkpoint import (
     load_checkpoint,
     unreadable_reason,
 )
-from scale.engine.data import DataError, Dataset, load_dataset
+from scale.engine.config import TrainConfig
+from scale.engine.data import load_dataset
+from scale.engine.data_errors import DataError
+from scale.engine.dataset import Dataset
 from scale.engine.heads import build_head
 from scale.engine.methods import METHODS
+from scale.engine.model import SSLModel, output_dim
 from scale.engine.modules import ModuleSpecError, import_module_spec, is_spec, not_a_name_message
 from scale.engine.recipes import DATASET_DEFAULTS, dataset_key
-from scale.engine.train import SSLModel, TrainConfig, output_dim
 from scale.geometry.measure import (
     HEAD_INPUTS,
 )

@@ -44,6 +44,7 @@ The protocols and their measurements live in ``scale.geometry.protocols``, one s
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ import torch
 
 from scale.engine import disk, read
 from scale.engine.checkpoint import atomic_write_json
-from scale.engine.data import DataError
+from scale.engine.data_errors import DataError
 from scale.geometry.e4_report import write_report
 from scale.geometry.e4_seed import e3_config, one_seed
 from scale.runs.faults import guarded
@@ -80,9 +81,6 @@ def reused_seeds(path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     against ``e3_config`` (``scale.runs.validate.plan_disagreements``) and its ``--probe-images``.
     ``ResultsFileError`` when the file is not a results file of this study; ``ValueError`` naming the seeds of
     another plan otherwise: they are never mixed into this one's intervals, and the file is left as it is."""
-    import os
-
-
     if not os.path.lexists(path):
         return []
     try:
@@ -117,8 +115,6 @@ OUTPUTS = ("report.md", "e4_study.png")  # what the study writes beside results.
 def refuse_foreign_outputs(out: Path, results: Path) -> None:
     """``ValueError`` when ``out`` holds a report.md or e4_study.png but no results file of this study: they are
     someone else's, and the study would replace them (append-only: another's files are never rewritten)."""
-    import os
-
     found = [n for n in OUTPUTS if os.path.lexists(out / n)]
     if found and not results.is_file():
         raise ValueError(f"{out} holds {', '.join(found)} but no results.json of this study: they are not its "

@@ -61,8 +61,10 @@ import torch
 from scale import run as scale_run
 from scale.curvature.tracking import HessianTracker
 from scale.engine import disk, read
-from scale.engine.data import DataError, load_dataset
-from scale.engine.train import Interrupted, NonFiniteLoss, TrainConfig
+from scale.engine.config import TrainConfig
+from scale.engine.data import load_dataset
+from scale.engine.data_errors import DataError
+from scale.engine.train import Interrupted, NonFiniteLoss
 from scale.experiments.paper import (
     ASSUMPTIONS,
     E2_RUNS,

@@ -52,7 +52,8 @@ import torch
 from scale.analysis import AnalysisSettings, analyze_orbits
 from scale.engine import checksums, disk
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
-from scale.engine.data import DataError, folder_images
+from scale.engine.data_errors import DataError
+from scale.engine.images import folder_images
 from scale.engine.pretrained_models import (
     IMAGENET_MEAN,
     IMAGENET_STD,

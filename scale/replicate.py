@@ -44,12 +44,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import torch
 
 from scale.engine import disk
-from scale.engine.data import DataError
+from scale.engine.data_errors import DataError
 from scale.engine.train import Interrupted
 from scale.launch import resources as launch_flags
 from scale.launch.cost import print_cost
@@ -225,23 +226,40 @@ def launch_units(args: argparse.Namespace, settings: dict, views) -> int:
 
 
 def verify_unit(path: str) -> int:
-    """``--verify UNIT_FILE`` (``scale.ledger.verify``): one line of result, the exit code of the help text."""
+    """``--verify UNIT_FILE`` (``scale.ledger.verify``): one line of result, the exit code of the help text; the
+    result is recorded once per unit and commit in the store (``OUT/verifications/``), which the report lists."""
     try:
         r = verify(Path(path))
+        if r["status"] == "another unit":
+            return _fail(r["why"], 2)
+        note = _record(Path(path), r)
     except StoreError as exc:
         return _fail(str(exc), 2)
-    if r["status"] == "another unit":
-        return _fail(r["why"], 2)
     where = ("on the kind of processor that computed it" if r["same_machine"] else
              f"on another kind of processor ({r['machine']} against {r['stored_machine']}): float kernels may round "
              "differently there")
     if r["status"] == "equal":
-        print(f"scale.replicate: {path}: reproduced bitwise by the code now (timings aside), {where}")
+        print(f"scale.replicate: {path}: reproduced bitwise by the code now (timings aside), {where}; {note}")
         return 0
     p, a, rel = r["largest"]
     print(f"scale.replicate: {path}: {r['differences']} value(s) differ from the record computed at {r['commit']}; "
-          f"the largest at {p}: {a:.3g} ({rel:.3g} relative), {where}")
+          f"the largest at {p}: {a:.3g} ({rel:.3g} relative), {where}; {note}")
     return 1
+
+
+def _record(path: Path, r: dict) -> str:
+    """Record a verification in the unit's store, once per unit and commit; only code at a commit is recorded (a
+    verification by uncommitted code could not be traced). Returns what was done, for the result's line."""
+    commit = runner.code_commit()
+    if commit == "unknown" or commit.endswith("+dirty"):
+        return f"not recorded: the code is not at a commit ({commit})"
+    meta = store.parse_name(path)
+    written = store.record_verification(path.parent.parent, path, {
+        "unit": path.name, "plan": meta["plan"], "computed_at": str(r["commit"]), "verified_at": commit,
+        "status": r["status"], "differences": r["differences"],
+        "largest": list(r["largest"]) if r["largest"] else None, "same_machine": bool(r["same_machine"]),
+        "machine": r["machine"], "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
+    return f"recorded in {written}" if written else f"already recorded at {commit[:12]}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,11 +33,16 @@ from scale.engine import methods, signals
 from scale.engine.augment import AUGMENT_PATHS, PRESETS
 from scale.engine.backbones import BACKBONES
 from scale.engine.checkpoint import unreadable_reason
-from scale.engine.data import DATASETS, FOLDER_PREFIX, DataError, Dataset, load_dataset, stream_threshold
+from scale.engine.config import TrainConfig
+from scale.engine.data import DATASETS, FOLDER_PREFIX, load_dataset
+from scale.engine.data_errors import DataError
+from scale.engine.dataset import Dataset
+from scale.engine.folders import stream_threshold
 from scale.engine.heads import HEAD_STYLES
-from scale.engine.hooks import TensorBoardLog
+from scale.engine.hooks import Hook, TensorBoardLog
+from scale.engine.optim import OPTIMIZERS, SCHEDULES
 from scale.engine.recipes import DATASET_DEFAULTS
-from scale.engine.train import OPTIMIZERS, SCHEDULES, Hook, Interrupted, NonFiniteLoss, TrainConfig, Trainer
+from scale.engine.train import Interrupted, NonFiniteLoss, Trainer
 from scale.geometry.measure import EndOfRun, final_measurement, parse_orbits
 from scale.geometry.probes import KNN_PROTOCOL
 from scale.runs import budget, faults, rundir, validate
@@ -383,7 +388,7 @@ def data_notes(data: Dataset) -> list[str]:
         size = len(data.train_x) * 3 * data.image_size ** 2
         notes.append(f"{len(data.train_x)} training images decoded from disk as training reads them, in "
                      f"{data.train_x.workers} worker process(es) ({size / 2**30:.2f} GiB decoded, above "
-                     f"{stream_threshold() / 2**30:.2f} GiB: scale.engine.data.folder_dataset)")
+                     f"{stream_threshold() / 2**30:.2f} GiB: scale.engine.folders.folder_dataset)")
     if not data.labelled:
         notes.append("images without labels: the class probe is skipped; the orbit geometry (each image its own "
                      "class) and the rotation probes are measured")

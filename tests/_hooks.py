@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scale.engine.train import Hook
+from scale.engine.hooks import Hook
 
 
 class Crash(Hook):

@@ -14,8 +14,10 @@ import torch
 
 from scale import analyze
 from scale.analysis import measure as analysis_measure
+from scale.engine.config import TrainConfig
 from scale.engine.data import load_synthetic
-from scale.engine.train import SSLModel, TrainConfig, Trainer
+from scale.engine.model import SSLModel
+from scale.engine.train import Trainer
 
 MODELS = textwrap.dedent('''
     import torch
@@ -145,7 +147,7 @@ def test_cli_on_a_checkpoint_with_project_names(tmp_path, capsys):
     analysis of simclr leaves out."""
     cfg = TrainConfig(method="simsiam", backbone="resnet18", backbone_width=4, image_size=16, head="gelu2",
                       head_width=16, head_out=8, pred_width=8)
-    from scale.engine.train import SSLModel
+    from scale.engine.model import SSLModel
 
     ckpt = tmp_path / "names.pt"
     torch.save({"model": SSLModel(cfg).state_dict()}, ckpt)

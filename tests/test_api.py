@@ -14,8 +14,10 @@ from torch import nn
 import scale
 from scale import analyze, export
 from scale import run as scale_run
+from scale.engine.config import TrainConfig
 from scale.engine.data import load_synthetic
-from scale.engine.train import SSLModel, TrainConfig, Trainer
+from scale.engine.model import SSLModel
+from scale.engine.train import Trainer
 from scale.geometry.measure import EndOfRun
 from scale.runs.load import RunError, load_run
 

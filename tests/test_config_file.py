@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from scale import run as scale_run
-from scale.engine.train import TrainConfig
+from scale.engine.config import TrainConfig
 from scale.runs.config_file import ConfigFileError, read_config_file
 
 ROOT = Path(__file__).resolve().parents[1]

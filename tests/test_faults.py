@@ -27,9 +27,9 @@ from _hooks import Crash
 from scale.engine import checkpoint as ckpt_module
 from scale.engine import checksums, signals
 from scale.engine.checkpoint import load_checkpoint
-from scale.engine.data import ARCHIVES
+from scale.engine.cifar import ARCHIVES
+from scale.engine.hooks import Hook
 from scale.engine.safe_pickle import UnsafePickleError, safe_loads
-from scale.engine.train import Hook
 from scale.run import main
 from scale.runs import validate
 from scale.runs.faults import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_NONFINITE, EXIT_PEER, EXIT_USAGE, EXIT_WRITE

@@ -12,7 +12,8 @@ import torch
 from PIL import Image
 
 from scale import run as scale_run
-from scale.engine.data import DataError, folder_dataset
+from scale.engine.data_errors import DataError
+from scale.engine.folders import folder_dataset
 
 TINY = ["--epochs", "1", "--batch-size", "8", "--backbone-width", "4", "--head-width", "16", "--head-out", "8",
         "--image-size", "16", "--probe-size", "8", "--orbits", "2x1", "--probe-images", "4", "--quiet",
@@ -110,8 +111,8 @@ def test_one_class_skips_the_class_probe_with_the_reason(tmp_path, capsys):
 def test_a_streamed_folder_gives_the_same_images_and_the_same_run(tmp_path, capsys, monkeypatch):
     """Above the size threshold the splits are decoded from disk by DataLoader workers as training reads them;
     the images, the statistics and the whole run are those of the in-memory path."""
-    from scale.engine import data as data_module
-    from scale.engine.data import ImageFiles
+    from scale.engine import folders
+    from scale.engine.images import ImageFiles
 
     folder = make_folder(tmp_path / "imgs", per_class=10)
     held, streamed = folder_dataset(folder, 16, stream=False), folder_dataset(folder, 16, stream=True)
@@ -123,7 +124,7 @@ def test_a_streamed_folder_gives_the_same_images_and_the_same_run(tmp_path, caps
 
     argv = [f"folder:{folder}", "--out", str(tmp_path / "runs"), *TINY, "--augment-path", "batched"]
     assert scale_run.main([*argv, "--run-name", "held"]) == 0
-    monkeypatch.setattr(data_module, "STREAM_CAP_BYTES", 0)  # every folder streams
+    monkeypatch.setattr(folders, "STREAM_CAP_BYTES", 0)  # every folder streams
     read = []
     batches_of = ImageFiles.batches
     monkeypatch.setattr(ImageFiles, "batches", lambda self, b: (read.append(len(b)), batches_of(self, b))[1])
@@ -139,7 +140,7 @@ def test_a_streamed_folder_gives_the_same_images_and_the_same_run(tmp_path, caps
 
 
 def test_16_bit_and_float_images_are_read_at_their_scale_or_refused(tmp_path):
-    from scale.engine.data import image_to_unit, read_image
+    from scale.engine.images import image_to_unit, read_image
 
     ramp = np.linspace(0.0, 1.0, 32 * 32).reshape(32, 32)
     Image.fromarray((ramp * 65535).round().astype(np.uint16)).save(tmp_path / "grey16.png")
@@ -171,11 +172,11 @@ def test_a_refused_image_in_a_folder_is_one_line_exit_1(tmp_path, capsys):
 
 def test_a_streamed_file_removed_during_training_is_one_line_exit_1(tmp_path, capsys, monkeypatch):
     """The real fault: an image deleted after the folder was listed, read by a DataLoader worker mid-run."""
-    from scale.engine import data as data_module
-    from scale.engine.train import Hook
+    from scale.engine import folders
+    from scale.engine.hooks import Hook
 
     folder = make_folder(tmp_path / "imgs", per_class=10)
-    monkeypatch.setattr(data_module, "STREAM_CAP_BYTES", 0)
+    monkeypatch.setattr(folders, "STREAM_CAP_BYTES", 0)
 
     class RemoveAnImage(Hook):
         def on_fit_start(self, state):

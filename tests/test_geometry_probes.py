@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from mini.invariance import orbit_geometry
-from scale.engine.data import ARCHIVES
+from scale.engine.cifar import ARCHIVES
 from scale.geometry.measure import GeometrySettings, measure_geometry, orbit_images, parse_orbits
 from scale.geometry.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, orbit_batch_at
 from scale.geometry.probes import HEADLINE_PROTOCOL, ProbeSettings, class_probe, rotated, run_rotation_probes

@@ -1,7 +1,7 @@
 """Data files that must not crash the process, exhaust its memory or hang it.
 
 CIFAR batches are read by a restricted unpickler (``scale/engine/safe_pickle.py``) and checked against the
-official layout before any conversion (``scale.engine.data._checked_batch``); a folder of images is listed
+official layout before any conversion (``scale.engine.cifar._checked_batch``); a folder of images is listed
 with regular files only and each image's declared size is bounded before it is decoded. Every hostile file
 gives one line and its exit code through ``scale.run``, and nothing is written.
 """
@@ -20,12 +20,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from scale.engine import data as sd
+from scale.engine import cifar
+from scale.engine.data_errors import DataError
+from scale.engine.folders import folder_dataset
+from scale.engine.images import image_files
 from scale.engine.safe_pickle import UnsafePickleError, safe_loads
 from scale.run import main
 from scale.runs.faults import EXIT_INPUT, EXIT_USAGE
 
-SPEC = sd.ARCHIVES["cifar10"]
+SPEC = cifar.ARCHIVES["cifar10"]
 CIFAR_TINY = ["--quiet", "--epochs", "1", "--batch-size", "8", "--backbone-width", "4", "--head-width", "16",
               "--head-out", "8", "--probe-size", "8", "--no-final-measure", "--threads", "1"]
 TINY = [*CIFAR_TINY, "--image-size", "16"]
@@ -78,7 +81,7 @@ def test_the_official_python2_layout_loads(tmp_path):
     got = safe_loads(py2_batch(3))
     assert got["data"].dtype == np.uint8 and got["data"].shape == (3, 3072) and got["labels"] == [0, 1, 2]
     assert np.array_equal(got["data"], pickle.loads(py2_batch(3), encoding="latin1")["data"])
-    ds = sd.load_cifar("cifar10", _write_batches(tmp_path, py2_batch(5)), download=False)
+    ds = cifar.load_cifar("cifar10", _write_batches(tmp_path, py2_batch(5)), download=False)
     assert ds.train_x.shape == (5 + 4 * 4, 3, 32, 32) and ds.test_x.shape == (4, 3, 32, 32)
 
 
@@ -127,8 +130,8 @@ def test_shared_references_that_would_expand_to_gigabytes_are_refused_unexpanded
         blob = pickle.dumps({"data": data, "labels": labels}, protocol=2)
         assert len(pickle.dumps(_nested(11, 8), protocol=2)) < 1024
         folder = tmp_path / needle[:6].strip("' ")
-        with pytest.raises(sd.DataError, match=needle):
-            sd.load_cifar("cifar10", _write_batches(folder, blob), download=False)
+        with pytest.raises(DataError, match=needle):
+            cifar.load_cifar("cifar10", _write_batches(folder, blob), download=False)
     code, err = _run(capsys, ["cifar10", "--data-dir", str(folder), "--no-download", "--out",
                               str(tmp_path / "runs"), *CIFAR_TINY])
     assert code == EXIT_INPUT
@@ -157,7 +160,7 @@ def test_a_batch_file_larger_than_any_official_one_is_not_read(tmp_path, capsys)
     big = tmp_path / "d"
     _write_batches(big, py2_batch(4))
     with open(big / SPEC.folder / "data_batch_1", "r+b") as fh:  # sparse: no disk space used
-        fh.truncate(sd.max_batch_bytes("data_batch_1") + 1)
+        fh.truncate(cifar.max_batch_bytes("data_batch_1") + 1)
     code, err = _run(capsys, ["cifar10", "--data-dir", str(big), "--no-download", "--out", str(tmp_path / "runs"),
                               *CIFAR_TINY])
     assert code == EXIT_INPUT
@@ -196,7 +199,7 @@ def test_only_regular_files_count_as_images(tmp_path):
     os.mkfifo(root / "a" / "x.png")
     (root / "b" / "y.png").mkdir()
     result: list = []
-    worker = threading.Thread(target=lambda: result.append(sd.folder_dataset(root, image_size=8)), daemon=True)
+    worker = threading.Thread(target=lambda: result.append(folder_dataset(root, image_size=8)), daemon=True)
     worker.start()
     worker.join(timeout=60)
     if worker.is_alive():  # the FIFO's open blocks: release it so that the test process can end
@@ -206,7 +209,7 @@ def test_only_regular_files_count_as_images(tmp_path):
         pytest.fail("loading the folder waited on the FIFO")
     ds = result[0]
     assert len(ds.train_x) + len(ds.test_x) == 6 and ds.classes == 2
-    assert sd.image_files(root) == sorted(root.glob("*/[0-9].png"))
+    assert image_files(root) == sorted(root.glob("*/[0-9].png"))
 
 
 @pytest.mark.parametrize("layout", ["one image per class", "test classes differ", "test split empty"])

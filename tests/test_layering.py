@@ -25,7 +25,8 @@ ALLOWED = {  # package -> the scale packages its modules may import (besides its
     "ledger": {"engine", "runs", "curvature", "geometry", "experiments", "launch", "units"},
     "launch": {"engine"},  # units as jobs (submitit), used by the commands and the grid's units
     "analysis": {"engine", "runs", "curvature", "geometry"},  # scale.analyze's measurements, as a library
-    "grid": {"engine", "runs", "launch", "experiments", "units"},  # scale.paper's units, in the one unit store
+    # scale.paper's units, in the one unit store, and their report (whose E3 section names the probes' protocols)
+    "grid": {"engine", "runs", "geometry", "launch", "experiments", "units"},
     # one store of unit files for the grid and the ledger: names, keys, schemas, identity checks
     "units": {"engine"},
 }

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from scale.curvature import mechanism as cm
-from scale.engine.train import SSLModel, TrainConfig
+from scale.engine.config import TrainConfig
+from scale.engine.model import SSLModel
 from scale.geometry import mechanism as gm
 
 ROUNDOFF = 1e-12  # float64 identities, relative to the scale of the object compared

@@ -289,7 +289,8 @@ STORE_UNITS = ("E1-relu2-bn0-lr0.05-collapsed-s0", "E1-swish2-bn0-lr0.05-collaps
 STORE_HAZARDS = [("copied over another unit", "unit"), ("another device in its content", "unit"),
                  ("another head in its config", "unit"), ("{'mine': 1}", "unit"), ("empty", "stray"),
                  ("empty", "other plan"), ("notes", "not a unit name"), ("symlink", "unit"), ("fifo", "unit"),
-                 ("symlink", "units folder"), ("symlink", "amendments folder"), ("list", "registration")]
+                 ("symlink", "units folder"), ("symlink", "amendments folder"), ("list", "registration"),
+                 ("symlink", "verifications folder"), ("{'mine': 1}", "verification")]
 
 
 @pytest.fixture(scope="module")
@@ -304,14 +305,14 @@ def ledger_store(tmp_path_factory) -> Path:
 @_seeded
 @settings(**_profile)
 @given(hazards=st.lists(st.sampled_from(STORE_HAZARDS), min_size=1, max_size=4, unique=True),
-       report=st.booleans())
-def test_the_unit_store_uses_only_what_its_names_say_and_keeps_every_file(ledger_store, hazards, report):
-    """``scale.replicate`` (``--report-only``, or a run of one more unit) over a store holding random hazards: a
-    unit file copied over another's name or saying another device or head, a file of the wrong shape, stray names
-    (a seed of 999999999), links and FIFOs under units' names, a link at the store's folders, a damaged
-    registration. Nothing lost (every entry as it was, nothing outside --out changed), a documented exit code, no
-    traceback; when it reports, every unit in the view is the one its file's name says and every hazard in
-    ``units/`` is listed as left out."""
+       action=st.sampled_from(["report", "run", "verify"]))
+def test_the_unit_store_uses_only_what_its_names_say_and_keeps_every_file(ledger_store, hazards, action):
+    """``scale.replicate`` (``--report-only``, a run of one more unit, or ``--verify`` of a unit file) over a store
+    holding random hazards: a unit file copied over another's name or saying another device or head, a file of the
+    wrong shape, stray names (a seed of 999999999), links and FIFOs under units' names, a link at the store's
+    folders, a damaged registration, a file in the verifications' folder that is not one. Nothing lost (every entry
+    as it was, nothing outside --out changed), a documented exit code, no traceback; when it reports, every unit in
+    the view is the one its file's name says and every hazard in ``units/`` is listed as left out."""
     with tempfile.TemporaryDirectory() as name:
         out, outside = Path(name) / "L", Path(name) / "outside"
         shutil.copytree(ledger_store, out)
@@ -320,15 +321,19 @@ def test_the_unit_store_uses_only_what_its_names_say_and_keeps_every_file(ledger
         planted = [p for h in hazards if (p := plant_in_store(out, outside, *h))]
         before = snapshot(out)
         outside_before = snapshot(outside)
-        extra = ["--report-only"] if report else ["--units", "E1-gelu2-bn0-lr0.05-collapsed-s0"]
-        done = run_command([*REPLICATE, "--experiments", "E1", "--out", str(out), *extra], Path(name))
+        if action == "verify":
+            unit = next((out / "units").glob(f"*--{STORE_UNITS[0]}--*.json"))
+            done = run_command(["-m", "scale.replicate", "--verify", str(unit)], Path(name))
+        else:
+            extra = ["--report-only"] if action == "report" else ["--units", "E1-gelu2-bn0-lr0.05-collapsed-s0"]
+            done = run_command([*REPLICATE, "--experiments", "E1", "--out", str(out), *extra], Path(name))
         what = f"{hazards}: exit {done.returncode}\n{done.stderr[-2000:]}"
         assert done.returncode in (0, 1, 2, 4) and "Traceback" not in done.stderr, what
         after = snapshot(out)
         changed = [k for k, v in before.items() if after.get(k) != v and not k.startswith(VIEWS)]
         assert not changed, f"entries changed or went: {changed[:3]}\n{what}"
         assert snapshot(outside) == outside_before, f"something outside --out changed\n{what}"
-        if done.returncode == 0:
+        if done.returncode == 0 and action != "verify":
             view = json.loads((out / "results.json").read_text())
             for unit, rec in view["units"].items():
                 path = next((out / "units").glob(f"{rec['plan']}--{unit}--*.json"))
@@ -366,6 +371,10 @@ def plant_in_store(out: Path, outside: Path, kind: str, where: str) -> Path | No
                 "not a unit name": "notes.json"}[where]
         (units_dir / name).write_bytes(b"" if kind == "empty" else b"my notes\n")
         return units_dir / name
+    if where == "verification":
+        (out / "verifications").mkdir(exist_ok=True)
+        (out / "verifications" / f"{plan}--mine.json").write_text(json.dumps({"mine": 1}))
+        return out / "verifications" / f"{plan}--mine.json"
     if where == "registration":
         (out / "registrations" / f"{plan}.json").write_text("[1, 2]")
         return out / "registrations" / f"{plan}.json"

@@ -20,7 +20,7 @@ from torch import nn
 from scale.engine import objectives as so
 from scale.engine.backbones import build_backbone
 from scale.engine.heads import build_head
-from scale.engine.train import SSLModel
+from scale.engine.model import SSLModel
 from scale.geometry.e4_report import t_interval
 from scale.geometry.protocols import NormalizedInput, renormalized_bn, untrained_heads
 from scale.paper import PAPER_SETTINGS, paper_choices, plan
@@ -261,7 +261,7 @@ def test_paper_style_rules_are_checked_on_every_config_not_only_on_flags():
     defaults pass)."""
     from dataclasses import replace
 
-    from scale.engine.train import TrainConfig
+    from scale.engine.config import TrainConfig
     from scale.runs.faults import ConfigError
     from scale.runs.validate import check_config
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scale.engine.data import ARCHIVES
+from scale.engine.cifar import ARCHIVES
 from scale.runs.faults import EXIT_INPUT, EXIT_USAGE, EXIT_WRITE
 
 ROOT = Path(__file__).resolve().parents[1]

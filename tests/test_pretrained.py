@@ -27,7 +27,7 @@ from mini.invariance import l2_normalize, orbit_spread, sweep_curvature
 from scale import pretrained as e6
 from scale.analyze import analyze_orbits
 from scale.engine import checksums
-from scale.engine.data import folder_images
+from scale.engine.images import folder_images
 from scale.engine.pretrained_models import (
     IMAGENET_MEAN,
     IMAGENET_STD,

@@ -175,10 +175,10 @@ def test_a_crafted_architecture_file_is_one_run_error(tmp_path, case):
 FIFO_MID_RUN = r'''
 import os, sys
 from pathlib import Path
-import scale.engine.data as data
+import scale.engine.folders as folders
 from scale.engine.hooks import Hook
 from scale.run import main
-data.stream_threshold = lambda: 0  # every folder streams: images are decoded as training reads them
+folders.stream_threshold = lambda: 0  # every folder streams: images are decoded as training reads them
 victims = sorted(Path(sys.argv[1]).rglob("*.png"))
 
 class Fifo(Hook):  # after the first epoch every image becomes a FIFO (a real one) where the file was
@@ -218,7 +218,7 @@ def test_a_streamed_image_that_becomes_a_fifo_ends_the_run_with_exit_1(tmp_path)
 
 
 def test_augment_workers_are_bounded_and_counted_in_the_memory_budget(tmp_path, capsys):
-    from scale.engine.train import TrainConfig
+    from scale.engine.config import TrainConfig
     from scale.run import main
     from scale.runs import budget
     from scale.runs.validate import MAX_AUGMENT_WORKERS
@@ -234,7 +234,7 @@ def test_augment_workers_are_bounded_and_counted_in_the_memory_budget(tmp_path, 
 
 
 def test_images_beside_the_class_folders_are_announced(tmp_path, capsys):
-    from scale.engine.data import folder_dataset
+    from scale.engine.folders import folder_dataset
     from scale.run import main
 
     folder = _folder(tmp_path / "imgs", loose=2)

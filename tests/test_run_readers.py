@@ -15,6 +15,7 @@ import pickle
 import shutil
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -208,12 +209,23 @@ E4_RESULTS = Path(__file__).resolve().parents[1] / "docs" / "e4_study" / "result
 
 
 @pytest.mark.skipif(not E4_RESULTS.is_file(), reason="docs/e4_study/results.json is not in this checkout")
-def test_e4_study_reuses_only_seeds_of_the_same_plan(tmp_path, capsys):
-    """The committed study (5 seeds, 8 epochs, --probe-images 10000) is its own plan: rerun as recorded, every
-    seed is reused and only the report is written. Asked for other probe images or epochs, the study refuses,
-    naming the seeds and the differences, and leaves results.json as it is."""
+def test_e4_study_reuses_only_seeds_of_the_same_plan(tmp_path, capsys, monkeypatch):
+    """The committed study (5 seeds, 8 epochs, --probe-images 10000, the `e3` views of the recipe it was run with,
+    before the digits recipes that learn) is its own plan: asked for that plan, every seed is reused and only the
+    report is written. Asked for other probe images or epochs, the study refuses, naming the seeds and the
+    differences, and leaves results.json as it is. Asked for today's recipe, it refuses as well."""
     from scale import e4_study
 
+    out = tmp_path / "e4"
+    out.mkdir()
+    shutil.copy(E4_RESULTS, out / "results.json")
+    assert e4_study.main(["--dataset", "digits", "--seeds", "5", "--out", str(out)]) == EXIT_USAGE
+    _one_line(_lines(capsys), "holds seeds of another plan", "seed 0:", "augment ('e3' vs 'digits_rotate')")
+    shutil.rmtree(out)
+
+    today = e4_study.e3_config  # the committed study's plan: today's E3 config with its recorded views and epochs
+    monkeypatch.setattr(e4_study, "e3_config", lambda dataset, seed, epochs=None: replace(
+        today(dataset, seed, 8 if epochs is None else epochs), augment="e3"))
     out = tmp_path / "e4"
     out.mkdir()
     shutil.copy(E4_RESULTS, out / "results.json")

@@ -1,5 +1,5 @@
-"""scale.engine.data: CIFAR archives in the official python-pickle format (built here, tiny), offline and corrupt-file
-messages, digits in the backbone's format."""
+"""scale.engine.data and scale.engine.cifar: CIFAR archives in the official python-pickle format (built here, tiny),
+offline and corrupt-file messages, digits in the backbone's format."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 import torch
 
+from scale.engine import cifar
 from scale.engine import data as sd
+from scale.engine.data_errors import DataError
 from scale.run import main
 
 
@@ -22,7 +24,7 @@ def _batch(n: int, label_key: str, rng: np.random.Generator) -> bytes:
 
 
 def _members(name: str, rng) -> dict[str, bytes]:
-    spec = sd.ARCHIVES[name]
+    spec = cifar.ARCHIVES[name]
     out = {f"{spec.folder}/{f}": _batch(4, spec.label_key, rng) for f in spec.train_files}
     out.update({f"{spec.folder}/{f}": _batch(3, spec.label_key, rng) for f in spec.test_files})
     return out
@@ -41,11 +43,11 @@ def tiny_cifar(tmp_path, monkeypatch):
     """A tiny official-format archive for each CIFAR; the MD5 table points at it (as it would at the real one)."""
     rng = np.random.default_rng(0)
     made = {}
-    for name, spec in sd.ARCHIVES.items():
+    for name, spec in cifar.ARCHIVES.items():
         members = _members(name, rng)
         path = tmp_path / spec.filename
         _write_archive(path, members)
-        monkeypatch.setitem(sd.ARCHIVES, name, sd.CifarArchive(**{**spec.__dict__, "md5": sd.md5sum(path)}))
+        monkeypatch.setitem(cifar.ARCHIVES, name, cifar.CifarArchive(**{**spec.__dict__, "md5": cifar.md5sum(path)}))
         made[name] = members
     return tmp_path, made
 
@@ -54,7 +56,7 @@ def tiny_cifar(tmp_path, monkeypatch):
 def test_archive_and_extracted_folder_agree(tiny_cifar, tmp_path, name):
     root, made = tiny_cifar
     members = made[name]
-    spec = sd.ARCHIVES[name]
+    spec = cifar.ARCHIVES[name]
     ds = sd.load_dataset(name, root, download=False)
     n_train = 4 * len(spec.train_files)
     assert ds.train_x.shape == (n_train, 3, 32, 32) and ds.train_x.dtype == torch.uint8
@@ -74,7 +76,7 @@ def test_archive_and_extracted_folder_agree(tiny_cifar, tmp_path, name):
 
 
 def test_offline_message_names_file_and_place(tmp_path, capsys):
-    with pytest.raises(sd.DataError) as err:
+    with pytest.raises(DataError) as err:
         sd.load_dataset("cifar100", tmp_path, download=False)
     msg = str(err.value)
     assert "cifar-100-python.tar.gz" in msg and str(tmp_path) in msg and "cifar-100-python" in msg
@@ -86,32 +88,32 @@ def test_offline_message_names_file_and_place(tmp_path, capsys):
 
 def test_truncated_archive_is_reported(tiny_cifar):
     root, _ = tiny_cifar
-    path = root / sd.ARCHIVES["cifar10"].filename
+    path = root / cifar.ARCHIVES["cifar10"].filename
     path.write_bytes(path.read_bytes()[:200])
-    with pytest.raises(sd.DataError, match="corrupt or truncated: MD5"):
+    with pytest.raises(DataError, match="corrupt or truncated: MD5"):
         sd.load_dataset("cifar10", root, download=False)
 
 
 def test_truncated_archive_with_matching_checksum_is_reported(tiny_cifar, monkeypatch):
     """Even when the checksum is not what catches it (a matching entry), the tar reader's failure is named."""
     root, _ = tiny_cifar
-    spec = sd.ARCHIVES["cifar10"]
+    spec = cifar.ARCHIVES["cifar10"]
     path = root / spec.filename
     path.write_bytes(path.read_bytes()[:300])
-    monkeypatch.setitem(sd.ARCHIVES, "cifar10", sd.CifarArchive(**{**spec.__dict__, "md5": sd.md5sum(path)}))
-    with pytest.raises(sd.DataError, match="corrupt or truncated"):
+    monkeypatch.setitem(cifar.ARCHIVES, "cifar10", cifar.CifarArchive(**{**spec.__dict__, "md5": cifar.md5sum(path)}))
+    with pytest.raises(DataError, match="corrupt or truncated"):
         sd.load_dataset("cifar10", root, download=False)
 
 
 def test_bad_pickle_is_reported(tmp_path):
-    spec = sd.ARCHIVES["cifar10"]
+    spec = cifar.ARCHIVES["cifar10"]
     folder = tmp_path / spec.folder
     folder.mkdir()
     rng = np.random.default_rng(1)
     for f in (*spec.train_files, *spec.test_files):
         (folder / f).write_bytes(_batch(2, spec.label_key, rng))
     (folder / spec.train_files[2]).write_bytes(b"not a pickle at all")
-    with pytest.raises(sd.DataError, match="not a readable CIFAR pickle"):
+    with pytest.raises(DataError, match="not a readable CIFAR pickle"):
         sd.load_dataset("cifar10", tmp_path, download=False)
 
 

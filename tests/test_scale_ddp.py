@@ -15,8 +15,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from scale.engine.config import TrainConfig
 from scale.engine.data import load_synthetic
-from scale.engine.train import TrainConfig, Trainer
+from scale.engine.train import Trainer
 
 METHODS = ("simclr", "vicreg", "barlow", "simsiam", "byol")
 GLOBAL_BATCH = 8

@@ -12,7 +12,7 @@ from _hooks import Crash
 
 from scale.engine import objectives as so
 from scale.engine.checkpoint import load_checkpoint
-from scale.engine.train import Hook
+from scale.engine.hooks import Hook
 from scale.run import main
 from scale.runs.summary import RunSummary
 
@@ -179,7 +179,7 @@ def test_the_training_layout_avoids_onednns_small_strided_1x1_convolutions():
     from torch import nn
 
     from scale.engine.backbones import build_backbone
-    from scale.engine.train import ONEDNN_MIN_CHANNELS, memory_format_for
+    from scale.engine.model import ONEDNN_MIN_CHANNELS, memory_format_for
 
     cpu = torch.device("cpu")
     for w in (2, 4, 6):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from scale import replicate as R
-from scale.ledger import store
+from scale.ledger import report, store
 from scale.ledger.runner import machine
 from scale.ledger.verify import verify
 
@@ -28,14 +28,13 @@ STORE = Path(__file__).resolve().parent / "data" / "verify"
 ELSEWHERE_RTOL = 1e-4  # another processor kind: float32 kernels that round otherwise, over two training steps
 
 
-def _unit() -> Path:
-    units = sorted((STORE / "units").glob("*.json"))
-    assert len(units) == 1, units
-    return units[0]
+def test_the_store_holds_one_unit():
+    assert len(list((STORE / "units").glob("*.json"))) == 1
 
 
-def test_the_stored_unit_is_reproduced_by_the_code_now(capsys):
-    path = _unit()
+def test_the_stored_unit_is_reproduced_by_the_code_now(tmp_path, capsys):
+    shutil.copytree(STORE, tmp_path / "store")  # a verification is recorded beside the units: not in the repo
+    path = next((tmp_path / "store" / "units").glob("*.json"))
     stored = json.loads(path.read_text())
     if stored.get("machine") == machine():
         assert R.main(["--verify", str(path)]) == 0, capsys.readouterr()
@@ -67,3 +66,26 @@ def test_a_file_that_is_not_a_unit_of_a_registered_plan_is_refused(tmp_path, cap
     f.write_text(json.dumps({"plan": "p", "name": "u", "device": "cpu", "threads": 1, "key_hash": "k"}))
     assert R.main(["--verify", str(f)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_verification_is_recorded_once_per_commit_and_listed_by_the_report(tmp_path, monkeypatch, capsys):
+    shutil.copytree(STORE, tmp_path / "store")
+    path = next((tmp_path / "store" / "units").glob("*.json"))
+    monkeypatch.setattr(R.runner, "code_commit", lambda: "abc123+dirty")
+    R.main(["--verify", str(path)])
+    assert "not recorded: the code is not at a commit" in capsys.readouterr().out
+    assert not (tmp_path / "store" / "verifications").exists()
+    monkeypatch.setattr(R.runner, "code_commit", lambda: "c0ffee" * 6 + "abcd")
+    R.main(["--verify", str(path)])
+    assert "recorded in" in capsys.readouterr().out
+    R.main(["--verify", str(path)])
+    assert "already recorded at c0ffeec0ffee" in capsys.readouterr().out
+    plan = store.parse_name(path)["plan"]
+    found, left = store.verifications(tmp_path / "store", plan)
+    assert len(found) == 1 and not left and found[0]["verified_at"].startswith("c0ffee")
+    lines = report.verification_lines(tmp_path / "store", plan)
+    assert any(path.name in line and "c0ffeec0ffee" in line for line in lines), lines
+    bad = tmp_path / "store" / "verifications" / f"{plan}--forged.json"
+    bad.write_text(json.dumps({"unit": 3}))  # negative control: not a verification of the store's form
+    found, left = store.verifications(tmp_path / "store", plan)
+    assert len(found) == 1 and len(left) == 1 and "not a verification" in left[0]

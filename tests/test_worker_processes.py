@@ -21,7 +21,7 @@ import torch
 from _hooks import Crash
 
 from scale.engine.checkpoint import load_checkpoint
-from scale.engine.train import Hook
+from scale.engine.hooks import Hook
 from scale.run import main
 from scale.runs.faults import EXIT_INTERRUPTED, EXIT_NONFINITE
 

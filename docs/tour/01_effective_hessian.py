@@ -192,6 +192,6 @@ for spec in ("linear", "relu2", "gelu2", "swish2"):
 # Where the paper and the instance disagree: equation (1) itself holds exactly on every instance. Its
 # reading does not always: `G` is a metric only under a PSD loss Hessian. NT-Xent is never PSD where
 # its gradient is non-zero (`docs/section3.md`), VICReg and Barlow Twins are indefinite over a batch,
-# and SimSiam's negative cosine is indefinite too: on the paper grid's digits smoke run, the collapsed
+# and SimSiam's negative cosine is indefinite too: on the paper grid's digits run (50 epochs), the collapsed
 # ReLU head of E2 has `M = 0` exactly and yet negative eigenvalues, from `G`, where the paper reports
-# `lambda_min` exactly 0 (`docs/paper_grid/grid-b46bb55a5cf2/report.md`).
+# `lambda_min` exactly 0 (`docs/paper_grid/grid-54233f66ffcf/report.md`).

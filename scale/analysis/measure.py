@@ -18,10 +18,11 @@ from scale.curvature.lanczos import lanczos
 from scale.curvature.operators import EffectiveHessian, difference
 from scale.curvature.tracking import hutchinson_ratio, probe_objective, rowwise
 from scale.engine.augment import GPUAugment
-from scale.engine.data import Dataset
+from scale.engine.config import TrainConfig
+from scale.engine.dataset import Dataset
 from scale.engine.methods import get as get_method
+from scale.engine.model import SSLModel
 from scale.engine.progress import Phases
-from scale.engine.train import SSLModel, TrainConfig
 from scale.geometry.initial import initial_backbone
 from scale.geometry.measure import (
     CONTROL_SEED,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scale.engine.data import Dataset
+from scale.engine.dataset import Dataset
 from scale.geometry.measure import (
     HEAD_INPUTS,
     GeometrySettings,

@@ -65,8 +65,8 @@ from scale.curvature.operators import EffectiveHessian
 from scale.engine import methods
 from scale.engine.checkpoint import atomic_write_bytes
 from scale.engine.heads import MLPHead
+from scale.engine.hooks import Hook
 from scale.engine.modes import eval_mode
-from scale.engine.train import Hook
 
 BLOCK_MEMORY = 2**28  # bytes of kept float64 arrays (blocks, J) beyond which ``choose_path`` takes the next path
 

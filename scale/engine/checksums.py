@@ -1,6 +1,6 @@
 """Checksums of downloaded files, verified before use.
 
-CIFAR archives: MD5 published by their authors (``scale.engine.data.ARCHIVES``), checked after every download
+CIFAR archives: MD5 published by their authors (``scale.engine.cifar.ARCHIVES``), checked after every download
 and on every read of the archive. E6 checkpoints (``scale.engine.pretrained_models.OFFICIAL_FILES``): their
 authors publish no checksum and their file names carry none (unlike torchvision's
 ``NAME-<sha256 prefix>.pth``), so ``PUBLISHED_SHA256`` holds ``None`` for each until one is published;

@@ -2,7 +2,7 @@
 loss, backward, step.
 
 A hook subclasses ``Hook`` and overrides what it needs; each callback receives the live
-``scale.engine.train.TrainState``. In one epoch the trainer calls, in the order of its hook list (the user's
+``scale.engine.state.TrainState``. In one epoch the trainer calls, in the order of its hook list (the user's
 hooks first, then the built-ins below):
 
     on_fit_start(state)     once, after the model, optimiser and probe batch exist (and after a resume)

@@ -17,8 +17,8 @@ from scale.engine.modes import eval_mode
 
 @dataclass
 class TrainState:
-    config: Any  # scale.engine.train.TrainConfig (the trainer's module imports this one: no import back)
-    model: Any  # scale.engine.train.SSLModel
+    config: Any  # scale.engine.config.TrainConfig
+    model: Any  # scale.engine.model.SSLModel
     optimizer: torch.optim.Optimizer
     device: torch.device
     probe_x: torch.Tensor

@@ -1,10 +1,11 @@
-"""The training engine: one SSL run (SimCLR, SimSiam, BYOL, VICReg, Barlow Twins) with hooks.
+"""The trainer: one SSL run (SimCLR, SimSiam, BYOL, VICReg, Barlow Twins) with hooks. Its settings are
+``scale.engine.config.TrainConfig``, its model ``scale.engine.model.SSLModel``, its optimiser and learning-rate
+schedule ``scale.engine.optim``.
 
 Data path (the speed of the whole thing): the dataset sits on the device as uint8; a step indexes a
 batch from a per-epoch permutation, augments it there in one batched call (``scale/engine/augment.py``) into
-two views stacked ``[view1; view2]``, and runs one forward of ``SSLModel`` on the ``2B`` images.
-
-    x (2B, 3, S, S) -> backbone -> z (2B, d) -> projector (the head) -> h (2B, k) [-> predictor -> p]
+two views stacked ``[view1; view2]``, and runs one forward of ``SSLModel`` on the ``2B`` images: ``(z, h, p)``
+(``scale/engine/model.py``).
 
 Losses (each method's record in ``scale/engine/methods.py``, built from ``scale/engine/objectives.py``, mirrors of
 ``mini.losses``):
@@ -35,7 +36,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,301 +45,21 @@ import torch.distributed as dist
 from torch import nn
 
 from mini.collapse_metrics import collapse_stats
-from mini.heads import parse_head_spec
 from scale.engine import methods
 from scale.engine.augment import build_views, resolve_augment_path
-from scale.engine.backbones import build_backbone
 from scale.engine.checkpoint import atomic_write_json, load_checkpoint, save_checkpoint
-from scale.engine.data import Dataset, ImageFiles
-from scale.engine.heads import build_head, collapse_init_
+from scale.engine.config import TrainConfig
+from scale.engine.dataset import Dataset
 from scale.engine.hooks import Checkpointer, EpochLog, Hook, MetricsFile, ProgressBar
-from scale.engine.modes import eval_mode
-from scale.engine.modules import OWN, ModuleSpecError, as_module, is_spec, missing_modules_message, module_record
-from scale.engine.recipes import resolve
+from scale.engine.images import ImageFiles
+from scale.engine.model import SSLModel, memory_format_for
+from scale.engine.modules import is_spec
+from scale.engine.optim import build_optimizer, lr_at
 from scale.engine.signals import any_rank, stop_on_signals
 from scale.engine.state import TrainState
 
-OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "lars")
-SCHEDULES: tuple[str, ...] = ("cosine", "constant")
-
-
-@dataclass
-class TrainConfig:
-    """A fully resolved run configuration (``scale.run`` fills every field; saved as config.json)."""
-
-    dataset: str = "synthetic"
-    method: str = "simclr"
-    backbone: str = "resnet18"
-    backbone_width: int | None = None  # resnet18 base channels (64 = standard) / vit model dim (192)
-    image_size: int = 16
-    head: str = "gelu3"
-    head_width: int | None = 2048  # None with a head of your own (head = "module")
-    head_out: int = 2048
-    head_bn: bool = False
-    head_out_bn: bool = False
-    head_bias: bool = True
-    head_style: str = "grammar"  # scale.engine.heads.HEAD_STYLES; "paper": the official code's heads
-    predictor: str | None = None  # simsiam / byol: spec of the predictor (2-layer, same activation)
-    pred_width: int = 512
-    init: str = "normal"  # or "collapsed": projector Linear weights x 0.1 (E1)
-    augment: str = "e3"
-    # auto: batched on CUDA, per image in worker processes on a CPU with a core free for them
-    # (scale.engine.augment.resolve_augment_path); the Trainer keeps the resolved path in its config
-    augment_path: str = "auto"
-    augment_workers: int = 1  # worker processes of the per-image path
-    epochs: int = 2
-    batch_size: int = 64
-    optimizer: str = "adam"
-    lr: float = 1e-3
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    warmup_epochs: int = 0
-    schedule: str = "cosine"
-    temperature: float = 0.1
-    ema: float = 0.99  # BYOL base target momentum, raised to 1 by a cosine
-    seed: int = 0
-    device: str = "cpu"
-    precision: str = "fp32"
-    compile: bool = False
-    sync_bn: bool = False
-    probe_size: int = 256
-    train_subset: int | None = None
-    log_every: int = 10
-    threads: int | None = None  # torch CPU threads: sums depend on it, so it is saved and reused on resume
-    # the parts that are modules of your own (backbone, head and predictor then say "module"): what was used,
-    # per part (scale.engine.modules.module_record); None when every part is built from this config
-    modules: dict[str, dict[str, Any]] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def with_modules(self, records: dict[str, dict[str, Any]]) -> TrainConfig:
-        """This config with the parts in ``records`` (``scale.engine.modules.module_record`` per part) marked
-        as your own: ``backbone``/``head``/``predictor`` ``"module"``, the widths they no longer set ``None``
-        (``head_out`` the head's measured output width; ``head_bn`` whether your head holds a BatchNorm, where
-        no predictor is built from these flags), and ``modules`` recording each."""
-        if not records:
-            return self
-        changes: dict[str, Any] = {"modules": {**(self.modules or {}), **records}}
-        if "backbone" in records:
-            changes.update(backbone=OWN, backbone_width=None)
-        if "head" in records:
-            changes.update(head=OWN, head_width=None, head_out=records["head"]["out_dim"])
-            # BatchNorm as your head has it, where no predictor is built from these flags (they shape it)
-            built_predictor = methods.get(self.method).predictor and "predictor" not in records and \
-                (self.modules or {}).get("predictor") is None
-            if "batchnorm" in records["head"] and not built_predictor:
-                changes.update(head_bn=bool(records["head"]["batchnorm"]), head_out_bn=False)
-        if "predictor" in records:
-            changes.update(predictor=OWN)
-        return replace(self, **changes)
-
-    @classmethod
-    def resolve(cls, dataset: str, method: str = "simclr", backbone: str = "resnet18", *,
-                device: str | torch.device = "cpu", **values: Any) -> TrainConfig:
-        """The config ``python -m scale.run DATASET --method METHOD --backbone BACKBONE`` resolves, with
-        ``values`` (fields of this class) in place of flags: yours > the method's per-dataset recipe > the
-        dataset's adjustments > the method's recipe > these defaults (``scale.engine.recipes``). ``backbone``,
-        ``head`` and ``predictor`` may be ``module:callable`` specs of your own modules (``SSLModel`` imports
-        them): the config then names them, and ``scale.train`` records them."""
-
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise TypeError(f"TrainConfig has no fields {', '.join(unknown)}")
-        device = torch.device(device)
-        resolved = resolve(dataset, method, backbone, device.type, **values)
-        return cls(**{k: v for k, v in resolved.items() if k in names and k != "device"}, device=str(device))
-
-
 # --------------------------------------------------------------------------------------------
-# Model
-# --------------------------------------------------------------------------------------------
-
-
-def default_predictor(head: str) -> str:
-    """Predictor spec for a projector spec: 2 layers with the projector's activation (E1); linear -> linear."""
-    act = parse_head_spec(head).activation
-    return "linear" if act is None else f"{act}2"
-
-
-class SSLModel(nn.Module):
-    """backbone + projector (the head) [+ predictor]: ``forward(x) -> (z, h, p or None)``.
-
-    Each part is built from ``cfg`` by name (``cfg.backbone``, ``cfg.head`` and ``cfg.predictor``: specs of
-    the head grammar) unless a module of your own is passed instead, as an ``nn.Module`` or as a
-    ``"package.module:callable"`` spec (imported and called without arguments; ``scale.engine.modules``):
-
-    - ``backbone``: maps images ``(B, 3, S, S)`` to ``z`` ``(B, d)``; ``d`` is read from its ``out_dim``
-      attribute or, if it has none, from one forward of a ``cfg.image_size`` image (and then set as
-      ``out_dim``, which the measurements read);
-    - ``head``: maps ``(B, d)`` to ``(B, k)``; a grammar spec string (``"swish3"``) replaces ``cfg.head``;
-    - ``predictor``: ``(B, k) -> (B, k)`` for simsiam/byol (default: built from ``cfg.predictor``, or
-      from the head's spec; a module head needs ``cfg.predictor`` or this).
-
-    A spec may stand in ``cfg`` itself (``TrainConfig.resolve("digits", backbone="pkg.mod:fn",
-    head="pkg.mod:head")``, so that the config you print names your parts): it is imported like one passed
-    here. Such a config comes from your Python code; a config read from a run directory is validated and
-    names only the project's parts or ``"module"``.
-
-    ``own`` records the parts that are your own (``module_record``; ``TrainConfig.with_modules`` puts them
-    in the config). A ``cfg`` whose parts say ``"module"`` (a run trained with your own modules) needs
-    those modules again: without them ``ModuleSpecError`` says which and how to pass them.
-    ``cfg.init = "collapsed"`` scales every Linear weight of the head by 0.1, module heads included.
-    """
-
-    def __init__(self, cfg: TrainConfig, *, backbone: nn.Module | str | None = None,
-                 head: nn.Module | str | None = None, predictor: nn.Module | str | None = None) -> None:
-        super().__init__()
-        # specs named in the config itself (TrainConfig.resolve(..., backbone="pkg.mod:fn")): a config in your
-        # Python code; one read from a run directory is validated and names project parts or "module" only
-        backbone = cfg.backbone if backbone is None and is_spec(cfg.backbone) else backbone
-        head = cfg.head if head is None and is_spec(cfg.head) else head
-        predictor = cfg.predictor if predictor is None and is_spec(cfg.predictor) else predictor
-        backbone, backbone_spec = as_module(backbone, "backbone")
-        head, head_spec_own = as_module(head, "head") if is_spec(head) else (head, None)
-        predictor, predictor_spec = as_module(predictor, "predictor")
-        has_predictor = methods.get(cfg.method).predictor
-        missing = [part for part, given, value in (("backbone", backbone, cfg.backbone), ("head", head, cfg.head),
-                                                    ("predictor", predictor, cfg.predictor if has_predictor else None))
-                   if value == OWN and given is None]
-        if missing:
-            raise ModuleSpecError(missing_modules_message(cfg.modules, missing))
-        self.own: dict[str, dict[str, Any]] = {}
-        self.backbone = build_backbone(cfg.backbone, cfg.image_size, cfg.backbone_width) if backbone is None \
-            else backbone
-        d = output_dim(self.backbone, (2, 3, cfg.image_size, cfg.image_size))
-        if backbone is not None:
-            self.own["backbone"] = module_record(backbone, backbone_spec, d)
-        head_spec = head if isinstance(head, str) else cfg.head
-        if isinstance(head, nn.Module):
-            self.projector = head
-            k = output_dim(head, (2, d))
-            self.own["head"] = module_record(head, head_spec_own, k)
-        else:
-            self.projector = build_head(head_spec, d, cfg.head_out, cfg.head_width, bias=cfg.head_bias,
-                                        batchnorm=cfg.head_bn, out_batchnorm=cfg.head_out_bn, style=cfg.head_style)
-            k = cfg.head_out
-        if cfg.init == "collapsed":
-            collapse_init_(self.projector)
-        elif cfg.init != "normal":
-            raise ValueError(f"unknown init {cfg.init!r}; valid: normal, collapsed")
-        self.predictor: nn.Module | None = None
-        if has_predictor:
-            if predictor is not None:
-                self.predictor = predictor
-                self.own["predictor"] = module_record(predictor, predictor_spec, output_dim(predictor, (2, k)))
-            else:
-                if cfg.predictor is None and isinstance(head, nn.Module):
-                    raise ValueError(f"{cfg.method} needs a predictor: pass predictor=<nn.Module> or set "
-                                     "cfg.predictor to a head spec (a module head has no spec to copy)")
-                spec = cfg.predictor or default_predictor(head_spec)
-                # E1: predictor 2048-512-2048, same activation, same bias and BN choice as the projector
-                # (paper style: the official predictor is its ProjectionHead, output BatchNorm included)
-                self.predictor = build_head(spec, k, k, cfg.pred_width, bias=cfg.head_bias, batchnorm=cfg.head_bn,
-                                            style=cfg.head_style)
-        self.config = cfg.with_modules(self.own)  # what built this model, your own parts recorded
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        z = self.backbone(x)
-        h = self.projector(z)
-        p = self.predictor(h) if self.predictor is not None else None
-        return z, h, p
-
-
-@torch.no_grad()
-def output_dim(module: nn.Module, shape: tuple[int, ...]) -> int:
-    """``module.out_dim`` if it has one, else the width of its output on a zero input of ``shape`` (one
-    forward in eval mode, its training flag restored); the result is set as ``out_dim``."""
-    dim = getattr(module, "out_dim", None)
-    if isinstance(dim, int):
-        return dim
-    param = next(module.parameters(), None)
-    with eval_mode(module):
-        out = module(torch.zeros(shape, device=param.device if param is not None else None,
-                                 dtype=param.dtype if param is not None else None))
-    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != shape[0]:
-        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ValueError(f"{type(module).__name__} must map a batch of shape {shape} to (batch, dim); got {got}")
-    module.out_dim = int(out.shape[1])
-    return module.out_dim
-
-
-# --------------------------------------------------------------------------------------------
-# Optimisers and schedule
-# --------------------------------------------------------------------------------------------
-
-
-class LARS(torch.optim.Optimizer):
-    """SGD with momentum and layer-wise trust ratios (You et al. 2017), as used in SSL recipes.
-
-    For each weight with ``ndim > 1``: ``g <- g + wd w``, then ``g <- g * min(eta |w| / (|g| + wd |w|) / lr, 1)``
-    (the "clipped" variant); biases and norm parameters get plain SGD without weight decay.
-    """
-
-    def __init__(self, params, lr: float, momentum: float = 0.9, weight_decay: float = 0.0, eta: float = 0.02):
-        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay, eta=eta))
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            lr, mom, wd, eta = group["lr"], group["momentum"], group["weight_decay"], group["eta"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                g = p.grad
-                if p.ndim > 1:
-                    g = g.add(p, alpha=wd)
-                    w_norm, g_norm = torch.linalg.vector_norm(p), torch.linalg.vector_norm(p.grad)
-                    trust = eta * w_norm / (g_norm + wd * w_norm + 1e-12)
-                    trust = torch.where((w_norm > 0) & (g_norm > 0), torch.clamp(trust / lr, max=1.0), 1.0)
-                    g = g * trust
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = g.clone()
-                else:
-                    state["momentum_buffer"].mul_(mom).add_(g)
-                p.add_(state["momentum_buffer"], alpha=-lr)
-
-
-def build_optimizer(cfg: TrainConfig, params: Sequence[nn.Parameter], device: torch.device) -> torch.optim.Optimizer:
-    fused = {"fused": True} if device.type == "cuda" else {}
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, **fused)
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **fused)
-    if cfg.optimizer == "lars":
-        return LARS(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    raise ValueError(f"unknown optimizer {cfg.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
-
-
-ONEDNN_MIN_CHANNELS = 8  # memory_format_for: a strided 1x1 convolution with fewer input channels stays channels-first
-
-
-def memory_format_for(model: nn.Module, device: torch.device) -> torch.memory_format:
-    """``channels_last`` for training, except on a CPU when ``model`` has a strided 1x1 convolution with fewer than
-    ``ONEDNN_MIN_CHANNELS`` input channels: there torch's oneDNN (torch 2.13, its AVX2 kernels, an AMD EPYC)
-    corrupts the heap in channels_last, found as glibc aborts ('corrupted double-linked list') and as gradients of
-    two identical steps differing by 3.7e2 (``Conv2d(c, 2c, 1, stride=2)`` for c = 2, 3, 4, 6, not 8 or 16: a
-    ResNet-18 of width below 8, whose first shortcut it is); a run there keeps the default layout."""
-    if device.type == "cpu" and any(isinstance(m, nn.Conv2d) and m.kernel_size == (1, 1) and m.stride != (1, 1)
-                                    and m.in_channels < ONEDNN_MIN_CHANNELS for m in model.modules()):
-        return torch.contiguous_format
-    return torch.channels_last
-
-
-def lr_at(cfg: TrainConfig, step: int, total: int, warmup: int) -> float:
-    """Linear warmup over ``warmup`` steps, then cosine to 0 (or constant)."""
-    if step < warmup:
-        return cfg.lr * (step + 1) / warmup
-    if cfg.schedule == "constant":
-        return cfg.lr
-    progress = (step - warmup) / max(1, total - warmup)
-    return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-# --------------------------------------------------------------------------------------------
-# Hooks and state
+# The loss of a step
 # --------------------------------------------------------------------------------------------
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from scale.engine.config import TrainConfig
 from scale.engine.recipes import DIGITS_RECIPES
-from scale.engine.train import TrainConfig
 
 EXPERIMENTS: tuple[str, ...] = ("E1", "E2", "E3E4", "E5")
 E1_HEADS: tuple[str, ...] = ("linear", "relu2", "gelu2", "swish2")  # projector 512-2048-2048: 2 Linear layers

@@ -9,7 +9,7 @@ Shapes: images ``(n, 3, S, S)`` in [0, 1]; ``orbit_batch(images, family, steps)`
 ``(n * steps, 3, S, S)``, image-major (rows ``i * steps ... (i + 1) * steps - 1`` are image i's
 trajectory), still in [0, 1]; the backbone's normalisation (ImageNet statistics for E6) is applied afterwards.
 
-Image sources (all return ``(n, 3, size, size)`` float32 in [0, 1]): ``scale.engine.data.folder_images``
+Image sources (all return ``(n, 3, size, size)`` float32 in [0, 1]): ``scale.engine.images.folder_images``
 (any folder of PNG/JPEG files, read with Pillow, centre-cropped to a square), ``digits_images`` (scikit-learn's
 bundled 8 x 8 digits, offline: upsampled, each digit given two random colours, strokes and
 background, because hue and saturation do nothing to a grey image) and ``dataset_images``.
@@ -24,7 +24,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scale.engine.data import load_cifar, load_dataset, resize_square
+from scale.engine.cifar import load_cifar
+from scale.engine.data import load_dataset
+from scale.engine.images import resize_square
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ def rotated_features(embed, x_uint8, limit: int, normalize, chunk: int = 1024
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(z, h, quarter-turn labels)`` of ``rotated(x_uint8, limit)``, in its rotation-major order, computed
     ``chunk`` base images at a time: only ``4 x chunk`` rotated images exist at once (a split decoded from
-    disk, ``scale.engine.data.ImageFiles``, is read a chunk at a time too)."""
+    disk, ``scale.engine.images.ImageFiles``, is read a chunk at a time too)."""
     parts = []
     for i in range(0, limit, chunk):
         rx, _ = rotated(x_uint8[i : min(i + chunk, limit)])
@@ -250,7 +250,7 @@ def knn_correct(train_f: torch.Tensor, train_y: torch.Tensor, test_f: torch.Tens
 
 
 def class_probe_skip_reason(data) -> str | None:
-    """Why the headline class probe cannot be fitted on ``data`` (a ``scale.engine.data.Dataset``), or
+    """Why the headline class probe cannot be fitted on ``data`` (a ``scale.engine.dataset.Dataset``), or
     ``None``: no labels, a single class (every accuracy would be 100 %: nothing to tell apart), or an
     empty split."""
     if not getattr(data, "labelled", True):
@@ -308,7 +308,7 @@ def plan_probes(phases: Phases, n_class: tuple[int, int], n_rotation: tuple[int,
 def run_probes(embed, normalize, data, n_class: tuple[int, int], n_rotation: tuple[int, int] | None, seed: int,
                phases: Phases, notes: list[str], initial: Callable[[torch.Tensor], torch.Tensor] | None = None
                ) -> tuple[ClassProbe | None, RotationProbes | None]:
-    """The probes of one frozen model on ``data`` (a ``scale.engine.data.Dataset``), in the phases that
+    """The probes of one frozen model on ``data`` (a ``scale.engine.dataset.Dataset``), in the phases that
     ``plan_probes`` planned: the headline class probe on the first ``n_class`` (training, test) images, or
     its skip reason appended to ``notes`` (``class_probe_skip_reason``); E3's rotation probes on at most
     ``n_rotation`` base images per split (``None``: not run); ``initial``: the backbone at initialisation,

@@ -1,11 +1,14 @@
 r"""The grid report's figures, from the runs as ``scale.grid.records`` reads them (their unit files):
 
-    figure_e1       E1: a per-epoch statistic of the projector output (h std, h cond), mean and std over seeds,
-                    one panel per (BatchNorm, lr), one line per head
-    figure_e2       E2: lambda_min and lambda_max of H_eff per epoch, one line per run
-    figure_orbits   E4: each space's rotation orbits on its own first two principal axes
+    figure_e1           E1: a per-epoch statistic of the projector output (h std, h cond), mean and std over
+                        seeds, one panel per (BatchNorm, lr), one line per head
+    figure_e2           E2: lambda_min and lambda_max of H_eff per epoch, one line per run
+    figure_orbits       E4: each space's rotation orbits on its own first two principal axes
+    figure_compression  E4/E5: the compression factor (spread z / spread h) of the trained and the untrained heads,
+                        one group of bars per group of runs, mean and std over seeds
 
-Each returns PNG bytes, or None when nothing of it was measured; ``scale.report`` writes them.
+Each returns PNG bytes, or None when nothing of it was measured; ``scale.grid.report`` names them and
+``scale.report`` writes them.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import math
 from typing import Any
 
 import numpy as np
+
+from scale.grid.sections import PAPER_COMPRESSION, PAPER_COMPRESSION_UNTRAINED, geometry_of, mean_std
 
 
 def pyplot():
@@ -122,4 +127,27 @@ def figure_orbits(orbits: dict[str, np.ndarray] | None) -> bytes | None:
         ax.set_title(f"{title}: PCA of its own points", fontsize=9)
         ax.set_aspect("equal", adjustable="datalim")
     fig.suptitle("E4 rotation orbits (one loop per image, colour = class)", fontsize=10)
+    return png(fig)
+
+
+def figure_compression(groups: list[tuple[str, list[dict[str, Any]]]]) -> bytes | None:
+    rows = [(name, [g for g in (geometry_of(r) for r in rs) if g]) for name, rs in groups]
+    rows = [(n, g) for n, g in rows if g]
+    if not rows:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(1.6 + 1.5 * len(rows), 3.6))
+    x = np.arange(len(rows))
+    bars = ((-0.27, "compression", "trained head"), (0.0, "compression_untrained", "untrained head"),
+            (0.27, "compression_untrained_nobias", "untrained head, no biases"))
+    for off, key, label in bars:
+        ms = [mean_std([getattr(g, key) for g in gs]) for _, gs in rows]
+        ax.bar(x + off, [m for m, _, _ in ms], 0.27, yerr=[s for _, s, _ in ms], label=label, capsize=3)
+    ax.axhline(1.0, color="grey", lw=0.6)
+    ax.set_xticks(x, [n for n, _ in rows], fontsize=8)
+    ax.set_ylabel("spread z / spread h")
+    ax.set_yscale("log")
+    ax.set_title(f"orbit compression (paper, CIFAR-10: {PAPER_COMPRESSION} trained, "
+                 f"{PAPER_COMPRESSION_UNTRAINED} untrained)", fontsize=9)
+    ax.legend(fontsize=7)
     return png(fig)

@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from scale.engine.config import TrainConfig
 from scale.engine.recipes import DIGITS_RECIPES
-from scale.engine.train import TrainConfig
 from scale.experiments.paper import plan
 from scale.units.store import digest  # the store's key hash (re-exported: plan.digest)
 

@@ -144,6 +144,24 @@ def determinism(out: Path, settings: dict[str, Any], res: Results) -> list[str]:
     return L
 
 
+def verification_lines(out: Path, plan: str) -> list[str]:
+    """One row per recorded ``--verify`` of this plan's units (``OUT/verifications/``): which commit computed the
+    unit, which commit computed it again, and whether the numbers were the same."""
+    found, left = store.verifications(out, plan)
+    if not found and not left:
+        return ["None recorded: `python -m scale.replicate --verify OUT/units/<unit file>` computes a unit again with "
+                "the code now and records the result here."]
+    L = ["| unit | computed at | verified at | result | values differing | largest difference | processor |",
+         "|---|---|---|---|---|---|---|"]
+    for r in found:
+        big = r.get("largest")
+        big = f"{md(str(big[0]))}: {big[1]:.3g} ({big[2]:.3g} relative)" if isinstance(big, list) and len(big) == 3 \
+            and all(isinstance(x, (int, float)) for x in big[1:]) else "-"
+        L.append(f"| {md(r['unit'])} | {r['computed_at'][:12]} | {r['verified_at'][:12]} | {r['status']} | "
+                 f"{r['differences']} | {big} | {'the same kind' if r['same_machine'] else 'another kind'} |")
+    return L + [f"- left out: {md(line)}" for line in left]
+
+
 def deviations(settings: dict[str, Any], n_seeds: int, v1: bool = False) -> list[str]:
     ep = settings["epochs"]
     if settings["quick"]:
@@ -290,6 +308,8 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
     L += (["| claim | compared | seeds | largest difference | per seed |", "|---|---|---|---|---|", *det] if det else
           ["Not measured in this store: rerun a few units with `--threads 2` (thread to thread) or `--repeat 1` "
            "(run to run) into the same --out and rebuild the report."])
+    L += ["", "## Verifications: stored units computed again by a later commit", "", *verification_lines(
+        store_dir or out, reg["plan"])]
     if figs.get("e1_std.png"):
         L += ["", "## E1: h std per seed", "", "![E1 h std](e1_std.png)"]
     if figs.get("e2_curvature.png"):

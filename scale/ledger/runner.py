@@ -29,7 +29,8 @@ from typing import Any
 
 import torch
 
-from scale.engine.data import DataError, load_dataset
+from scale.engine.data import load_dataset
+from scale.engine.data_errors import DataError
 from scale.engine.signals import stop_on_signals
 from scale.engine.train import Interrupted
 from scale.experiments.paper import deviations

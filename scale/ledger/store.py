@@ -8,6 +8,9 @@ written once and checked against its schema and its name before it is used.
     OUT/units/<plan>--<unit name>--<device>-t<threads>--<key>.json
                                       one unit's record (``scale.units.store``: written once, left out with one
                                       line when it is not the unit its name says)
+    OUT/verifications/<unit file's stem>--at-<commit>.json
+                                      a unit computed again by a later commit (``scale.ledger.verify``): what
+                                      was compared and the result, written once per unit and commit
     OUT/results.json, OUT/report.md   views of one plan, rebuilt from the files above at every change
 
 The unit store owns the names, the writing and the loading; what is the ledger's own is here: a unit's identity
@@ -51,11 +54,35 @@ from scale.units.store import (  # the unit store's names, re-exported: the ledg
 
 V1 = "v1"
 # Every folder the ledger writes below OUT (its store, checkpoints, views, jobs): none may be a link.
-FOLDERS = ("units", "registrations", "amendments", "work", "e4_study", "v1-reread", "launch", "jobs")
+FOLDERS = ("units", "registrations", "amendments", "verifications", "work", "e4_study", "v1-reread", "launch",
+           "jobs")
 
-__all__ = ["FOLDERS", "V1", "Planned", "StoreError", "amend", "amendments", "check_folders", "convert_v1", "digest",
-           "load_units", "load_v1", "parse_name", "plan_id", "read_json", "read_unit", "register", "registration",
-           "replace_view", "unit_filename", "unit_files", "unit_identity", "write_once"]
+__all__ = [
+    "FOLDERS",
+    "V1",
+    "Planned",
+    "StoreError",
+    "amend",
+    "amendments",
+    "check_folders",
+    "convert_v1",
+    "digest",
+    "load_units",
+    "load_v1",
+    "parse_name",
+    "plan_id",
+    "read_json",
+    "read_unit",
+    "record_verification",
+    "register",
+    "registration",
+    "replace_view",
+    "unit_filename",
+    "unit_files",
+    "unit_identity",
+    "verifications",
+    "write_once",
+]
 
 
 def plan_id(settings: dict[str, Any]) -> str:
@@ -236,3 +263,33 @@ def convert_v1(out: Path) -> int:
                 or target.is_file():
             n += 1
     return n
+
+
+VERIFICATION_KEYS = {"unit": str, "plan": str, "computed_at": str, "verified_at": str, "status": str,
+                     "differences": int, "same_machine": bool}
+
+
+def record_verification(out: Path, unit_file: Path, record: dict[str, Any]) -> Path | None:
+    """Write a verification of ``unit_file`` (``scale.ledger.verify``) once per unit and verifying commit: its
+    path, None when that commit's verification of the unit is already recorded."""
+    path = out / "verifications" / f"{Path(unit_file).stem}--at-{str(record['verified_at'])[:12]}.json"
+    return path if write_once(path, record) else None
+
+
+def verifications(out: Path, plan: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The verifications of ``plan``'s units, and one line per file left out (not a verification of this store's
+    form: a field missing or of another type)."""
+    folder = out / "verifications"
+    found, left = [], []
+    for path in sorted(folder.glob(f"{plan}--*.json")) if folder.is_dir() else []:
+        try:
+            rec = units.read_json(path, dict)
+        except StoreError as exc:
+            left.append(f"{path.name}: {exc}")
+            continue
+        bad = [k for k, t in VERIFICATION_KEYS.items() if not isinstance(rec.get(k), t)]
+        if bad:
+            left.append(f"{path.name}: not a verification ({', '.join(bad)} missing or of another type)")
+        else:
+            found.append(rec)
+    return found, left

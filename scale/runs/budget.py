@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from scale.engine import methods
+from scale.engine.config import TrainConfig
+from scale.engine.model import SSLModel
 from scale.engine.modules import OWN
-from scale.engine.train import SSLModel, TrainConfig
 from scale.runs.faults import ConfigError
 
 MAX_MODEL_PARAMS = 1_000_000_000  # backbone + heads; the paper's largest model (ResNet-18 + E1's heads) has ~3e7
@@ -42,7 +43,7 @@ GIB = 2**30
 WORKER_BYTES = 256 * 2**20
 
 
-# The config fields SSLModel builds the model from (scale.engine.train): counts are cached per their values.
+# The config fields SSLModel builds the model from (scale.engine.model): counts are cached per their values.
 MODEL_FIELDS = ("method", "backbone", "backbone_width", "image_size", "head", "head_width", "head_out", "head_bn",
                 "head_out_bn", "head_bias", "head_style", "predictor", "pred_width")
 

@@ -38,7 +38,9 @@ from torch import nn
 from scale.engine import disk, read
 from scale.engine.backbones import build_backbone
 from scale.engine.checkpoint import atomic_write_json, load_checkpoint, save_checkpoint, unreadable_reason
+from scale.engine.config import TrainConfig
 from scale.engine.heads import build_head
+from scale.engine.model import SSLModel, default_predictor, output_dim
 from scale.engine.modules import (
     OWN,
     ModuleSpecError,
@@ -48,7 +50,6 @@ from scale.engine.modules import (
     missing_modules_message,
     module_record,
 )
-from scale.engine.train import SSLModel, TrainConfig, default_predictor, output_dim
 from scale.runs import faults, validate
 from scale.runs.validate import MAX_WIDTH
 

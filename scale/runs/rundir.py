@@ -52,7 +52,7 @@ LOCK_NAME = ".lock"
 # Every file the project writes in a run directory, by writer; --overwrite removes these and nothing else.
 RUN_OUTPUTS = frozenset({
     "config.json",                                            # scale.run
-    "checkpoint.pt", "metrics.jsonl",                         # scale.engine.train (Checkpointer, MetricsFile)
+    "checkpoint.pt", "metrics.jsonl",                         # scale.engine.hooks (Checkpointer, MetricsFile)
     "summary.json", "report.md", "curves.png",                # scale.runs.run_report.write_outputs
     "orbits.npz",                                             # scale.geometry.measure.final_measurement
     "curvature.jsonl", "curvature_summary.json", "curvature.png",  # scale.curvature.tracking.HessianTracker

@@ -37,16 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from mini.heads import parse_head_spec
-from scale.engine import augment, methods, read
+from scale.engine import augment, hooks, methods, read
 from scale.engine.augment import AUGMENT_PATHS
 from scale.engine.backbones import BACKBONES
 from scale.engine.checkpoint import unreadable_reason
+from scale.engine.config import TrainConfig
 from scale.engine.data import DATASETS, FOLDER_PREFIX
 from scale.engine.heads import MAX_LAYERS
-from scale.engine.hooks import summary_writer_class
 from scale.engine.methods import METHODS
+from scale.engine.model import default_predictor
 from scale.engine.modules import OWN
-from scale.engine.train import OPTIMIZERS, SCHEDULES, TrainConfig, default_predictor
+from scale.engine.optim import OPTIMIZERS, SCHEDULES
 from scale.runs.budget import MAX_MODEL_PARAMS, model_parameters
 from scale.runs.faults import ConfigError, CorruptFile
 
@@ -211,9 +212,8 @@ def check_log(value: str) -> None:
     if value not in LOG_CHOICES:
         raise ConfigError(f"--log {value!r} is not one of: {', '.join(LOG_CHOICES)}")
     if value == "tensorboard":
-
         try:
-            summary_writer_class()
+            hooks.summary_writer_class()  # through the module: a test injects its recorder there
         except ImportError as exc:
             raise ConfigError(str(exc)) from None
 

@@ -54,6 +54,7 @@ from scale.engine import checksums, disk
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
 from scale.engine.data_errors import DataError
 from scale.engine.images import folder_images
+from scale.engine.plots import png, pyplot
 from scale.engine.pretrained_models import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -273,13 +274,7 @@ def render_report(records: list[dict], out: Path) -> str:
 
 
 def _figures(records: list[dict], out: Path) -> list[tuple[str, str]]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import io
-
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     made = []
     for key, title, fname in (
         ("collapse_ratio", "collapse ratio (z var / h var)", "collapse_ratio.png"),
@@ -299,11 +294,7 @@ def _figures(records: list[dict], out: Path) -> list[tuple[str, str]]:
         ax.set_xticks(np.arange(len(families)), families)
         ax.set_title(title)
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=120)
-        plt.close(fig)
-        atomic_write_bytes(out / fname, buf.getvalue())
+        atomic_write_bytes(out / fname, png(fig, dpi=120))
         made.append((title, fname))
     return made
 

@@ -35,6 +35,7 @@ key, not a different architecture.
 
 from __future__ import annotations
 
+import argparse
 import math
 from dataclasses import dataclass, replace
 
@@ -438,8 +439,6 @@ _exclude_bias_and_norm.__name__ = _exclude_bias_and_norm.__qualname__ = "exclude
 
 def read_checkpoint(path: str) -> dict:
     """``torch.load(path, weights_only=True)`` with the two known non-tensor globals allowed."""
-    import argparse
-
     try:
         with torch.serialization.safe_globals([argparse.Namespace, _exclude_bias_and_norm]):
             obj = torch.load(path, map_location="cpu", weights_only=True)

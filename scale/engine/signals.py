@@ -19,6 +19,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
+import torch.distributed as dist
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: list[str] = []  # names of the signals received by the innermost ``stop_on_signals``
 DUPLICATE_WINDOW_S = 1.0
@@ -67,9 +70,6 @@ def stop_on_signals(request_stop: Callable[[], None]) -> Iterator[None]:
 
 def any_rank(flag: bool, device: Any) -> bool:
     """``flag`` OR-ed over the ranks of torch.distributed (the flag itself when single-process)."""
-    import torch
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()):
         return flag
     t = torch.tensor([1.0 if flag else 0.0], device=device)

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import numpy as np
+import torch
 
 from mini.collapse_metrics import collapse_stats, covariance_spectrum
 from mini.hessian import NEG_FLOOR
@@ -43,8 +44,6 @@ def curvature_record(model, cfg, x) -> dict[str, Any]:
     the paper's estimator (``shifted_power_iteration``: 20 + 20 steps in float32) on a float32 copy of the same
     ``H_eff``, and the conditioning of ``H_eff`` in z against the loss Hessian in h (``range_condition``, per
     sample)."""
-    import torch
-
 
     with torch.no_grad(), eval_mode(model):
         z, h, _ = model(x)
@@ -137,8 +136,6 @@ class LedgerProbe(Hook):
         self.seconds = float(state["seconds"])
 
     def on_fit_start(self, state) -> None:
-        import torch
-
         tr = self.trainer
         with torch.random.fork_rng(devices=[]):  # the training's own random stream stays untouched
             self.x = tr.augment.views(tr.train_x[:self.pairs], seed=PROBE_SEED)

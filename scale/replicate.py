@@ -254,7 +254,7 @@ def _record(path: Path, r: dict) -> str:
     if commit == "unknown" or commit.endswith("+dirty"):
         return f"not recorded: the code is not at a commit ({commit})"
     meta = store.parse_name(path)
-    written = store.record_verification(path.parent.parent, path, {
+    written = store.record_verification(path.parent.parent, {
         "unit": path.name, "plan": meta["plan"], "computed_at": str(r["commit"]), "verified_at": commit,
         "status": r["status"], "differences": r["differences"],
         "largest": list(r["largest"]) if r["largest"] else None, "same_machine": bool(r["same_machine"]),

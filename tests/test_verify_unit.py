@@ -89,3 +89,9 @@ def test_a_verification_is_recorded_once_per_commit_and_listed_by_the_report(tmp
     bad.write_text(json.dumps({"unit": 3}))  # negative control: not a verification of the store's form
     found, left = store.verifications(tmp_path / "store", plan)
     assert len(found) == 1 and len(left) == 1 and "not a verification" in left[0]
+    recorded = next((tmp_path / "store" / "verifications").glob("*--at-c0ffee*.json"))
+    copied = recorded.with_name(recorded.name.replace("c0ffeec0ffee", "0123456789ab"))
+    shutil.copy(recorded, copied)  # a verification copied over another commit's name: what it says is not its name
+    found, left = store.verifications(tmp_path / "store", plan)
+    assert len(found) == 1 and any(copied.name in line and "not the verification its name says" in line
+                                   for line in left), left

@@ -154,9 +154,8 @@ def verification_lines(out: Path, plan: str) -> list[str]:
     L = ["| unit | computed at | verified at | result | values differing | largest difference | processor |",
          "|---|---|---|---|---|---|---|"]
     for r in found:
-        big = r.get("largest")
-        big = f"{md(str(big[0]))}: {big[1]:.3g} ({big[2]:.3g} relative)" if isinstance(big, list) and len(big) == 3 \
-            and all(isinstance(x, (int, float)) for x in big[1:]) else "-"
+        big = r.get("largest")  # (path, absolute, relative), of the schema's types (store.verifications)
+        big = f"{md(big[0])}: {big[1]:.3g} ({big[2]:.3g} relative)" if big else "-"
         L.append(f"| {md(r['unit'])} | {r['computed_at'][:12]} | {r['verified_at'][:12]} | {r['status']} | "
                  f"{r['differences']} | {big} | {'the same kind' if r['same_machine'] else 'another kind'} |")
     return L + [f"- left out: {md(line)}" for line in left]

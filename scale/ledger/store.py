@@ -265,21 +265,27 @@ def convert_v1(out: Path) -> int:
     return n
 
 
-VERIFICATION_KEYS = {"unit": str, "plan": str, "computed_at": str, "verified_at": str, "status": str,
-                     "differences": int, "same_machine": bool}
+def verification_name(record: dict[str, Any]) -> str:
+    """A verification's file name: its unit file's stem and the verifying commit (once per unit and commit)."""
+    return f"{Path(record['unit']).stem}--at-{record['verified_at'][:12]}.json"
 
 
-def record_verification(out: Path, unit_file: Path, record: dict[str, Any]) -> Path | None:
-    """Write a verification of ``unit_file`` (``scale.ledger.verify``) once per unit and verifying commit: its
-    path, None when that commit's verification of the unit is already recorded."""
-    path = out / "verifications" / f"{Path(unit_file).stem}--at-{str(record['verified_at'])[:12]}.json"
+def record_verification(out: Path, record: dict[str, Any]) -> Path | None:
+    """Write a verification (``schema.VERIFICATION``; ``scale.ledger.verify``) once per unit and verifying commit,
+    after checking it as its reader will: its path, None when that commit's verification of the unit is already
+    recorded."""
+    wrong = schema.problem(record, schema.VERIFICATION)
+    if wrong:
+        raise StoreError(f"a verification of {record.get('unit')!r} is not one the store would read back ({wrong}); "
+                         "not written")
+    path = Path(out) / "verifications" / verification_name(record)
     return path if write_once(path, record) else None
 
 
 def verifications(out: Path, plan: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """The verifications of ``plan``'s units, and one line per file left out (not a verification of this store's
-    form: a field missing or of another type)."""
-    folder = out / "verifications"
+    """The verifications of ``plan``'s units, and one line per file left out: not of ``schema.VERIFICATION``, or
+    not the verification its name says (another plan, unit or commit in it)."""
+    folder = Path(out) / "verifications"
     found, left = [], []
     for path in sorted(folder.glob(f"{plan}--*.json")) if folder.is_dir() else []:
         try:
@@ -287,9 +293,12 @@ def verifications(out: Path, plan: str) -> tuple[list[dict[str, Any]], list[str]
         except StoreError as exc:
             left.append(f"{path.name}: {exc}")
             continue
-        bad = [k for k, t in VERIFICATION_KEYS.items() if not isinstance(rec.get(k), t)]
-        if bad:
-            left.append(f"{path.name}: not a verification ({', '.join(bad)} missing or of another type)")
+        wrong = schema.problem(rec, schema.VERIFICATION)
+        if wrong:
+            left.append(f"{path.name}: not a verification ({wrong})")
+        elif rec["plan"] != plan or verification_name(rec) != path.name:
+            left.append(f"{path.name}: not the verification its name says (its content: plan {rec['plan']!r}, "
+                        f"{verification_name(rec)})")
         else:
             found.append(rec)
     return found, left

@@ -11,7 +11,8 @@ r"""The records of the unit store as schemas: the type of every field a reader u
 
 The schemas: a grid unit (``GRID_UNIT``, ``scale.grid.units.record``), a ledger unit (``LEDGER_UNIT``,
 ``scale.ledger.runner.run``), a ledger registration (``REGISTRATION``; the first ledger's converted one,
-``V1_REGISTRATION``) and an amendment (``AMENDMENT``, ``scale.ledger.runner.check_rules``). Fields a record has
+``V1_REGISTRATION``), an amendment (``AMENDMENT``, ``scale.ledger.runner.check_rules``) and a verification
+(``VERIFICATION``, ``scale.ledger.store.record_verification``). Fields a record has
 beyond its schema are allowed (records grow); the grid's report checks the values it reads deeper
 (``scale.grid.records``) with the same reader.
 """
@@ -152,6 +153,12 @@ GRID_UNIT = Schema(
               "orbits": dict[str, Any] | None, "deviations": DEVIATIONS | None, "format": str, "run_dir": str,
               "recorded_at": str})
 
+# A stored unit computed again by a later commit (scale.ledger.store.record_verification, from scale.ledger.verify).
+VERIFICATION = Schema(
+    required={"unit": str, "plan": str, "computed_at": str, "verified_at": str, "status": str, "differences": int,
+              "same_machine": bool},
+    optional={"largest": tuple[str, float, float] | None, "machine": dict[str, Any] | None, "date": str})
+
 # A ledger registration (scale.ledger.runner.registration_record) and its plan's settings (runner.plan_settings).
 SETTINGS = Schema(
     required={"dataset": str, "quick": bool, "device": str, "threads": int, "epochs": dict[str, int | None]},
@@ -169,4 +176,4 @@ AMENDMENT = Schema({"number": int, "date": str, "reason": str, "from_hash": str,
                    rules=(_between("number", 1), _not_blank("reason")))
 
 __all__ = ["AMENDMENT", "GRID_UNIT", "IDENTITY", "LEDGER_UNIT", "MAX_SEEDS", "REGISTRATION", "V1_REGISTRATION",
-           "Maybe", "Records", "Schema", "check", "problem"]
+           "VERIFICATION", "Maybe", "Records", "Schema", "check", "problem"]

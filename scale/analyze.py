@@ -88,6 +88,7 @@ from scale.engine.config import TrainConfig
 from scale.engine.data import load_dataset
 from scale.engine.data_errors import DataError
 from scale.engine.dataset import Dataset
+from scale.engine.devices import device_type
 from scale.engine.heads import build_head
 from scale.engine.methods import METHODS
 from scale.engine.model import SSLModel, output_dim
@@ -312,8 +313,7 @@ def _predictor_state(model: SSLModel, src: Path) -> dict[str, torch.Tensor]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-                          else "cpu")
+    device = torch.device(device_type(args.device))
     try:
         settings = AnalysisSettings(hessian_images=args.hessian_images, lanczos_iter=args.lanczos_iter,
                                     orbits=args.orbits or AnalysisSettings.orbits, family=args.family, steps=args.steps,

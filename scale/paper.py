@@ -64,6 +64,7 @@ from scale.engine import disk, read
 from scale.engine.config import TrainConfig
 from scale.engine.data import load_dataset
 from scale.engine.data_errors import DataError
+from scale.engine.devices import device_type
 from scale.engine.train import Interrupted, NonFiniteLoss
 from scale.experiments.paper import (
     ASSUMPTIONS,
@@ -176,8 +177,7 @@ def execute_in_process(run: PlannedRun, home: Path, device: str, threads: int | 
     state = run_state(run_dir)
     if state == "done":
         return 0
-    where = "cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu"
-    cfg = run.config(where, threads=threads or torch.get_num_threads())
+    cfg = run.config(device_type(device), threads=threads or torch.get_num_threads())
     torch.set_num_threads(cfg.threads)
     try:
         data = load_dataset(cfg.dataset, run.data_dir, image_size=None if cfg.dataset in CIFAR else cfg.image_size)
@@ -297,7 +297,7 @@ def _main(argv: list[str] | None = None) -> int:
         return 2
     try:
         check_gpus(args.launcher, launch_flags.check(args), args.node_gpus,
-                   args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()))
+                   device_type(args.device) == "cuda")
     except LaunchError as exc:
         print(f"scale.paper: error: {exc}", file=sys.stderr)
         return 2

@@ -37,6 +37,7 @@ from scale.engine.config import TrainConfig
 from scale.engine.data import DATASETS, FOLDER_PREFIX, load_dataset
 from scale.engine.data_errors import DataError
 from scale.engine.dataset import Dataset
+from scale.engine.devices import device_type
 from scale.engine.folders import stream_threshold
 from scale.engine.heads import HEAD_STYLES
 from scale.engine.hooks import Hook, TensorBoardLog
@@ -229,7 +230,7 @@ def resolve_config(args: argparse.Namespace, device: torch.device) -> TrainConfi
 def select_device(name: str, local_rank: int | None) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise ArgError("--device cuda was asked for but CUDA is not available here (use --device cpu or auto)")
-    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+    if device_type(name) == "cpu":
         return torch.device("cpu")
     return torch.device("cuda", local_rank or 0)
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -65,6 +64,7 @@ from scale.engine.pretrained_models import (
     check_model_name,
     load_checkpoint,
 )
+from scale.engine.read import read_json
 from scale.engine.timing import synchronize
 from scale.geometry.orbits import DATASETS, FAMILIES, dataset_images
 from scale.geometry.verdict import CONFIDENCE, Estimate, mean_estimate, pooled_ratio_estimate, verdict
@@ -305,7 +305,7 @@ def write_report(out: Path) -> Path:
     for name in MODELS:
         path = out / f"{name}.json"
         if path.is_file():
-            records.append(json.loads(path.read_text()))
+            records.append(read_json(path, dict))
     report = out / "report.md"
     atomic_write_text(report, render_report(records, out))
     return report

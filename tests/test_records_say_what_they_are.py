@@ -1,0 +1,136 @@
+"""Records that are what they say (issue 58): one JSON reader for every record that refuses what is ambiguous, and
+one markdown escape for every text a report writes. Each case on real files: a --quick ledger of two E1 units
+(``python -m scale.replicate``) and a grid plan folder as ``scale.paper`` writes it (``tests.test_unit_store``).
+
+    a key twice in one object     U1 with U2's "history" appended: refused with one line (the ledger: exit 2; the
+                                  grid: exit 1), never read as U2's history (json keeps the last key)
+    an unpaired surrogate         "\\ud800" (valid JSON) in a unit's git_commit: refused with one line, never
+                                  reaching the report, whose UTF-8 write it would kill half-way
+    free text in a report         a deviation holding a newline, "|" and "## Verdict: ..." stays in its cell
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scale import replicate, report
+from scale.engine import read
+from scale.engine.markdown import escape
+from tests.test_unit_store import A, B, QUICK, edit, grid, grid_unit, ledger, ledger_template, unit_file  # noqa: F401
+
+FORGED = "x |\n\n## Verdict: every claim reproduced (forged)\n\n| y"
+
+
+def append_key(path: Path, key: str, value) -> None:
+    """``path``'s JSON object with ``"key": value`` written again at its end (the first one stays in the text)."""
+    text = path.read_text().rstrip()
+    assert text.endswith("}")
+    path.write_text(text[:-1] + f', {json.dumps(key)}: {json.dumps(value)}}}')
+
+
+# -- the reader ---------------------------------------------------------------------------------------------------
+
+
+def test_the_reader_refuses_a_repeated_key_and_names_it(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text('{"a": {"b": 1, "c": 2}, "d": 3}')
+    assert read.read_json(path) == {"a": {"b": 1, "c": 2}, "d": 3}  # the control: every key once
+    path.write_text('{"a": {"b": 1, "b": 2}, "d": 3}')  # nested, where a last-wins decoder hides it
+    with pytest.raises(read.Ambiguous) as err:
+        read.read_json(path)
+    assert str(err.value).count("\n") == 0 and str(path) in str(err.value) and "'b' appears twice" in str(err.value)
+    assert json.loads(path.read_text()) == {"a": {"b": 2}, "d": 3}  # what the plain decoder would have used
+
+
+@pytest.mark.parametrize("text", ['{"s": "\\ud800"}', '{"\\udc00": 1}', '["ok", ["\\ud83d"]]', '{"s": "a\\udfffb"}'])
+def test_the_reader_refuses_an_unpaired_surrogate(tmp_path, text):
+    path = tmp_path / "r.json"
+    path.write_text(text)
+    with pytest.raises(read.Ambiguous) as err:
+        read.read_json(path, (dict, list))
+    assert "unpaired UTF-16 surrogate" in str(err.value) and str(path) in str(err.value)
+
+
+def test_a_paired_surrogate_and_plain_text_are_read(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text('{"s": "\\ud83d\\ude00 \\u00e9 caf\\u00e9"}')
+    assert read.read_json(path) == {"s": "\U0001F600 \u00e9 caf\u00e9"}
+
+
+def test_jsonl_lines_are_read_by_the_same_rules(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"epoch": 1}\n{"epoch": 2, "epoch": 3}\n')
+    with pytest.raises(read.Ambiguous, match="line 2 is ambiguous JSON"):
+        read.read_jsonl(path)
+
+
+# -- through the ledger and the grid --------------------------------------------------------------------------------
+
+
+def test_a_ledger_unit_with_a_second_history_is_refused_not_read_as_the_other_units(ledger, capsys):
+    u1 = unit_file(ledger, A)
+    other = json.loads(unit_file(ledger, B).read_text())["history"]
+    append_key(u1, "history", other)
+    code = replicate.main([*QUICK, "--out", str(ledger), "--report-only"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert u1.name in err[0] and "'history' appears twice" in err[0]
+
+
+def test_a_ledger_unit_with_an_unpaired_surrogate_is_refused_before_the_report(ledger, capsys):
+    u1 = unit_file(ledger, A)
+    report_before = (ledger / "report.md").read_bytes()
+    text = u1.read_text()
+    commit = json.loads(text)["git_commit"]
+    u1.write_text(text.replace(json.dumps(commit), '"\\ud800"', 1))
+    code = replicate.main([*QUICK, "--out", str(ledger), "--report-only"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "unpaired UTF-16 surrogate" in err[0] and u1.name in err[0], err
+    assert (ledger / "report.md").read_bytes() == report_before  # nothing half-written
+
+
+def test_a_grid_unit_with_a_second_metrics_key_is_refused(tmp_path, capsys):
+    home = grid(tmp_path / "G")
+    target = grid_unit(home, "E2-collapsed-relu2-s0")
+    other = json.loads(grid_unit(home, "E2-normal-swish2-s0").read_text())["metrics"]
+    append_key(target, "metrics", other)
+    code = report.main([str(home)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1 and target.name in err[0] and "'metrics' appears twice" in err[0], err
+    assert not (home / "report.md").exists()
+
+
+# -- the escape ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("plain text", "plain text"),
+    ("|M| / |H_eff|", "\\|M\\| / \\|H_eff\\|"),
+    ("a\nb\r\nc\rd\u2028e", "a b c d e"),
+    ("## Verdict", "\\## Verdict"),
+    ("> quoted", "\\> quoted"),
+    ("x\ud800y", "x\\ud800y"),
+])
+def test_escape_keeps_text_in_one_cell_of_one_line(text, expected):
+    assert escape(text) == expected
+
+
+def test_a_forged_deviation_adds_no_section_to_the_ledger_report(ledger, capsys):
+    edit(unit_file(ledger, A), lambda r: r["deviations"].update({"forged": [FORGED, FORGED]}))
+    code = replicate.main([*QUICK, "--out", str(ledger), "--report-only"])
+    assert code == 0, capsys.readouterr().err
+    text = (ledger / "report.md").read_text()
+    assert not any(line.startswith("## Verdict: every claim") for line in text.splitlines())
+    [row] = [line for line in text.splitlines() if "| forged |" in line]
+    assert "forged)" in row  # the whole text sits in its row
+
+
+def test_a_forged_deviation_adds_no_section_to_the_grid_report(tmp_path):
+    home = grid(tmp_path / "G")
+    edit(grid_unit(home, "E2-collapsed-relu2-s0"), lambda r: r.update(deviations={"forged": [FORGED, FORGED]}))
+    assert report.main([str(home)]) == 0
+    text = (home / "report.md").read_text()
+    assert not any(line.startswith("## Verdict: every claim") for line in text.splitlines())

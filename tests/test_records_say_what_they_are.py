@@ -134,3 +134,16 @@ def test_a_forged_deviation_adds_no_section_to_the_grid_report(tmp_path):
     assert report.main([str(home)]) == 0
     text = (home / "report.md").read_text()
     assert not any(line.startswith("## Verdict: every claim") for line in text.splitlines())
+
+
+# -- a non-finite loss names the temperature when it is the likely cause --------------------------------------------
+
+
+def test_a_non_finite_loss_names_a_tiny_temperature_first_and_only_for_methods_that_have_one():
+    from scale.engine.config import TrainConfig
+    from scale.engine.train import _likely_cause
+
+    tiny = _likely_cause(TrainConfig(method="simclr", temperature=1e-6))
+    assert tiny.startswith("the temperature (1e-06) is tiny") and "--lr" in tiny
+    assert "temperature" not in _likely_cause(TrainConfig(method="simclr", temperature=0.1))  # the control
+    assert "temperature" not in _likely_cause(TrainConfig(method="simsiam", temperature=1e-6))  # SimSiam has none

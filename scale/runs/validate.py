@@ -36,6 +36,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mini.heads import parse_head_spec
 from scale.engine import augment, hooks, methods, read
 from scale.engine.augment import AUGMENT_PATHS
@@ -56,6 +58,8 @@ MAX_HEAD_PARAMS = 200_000_000  # projector + predictor; BYOL's 4096-wide head is
 MAX_WIDTH = 65_536
 MAX_IMAGE_SIZE = 1024  # ImageNet's models take 224; digits at 1024 px already hold 5.6 GB of uint8 images
 MAX_THREADS = 4096
+# the smallest normal float32: a temperature below it makes the logits 1/temperature infinite on the first step
+MIN_TEMPERATURE = float(np.finfo(np.float32).tiny)
 SEED_LIMIT = 2**63  # torch.manual_seed takes 0 <= seed < 2**63 (a larger one fails inside torch)
 MAX_AUGMENT_WORKERS = 256  # forked processes; each is also counted in the memory budget (scale.runs.budget)
 RESUME_CHANGEABLE = ("epochs", "device", "threads")
@@ -147,6 +151,9 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         v = getattr(cfg, key)
         if not (0 < v < math.inf):
             raise ConfigError(f"{name(key)} must be a positive finite number, got {v}")
+    if cfg.temperature < MIN_TEMPERATURE:
+        raise ConfigError(f"{name('temperature')} {cfg.temperature:g} is below {MIN_TEMPERATURE:.3g}: the logits "
+                          "(cosines / temperature) would overflow float32 on the first step; the paper uses 0.1-0.5")
     for key in ("momentum", "weight_decay"):
         v = getattr(cfg, key)
         if not (0 <= v < math.inf):

@@ -147,3 +147,28 @@ def test_a_non_finite_loss_names_a_tiny_temperature_first_and_only_for_methods_t
     assert tiny.startswith("the temperature (1e-06) is tiny") and "--lr" in tiny
     assert "temperature" not in _likely_cause(TrainConfig(method="simclr", temperature=0.1))  # the control
     assert "temperature" not in _likely_cause(TrainConfig(method="simsiam", temperature=1e-6))  # SimSiam has none
+
+
+# -- a write that fails names its file ------------------------------------------------------------------------------
+
+
+def test_a_write_above_ulimit_f_names_the_file_it_could_not_write(tmp_path):
+    """The real fault: ``ulimit -f`` of 64 KiB (RLIMIT_FSIZE; Python ignores SIGXFSZ, so the write fails with
+    EFBIG). The run's first checkpoint is larger: exit 4 with one line naming the file, not "I/O error on: File
+    too large" alone."""
+    import resource
+    import subprocess
+    import sys
+
+    from tests.test_faults import TINY
+    from tests.test_unit_store import ENV
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+    proc = subprocess.run([sys.executable, "-m", "scale.run", *TINY, "--epochs", "1", "--out", str(tmp_path)],
+                          env=ENV, preexec_fn=limit, capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 4 and len(lines) == 1, proc.stderr
+    assert "File too large" in lines[0] and str(tmp_path) in lines[0], lines[0]
+    assert not list(tmp_path.rglob("*.tmp"))  # nothing half-written left behind

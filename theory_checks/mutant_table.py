@@ -257,4 +257,12 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("jacobian_gap_smallest_entry", "the Jacobian twin's gap read from its smallest entry, not its largest",
            (f"{TWINS}::test_negative_control_one_entry_three_allowances_off_fails_the_jacobian_twin",),
            in_checks.jacobian_gap_smallest_entry),
+    Mutant("tanh_s2_sign_table", "tanh s'' with its sign flipped, against the proof of mini's table",
+           (f"{SYMBOLIC}::test_every_table_entry_is_its_sympy_expression[tanh]",), in_mini.tanh_s2_sign),
+    Mutant("symbolic_depths_cut", "the symbolic proof's depths cut to (1, 2)",
+           (f"{SYMBOLIC}::test_the_depths_proven_see_the_recursion_through_two_hidden_layers",),
+           in_checks.symbolic_depths_cut),
+    Mutant("symbolic_main_reference_mini", "the main identity checked against mini's own G + M",
+           (f"{SYMBOLIC}::test_equation_1_is_an_identity_of_minis_closed_form_for_every_loss",),
+           in_checks.symbolic_main_reference_mini),
 )

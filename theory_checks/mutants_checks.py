@@ -115,6 +115,9 @@ lanczos_roundoff_10x = edit("theory_checks/test_lanczos_contract.py", (
 # The symbolic proof's reference
 # ------------------------------------------------------------------------------------------------
 
+symbolic_depths_cut = edit("theory_checks/test_eq1_symbolic.py", ("DEPTHS = (1, 2, 3)", "DEPTHS = (1, 2)"))
+symbolic_main_reference_mini = edit("theory_checks/test_eq1_symbolic.py", (
+    "    check_identity(depth)\n", '    check_identity(depth, reference="mini")\n'))
 symbolic_reference_tautology = edit("theory_checks/test_eq1_symbolic.py", (
     '        H_ref = reference_hessian(head, objective, Z) if reference == "sympy" else sp.Matrix(dec.G + dec.M)',
     "        H_ref = sp.Matrix(dec.G + dec.M)"))

@@ -265,4 +265,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("symbolic_main_reference_mini", "the main identity checked against mini's own G + M",
            (f"{SYMBOLIC}::test_equation_1_is_an_identity_of_minis_closed_form_for_every_loss",),
            in_checks.symbolic_main_reference_mini),
+    Mutant("other_routes_hidden_by_premises", "discards by other routes reported only when no premise discarded",
+           (f"{T}/test_premises.py::test_discards_by_another_route_are_reported_beside_a_premise_s",
+            f"{T}/test_premises.py::test_hook_control_an_aliased_assume_beside_a_premise_is_counted"),
+           in_checks.other_routes_hidden_by_premises),
 )

@@ -96,6 +96,9 @@ raw_assume_alias = edit("theory_checks/test_relu_gap.py", (
 budget_hook_disabled = edit("theory_checks/conftest.py", ("    if over:\n", "    if over and False:\n"))
 # Discards counted from named calls only: the hypothesis-side count ignored.
 discards_counted_by_name = edit(PREMISES, ("    if invalid > by_premises:\n", "    if False:\n"))
+# Other routes' discards reported only when no premise discarded (3 by a premise hide 3 by an aliased assume).
+other_routes_hidden_by_premises = edit(PREMISES, ("    if invalid > by_premises:\n",
+                                                  "    if invalid and not by_premises:\n"))
 # ``premise`` in a pinned ``@example`` assuming (hypothesis then skips the example silently), not failing.
 pinned_example_skipped = edit(PREMISES, ("    if _generated():\n", "    if currently_in_test_context():\n"))
 # The torus of Theorem 5.3 narrowed to d = 3 (so g = 1): nothing is discarded.

@@ -269,4 +269,8 @@ MUTANTS: tuple[Mutant, ...] = (
            (f"{T}/test_premises.py::test_discards_by_another_route_are_reported_beside_a_premise_s",
             f"{T}/test_premises.py::test_hook_control_an_aliased_assume_beside_a_premise_is_counted"),
            in_checks.other_routes_hidden_by_premises),
+    Mutant("anchor_any_registration", "a plan's registration anchored by any earlier one, whatever its rules",
+           (f"{T}/test_ledger_registration.py::"
+            "test_negative_control_a_widened_plan_registered_with_its_units_is_reported",),
+           in_checks.anchor_any_registration),
 )

@@ -99,6 +99,10 @@ discards_counted_by_name = edit(PREMISES, ("    if invalid > by_premises:\n", " 
 # Other routes' discards reported only when no premise discarded (3 by a premise hide 3 by an aliased assume).
 other_routes_hidden_by_premises = edit(PREMISES, ("    if invalid > by_premises:\n",
                                                   "    if invalid and not by_premises:\n"))
+# The registration anchored by any earlier registration commit, whatever rules it recorded.
+anchor_any_registration = edit("theory_checks/test_ledger_registration.py", (
+    '        return any(blob_json(repo, b).get("rules_hash") == committed["rules_hash"] for b in c.added.values())',
+    "        return bool(c.added)"))
 # ``premise`` in a pinned ``@example`` assuming (hypothesis then skips the example silently), not failing.
 pinned_example_skipped = edit(PREMISES, ("    if _generated():\n", "    if currently_in_test_context():\n"))
 # The torus of Theorem 5.3 narrowed to d = 3 (so g = 1): nothing is discarded.

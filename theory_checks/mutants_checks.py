@@ -68,19 +68,24 @@ def fisher_rank_rtol_loose(mp):
     swap(mp, Inv, "fisher_rank", lambda I, rtol=None: original(I, 1e-4 if rtol is None else rtol))
 
 
-def lanczos_converged_loose(mp):
-    """Lanczos' ``converged`` flag (and its stop) on ``100 tol``, the result still reporting ``tol``."""
-    import dataclasses
+def lanczos_converged_loose(factor: float):
+    """Lanczos' ``converged`` flag (and its stop) on ``factor x tol``, the result still reporting ``tol``: the residual
+    bound taken ``factor`` times optimistic."""
 
-    import scale.curvature.lanczos as Lz
+    def apply(mp):
+        import dataclasses
 
-    original = Lz.lanczos
+        import scale.curvature.lanczos as Lz
 
-    def lanczos(op, k=1, *, tol=None, **kwargs):
-        t = 1e-10 if tol is None else float(tol)
-        return dataclasses.replace(original(op, k, tol=100 * t, **kwargs), tol=t)
+        original = Lz.lanczos
 
-    swap(mp, Lz, "lanczos", lanczos)
+        def lanczos(op, k=1, *, tol=None, **kwargs):
+            t = 1e-10 if tol is None else float(tol)
+            return dataclasses.replace(original(op, k, tol=factor * t, **kwargs), tol=t)
+
+        swap(mp, Lz, "lanczos", lanczos)
+
+    return apply
 
 
 

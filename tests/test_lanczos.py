@@ -62,25 +62,6 @@ def test_lanczos_matches_eigvalsh(kind):
         assert np.abs(eig - theta).min() <= r * (1 + 1e-6) + 1e-14 * scale
 
 
-def test_eigenvalue_stop_reaches_the_eigenvalue_tolerance_with_fewer_products():
-    """``stop="eigenvalue"`` stops at ``r^2 / gap <= tol * scale``: the extreme eigenvalues are within ``tol`` of
-    the scale (measured against the known spectrum) after fewer products than the residual test needs;
-    the residual test's own guarantee (``r <= tol * scale``) is what it gives up, so its residuals exceed it."""
-    rng = np.random.default_rng(3)
-    eig = np.sort(np.concatenate([[-2.0, -1.9], rng.uniform(-1.5, 1.5, 300), [2.9, 3.0]]))
-    scale = np.abs(eig).max()
-    op = operator_from_matrix(matrix_with_spectrum(eig, 2))
-    tol = 1e-10
-    by_residual, by_eigenvalue = lanczos(op, tol=tol), lanczos(op, tol=tol, stop="eigenvalue")
-    for res in (by_residual, by_eigenvalue):
-        assert abs(res.lambda_min - eig[0]) <= tol * scale and abs(res.lambda_max - eig[-1]) <= tol * scale
-        assert res.ends_converged
-    assert by_eigenvalue.n_products < by_residual.n_products
-    assert max(by_eigenvalue.residuals) > tol * scale  # the residuals themselves are not at tol
-    with pytest.raises(ValueError, match="stop must be one of"):
-        lanczos(op, stop="ritz")
-
-
 @pytest.mark.parametrize(("spec", "objective"), [("gelu3", "simsiam"), ("swish3", "simclr"), ("tanh2", "vicreg")])
 def test_lanczos_on_effective_hessians(spec, objective):
     inst = build_instance(spec, objective, seed=5)
@@ -268,7 +249,7 @@ def test_blockwise_lanczos_finds_the_ends_in_steps_that_do_not_grow_with_the_blo
         assert res.ends_converged and res.n_products == op.n_products
         assert n <= res.n_negative <= int((eig < -NEG_FLOOR * scale).sum())
         steps[n] = res.n_iter
-        whole = lanczos(op, tol=BLOCKWISE_TOL, stop="eigenvalue", max_iter=400)
+        whole = lanczos(op, tol=BLOCKWISE_TOL, max_iter=400)
         assert abs(whole.lambda_min - eig.min()) <= BLOCKWISE_TOL * scale
         if n == 24:
             assert whole.n_products > 1.5 * res.n_products

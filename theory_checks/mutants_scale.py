@@ -128,23 +128,3 @@ def ledger_rewritten_consistently(mp):
         return text
 
     mp.setattr(Path, "read_text", rewritten)
-
-
-def lanczos_eigenvalue_bound_optimistic(mp):
-    """The eigenvalue stop's bound ``r^2 / gap`` taken 10x optimistic (in the stop and in the flag)."""
-    import dataclasses
-
-    import scale.curvature.lanczos as Lz
-
-    def error_bound(f):
-        return lambda theta, r, k, stop: f(theta, r, k, stop) / (10.0 if stop == "eigenvalue" else 1.0)
-
-    def ritz_pairs(f):
-        def optimistic(op, Q, alpha, beta, m, b, k, tol, stop, *rest):
-            result = f(op, Q, alpha, beta, m, b, k, 10.0 * tol if stop == "eigenvalue" else tol, stop, *rest)
-            return dataclasses.replace(result, tol=tol)
-
-        return optimistic
-
-    wrap(mp, Lz, "_error_bound", error_bound)
-    wrap(mp, Lz, "_ritz_pairs", ritz_pairs)

@@ -5,9 +5,9 @@ When an operator is block-diagonal over samples (``H_eff`` of a per-sample objec
 ``scale.curvature.blocks``), its spectrum is the union of its blocks', and one product of the operator on the stacked
 vectors ``[q_1; ..; q_n]`` is one Lanczos step of every block at once (``blockwise_lanczos``); once few blocks are
 still waited for, a product on their rows alone (``Operator.on_rows``) steps them at their share of the cost. The
-recurrence and its tests are ``scale.curvature.lanczos``'s, block by block: float64 basis, full
-reorthogonalisation, the eigenvalue bound ``r^2 / gap`` or the residual; the ends measured with one product at the
-end.
+recurrence is ``scale.curvature.lanczos``'s, block by block: float64 basis, full reorthogonalisation; the stop the
+estimate ``r^2 / gap`` (its gap read off the block's Ritz values: an estimate, not a bound) or the residual; the ends
+measured with one product at the end.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import torch
 from torch import Tensor
 
 from mini.hessian import NEG_FLOOR
-from scale.curvature.lanczos import STOPS, LanczosResult, SymmetricOperator, _tridiagonal_ends
+from scale.curvature.lanczos import LanczosResult, SymmetricOperator, _tridiagonal_ends
 
+STOPS = ("residual", "eigenvalue")  # blockwise_lanczos' stopping tests (``_end_bounds``)
 BLOCKWISE_TOL = 1e-8  # blockwise_lanczos: eigenvalue error bound, relative to the scale (max |lambda| over all blocks)
 BLOCK_MIN_ITER = 6  # blockwise_lanczos: no convergence test before this many steps (a test costs a dstemr a block)
 ROUNDING_MARGIN = 100  # BlockwiseResult.n_negative: epsilons of the products added to each Ritz interval
@@ -82,7 +83,7 @@ def _tridiagonal_batch(alpha: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
 def _end_bounds(theta: np.ndarray, r: np.ndarray, stop: str) -> np.ndarray:
     """Per block, the stopping quantity of the lowest and the highest Ritz pair (b, 2): the residual ``r``, or
     ``r^2 / gap`` with ``gap`` the distance to the next Ritz value inwards less that value's own residual (the
-    residual where that estimate is not positive; ``_error_bound`` for one operator). ``theta`` and ``r`` (b, m):
+    residual where that estimate is not positive). ``theta`` and ``r`` (b, m):
     every Ritz value of each block, or its two lowest and two highest (``_block_tests``)."""
     ends = r[:, [0, -1]]
     if stop == "residual" or theta.shape[1] < 2:
@@ -174,12 +175,14 @@ def blockwise_lanczos(
     are those of the slowest block, which does not grow with ``n`` as a single Krylov space over all
     ``N = n d`` coordinates does.
 
-    Stopping: every block's lowest and highest Ritz pair pass ``stop``'s test (``lanczos``'s: ``"eigenvalue"``,
-    the bound ``r^2 / gap <= tol * scale``, or ``"residual"``, ``r <= tol * scale``), ``scale`` the largest
-    ``|Ritz value|`` over all blocks; a block that passed is not tested again (its Ritz values only move
-    towards its ends). While every open end's stopping quantity stands above ``FAR_BOUND`` times ``tol`` of the
-    scale, only every ``FAR_STRIDE``-th step is tested (a test costs a ``dstemr`` an open end): a stop or a let-go
-    may come a step later, never earlier. At the end the two ends of every block are measured with one batched
+    Stopping: every block's lowest and highest Ritz pair pass ``stop``'s test (``"eigenvalue"``, the bound
+    ``r^2 / gap <= tol * scale`` with ``gap`` read off the block's Ritz values, or ``"residual"``,
+    ``r <= tol * scale``; ``scale.curvature.lanczos`` dropped its eigenvalue stop: a gap read off Ritz values is not
+    a lower bound on the gap to the block's other eigenvalues, so ``"eigenvalue"`` is a premise here, not a bound),
+    ``scale`` the largest ``|Ritz value|`` over all blocks; a block that passed is not tested again (its Ritz values
+    only move towards its ends). While every open end's stopping quantity stands above ``FAR_BOUND`` times ``tol``
+    of the scale, only every ``FAR_STRIDE``-th step is tested (a test costs a ``dstemr`` an open end): a stop or a
+    let-go may come a step later, never earlier. At the end the two ends of every block are measured with one batched
     product of the Ritz vectors (``residuals``, ``block_residuals``) and ``converged`` recomputed from the measured
     residuals.
 

@@ -106,9 +106,10 @@ class Row:
             c = stats.estimate(kind, vals)
             ctrl.append((name, c, rule.outcome(c.low, c.high)))
         weak = [n for n, _, o in ctrl if o != HOLDS]
-        if category in (REPRODUCED, "reproduced in magnitude") and weak:
+        if sign == REPRODUCED and weak:  # the sign holds; what it rests on does not (module docstring)
+            rest = label.split("; ", 1)[1:] if category == SIGN_ONLY else []
             category = SIGN_ONLY
-            label = f"{SIGN_ONLY} ({REPRODUCED}); control not holding: {', '.join(weak)}"
+            label = "; ".join([f"{SIGN_ONLY} ({REPRODUCED})", *rest, f"control not holding: {', '.join(weak)}"])
         point_side = est.n >= 1 and self.rule.outcome(est.value, est.value) == HOLDS
         return {"id": self.id, "run": self.run, "claim": self.claim, "statistic": self.statistic,
                 "point_side": point_side,

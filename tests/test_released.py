@@ -174,7 +174,8 @@ def test_the_vendored_arrays_are_the_upstream_commits_and_recompute_the_printed_
     assert claims.plan_ok(ROOT) is True
     figs = {(f.run, f.quantity, f.source): f for f in figures.recompute(arrays)}
     assert figs[("R18-C10", "compression (x)", figures.PAPER_TABLE)].agrees
-    assert figs[("R18-C10", "normal_swish: Spearman(variance, condition number), epochs 2..100", figures.E2_TEXT)].agrees
+    rho = "normal_swish: Spearman(variance, condition number), epochs 2..100"
+    assert figs[("R18-C10", rho, figures.E2_TEXT)].agrees
     assert figs[("R18-C10", "h - z linear (points)", figures.PAPER_TABLE)].agrees
 
 
@@ -182,7 +183,8 @@ def test_the_section_names_what_the_arrays_cannot_decide():
     text = "\n".join(report.vendored_section())
     assert text.startswith(report.TITLE)
     assert "no untrained head's orbits were saved" in text
-    assert "| E4.1 the trained head compresses rotation orbits | R18-C100 | - | - | interval above 0 | not measured" in text
+    assert ("| E4.1 the trained head compresses rotation orbits | R18-C100 | - | - | interval above 0 | not measured"
+            in text)
 
 
 def _tree(tmp_path: Path) -> Path:

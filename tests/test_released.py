@@ -322,3 +322,29 @@ def test_the_object_shell_is_admitted_only_where_asked_and_only_as_np_save_write
     two[0], two[1] = {"a": 1}, {"b": 2}
     with pytest.raises(UnsafePickleError, match="0-d shell"):
         safe_loads(pickle.dumps(two), object_shell=True)
+
+
+def test_the_committed_report_carries_the_section_this_code_computes():
+    """docs/replication/report.md ends with the section as the vendored arrays give it today: a section edited by
+    hand, or code that now computes something else, fails here (a changed array is refused on load: above)."""
+    text = (ROOT / "docs" / "replication" / "report.md").read_text()
+    committed = text[text.index(report.TITLE):].strip()
+    assert committed == "\n".join(report.vendored_section()).strip()
+
+
+def test_a_fifo_in_place_of_a_file_is_refused_without_blocking(tmp_path, capsys):
+    root = _tree(tmp_path)
+    path = root / GUILLOTINE.path
+    path.unlink()
+    os.mkfifo(path)
+    assert command.main(["--official", str(root)]) == EXIT_INPUT
+    assert "not a regular file" in capsys.readouterr().err
+
+
+def test_the_command_writes_nothing(tmp_path, capsys):
+    """scale.released only prints: the tree it reads is byte for byte the same afterwards, and nothing is added."""
+    root = _tree(tmp_path)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert command.main(["--official", str(root)]) == 0
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    capsys.readouterr()

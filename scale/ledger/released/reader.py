@@ -50,13 +50,15 @@ def read_bytes(root: Path, spec: FileSpec) -> bytes:
     """Step 1: the file's bytes, at most ``MAX_BYTES`` of a regular file."""
     path = root / spec.path
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode):
-            raise _fail(spec, "not a regular file")
-        if st.st_size > MAX_BYTES:
-            raise _fail(spec, f"{st.st_size} bytes, over the bound of {MAX_BYTES} (the largest released file is "
-                              "under 2 MB)")
-        with open(path, "rb") as fh:
+        # non-blocking, so that a FIFO in the file's place is seen by fstat instead of waiting for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise _fail(spec, "not a regular file")
+            if st.st_size > MAX_BYTES:
+                raise _fail(spec, f"{st.st_size} bytes, over the bound of {MAX_BYTES} (the largest released file "
+                                  "is under 2 MB)")
             blob = fh.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise _fail(spec, f"missing under {root} (give a checkout of {spec.path.split('/')[0]}'s repository "

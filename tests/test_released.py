@@ -348,3 +348,29 @@ def test_the_command_writes_nothing(tmp_path, capsys):
     assert command.main(["--official", str(root)]) == 0
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
     capsys.readouterr()
+
+
+def test_d_inter_kappa_and_probe_figures_by_hand_and_a_tampered_value_disagrees():
+    """D_inter: the mean of the 10 distances between class centroids, each centroid the mean of its 3 orbits' centres
+    (a circle's points average to its centre); kappa: mean and population std over the 3 sampling seeds and the
+    mean of their ratios; a probe value moved by 1 point in memory no longer agrees with the printed one."""
+    z = circle_orbits(RADII, CENTRES, 4)
+    vals = figures.e4_values(orbit_file(z, z / 3))
+    cls = [CENTRES[3 * a:3 * a + 3].mean(axis=0) for a in range(5)]
+    pairs = [float(np.sqrt(np.sum((cls[a] - cls[b]) ** 2))) for a in range(5) for b in range(a + 1, 5)]
+    assert vals["D_inter z"] == pytest.approx(sum(pairs) / 10, rel=1e-6)
+    assert vals["D_inter z std"] == pytest.approx(float(np.std(pairs)), rel=1e-5)
+    assert vals["D_inter / D_intra h / z (x)"] == pytest.approx(1.0, rel=1e-5)  # a uniform scaling leaves it at 1
+    m, s = vals["D_inter / D_intra z"], vals["D_inter / D_intra z +-"]
+    assert s == pytest.approx(m * math.hypot(np.std(pairs) / np.mean(pairs),
+                                             vals["D_intra z std"] / vals["D_intra z"]), rel=1e-5)
+    arrays = read_all()
+    kappa = {f.quantity: f.recomputed for f in figures.recompute(arrays) if f.run == "ViT-C10"}
+    c = arrays["ViT-C10"]["curvature"]
+    kz, kh = np.asarray(c["curvatures_z_per_seed"], float), np.asarray(c["curvatures_h_per_seed"], float)
+    assert kappa["kappa z mean"] == pytest.approx(kz.sum() / 3) and kappa["kappa h std"] == pytest.approx(
+        math.sqrt(sum((k - kh.mean()) ** 2 for k in kh) / 3))
+    assert kappa["kappa ratio mean"] == pytest.approx(float(np.mean(np.asarray(c["ratios_per_seed"], float))))
+    arrays["R18-C100"]["guillotine"]["head_acc_linear"] += 0.01
+    probe = [f for f in figures.recompute(arrays) if f.run == "R18-C100" and f.quantity == "h linear probe (%)"]
+    assert probe and not probe[0].agrees and probe[0].recomputed == pytest.approx(31.19 + 1.0, abs=0.006)

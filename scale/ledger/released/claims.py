@@ -231,7 +231,9 @@ def e2_rows(run: str, files: dict[str, Any]) -> list[Row]:
                               f"covariance's lambda_min is 0 and clamped at 1e-7 in every batch; the condition number "
                               f"is then 1e7 x lambda_max (implied lambda_max {implied.min():.3g} to "
                               f"{implied.max():.3g}, in (0, 1] in {int(np.sum((implied > 0) & (implied <= 1)))} of "
-                              f"{implied.size} epochs): the correlation is of the variance with lambda_max")))
+                              f"{implied.size} epochs): the correlation is of the variance with lambda_max (the "
+                              "plan's fraction of epochs at the clamp: all of them, by rank; the arrays hold epoch "
+                              "means only)")))
     return rows
 
 

@@ -23,7 +23,7 @@ a state of a plain dtype and a ``bytes``/``str`` payload (an object array's payl
 objects). This needs the pure-Python unpickler (``pickle._Unpickler``), whose opcodes can be overridden;
 the batches are one large byte string each, so it is as fast as the C one there.
 
-``np.save`` of a dict (the paper's released ``.npy`` results, ``scale/released``) pickles a 0-d object
+``np.save`` of a dict (the paper's released ``.npy`` results, ``scale/ledger/released``) pickles a 0-d object
 array whose payload is a list holding the dict. ``safe_loads(..., object_shell=True)`` admits exactly that
 shell: the object dtype, and an array of it only with shape ``()`` and a payload that is a list of one
 already-unpickled object (never bytes, which NumPy would read as object pointers). Everything inside the
@@ -145,7 +145,7 @@ class RestrictedUnpickler(pickle._Unpickler):
 
     def _dtype_or_shell(self, obj: Any, align: Any = False, copy: Any = True) -> np.dtype:
         """``numpy.dtype``: the object dtype only for the shell (``O8`` is how NumPy pickles it)."""
-        return np.dtype(object) if obj == "O8" else _dtype(obj, align, copy)
+        return np.dtype(object) if isinstance(obj, str) and obj == "O8" else _dtype(obj, align, copy)
 
     def find_class(self, module: str, name: str) -> Any:
         if self.object_shell and (module, name) == ("numpy", "dtype"):

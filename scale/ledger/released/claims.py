@@ -156,7 +156,7 @@ def e1_rows(run: str, col: dict[str, Any]) -> list[Row]:
     f_lin, f_relu = final(col, c("linear")), final(col, c("relu"))
     f_smooth = np.sqrt(final(col, c("gelu")) * final(col, c("swish")))
     rows.append(Row("E1.4", run, "without BatchNorm ReLU behaves like linear (lr base)",
-                    "|log10(relu / smooth)| - |log10(relu / linear)| of the final std", POSITIVE,
+                    "abs(log10(relu / smooth)) - abs(log10(relu / linear)) of the final std", POSITIVE,
                     _l(np.abs(np.log10(f_relu / f_smooth)) - np.abs(np.log10(f_relu / f_lin))),
                     missing=[E1_PREMISE, "lr base: gelu and linear were run at lr base only"]))
     for ident, claim, stat, num, den, ctrl_num, ctrl_den in (

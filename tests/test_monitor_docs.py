@@ -45,9 +45,12 @@ def test_example_runs(index, tmp_path):
     proc = run_example(blocks()[index], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [s for s in proc.stdout.splitlines() if s.startswith("step ")]
-    assert len(lines) >= 2, proc.stdout  # at least two measurements within the budget
-    assert all("lambda_min" in s and "knn z" in s for s in lines)
+    assert lines and all("lambda_min" in s and "knn z" in s for s in lines), proc.stdout
+    if index == 1:  # steps 0, 10, 20, 30 fall due: each measured or skipped by the budget, step 0 always measured
+        measured, skipped = map(int, re.search(r"(\d+) measured, (\d+) skipped", proc.stdout).groups())
+        assert measured == len(lines) and lines[0].startswith("step  0") and measured + skipped == 4
     if index == 0:
+        assert len(lines) >= 2  # the first step that fell due (always measured) and the trained state
         assert (tmp_path / "monitor.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert "geometry/lambda_min" in (tmp_path / "logs" / "lightning_logs" / "version_0" / "metrics.csv").read_text()
 

@@ -177,17 +177,34 @@ def bare_loop(monitor: bool, steps: int = 6):
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
-    return losses, {**bb.state_dict(), **{f"h.{k}": v for k, v in head.state_dict().items()}}, mon
+    state = {**bb.state_dict(), **{f"h.{k}": v.clone() for k, v in head.state_dict().items()}}
+    return losses, state, mon, (bb, head, loss_fn, probe)
+
+
+def eigsh_ends(bb: nn.Module, head: nn.Module, loss_fn, probe) -> tuple[float, float]:
+    """lambda_min and lambda_max of H_eff at the modules' state: scale.EffectiveHessian and SciPy's eigsh."""
+    x1, x2 = probe
+    m = len(x1)
+    with torch.no_grad():
+        z = bb.eval()(torch.cat([x1, x2]))
+    E = EffectiveHessian(z, head.eval(), lambda H: loss_fn(H[:m], H[m:]), dtype=torch.float64)
+    return (float(eigsh(E.to_scipy(), k=1, which="SA", tol=1e-12)[0][0]),
+            float(eigsh(E.to_scipy(), k=1, which="LA", tol=1e-12)[0][0]))
 
 
 def test_bare_loop_hook_measures_and_changes_nothing_of_the_training():
-    losses_on, state_on, mon = bare_loop(True)
-    losses_off, state_off, _ = bare_loop(False)
+    losses_on, state_on, mon, parts = bare_loop(True)
+    losses_off, state_off, _, _ = bare_loop(False)
     assert [r["step"] for r in mon.records] == [0, 3]
     assert all(r["M_over_H"] > 0 and r["knn_z"] >= 0 for r in mon.records)
     assert losses_on == losses_off  # bitwise: the monitor's forks of the RNG and eval mode leave training alone
     assert state_on.keys() == state_off.keys()
     assert all(torch.equal(state_on[k], state_off[k]) for k in state_on)  # BatchNorm's running statistics too
+    # the trained state's record against scale.EffectiveHessian and eigsh on the same modules
+    last = mon.measure(step=6)
+    lo, hi = eigsh_ends(*parts)
+    scale = max(abs(lo), abs(hi))
+    assert abs(last["lambda_min"] - lo) <= AGREE * scale and abs(last["lambda_max"] - hi) <= AGREE * scale
 
 
 def test_budget_skips_and_counts():

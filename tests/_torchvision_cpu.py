@@ -4,7 +4,8 @@ lightly imports ``torchvision.ops`` at import (``lightly.models.utils``, ``light
 projection head and ``NTXentLoss`` use none of torchvision. The ``lightning`` extra pins ``torchvision==0.28.*``, the
 release built for torch 2.13, so that pip keeps the installed torch; but PyPI's wheel of it is linked against
 torch's CUDA libraries (``libtorch_cuda.so``), which the CPU build has not, so its C extension does not load, and
-``import torchvision`` then fails in its own ``_meta_registrations`` ("operator torchvision::nms does not exist"):
+``import torchvision`` then fails in its own ``_meta_registrations`` ("operator torchvision::nms does not exist"), and
+so do ``import lightly`` and ``import pytorch_lightning`` (its torchmetrics imports torchvision):
 it registers fake kernels for ``nms`` and ``qnms`` whether or not the extension loaded. ``install`` declares those
 two operators' schemas, without kernels, only where the extension cannot load, so that the import goes through;
 calling one still fails (torchvision checks ``_has_ops()`` first). Where torchvision works (a CUDA build, a

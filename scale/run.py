@@ -46,6 +46,7 @@ from scale.engine.recipes import DATASET_DEFAULTS
 from scale.engine.train import Interrupted, NonFiniteLoss, Trainer
 from scale.geometry.measure import EndOfRun, final_measurement, parse_orbits
 from scale.geometry.probes import KNN_PROTOCOL
+from scale.monitor.online import OnlineKnn
 from scale.runs import budget, faults, rundir, validate
 from scale.runs.config_file import ConfigFileError, read_config_file
 from scale.runs.run_report import (
@@ -450,6 +451,8 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         if args.track_hessian_every is not None and rank == 0:
             tracker = hessian_tracker(args.track_hessian_every, run_dir, None if args.quiet else print)
             hooks = [*hooks, tracker]
+        if rank == 0 and OnlineKnn.applies(data):  # knn_z and loss_chance in every epoch's record and line
+            hooks = [*hooks, OnlineKnn(data)]
         if args.log == "tensorboard" and rank == 0:  # after the tracker: it adds hess_* to the epoch's record
             hooks = [*hooks, TensorBoardLog(run_dir, tracker)]
         try:

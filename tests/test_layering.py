@@ -29,6 +29,8 @@ ALLOWED = {  # package -> the scale packages its modules may import (besides its
     "grid": {"engine", "runs", "geometry", "launch", "experiments", "units"},
     # one store of unit files for the grid and the ledger: names, keys, schemas, identity checks
     "units": {"engine"},
+    # the monitor of a model trained elsewhere (a Lightning callback, a plain-PyTorch hook) and scale.run's online kNN
+    "monitor": {"engine", "runs", "curvature", "geometry"},
 }
 COMMANDS = {p.stem for p in SCALE.glob("*.py") if p.stem != "__init__"}
 

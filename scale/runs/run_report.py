@@ -75,11 +75,24 @@ def plot_curves(history: list[dict[str, float]]) -> bytes:
     import matplotlib.pyplot as plt
 
     epochs = [r["epoch"] for r in history]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    knn = all("knn_z" in r for r in history)  # the online monitor's (scale.monitor.online; runs before it had none)
+    fig, axes = plt.subplots(1, 3 if knn else 2, figsize=(13.5 if knn else 9, 3.4))
+    ax1, ax2 = axes[:2]
     ax1.plot(epochs, [r["loss"] for r in history], marker="o")
+    if all("loss_chance" in r for r in history):
+        ax1.plot(epochs, [r["loss_chance"] for r in history], ls="--", color="grey", label="chance")
+        ax1.legend(fontsize=8)
     ax1.set_xlabel("epoch")
     ax1.set_ylabel("training loss")
     ax1.set_title("loss")
+    if knn:
+        axes[2].plot(epochs, [r["knn_z"] for r in history], marker="o", label="z, during training")
+        if "knn_z_initial" in history[0]:
+            axes[2].axhline(history[0]["knn_z_initial"], ls="--", color="grey", label="z at initialisation")
+        axes[2].set_xlabel("epoch")
+        axes[2].set_ylabel("accuracy (%)")
+        axes[2].set_title("kNN of z on held-out images")
+        axes[2].legend(fontsize=8)
     ax2.plot(epochs, [r["h_std"] for r in history], marker="o", label="head h (projector output)")
     ax2.plot(epochs, [r["z_std"] for r in history], marker="s", label="backbone z")
     ax2.set_xlabel("epoch")

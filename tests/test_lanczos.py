@@ -13,6 +13,7 @@ import torch
 from mini.hessian import NEG_FLOOR
 from scale.crosscheck import build_instance
 from scale.curvature.blockwise import BLOCKWISE_TOL, blockwise_lanczos
+from scale.curvature.closed_form import RECURRENCE_REACH
 from scale.curvature.lanczos import TOL, lanczos, resume_floor, shifted_power_iteration
 from scale.curvature.operators import EffectiveHessian, Operator, operator_from_matrix
 
@@ -263,7 +264,6 @@ def test_blockwise_lanczos_float32_products_refined_in_float64():
     accurate but not certified (not converged: ``blockwise_ends`` runs such a tol in float64), and at
     ``RECURRENCE_REACH`` they are. Negative control: the float32 recurrence alone stays at float32's rounding
     (measured: 1.8e-8), so the accuracy comes from the refinement."""
-    from scale.curvature.closed_form import RECURRENCE_REACH
 
     n = 6
     op64, eig = block_operator(n, seed=3)

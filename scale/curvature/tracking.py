@@ -222,6 +222,7 @@ def measure(
                    bn_mode=info["bn_mode"], hvp_mode=info["hvp_mode"], dtype=info["dtype"], loss=info["loss"],
                    n_negative=resH.n_negative, n_negative_is="lower bound (Ritz intervals below the floor, per block)",
                    n_products_M=resM.n_products, product_cost=resH.product_cost, product_cost_M=resM.product_cost,
+                   converged_M=resM.answered,  # |M|'s end certified by its measured residual (else reported so)
                    M_over_H=norm_M / resH.scale if resH.scale else float("nan"),
                    M_over_H_is="spectral norms: |M| and |H| from per-block Lanczos ends (residual bound)")
     else:

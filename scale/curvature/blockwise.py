@@ -234,8 +234,9 @@ def blockwise_lanczos(
     go, and the answer is off, reported converged. Started at every block's second eigenvector (a crossing in every
     block), the official tracker's sizes gave ``lambda_min`` up to 1.6e-2 of the scale off in 6 of 16 snapshots, and
     up to 1.8e-3 in 2 of 16 with the random part as large as the steered one; random starts were never fooled
-    (``python -m bench.bench_warm_crossing``, 2026-12-04; ``tests/test_lanczos.py`` keeps a small instance). So
-    measurements start cold (``blockwise_ends`` takes no warm start).
+    (``python -m bench.bench_warm_crossing``, 2026-12-04, under the estimate stop; ``tests/test_lanczos.py`` keeps a
+    small instance: under the residual stop at tol 1e-4 a steered start is fooled with or without the let-go, at 1e-8
+    it was not). So measurements start cold (``blockwise_ends`` takes no warm start).
     """
     if goal not in GOALS:
         raise ValueError(f"goal must be one of {GOALS}, got {goal!r}")

@@ -58,6 +58,7 @@ BOUNDARY = {
 RELU_ANY = f"{T}/test_relu_gap.py::test_interaction_vanishes_for_any_residual"
 FISHER_629 = f"{T}/test_thm5_3_fisher_rank.py::test_pinned_saturated_raw_head_is_decided_by_certificate"
 LANCZOS_CONTRACT = f"{T}/test_lanczos_contract.py::test_converged_means_within_tol_of_the_scale"
+BLOCKWISE_CONTRACT = f"{T}/test_lanczos_contract.py::test_blockwise_converged_means_within_tol_of_the_scale"
 LEDGER_RULES = f"{T}/test_ledger_registration.py::test_every_rule_is_the_registered_one"
 CERT = f"{T}/test_certify.py"
 TWINS = f"{T}/test_certified_twins.py"
@@ -218,6 +219,9 @@ MUTANTS: tuple[Mutant, ...] = (
            in_checks.lanczos_roundoff_10x),
     Mutant("lanczos_converged_10x", "Lanczos' residual stop and flag on 10 tol while reporting tol (10x optimistic)",
            (LANCZOS_CONTRACT,), in_checks.lanczos_converged_loose(10.0)),
+    Mutant("blockwise_converged_on_gap_estimate", "blockwise Lanczos' stop and flag on r^2 / gap, its gap read off "
+           "Ritz values (the estimate, not a bound)", (BLOCKWISE_CONTRACT,),
+           in_scale.blockwise_converged_on_gap_estimate),
     Mutant("M_wrong_sign_symbolic", "mini's M with the wrong sign, against the symbolic proof",
            (f"{SYMBOLIC}::test_equation_1_is_an_identity_of_minis_closed_form_for_every_loss[2]",),
            in_mini.M_wrong_sign),

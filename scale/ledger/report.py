@@ -16,8 +16,8 @@ from scale.ledger.claims import CLAIMS, NOT_RUN
 from scale.ledger.claims.base import CHECK, MECHANISM, PAPER, PROJECT, Results
 from scale.ledger.evaluate import evaluate_all, seeds_of
 from scale.ledger.figures import figure_e1, figure_e2, figure_e5
+from scale.ledger.plan import expected_keys
 from scale.ledger.readers import curvature
-from scale.ledger.runner import expected_keys
 from scale.ledger.stats import SEEDS_CAP, cell, estimate
 from scale.ledger.verdicts import CATEGORIES
 from scale.runs.summary import Estimate

@@ -30,11 +30,9 @@ from typing import Any
 
 from scale.engine.config import TrainConfig
 from scale.engine.recipes import DIGITS_RECIPES
-from scale.experiments.paper import plan
+from scale.experiments.paper import CIFAR, EXPERIMENTS, plan
 from scale.units.store import Planned, digest  # digest: the store's key hash (re-exported: plan.digest)
 
-CIFAR = ("cifar10", "cifar100")
-EXPERIMENTS = ("E1", "E2", "E3E4", "E5")
 # Epochs on digits: each experiment's digits recipe (scale.engine.recipes.DIGITS_RECIPES, docs/recipes.md: the
 # epochs under which its network learns); on CIFAR every experiment keeps the paper's (None: the grid's plan).
 DIGITS_EPOCHS: dict[str, int] = {e: DIGITS_RECIPES[e]["epochs"] for e in EXPERIMENTS}

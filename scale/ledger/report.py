@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from scale.experiments.paper import E2_RUNS
 from scale.geometry.e4_report import write_report as e4_report
 from scale.ledger import store
 from scale.ledger.claims import CLAIMS, NOT_RUN
@@ -206,7 +207,7 @@ def _e2_table(res: Results) -> list[str]:
     L = ["| run | lambda_min(H) < 0 | lambda_min(G) < 0 | loss Hessian indefinite | power iteration < 0 | "
          "median abs(M)/abs(H) |", "|---|---|---|---|---|---|"]
     seeds = seeds_of(res)
-    for init, head in (("normal", "swish2"), ("collapsed", "swish2"), ("collapsed", "relu2")):
+    for init, head in E2_RUNS:
         recs = [curvature(res, f"E2-{init}-{head}-s{s}") for s in seeds]
 
         def frac(key, recs=recs):

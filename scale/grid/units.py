@@ -68,6 +68,16 @@ def check_folders(out: Path, plan: str) -> None:
     disk.check_folders(out, [store.UNITS, plan, *(f"{plan}/{d}" for d in ("runs", "launch", "jobs"))])
 
 
+# A grid unit (scale.grid.units.record); its summary, metrics, curvature and orbits are checked by the report's
+# reader (scale.grid.records), which reads them deeper.
+GRID_UNIT = schema.Schema(
+    required={**schema.IDENTITY, "status": str, "experiment": str, "seed": int, "labels": dict[str, Any],
+              "argv": list[str]},
+    optional={"summary": dict[str, Any] | None, "config": dict[str, Any] | None, "metrics": list[Any] | None,
+              "curvature": list[Any] | None, "curvature_summary": dict[str, Any] | None,
+              "orbits": dict[str, Any] | None, "deviations": schema.DEVIATIONS | None, "format": str, "run_dir": str,
+              "recorded_at": str, "key_format": int})
+
 WHERE_IT_RAN = ("device", "threads", "augment_path")  # a run's config fields that say where it ran: in no key
 
 
@@ -166,7 +176,7 @@ def find(out: Path, plan: str, runs: list[GridRun]) -> tuple[dict[str, Stored], 
         return f"its config is not its key's ({', '.join(differ[:3])})" if differ else None
 
     planned = {r.name: Planned(r.key, r.experiment, r.seed, r.labels) for r in runs}
-    return store.load(Path(out), plan, planned, schema.GRID_UNIT, identity)
+    return store.load(Path(out), plan, planned, GRID_UNIT, identity)
 
 
 def stored(out: Path, plan: str, runs: list[GridRun]) -> tuple[dict[str, dict[str, Any]], list[str]]:

@@ -261,3 +261,21 @@ def test_a_unit_whose_job_has_not_ended_is_not_submitted_again(tmp_path, capsys)
     said = capsys.readouterr().out
     assert f"{UNITS[0]}: not submitted again, its job has not ended" in said and "  submitted " not in said
     assert not (out / "jobs").exists()
+
+
+@pytest.mark.slow
+def test_a_jobs_unit_record_equals_a_local_runs(tmp_path, monkeypatch):
+    """The same --quick unit run in this process (``--launcher local``) and as a LocalExecutor job (a real
+    subprocess calling the runner with the job's invocation): the two unit files hold equal values, timings and
+    provenance aside (``scale.ledger.verify``'s comparison)."""
+    from scale.ledger.verify import differences
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    files = {}
+    for how, flags in (("local", []), ("job", ["--launcher", "local-jobs"])):
+        out = tmp_path / how
+        assert R.main([*PLAN_FLAGS, "--out", str(out), "--units", UNITS[0], *flags]) == 0
+        (path,) = _unit_files(out, UNITS[0])
+        files[how] = json.loads(path.read_text())
+    assert files["local"]["status"] == "finished" and files["local"]["history"]
+    assert differences(files["local"], files["job"]) == []

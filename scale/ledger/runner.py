@@ -20,10 +20,7 @@ removed once the unit's file is written.
 
 from __future__ import annotations
 
-import platform
-import subprocess
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,48 +28,16 @@ from typing import Any
 import torch
 
 from scale.engine.data import load_dataset
-from scale.engine.data_errors import DataError
 from scale.engine.signals import stop_on_signals
 from scale.engine.train import Interrupted
-from scale.experiments.paper import deviations
 from scale.ledger import claims, plan, report, store
-from scale.ledger import units as unit_runner  # (a module: its run_unit is looked up at each call)
+from scale.ledger import units as unit_runner  # (a module: its unit_record is looked up at each call)
 from scale.ledger.invocation import LedgerInvocation
 from scale.ledger.plan import expected, expected_keys, plan_settings, settings_units  # noqa: F401 (re-exported)
 from scale.ledger.store import Planned, StoreError, plan_id
+from scale.ledger.units import DONE, machine  # noqa: F401 (machine: re-exported)
 from scale.ledger.work import remove, work_dir
-from scale.runs.run_report import versions
-
-DONE = ("finished", "non-finite loss")  # a unit in another state (an error) is run again by the next invocation
-
-
-def machine() -> dict[str, str]:
-    """What selects the float kernels a unit ran on: torch's CPU capability (AVX2, AVX512, ...) and the processor's
-    name (``scale.ledger.verify`` expects bitwise equality only on the same kind)."""
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu_capability": str(torch.backends.cpu.get_cpu_capability()), "processor": name}
-
-
-def code_commit() -> str:
-    """HEAD, with ``+dirty`` when the code that produces the numbers (``mini/``, ``scale/``, ``pyproject.toml``)
-    differs from it; ``unknown`` outside git."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "mini", "scale", "pyproject.toml"], cwd=root,
-                               capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    if sha.returncode:
-        return "unknown"
-    return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+from scale.runs.run_report import git_commit as code_commit  # the one reading of the commit
 
 
 def registration_record(settings: dict[str, Any], command: str) -> dict[str, Any]:
@@ -181,20 +146,9 @@ def run_units(inv: LedgerInvocation, settings: dict[str, Any], todo: list[plan.U
                 log(f"scale.replicate: --budget-s {inv.budget_s:g} spent; {len(todo) - i} units left for the next "
                     "invocation")
                 break
-            t0 = time.perf_counter()
             work = work_dir(out, pid, u.name, inv.device, inv.threads, u.key_hash())
-            try:
-                rec = unit_runner.run_unit(u, data, inv.threads, inv.quick, inv.data_dir, log, work)
-            except (KeyboardInterrupt, Interrupted, OSError, DataError, StoreError):  # the store's, not the unit's
-                raise
-            except Exception as exc:  # one broken unit must not lose the rest; recorded, retried next time
-                traceback.print_exc()
-                rec = {"status": f"error: {type(exc).__name__}: {exc}", "config": {}}
-            rec.update(name=u.name, experiment=u.experiment, seed=u.seed, labels=u.labels, key=u.key(),
-                       git_commit=commit, versions=versions(), machine=machine(), seconds=time.perf_counter() - t0,
-                       torch_threads=torch.get_num_threads(), finished_at=time.strftime("%Y-%m-%d %H:%M:%S"),
-                       deviations=deviations(rec["config"], u.paper, inv.dataset, probe_images) if rec["config"]
-                       else {})
+            rec = unit_runner.unit_record(u, data, inv.dataset, inv.threads, inv.quick, inv.data_dir, probe_images,
+                                          commit, log, work)
             if rec["status"] in DONE:
                 store.save_unit(out, pid, u.name, inv.device, inv.threads, u.key_hash(), rec)
                 kept = remove(work)  # the checkpoints served their unit, whose file now stands

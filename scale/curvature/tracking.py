@@ -67,6 +67,7 @@ from scale.engine.checkpoint import atomic_write_bytes
 from scale.engine.heads import MLPHead
 from scale.engine.hooks import Hook
 from scale.engine.modes import eval_mode
+from scale.engine.plots import png, pyplot
 
 BLOCK_MEMORY = 2**28  # bytes of kept float64 arrays (blocks, J) beyond which ``choose_path`` takes the next path
 
@@ -367,12 +368,7 @@ class HessianTracker(Hook):
 
 def plot_curvature(records: list[dict[str, Any]]) -> bytes:
     """lambda_min, lambda_max (symlog) and condition number against the training step, as PNG bytes."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     steps = [r["step"] for r in records]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
@@ -389,8 +385,4 @@ def plot_curvature(records: list[dict[str, Any]]) -> bytes:
     ax2.set_xlabel("step")
     ax2.set_ylabel("condition number (when PD)")
     ax2.set_title(f"PD at {len(pd)} of {len(records)} measurements", fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return png(fig, dpi=110)

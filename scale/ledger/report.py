@@ -11,15 +11,16 @@ import math
 from pathlib import Path
 from typing import Any
 
+from scale.experiments.paper import E2_RUNS
 from scale.geometry.e4_report import write_report as e4_report
 from scale.ledger import store
 from scale.ledger.claims import CLAIMS, NOT_RUN
 from scale.ledger.claims.base import CHECK, MECHANISM, PAPER, PROJECT, Results
 from scale.ledger.evaluate import evaluate_all, seeds_of
 from scale.ledger.figures import figure_e1, figure_e2, figure_e5
+from scale.ledger.plan import expected_keys
 from scale.ledger.readers import curvature
 from scale.ledger.released.report import vendored_section
-from scale.ledger.runner import expected_keys
 from scale.ledger.stats import SEEDS_CAP, cell, estimate
 from scale.ledger.verdicts import CATEGORIES
 from scale.runs.summary import Estimate
@@ -208,7 +209,7 @@ def _e2_table(res: Results) -> list[str]:
     L = ["| run | lambda_min(H) < 0 | lambda_min(G) < 0 | loss Hessian indefinite | power iteration < 0 | "
          "median abs(M)/abs(H) |", "|---|---|---|---|---|---|"]
     seeds = seeds_of(res)
-    for init, head in (("normal", "swish2"), ("collapsed", "swish2"), ("collapsed", "relu2")):
+    for init, head in E2_RUNS:
         recs = [curvature(res, f"E2-{init}-{head}-s{s}") for s in seeds]
 
         def frac(key, recs=recs):

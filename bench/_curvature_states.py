@@ -25,7 +25,7 @@ import torch
 from bench._paper_tracker import OneView, one_view_loss, paper_power_iteration
 from bench._util import interleaved_median
 
-BLOCK_BOUND = 1e-8  # the eigenvalue bound asked of the exact ends, relative to the scale
+BLOCK_BOUND = 1e-8  # the residual bound asked of the exact ends, relative to the scale
 
 
 def peak_rss_mb() -> float:

@@ -22,17 +22,18 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from mini.atomic import atomic_write_bytes
 
-# scale.run arguments after "digits --method simsiam": the official tracker's network (ResNet-18 of width 64, d = 512;
+# TrainConfig fields on top of digits' SimSiam: the official tracker's network (ResNet-18 of width 64, d = 512;
 # projector 512-2048-2048 and predictor 2048-512-2048, SiLU, no bias, no BatchNorm: k = 2048)
-OFFICIAL = ["--head", "swish2", "--backbone-width", "64", "--head-width", "2048", "--head-out", "2048",
-            "--pred-width", "512", "--no-head-bn", "--no-head-bias"]
-DIGITS = ["--head", "swish3"]  # the project's digits SimSiam: d = 128, swish3 256/256/128, predictor 64
+OFFICIAL = {"head": "swish2", "backbone_width": 64, "head_width": 2048, "head_out": 2048, "pred_width": 512,
+            "head_bn": False, "head_bias": False}
+DIGITS = {"head": "swish3"}  # the project's digits SimSiam: d = 128, swish3 256/256/128, predictor 64
 
 
 @dataclass(frozen=True)
@@ -51,23 +52,25 @@ def cache_dir() -> Path:
     return Path(os.environ.get("BENCH_STATE_CACHE") or Path(tempfile.gettempdir()) / "bench_curvature_states")
 
 
-def _args(network: list[str], epochs: int, seed: int, threads: int) -> list[str]:
-    return ["digits", "--method", "simsiam", "--epochs", str(epochs), "--seed", str(seed), "--threads", str(threads),
-            "--augment-path", "batched", *network]
+def _config(network: dict[str, Any], epochs: int, seed: int, threads: int):
+    """The run's config, as ``python -m scale.run digits --method simsiam`` resolves it with ``network``'s fields."""
+    from scale.engine.config import TrainConfig
+
+    return TrainConfig.resolve("digits", "simsiam", device="cpu", epochs=epochs, seed=seed, threads=threads,
+                               augment_path="batched", **network)
 
 
-def _model(network: list[str], epochs: int, seed: int, threads: int):
+def _model(network: dict[str, Any], epochs: int, seed: int, threads: int):
     from scale.engine.model import SSLModel
-    from scale.run import build_parser, resolve_config
 
-    cfg = resolve_config(build_parser().parse_args(_args(network, epochs, seed, threads)), torch.device("cpu"))
+    cfg = _config(network, epochs, seed, threads)
     return cfg, SSLModel(cfg)
 
 
-def training_states(network: list[str], epochs: int, pairs: int, *, threads: int = 1, seed: int = 0,
+def training_states(network: dict[str, Any], epochs: int, pairs: int, *, threads: int = 1, seed: int = 0,
                     log=print) -> list[State]:
     """``init`` and ``epoch 1 .. epochs`` of one SimSiam run on digits with ``network`` (cached; see the module)."""
-    key = hashlib.sha256(repr((network, epochs, pairs, seed)).encode()).hexdigest()[:16]
+    key = hashlib.sha256(repr((sorted(network.items()), epochs, pairs, seed)).encode()).hexdigest()[:16]
     path = cache_dir() / f"states-{key}.pt"
     if path.is_file():
         log(f"states: cached in {path}")
@@ -89,12 +92,11 @@ def training_states(network: list[str], epochs: int, pairs: int, *, threads: int
     return out
 
 
-def _train(network: list[str], epochs: int, pairs: int, threads: int, seed: int) -> dict:
+def _train(network: dict[str, Any], epochs: int, pairs: int, threads: int, seed: int) -> dict:
     from scale.engine.data import load_dataset
     from scale.engine.hooks import Hook
     from scale.engine.modes import eval_mode
     from scale.engine.train import Trainer
-    from scale.run import build_parser, resolve_config
 
     class Snapshots(Hook):
         def __init__(self):
@@ -130,7 +132,7 @@ def _train(network: list[str], epochs: int, pairs: int, threads: int, seed: int)
             self.keep(f"epoch {state.epoch + 1}", state.model)
 
     torch.set_num_threads(threads)
-    cfg = resolve_config(build_parser().parse_args(_args(network, epochs, seed, threads)), torch.device("cpu"))
+    cfg = _config(network, epochs, seed, threads)
     snaps = Snapshots()
     Trainer(cfg, load_dataset("digits"), torch.device("cpu"), hooks=[snaps], log=None).fit()
     return {"snapshots": snaps.snapshots}

@@ -48,20 +48,12 @@ def processor() -> str:
 
 
 def commit() -> str:
-    """The git commit of the working tree (``+dirty`` when it has changes other than the benchmarks' own
-    result files, which a sequence of benchmarks rewrites as it goes), or ``unknown``."""
-    import subprocess
+    """The git commit of the working tree, as every result of the project records it
+    (``scale.runs.run_report.git_commit``: ``+dirty`` when the code differs from it, the benchmarks' own result
+    files aside), its first 12 digits."""
+    from scale.runs.run_report import git_commit
 
-    try:
-        root = Path(__file__).resolve().parent.parent
-        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                ":(exclude)bench/results"], cwd=root, capture_output=True, text=True,
-                               check=True).stdout.strip()
-        return rev + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    return git_commit(short=True)
 
 
 def run_header(module: str, argv: list[str], threads: int) -> str:

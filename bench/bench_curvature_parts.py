@@ -7,9 +7,9 @@ ends, cold, as the tracker starts them). Then one more cold run with its parts t
 closed-form operators' construction, the float32 products of the recurrence (calls and seconds each), the final
 float64 refinement, the per-step work of the recurrence itself (the tests' extreme Ritz pairs, the
 reorthogonalisation, the rest). Last, the convergence of the block that holds ``lambda_min``: at every test, the
-error of its lowest Ritz value against the exact spectrum (float64 ``eigvalsh`` of every block), beside the
-stopping bound, so that the steps the block needs (its error at the bound asked) and the steps the certified stop
-takes can be read apart.
+error of its lowest Ritz value against the exact spectrum (float64 ``eigvalsh`` of every block), beside its
+residual estimate (the stop) and the let-go's estimate ``r^2 / gap``, so that the steps the block needs (its error at
+the bound asked) and the steps the certified stop takes can be read apart.
 
 With ``--probes K``: the cold exact ends over ``K`` disjoint probes of ``--rows`` rows at every state from epoch 2 on
 (rows ``i rows .. (i + 1) rows - 1`` of one probe of ``K rows`` pairs): their calls, median and most, and how many
@@ -35,7 +35,7 @@ import torch
 from bench._util import interleaved_median, publish, run_header
 
 OUT = Path(__file__).resolve().parent / "results" / "curvature_parts.md"
-BOUND = 1e-8  # the eigenvalue bound asked of the ends, relative to the scale (bench_curvature's)
+BOUND = 1e-8  # the residual bound asked of the ends, relative to the scale (bench_curvature's)
 MAX_PROBE_PAIRS = 256  # --probes: probes x rows at most this many pairs (bench_curvature's largest probe)
 
 
@@ -80,7 +80,8 @@ def timed_parts(spent: Counter, calls: Counter):
 
 
 def trajectory(state, rows: int) -> tuple[list[str], dict]:
-    """The lowest Ritz value's error at every test of the block holding ``lambda_min``, beside the stopping bound."""
+    """The lowest Ritz value's error at every test of the block holding ``lambda_min``, beside its residual (the stop)
+    and the let-go's estimate ``r^2 / gap``."""
     import scale.curvature.blockwise as bw
     from bench._curvature_states import exact_spectrum, probe_rows
     from bench._paper_tracker import OneView
@@ -92,15 +93,15 @@ def trajectory(state, rows: int) -> tuple[list[str], dict]:
     blk = int(eig[:, 0].argmin())
     lam1, lam2 = float(eig[blk, 0]), float(eig[blk, 1])
     seen: list[tuple] = []
-    f, extract, tests = bw._end_bounds, bw._blockwise_result, bw._block_tests
+    f, extract, tests = bw._end_estimates, bw._blockwise_result, bw._block_tests
     in_extraction, step = [], [0]
 
     def tested(alpha, *a):  # the step of each test (tests skip steps while every end is far from the bound)
         step[0] = alpha.shape[1]
         return tests(alpha, *a)
 
-    def logged(theta, r, stop):  # the recurrence's tests only, not the final extraction's
-        out = f(theta, r, stop)
+    def logged(theta, r):  # the recurrence's tests only (the let-go's estimate; the stop is the residual)
+        out = f(theta, r)
         if not in_extraction:
             seen.append((step[0], theta.copy(), r.copy(), out.copy()))
         return out
@@ -108,13 +109,13 @@ def trajectory(state, rows: int) -> tuple[list[str], dict]:
     def extraction(*a, **k):
         in_extraction.append(True)
         return extract(*a, **k)
-    bw._end_bounds, bw._blockwise_result, bw._block_tests = logged, extraction, tested
+    bw._end_estimates, bw._blockwise_result, bw._block_tests = logged, extraction, tested
     try:
         res = blockwise_ends(z1, state.projector, OneView(state.predictor, t2), tol=BOUND, interaction=False)[0]
     finally:
-        bw._end_bounds, bw._blockwise_result, bw._block_tests = f, extract, tests
+        bw._end_estimates, bw._blockwise_result, bw._block_tests = f, extract, tests
     lines = ["| step | error of the lowest Ritz value | residual estimate | r^2 / (lambda_2 - lambda_1), exact gap "
-             "| stopping bound |", "|---|---|---|---|---|"]
+             "| r^2 / gap estimate (the let-go's) |", "|---|---|---|---|---|"]
     for k, (m, theta, r, bound) in enumerate(seen):
         i = int(theta[:, 0].argmin())  # the block with the lowest Ritz value: lambda_min's once it leads
         err, r1 = (float(theta[i, 0]) - lam1) / scale, float(r[i, 0]) / scale

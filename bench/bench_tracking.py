@@ -126,10 +126,10 @@ def cifar_shape_cost(methods: list[str], head: str, batch: int, steps: int, repe
     predictor) on synthetic images: training seconds per image from ``steps`` steps of ``batch``, times
     50,000 images = one epoch; against the seconds of one tracker measurement at that state."""
     from scale.curvature.tracking import HessianTracker
+    from scale.engine.config import TrainConfig
     from scale.engine.data import load_dataset
     from scale.engine.hooks import Hook
     from scale.engine.train import Trainer
-    from scale.run import build_parser, resolve_config
 
     class Keep(Hook):
         def on_epoch_end(self, state):
@@ -137,10 +137,9 @@ def cifar_shape_cost(methods: list[str], head: str, batch: int, steps: int, repe
 
     rows = []
     for method in methods:
-        args = build_parser().parse_args(["synthetic", "--method", method, "--head", head, "--image-size", "32",
-                                          "--backbone-width", "64", "--batch-size", str(batch),
-                                          "--train-subset", str(batch * steps), "--epochs", "1"])
-        cfg = resolve_config(args, torch.device("cpu"))
+        cfg = TrainConfig.resolve("synthetic", method, device="cpu", head=head, image_size=32, backbone_width=64,
+                                  batch_size=batch, train_subset=batch * steps, epochs=1,
+                                  threads=torch.get_num_threads())
         from scale.engine.methods import get as method_record  # the CIFAR head and predictor widths, not synthetic's
         for key in ("head_width", "head_out", "pred_width", "head_bn", "head_out_bn", "head_bias"):
             setattr(cfg, key, method_record(method).recipe[key])

@@ -27,17 +27,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from mini.arrays import namespace
 from mini.invariance import l2_normalize  # u_i = h_i / max(|h_i|, 1e-12), array API
 
 Array = Any  # NumPy, CuPy or torch array, shape (n, k)
 
 COND_FLOOR = 1e-7  # lambda_min clamp of the covariance condition number (E1)
-
-
-def _xp(x: Array):
-    import array_api_compat
-
-    return array_api_compat.array_namespace(x)
 
 
 def _check(H: Array) -> None:
@@ -48,7 +43,7 @@ def _check(H: Array) -> None:
 def representation_std(H: Array) -> float:
     """Mean per-dimension sample std of the L2-normalised rows of ``H`` (n, k): the paper's collapse measure."""
     _check(H)
-    xp = _xp(H)
+    xp = namespace(H)
     return float(xp.mean(xp.std(l2_normalize(H), axis=0, correction=1)))
 
 
@@ -56,7 +51,7 @@ def covariance_spectrum(H: Array) -> tuple[float, float]:
     """``(lambda_min, lambda_max)`` of the sample covariance ``C`` (k, k) of the normalised rows of ``H`` (n, k),
     from the smaller of ``C`` and the Gram matrix (module docstring)."""
     _check(H)
-    xp = _xp(H)
+    xp = namespace(H)
     U = l2_normalize(H)
     Uc = U - xp.mean(U, axis=0, keepdims=True)  # (n, k)
     n, k = Uc.shape

@@ -39,6 +39,7 @@ import autograd.numpy as anp
 import numpy as np
 
 from mini import activations
+from mini.arrays import namespace
 from mini.validation import check_array
 
 Array = Any  # an array of NumPy, autograd's boxes, CuPy or torch
@@ -110,17 +111,11 @@ def parse_head_spec(spec: str | HeadSpec) -> HeadSpec:
 # --------------------------------------------------------------------------------------------
 
 
-def _namespace(x: Array):
-    import array_api_compat
-
-    return array_api_compat.array_namespace(x)
-
-
 def derivatives(activation: str | None, a: Array) -> tuple[Array, Array]:
     """``(s'(a), s''(a))`` elementwise, closed form (``mini.activations``), on any array-API array."""
     entry = activations.get(activation)
     check_array("pre-activations", a)
-    return entry.derivatives(_namespace(a), a)
+    return entry.derivatives(namespace(a), a)
 
 
 def activation_fn(activation: str | None) -> Callable[[Array], Array]:

@@ -42,7 +42,8 @@ import numpy as np
 from autograd import grad, hessian, jacobian
 
 from mini import activations
-from mini.heads import Head, _namespace
+from mini.arrays import device, namespace
+from mini.heads import Head
 from mini.losses import Objective
 from mini.validation import check_array
 
@@ -182,9 +183,7 @@ def decompose_autograd(head: Head, objective: Objective, Z: Array) -> EffectiveH
 
 def _like(xp, value: Array, ref: Array) -> Array:
     """``value`` as an array of ``ref``'s library, dtype and device."""
-    import array_api_compat
-
-    return xp.asarray(value, dtype=ref.dtype, device=array_api_compat.device(ref))
+    return xp.asarray(value, dtype=ref.dtype, device=device(ref))
 
 
 @dataclass(frozen=True)
@@ -204,7 +203,7 @@ def head_derivatives(head: Head, Z: Array) -> HeadDerivatives:
 
     ``Z`` (n, d) of any array-API library; ``ValueError`` on complex, empty or non-finite input."""
     check_array("Z", Z, ndim=2)
-    xp = _namespace(Z)
+    xp = namespace(Z)
     n = Z.shape[0]
     act = activations.get(head.spec.activation)
     W = [_like(xp, layer["W"], Z) for layer in head.layers]
@@ -229,9 +228,9 @@ def head_derivatives(head: Head, Z: Array) -> HeadDerivatives:
 
 def interaction_blocks(der: HeadDerivatives, rho: Array) -> Array:
     """``M_i = sum_l P_l^T diag(g_l * s''(a_l)) P_l`` for every sample: (n, d, d)."""
-    xp = _namespace(rho)
+    xp = namespace(rho)
     n, d = der.J.shape[0], der.J.shape[2]
-    M = xp.zeros((n, d, d), dtype=rho.dtype, device=_device(rho))
+    M = xp.zeros((n, d, d), dtype=rho.dtype, device=device(rho))
     g = rho @ der.W[-1]  # g_{L-1} = W_L^T rho_i, as rows: (n, w_{L-1})
     for l in range(len(der.P) - 1, -1, -1):
         Pl = der.P[l]
@@ -240,19 +239,13 @@ def interaction_blocks(der: HeadDerivatives, rho: Array) -> Array:
     return M
 
 
-def _device(x: Array):
-    import array_api_compat
-
-    return array_api_compat.device(x)
-
-
 def assemble(J: Array, loss_hessian: Array, M_blocks: Array) -> tuple[Array, Array]:
     """Full ``G = J^T (grad^2_H L) J`` and block-diagonal ``M``, both (n*d, n*d).
 
     ``J`` (n, k, d), ``loss_hessian`` (n, k, n, k), ``M_blocks`` (n, d, d); any array-API library.
     ``G[i,a,j,b] = sum_{c,e} J[i,c,a] HL[i,c,j,e] J[j,e,b]`` as two batched matmuls.
     """
-    xp = _namespace(J)
+    xp = namespace(J)
     n, k, d = J.shape
     HLj = xp.reshape(xp.permute_dims(loss_hessian, (2, 0, 1, 3)), (n, n * k, k))  # (j, (i,c), e)
     T = xp.reshape(HLj @ J, (n, n, k, d))  # (j, i, c, b)
@@ -263,15 +256,15 @@ def assemble(J: Array, loss_hessian: Array, M_blocks: Array) -> tuple[Array, Arr
 
 def block_diagonal(blocks: Array) -> Array:
     """``(n, d, d)`` blocks as the ``(n*d, n*d)`` block-diagonal matrix (array API, no item writes)."""
-    xp = _namespace(blocks)
+    xp = namespace(blocks)
     n, d, _ = blocks.shape
-    eye = xp.eye(n, dtype=blocks.dtype, device=_device(blocks))
+    eye = xp.eye(n, dtype=blocks.dtype, device=device(blocks))
     return xp.reshape(blocks[:, :, None, :] * eye[:, None, :, None], (n * d, n * d))
 
 
 def assemble_blocks(J: Array, loss_blocks: Array, M_blocks: Array) -> tuple[Array, Array]:
     """Block-diagonal objectives: ``G_i = J_i^T (grad^2_{h_i} L) J_i`` (n, d, d), then full matrices."""
-    xp = _namespace(J)
+    xp = namespace(J)
     Jt = xp.permute_dims(J, (0, 2, 1))
     G_blocks = Jt @ (loss_blocks @ J)
     G_blocks = 0.5 * (G_blocks + xp.permute_dims(G_blocks, (0, 2, 1)))

@@ -52,21 +52,11 @@ from typing import Any
 
 import numpy as np
 
+from mini.arrays import device, namespace
+
 Array = Any  # NumPy, CuPy or torch array
 
 NORM_EPS = 1e-12  # floor of the L2 norm when normalising features (a zero feature stays zero)
-
-
-def _xp(x: Array):
-    import array_api_compat
-
-    return array_api_compat.array_namespace(x)
-
-
-def _device(x: Array):
-    import array_api_compat
-
-    return array_api_compat.device(x)
 
 
 def _float(x: Array) -> float:
@@ -81,7 +71,7 @@ def _float(x: Array) -> float:
 
 def l2_normalize(X: Array, eps: float = NORM_EPS) -> Array:
     """``x / max(|x|, eps)`` along the last axis, any shape ``(..., dim)``, any array library."""
-    xp = _xp(X)
+    xp = namespace(X)
     norm = xp.sqrt(xp.sum(X * X, axis=-1, keepdims=True))
     return X / xp.clip(norm, min=eps)
 
@@ -93,7 +83,7 @@ def normalized_features(Z: Array, head_fn) -> tuple[Array, Array]:
     a torch module, any callable in ``Z``'s library). Leading axes are flattened for the head and
     restored: ``(n_orbits, n_points, d)`` gives ``(n_orbits, n_points, d)`` and ``(..., k)``.
     """
-    xp = _xp(Z)
+    xp = namespace(Z)
     zn = l2_normalize(Z)
     lead = tuple(Z.shape[:-1])
     H = head_fn(xp.reshape(zn, (-1, Z.shape[-1])))
@@ -120,7 +110,7 @@ class Stat:
 
 def stat(values: Array) -> Stat:
     """``Stat`` of a 1-D array of any library (ddof = 0)."""
-    xp = _xp(values)
+    xp = namespace(values)
     values = xp.reshape(values, (-1,))
     return Stat(_float(xp.mean(values)), _float(xp.std(values)), int(values.shape[0]))
 
@@ -136,7 +126,7 @@ def _check_orbits(F: Array, name: str = "F", min_points: int = 2) -> None:
 def _pairwise_distances(X: Array) -> Array:
     """``|x_p - x_q|`` for ``X`` (..., P, dim) -> (..., P, P); differences, not the Gram trick, so
     that nearly equal points (a compressed orbit) keep their relative precision."""
-    xp = _xp(X)
+    xp = namespace(X)
     diff = X[..., :, None, :] - X[..., None, :, :]  # (..., P, P, dim)
     return xp.sqrt(xp.sum(diff * diff, axis=-1))
 
@@ -144,12 +134,12 @@ def _pairwise_distances(X: Array) -> Array:
 def orbit_centroids(F: Array) -> Array:
     """``c_o`` (n_orbits, dim)."""
     _check_orbits(F, min_points=1)
-    return _xp(F).mean(F, axis=1)
+    return namespace(F).mean(F, axis=1)
 
 
 def orbit_spread(F: Array) -> Array:
     """Per-orbit spread: mean squared distance of the orbit's points to its centroid, (n_orbits,)."""
-    xp = _xp(F)
+    xp = namespace(F)
     _check_orbits(F, min_points=1)
     R = F - xp.mean(F, axis=1, keepdims=True)
     return xp.mean(xp.sum(R * R, axis=-1), axis=1)
@@ -161,16 +151,16 @@ def intra_distance(F: Array) -> Array:
     The diagonal distances are exactly zero, so the sum over all pairs divided by ``P (P - 1)`` is the
     mean over distinct pairs (each unordered pair counted twice, which leaves the mean unchanged).
     """
-    xp = _xp(F)
+    xp = namespace(F)
     _check_orbits(F)
     P = F.shape[1]
     return xp.sum(_pairwise_distances(F), axis=(1, 2)) / (P * (P - 1))
 
 
 def _labels_array(labels: Array, like: Array) -> Array:
-    xp = _xp(like)
-    if not hasattr(labels, "shape") or _xp(labels) is not xp:
-        labels = xp.asarray(np.asarray(labels), device=_device(like))
+    xp = namespace(like)
+    if not hasattr(labels, "shape") or namespace(labels) is not xp:
+        labels = xp.asarray(np.asarray(labels), device=device(like))
     return labels
 
 
@@ -178,7 +168,7 @@ def class_centroids(F: Array, labels: Array) -> tuple[Array, Array]:
     """``(classes, C)``: the sorted distinct labels (n_classes,) and ``C_a`` = mean of all points of
     the orbits of class ``a`` (n_classes, dim) (orbits of one class weigh by their point counts,
     which are equal)."""
-    xp = _xp(F)
+    xp = namespace(F)
     _check_orbits(F, min_points=1)
     labels = _labels_array(labels, F)
     if tuple(labels.shape) != (F.shape[0],):
@@ -192,7 +182,7 @@ def class_centroids(F: Array, labels: Array) -> tuple[Array, Array]:
 def inter_distances(F: Array, labels: Array) -> tuple[Array, Array]:
     """``(D, per_class)``: class-centroid distance matrix (n_classes, n_classes) and, per class,
     ``D_inter(a) = mean_{b != a} |C_a - C_b|`` (n_classes,). Needs at least two classes."""
-    xp = _xp(F)
+    xp = namespace(F)
     _, C = class_centroids(F, labels)
     n_c = C.shape[0]
     if n_c < 2:
@@ -204,7 +194,7 @@ def inter_distances(F: Array, labels: Array) -> tuple[Array, Array]:
 def sweep_curvature(S: Array) -> Array:
     """Per-sweep ``kappa_s = mean_i |r_{i+1} - 2 r_i + r_{i-1}|`` (second differences of the feature
     path ``r`` along an augmentation sweep of ``n_steps >= 3`` equally spaced parameters), (n_sweeps,)."""
-    xp = _xp(S)
+    xp = namespace(S)
     _check_orbits(S, "S", min_points=3)
     d2 = S[:, 2:, :] - 2.0 * S[:, 1:-1, :] + S[:, :-2, :]  # (n_sweeps, n_steps - 2, dim)
     return xp.mean(xp.sqrt(xp.sum(d2 * d2, axis=-1)), axis=1)
@@ -214,7 +204,7 @@ def sweep_step(S: Array) -> Array:
     """Per-sweep mean step length ``mean_i |r_{i+1} - r_i|`` (n_sweeps,): the sweep's own scale. ``kappa`` scales
     with it (doubling every point doubles both), so ``mean kappa / mean step`` is a curvature free of the
     orbit's size (the discrete ``|r''| / |r'|``, the turning per step of a path at constant speed)."""
-    xp = _xp(S)
+    xp = namespace(S)
     _check_orbits(S, "S", min_points=2)
     d1 = S[:, 1:, :] - S[:, :-1, :]  # (n_sweeps, n_steps - 1, dim)
     return xp.mean(xp.sqrt(xp.sum(d1 * d1, axis=-1)), axis=1)
@@ -239,12 +229,12 @@ class OrbitGeometry:
 def orbit_geometry(F: Array, labels: Array, sweep: Array | None = None) -> OrbitGeometry:
     """All E4 metrics of features ``F`` (n_orbits, n_points, dim) with one label per orbit, and the
     curvature of ``sweep`` (n_sweeps, n_steps, dim) when given. Pass normalised features."""
-    xp = _xp(F)
+    xp = namespace(F)
     spread = orbit_spread(F)
     d_intra = intra_distance(F)
     D, per_class = inter_distances(F, labels)
     n_c = D.shape[0]
-    off = 1.0 - xp.eye(n_c, dtype=F.dtype, device=_device(F))
+    off = 1.0 - xp.eye(n_c, dtype=F.dtype, device=device(F))
     n_pairs = n_c * (n_c - 1)
     inter_mean = xp.sum(D * off) / n_pairs
     inter_std = xp.sqrt(xp.sum(((D - inter_mean) * off) ** 2) / n_pairs)
@@ -398,13 +388,13 @@ def group_split(groups: Array, test_fraction: float = 0.3, seed: int = 0) -> tup
 
 
 def _prepare(X: Array, y: Array, train: np.ndarray, test: np.ndarray, n_classes: int | None):
-    xp = _xp(X)
+    xp = namespace(X)
     if len(tuple(X.shape)) != 2:
         raise ValueError(f"probe features must be 2-D (n, dim), got shape {tuple(X.shape)}")
     y = _labels_array(y, X)
     if tuple(y.shape) != (X.shape[0],):
         raise ValueError(f"probe labels must have shape (n,) = ({X.shape[0]},), got {tuple(y.shape)}")
-    dev = _device(X)
+    dev = device(X)
     tr = xp.asarray(np.asarray(train), device=dev)
     te = xp.asarray(np.asarray(test), device=dev)
     if n_classes is None:
@@ -431,14 +421,14 @@ def linear_probe(
     """Closed-form ridge classifier: ``W = (X^T X + ridge * tr(X^T X)/p * I)^{-1} X^T Y`` on
     standardised features with a bias column; prediction ``argmax(X W)``."""
     xp, Xtr, Xte, ytr, yte, Ytr = _prepare(X, y, train, test, n_classes)
-    ones_tr = xp.ones((Xtr.shape[0], 1), dtype=X.dtype, device=_device(X))
-    ones_te = xp.ones((Xte.shape[0], 1), dtype=X.dtype, device=_device(X))
+    ones_tr = xp.ones((Xtr.shape[0], 1), dtype=X.dtype, device=device(X))
+    ones_te = xp.ones((Xte.shape[0], 1), dtype=X.dtype, device=device(X))
     A = xp.concat([Xtr, ones_tr], axis=1)  # (n_tr, p)
     B = xp.concat([Xte, ones_te], axis=1)
     p = A.shape[1]
     gram = xp.permute_dims(A, (1, 0)) @ A
     lam = ridge * _float(xp.linalg.trace(gram)) / p
-    W = xp.linalg.solve(gram + lam * xp.eye(p, dtype=X.dtype, device=_device(X)), xp.permute_dims(A, (1, 0)) @ Ytr)
+    W = xp.linalg.solve(gram + lam * xp.eye(p, dtype=X.dtype, device=device(X)), xp.permute_dims(A, (1, 0)) @ Ytr)
     return ProbeResult("linear", _accuracy(xp, A @ W, ytr), _accuracy(xp, B @ W, yte), Xtr.shape[0], Xte.shape[0])
 
 
@@ -458,7 +448,7 @@ def mlp_probe(
     """2-layer MLP probe ``softmax(W2 relu(W1 x + b1) + b2)``, cross-entropy + ``weight_decay |W|^2 / 2``,
     full-batch Adam (beta 0.9 / 0.999) for ``steps`` steps; gradients written out by hand."""
     xp, Xtr, Xte, ytr, yte, Ytr = _prepare(X, y, train, test, n_classes)
-    dev, dt = _device(X), X.dtype
+    dev, dt = device(X), X.dtype
     n, p = Xtr.shape
     C = Ytr.shape[1]
     rng = np.random.default_rng(seed)

@@ -47,16 +47,11 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-import array_api_compat
-
 from mini import activations
+from mini.arrays import device, namespace
 from mini.heads import Head
 
 Array = Any
-
-
-def _xp(x: Array):
-    return array_api_compat.array_namespace(x)
 
 
 def _rownorm(xp, X: Array) -> Array:
@@ -83,8 +78,8 @@ def normalization_hvp(xp, g: Array, u: Array, r: Array, V: Array) -> Array:
 def _partner_matrix(xp, n: int, like: Array) -> Array:
     """``Pi`` (n, n): ``Pi_ij = 1`` iff ``j = i +- m`` (the other view of the same image)."""
     m = n // 2
-    eye = xp.eye(m, dtype=like.dtype, device=array_api_compat.device(like))
-    zero = xp.zeros((m, m), dtype=like.dtype, device=array_api_compat.device(like))
+    eye = xp.eye(m, dtype=like.dtype, device=device(like))
+    zero = xp.zeros((m, m), dtype=like.dtype, device=device(like))
     return xp.concat([xp.concat([zero, eye], axis=1), xp.concat([eye, zero], axis=1)], axis=0)
 
 
@@ -100,13 +95,13 @@ class NTXentCurvature:
             raise ValueError(f"temperature must be positive, got {temperature!r}")
         if Hb.ndim != 2 or Hb.shape[0] % 2:
             raise ValueError(f"NT-Xent needs Hb of shape (2m, k), rows [view1; view2]; got {tuple(Hb.shape)}")
-        xp = self.xp = _xp(Hb)
+        xp = self.xp = namespace(Hb)
         n = Hb.shape[0]
         self.tau = float(temperature)
         self.r = _rownorm(xp, Hb)  # (n, 1)
         self.U = Hb / self.r
         S = self.U @ _T(xp, self.U) / self.tau
-        off = 1.0 - xp.eye(n, dtype=Hb.dtype, device=array_api_compat.device(Hb))
+        off = 1.0 - xp.eye(n, dtype=Hb.dtype, device=device(Hb))
         E = off * xp.exp(S - 1.0 / self.tau)  # S_ij <= 1/tau: no overflow
         self.P = E / xp.sum(E, axis=1, keepdims=True)  # (n, n), zero diagonal
         A = (self.P - _partner_matrix(xp, n, Hb)) / n
@@ -141,17 +136,17 @@ class NTXentCurvature:
 
 def nt_xent_hessian(Hb: Array, temperature: float = 0.1) -> Array:
     """The dense loss Hessian (n, k, n, k) of NT-Xent at ``Hb``: the HVP of each unit vector."""
-    xp = _xp(Hb)
+    xp = namespace(Hb)
     n, k = Hb.shape
     curv = NTXentCurvature(Hb, temperature)
-    E = xp.reshape(xp.eye(n * k, dtype=Hb.dtype, device=array_api_compat.device(Hb)), (n * k, n, k))
+    E = xp.reshape(xp.eye(n * k, dtype=Hb.dtype, device=device(Hb)), (n * k, n, k))
     cols = xp.reshape(curv.hvp(E), (n, k, n, k))  # cols[j, e] = H e_{je}: (i, c) entries; H is symmetric
     return 0.5 * (cols + xp.permute_dims(cols, (2, 3, 0, 1)))
 
 
 def cosine_gradient(P: Array, T: Array, coef: float) -> tuple[Array, Array, Array, Array]:
     """Per row, ``f_i(p) = coef <t_i/|t_i|, p/|p|>``: returns ``(grad_p f, g, u, r)`` with ``g = coef t^``."""
-    xp = _xp(P)
+    xp = namespace(P)
     g = coef * T / _rownorm(xp, T)
     r = _rownorm(xp, P)
     u = P / r
@@ -160,7 +155,7 @@ def cosine_gradient(P: Array, T: Array, coef: float) -> tuple[Array, Array, Arra
 
 def cosine_hessian_sandwich(K: Array, g: Array, u: Array, r: Array) -> Array:
     """``K_i^T (grad^2_p f_i) K_i`` (n, d, d) for Jacobians ``K`` (n, k, d) (module docstring)."""
-    xp = _xp(K)
+    xp = namespace(K)
     Kt = _T(xp, K)
     a = (Kt @ g[:, :, None])  # (n, d, 1)
     b = (Kt @ u[:, :, None])
@@ -198,7 +193,7 @@ def with_transposes(links: list[Link]) -> list[Link]:
     (torch's MKL on an Intel Xeon: 2.0-2.2x, float32, 8 rows, 512 x 2048 to 2048 x 2048, 1 thread), others faster
     (the same MKL on an AMD EPYC), so a chain that will take many products on few rows may pay one copy of its
     weights for it (1-5 ms a layer): ``scale.curvature.layout`` measures which."""
-    return [Link(L.W, L.b, L.act, _transposed(_xp(L.W), L.W)) for L in links]
+    return [Link(L.W, L.b, L.act, _transposed(namespace(L.W), L.W)) for L in links]
 
 
 def chain_links(head: Head | None, predictor: Head | None, like: Array, compose: bool = True) -> list[Link]:
@@ -208,8 +203,8 @@ def chain_links(head: Head | None, predictor: Head | None, like: Array, compose:
     ``compose=False`` keeps them apart (the head's output a hidden layer with the identity activation, whose
     ``s'' = 0`` adds no curvature): composing costs ``w_p1 k w_L`` multiply-adds once and saves
     ``k (w_L + w_p1) - w_p1 w_L`` per row and pass, so a few products on a few rows are cheaper without it."""
-    xp = _xp(like)
-    dev = array_api_compat.device(like)
+    xp = namespace(like)
+    dev = device(like)
     links: list[Link] = []
     for part in (head, predictor):
         if part is None:
@@ -258,7 +253,7 @@ class ChainForward:
         """Forward mode along ``V`` (..., n, d): the hidden pre-activations' tangents ``P_l v`` (..., n, w_l)
         and the output's ``J v`` (..., n, k); row by row, so a batch of directions is a taller matmul.
         ``layers``: stop after that many hidden layers (no output tangent: ``None``)."""
-        xp = _xp(V)
+        xp = namespace(V)
         T, x = [], V
         if layers == 0:
             return T, None
@@ -277,7 +272,7 @@ class ChainForward:
         pass (``tangents``) and one pullback through the weights, no Jacobian formed. With ``D`` from
         ``backward`` the sum is the chain's own curvature (``M``'s part of eq. (1) for a head, ``upto`` its
         hidden layers); ``top`` (optional) is the curvature at the output (the loss Hessian-vector product)."""
-        xp = _xp(V)
+        xp = namespace(V)
         upto = len(self.s1) if upto is None else upto
         T, jv = self.tangents(V, None if top is not None else upto)  # without ``top`` nothing above ``upto`` counts
         g = None if top is None else top(jv)
@@ -296,13 +291,13 @@ class ChainForward:
     def on_rows(self, idx: Array) -> ChainForward:
         """The same forward pass on the rows ``idx`` alone (every per-row array taken, the links shared): the chain
         acts row by row, so its products on those rows are the full pass's rows, at their cost."""
-        xp = _xp(self.Z)
+        xp = namespace(self.Z)
         return ChainForward(self.links, xp.take(self.Z, idx, axis=0), xp.take(self.out, idx, axis=0),
                             [xp.take(s, idx, axis=0) for s in self.s1], [xp.take(s, idx, axis=0) for s in self.s2])
 
 
 def chain_forward(links: list[Link], Z: Array) -> ChainForward:
-    xp = _xp(Z)
+    xp = namespace(Z)
     x, S1, S2 = Z, [], []
     for l, link in enumerate(links):
         a = x @ _T(xp, link.W)
@@ -347,7 +342,7 @@ def chain_block_chunks(fwd: ChainForward, D: list[Array], n_head: int, *, last_m
     extra passes over (m, d, d) cost more than the matmuls, and the symmetric solvers downstream read one
     triangle).
     """
-    xp = _xp(fwd.Z)
+    xp = namespace(fwd.Z)
     n, d = fwd.Z.shape
     links, S1 = fwd.links, fwd.s1
     width = max(max(link.W.shape) for link in links)
@@ -363,7 +358,7 @@ def chain_block_chunks(fwd: ChainForward, D: list[Array], n_head: int, *, last_m
             if l == len(S1) - 1 and last_mid is not None:
                 dense = last_mid(rows)
                 if l >= n_head:  # both belong to G0: one sandwich
-                    eye = xp.eye(dense.shape[-1], dtype=dense.dtype, device=array_api_compat.device(dense))
+                    eye = xp.eye(dense.shape[-1], dtype=dense.dtype, device=device(dense))
                     dense = dense + eye * D[l][rows][:, None, :]
                     mids = []
                 mids.append((False, _fold(xp, PT, dense) if PT.ndim == 2 else PT @ dense))
@@ -376,7 +371,7 @@ def chain_block_chunks(fwd: ChainForward, D: list[Array], n_head: int, *, last_m
         if n_layers < len(S1):
             X = None
         M, G = (sums[key] if sums[key] is not None else
-                xp.zeros((rows.stop - rows.start, d, d), dtype=fwd.Z.dtype, device=array_api_compat.device(fwd.Z))
+                xp.zeros((rows.stop - rows.start, d, d), dtype=fwd.Z.dtype, device=device(fwd.Z))
                 for key in (True, False))
         yield rows, M, G, X
 
@@ -384,7 +379,7 @@ def chain_block_chunks(fwd: ChainForward, D: list[Array], n_head: int, *, last_m
 def concat_chunks(chunks) -> tuple[Array, ...]:
     """The per-row arrays of a chunk stream (all but ``rows``), concatenated along rows."""
     parts = [c[1:] for c in chunks]
-    xp = _xp(parts[0][0])
+    xp = namespace(parts[0][0])
     return tuple(xp.concat(list(col), axis=0) for col in zip(*parts))
 
 
@@ -403,7 +398,7 @@ def head_jacobian_and_interaction(fwd: ChainForward, rho: Array) -> tuple[Array,
     """A head's ``J`` (n, k, d) and interaction blocks ``M`` (n, d, d) at ``rho = dL/dh`` (n, k), from its
     forward pass ``fwd`` (``chain_forward(chain_links(head, None, Z), Z)``): ``mini.hessian``'s
     ``head_derivatives`` and ``interaction_blocks``, streamed (no (n, w, d) Jacobian of any layer is kept)."""
-    xp = _xp(rho)
+    xp = namespace(rho)
     WT = _transposed(xp, fwd.links[-1].W)  # (w, k)
 
     def chunks():
@@ -434,8 +429,8 @@ class PredictorCosineCurvature:
 
     def __init__(self, head: Head | None, predictor: Head | None, Z: Array, T: Array, coef: float,
                  compose: bool = True):
-        xp = self.xp = _xp(Z)
-        dev = array_api_compat.device(Z)
+        xp = self.xp = namespace(Z)
+        dev = device(Z)
         if head is None and predictor is None:  # p = z: the cosine's own Hessian blocks (one identity link)
             links = [Link(xp.eye(Z.shape[1], dtype=Z.dtype, device=dev), None, None)]
         else:

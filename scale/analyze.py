@@ -85,7 +85,7 @@ from scale.engine.checkpoint import (
     unreadable_reason,
 )
 from scale.engine.config import TrainConfig
-from scale.engine.data import load_dataset
+from scale.engine.data import CIFAR, load_dataset
 from scale.engine.data_errors import DataError
 from scale.engine.dataset import Dataset
 from scale.engine.devices import device_type
@@ -296,7 +296,7 @@ def _load(args: argparse.Namespace, device: torch.device) -> Loaded:
             cfg = replace(cfg, head=args.head)
     try:
         data = load_dataset(dataset, args.data_dir, download=False,
-                            image_size=None if dataset in ("cifar10", "cifar100") else cfg.image_size)
+                            image_size=None if dataset in CIFAR else cfg.image_size)
     except ValueError as exc:
         raise AnalyzeError(str(exc)) from None
     return Loaded(model, cfg, data, Path(args.out) if args.out else out, spec_controls, history, summary)

@@ -68,14 +68,6 @@ class ResultsFileError(ValueError):
     """results.json is not one this study wrote (exit 1)."""
 
 
-def _probe_images_of(command: Any) -> int | None:
-    """``--probe-images`` of a recorded ``python -m scale.e4_study ...`` command line (its default if absent)."""
-    if not isinstance(command, str) or not command.startswith("python -m scale.e4_study"):
-        return None
-    args, _ = build_parser().parse_known_args(command.split()[3:])
-    return args.probe_images
-
-
 def reused_seeds(path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The seeds ``path`` (results.json) holds, each checked against this invocation's plan: its training config
     against ``e3_config`` (``scale.runs.validate.plan_disagreements``) and its ``--probe-images``.
@@ -98,9 +90,9 @@ def reused_seeds(path: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     for s in seeds:
         planned = e3_config(args.dataset, s["seed"], args.epochs).to_dict()
         differ = plan_disagreements(s["config"], planned)
-        measured = s.get("probe_images", _probe_images_of(saved.get("command")))  # older files: their command line
+        measured = s.get("probe_images")  # each seed records its own; one that does not is not known to be this plan's
         if measured != args.probe_images:
-            differ.append(f"probe_images ({measured!r} vs {args.probe_images!r})")
+            differ.append(f"probe_images ({'not recorded' if measured is None else measured} vs {args.probe_images})")
         if differ:
             other.append(f"seed {s['seed']}: {', '.join(differ[:4])}")
     if other:

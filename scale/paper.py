@@ -78,11 +78,12 @@ from scale.experiments.paper import (
 )
 from scale.geometry.measure import EndOfRun
 from scale.grid import units
+from scale.grid.invocation import GridInvocation
 from scale.grid.state import refuse_other_manifest, run_state
 from scale.launch import resources as launch_flags
 from scale.launch.cost import print_cost as launch_cost
 from scale.launch.jobs import check_gpus, launch
-from scale.launch.resources import LaunchError
+from scale.launch.resources import LaunchError, launch_of
 from scale.ledger.plan import CIFAR, Unit, estimate_seconds
 from scale.report import write_report
 from scale.runs.faults import RunError
@@ -119,23 +120,18 @@ def _choices_text() -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def planned_config(run: PlannedRun) -> dict[str, Any]:
-    """The resolved config of the run's settings, as ``python -m scale.run`` resolves them (on a CPU; where it runs
-    is not compared)."""
-    return run.config("cpu").to_dict()
-
-
 def plan_differences(run_dir: Path, run: PlannedRun) -> list[str]:
-    """Where the run saved in ``run_dir`` is not the planned one: its config.json against ``planned_config``
-    (``scale.runs.validate.plan_disagreements``), and for a finished run the end-of-run settings its summary
-    records (the rotation probes' image cap). Empty when it is the plan (or when nothing was saved yet)."""
+    """Where the run saved in ``run_dir`` is not the planned one: its config.json against
+    ``scale.grid.units.planned_config`` (``scale.runs.validate.plan_disagreements``), and for a finished run the
+    end-of-run settings its summary records (the rotation probes' image cap). Empty when it is the plan (or when
+    nothing was saved yet)."""
     if not (run_dir / "config.json").is_file():
         return []
     try:
         saved = read_config_json(run_dir / "config.json")
     except RunError:
         return ["config.json (unreadable)"]
-    differ = plan_disagreements(saved, planned_config(run))
+    differ = plan_disagreements(saved, units.planned_config(run))
     summary = run_dir / "summary.json"
     if summary.is_file():
         try:
@@ -198,35 +194,48 @@ def execute_in_process(run: PlannedRun, home: Path, device: str, threads: int | 
     return 0
 
 
-def record_unit(run: PlannedRun, out: Path, args: argparse.Namespace) -> None:
+def record_unit(run: PlannedRun, inv: GridInvocation) -> None:
     """Once the run is done, its one immutable unit file with its deviations (``scale.grid.units``)."""
-    config = units.plan_dir(out, units.grid_plan(args)) / "runs" / run.name / "config.json"
+    config = inv.home / "runs" / run.name / "config.json"
     if config.is_file():
-        dev = deviations(read.read_json(config), run.paper, args.dataset, run.probe_images)
-        units.record_run(out, run, args, dev)
+        dev = deviations(read.read_json(config), run.paper, inv.dataset, run.probe_images)
+        units.record_run(run, inv, dev)
 
 
-def run_here(runs: list[PlannedRun], out: Path, args: argparse.Namespace) -> int:
+def run_here(runs: list[PlannedRun], inv: GridInvocation) -> int:
     """Each of ``runs`` in this process, one after another; 130 when interrupted (rerun to resume)."""
-    home = units.plan_dir(out, units.grid_plan(args))
+    home = inv.home
     for r in runs:
         t = time.perf_counter()
         try:
-            code = execute_in_process(r, home, args.device, args.threads)
+            code = execute_in_process(r, home, inv.device, inv.threads)
         except KeyboardInterrupt:
             code = 130
         except Exception as exc:  # one broken run must not lose the rest of the grid
             print(f"  {r.name}: failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             code = 1
-        record_unit(r, out, args)
+        record_unit(r, inv)
         seconds = time.perf_counter() - t
-        if not args.as_job:  # concurrent appends are not atomic on network filesystems: a job's time is in its files
+        if not inv.as_job:  # concurrent appends are not atomic on network filesystems: a job's time is in its files
             _log(home, {"name": r.name, "exit_code": code, "seconds": seconds, "time": time.time()})
         print(f"  {r.name}: exit {code}, {seconds:.1f} s", flush=True)
         if code == 130:
             print("scale.paper: interrupted; rerun the same command to resume", file=sys.stderr)
             return 130
     return 0
+
+
+def run_job(inv: GridInvocation) -> int:
+    """A job's function (``scale.launch.jobs.UnitJob``): the invocation's runs and unit files in this process, after
+    the checks a local run makes (no folder a link; no saved run planned otherwise); the views are the collecting
+    invocation's."""
+    units.check_folders(inv.out, inv.plan)
+    runs = inv.chosen(inv.planned())
+    other_plan = refuse_other_plans(inv.home, runs)
+    if other_plan:
+        print(f"scale.paper: error: {other_plan}", file=sys.stderr)
+        return 2
+    return run_here(runs, inv)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -264,6 +273,27 @@ def _parse_experiments(text: str) -> tuple[str, ...]:
     return names
 
 
+def invocation_of(args: argparse.Namespace, raw: list[str]) -> GridInvocation:
+    """The parsed flags as one typed invocation, every value checked; ``ValueError`` (``LaunchError``) with one line
+    naming the bad value and the valid ones."""
+    experiments = _parse_experiments(args.experiments)
+    for key in ("seeds", "epochs", "threads"):
+        v = getattr(args, key)
+        if v is not None and v < 1:
+            raise ValueError(f"--{key} must be a positive integer, got {v}")
+    if args.seeds is not None and args.seeds > MAX_SEEDS:
+        raise ValueError(f"--seeds {args.seeds} is above {MAX_SEEDS}, the most a plan has (1 <= N <= {MAX_SEEDS})")
+    launch_spec = launch_of(vars(args))
+    wanted = tuple(n.strip() for n in args.units.split(",") if n.strip()) if args.units is not None else ()
+    if args.units is not None and not wanted:
+        raise ValueError("--units: no run named (none given) in this plan (--dry-run lists them)")
+    out = Path(args.out or f"paper-{args.dataset}-{args.backbone}{'-quick' if args.quick else ''}")
+    return GridInvocation(out=out, dataset=args.dataset, backbone=args.backbone, quick=args.quick, epochs=args.epochs,
+                          experiments=experiments, seeds=args.seeds, units=wanted, device=args.device,
+                          threads=args.threads, data_dir=args.data_dir, no_report=args.no_report, launch=launch_spec,
+                          as_job=args.as_job, command=" ".join(["python", "-m", "scale.paper", *raw]))
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m scale.paper``; a file it would write through a link or replace without owning it (exit 2), a
     grid file it cannot read (exit 1) or an output it cannot write (exit 4) is one line, never a traceback; so is
@@ -284,43 +314,18 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None = None) -> int:
     raw = list(argv if argv is not None else sys.argv[1:])
     args = build_parser().parse_args(raw)
-    args.raw = raw
-    experiments = _parse_experiments(args.experiments)
-    for key in ("seeds", "epochs", "threads"):
-        v = getattr(args, key)
-        if v is not None and v < 1:
-            print(f"scale.paper: error: --{key} must be a positive integer, got {v}", file=sys.stderr)
-            return 2
-    if args.seeds is not None and args.seeds > MAX_SEEDS:
-        print(f"scale.paper: error: --seeds {args.seeds} is above {MAX_SEEDS}, the most a plan has (1 <= N <= "
-              f"{MAX_SEEDS})", file=sys.stderr)
-        return 2
     try:
-        check_gpus(args.launcher, launch_flags.check(args), args.node_gpus,
-                   device_type(args.device) == "cuda")
-    except LaunchError as exc:
+        inv = invocation_of(args, raw)
+        check_gpus(inv.launch, device_type(inv.device) == "cuda")
+        planned = inv.planned()
+        runs = inv.chosen(planned)
+    except ValueError as exc:  # LaunchError is a ValueError
         print(f"scale.paper: error: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.out or f"paper-{args.dataset}-{args.backbone}{'-quick' if args.quick else ''}")
-    args.out = out
-    planned = plan(args.dataset, args.backbone, args.quick, experiments, args.seeds, args.epochs)
-    if args.data_dir:
-        for r in planned:
-            r.data_dir = args.data_dir
-    runs = planned
-    if args.units:
-        wanted = [n.strip() for n in args.units.split(",") if n.strip()]
-        unknown = [n for n in wanted if n not in {r.name for r in planned}] or ([] if wanted else ["(none given)"])
-        if unknown:
-            print(f"scale.paper: error: --units: no run named {', '.join(unknown)} in this plan (--dry-run lists "
-                  "them)", file=sys.stderr)
-            return 2
-        runs = [r for r in planned if r.name in wanted]
-    pid = units.grid_plan(args)
-    home = units.plan_dir(out, pid)  # everything of this plan but its unit files: other plans share OUT
+    out, pid, home = inv.out, inv.plan, inv.home  # home: everything of this plan but its unit files (OUT shared)
     units.check_folders(out, pid)  # a link at OUT/units, OUT/<plan>, ...: refused before anything is written
     # a job writes no manifest: the invocation that submitted it checked and wrote the plan's
-    other_plan = refuse_other_plans(home, runs) or (None if args.as_job else refuse_other_manifest(home, planned))
+    other_plan = refuse_other_plans(home, runs) or (None if inv.as_job else refuse_other_manifest(home, planned))
     if other_plan:
         print(f"scale.paper: error: {other_plan}", file=sys.stderr)
         return 2
@@ -328,11 +333,11 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"scale.paper: error: {out} holds no grid of this plan ({home / 'manifest.json'}): nothing submitted "
               "there to collect or report", file=sys.stderr)
         return 1
-    if args.as_job:  # one unit of a launch: its run and unit file; the collecting invocation writes the views
-        return run_here(runs, out, args)
+    if inv.as_job:  # one unit of a launch: its run and unit file; the collecting invocation writes the views
+        return run_here(runs, inv)
     if args.report_only:
-        units.collect(runs, out, pid, raw)
-        return _report(home, args)
+        units.collect(runs, inv)
+        return _report(inv)
 
     have, _ = units.find(out, pid, [units.of_run(r) for r in runs])
     states = {r.name: "done" if r.name in have else run_state(home / "runs" / r.name) for r in runs}
@@ -344,65 +349,67 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"scale.paper: {out} also holds a grid of the earlier layout (manifest.json, runs/ at its top): left as "
               f"it is, not read; this plan's runs are in {home}", flush=True)
     disk.make_dirs(home)
+    experiments = inv.experiments
     manifest = {
-        "plan": pid, "command": " ".join(["python", "-m", "scale.paper", *raw]),
-        "dataset": args.dataset, "backbone": args.backbone, "quick": args.quick, "experiments": list(experiments),
-        "quick_settings": QUICK if args.quick else None, "assumptions": {e: ASSUMPTIONS[e] for e in experiments},
+        "plan": pid, "command": inv.command,
+        "dataset": inv.dataset, "backbone": inv.backbone, "quick": inv.quick, "experiments": list(experiments),
+        "quick_settings": QUICK if inv.quick else None, "assumptions": {e: ASSUMPTIONS[e] for e in experiments},
         "paper_settings": {e: PAPER_SETTINGS[e] for e in experiments},
         "paper_choices": {e: paper_choices(e) for e in experiments},
-        "runs": [dict(asdict(r), argv=r.argv) for r in planned],  # argv: each run's command line (and key)
+        "runs": [dict(asdict(r), argv=r.argv) for r in planned],  # argv: each run's command line, for people
+        "key_format": units.KEY_FORMAT,  # its runs keyed by their resolved configs (scale.grid.units)
         "git_commit": git_commit(), "versions": versions(),
     }
     if not args.collect:
         disk.write_json(home / "manifest.json", manifest)
     if args.dry_run:
-        print_cost(runs, states, args)
+        print_cost(runs, states, inv)
         return 0
     t0 = time.perf_counter()
     code = 0
     if args.collect:
         pass
-    elif args.launcher != "local":
+    elif inv.launch.launcher != "local":
         try:
-            launch(args, "scale.paper", raw, [r.name for r in todo], home)  # GPUs checked above
+            launch(inv, run_job, [r.name for r in todo], home)  # GPUs checked above
         except LaunchError as exc:
             print(f"scale.paper: error: {exc}", file=sys.stderr)
             return 2
-        if args.no_wait:
+        if inv.launch.no_wait:
             return 0
     else:
-        code = run_here(todo, out, args)
+        code = run_here(todo, inv)
     if not args.collect:
         wall = time.perf_counter() - t0
         _log(home, {"name": "(grid)", "seconds": wall, "runs_attempted": len(todo), "time": time.time()})
         print(f"scale.paper: {len(todo)} runs attempted in {wall:.1f} s", flush=True)
     for r in runs:  # a run done by a job that died after its summary, before its unit file
-        record_unit(r, out, args)
-    missing = units.collect(runs, out, pid, raw)
-    return code or _report(home, args) or missing
+        record_unit(r, inv)
+    missing = units.collect(runs, inv)
+    return code or _report(inv) or missing
 
 
-def print_cost(runs: list[PlannedRun], states: dict[str, str], args: argparse.Namespace) -> None:
+def print_cost(runs: list[PlannedRun], states: dict[str, str], inv: GridInvocation) -> None:
     """Each run's state and command, then ``scale.launch.cost``'s lines for the runs not done (the ledger's
     per-epoch cost model, ``scale.ledger.plan``, at this grid's epochs)."""
-    device = "cuda" if args.device == "cuda" else "cpu"
+    device = "cuda" if inv.device == "cuda" else "cpu"
     costs, basis = [], "no runs"
     for r in runs:
         print(f"  [{states[r.name]:6s}] {r.name}: python -m scale.run {' '.join(r.argv)}")
         epochs = r.settings.get("epochs", r.paper.get("epochs"))
         unit = Unit(r.name, r.experiment, r.seed, r.dataset, r.backbone, dict(r.settings, epochs=epochs), r.paper)
-        sec, basis = estimate_seconds(unit, args.dataset if args.dataset in CIFAR else "digits", False, device)
+        sec, basis = estimate_seconds(unit, inv.dataset if inv.dataset in CIFAR else "digits", False, device)
         if states[r.name] != "done":
             costs.append((r.name, sec))
-    launch_cost("scale.paper", args.raw, costs, f"scale.ledger.plan's per-epoch cost model at this grid's epochs: "
-                f"{basis}", device, args.launcher, launch_flags.resources(args), args.gpu_name)
+    launch_cost(inv, costs, f"scale.ledger.plan's per-epoch cost model at this grid's epochs: {basis}", device)
 
 
-def _report(home: Path, args: argparse.Namespace) -> int:
+def _report(inv: GridInvocation) -> int:
     """The plan's report.md from its unit files (``scale.report``), unless --no-report."""
-    if not args.no_report and (home / "manifest.json").is_file():
-        print(f"scale.paper: report {write_report(home)}", flush=True)
+    if not inv.no_report and (inv.home / "manifest.json").is_file():
+        print(f"scale.paper: report {write_report(inv.home)}", flush=True)
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

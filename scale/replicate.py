@@ -22,7 +22,8 @@ the report compares them.
 As jobs (``scale.launch``, docs/launch.md): ``--launcher slurm`` submits each unit not stored as one job of a
 Slurm array through submitit (resources from ``--gpus-per-job``, ``--time-min``, ... or ``--resources FILE.toml``),
 ``--launcher local-jobs`` as submitit's local jobs on this machine (one per ``--node-gpus`` device); each job runs
-this command with ``--units NAME`` and writes that unit's file. ``--no-wait`` returns after submitting;
+the ledger's runner with this invocation for its unit alone (``scale.ledger.invocation``) and writes that unit's
+file. ``--no-wait`` returns after submitting;
 ``--collect`` rebuilds the views and names the missing units with the one command that runs only them.
 
 The store (``scale.ledger.store`` over ``scale.units``) uses a unit file only when its content is the unit its name
@@ -55,9 +56,10 @@ from scale.engine.train import Interrupted
 from scale.launch import resources as launch_flags
 from scale.launch.cost import print_cost
 from scale.launch.jobs import check_gpus, job_states, launch, rerun_command
-from scale.launch.resources import LaunchError
+from scale.launch.resources import LaunchError, launch_of
 from scale.ledger import claims, plan, report, runner, store
-from scale.ledger.plan import EXPERIMENTS, QUICK_SEEDS, parse_epochs
+from scale.ledger.invocation import LedgerInvocation, default_seeds
+from scale.ledger.plan import EXPERIMENTS, parse_epochs
 from scale.ledger.store import StoreError
 from scale.ledger.verify import verify
 from scale.units.schema import MAX_SEEDS
@@ -88,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "seeds, bounded intervals, controls, premises and registered rules.")
     p.add_argument("--dataset", default="digits", choices=("digits", "cifar10", "cifar100"),
                    help="default: digits (offline, CPU sizes); cifar10 at the paper's sizes")
-    p.add_argument("--seeds", type=int, default=10, help=f"seeds 0 .. N-1, part of the plan (default 10; --quick 2; "
+    p.add_argument("--seeds", type=int, help=f"seeds 0 .. N-1, part of the plan (default 10; --quick 2; "
                    f"at most {MAX_SEEDS})")
     p.add_argument("--out", default="replication", help="output folder, the ledger's store (default: replication)")
     p.add_argument("--data-dir", help="folder with the CIFAR archive (see scale.run)")
@@ -121,26 +123,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def print_plan(args: argparse.Namespace, settings: dict) -> None:
-    """Every unit of this invocation with its estimated seconds on ``--device``, the totals, and the registration
+def print_plan(inv: LedgerInvocation) -> None:
+    """Every unit of this invocation with its estimated seconds on its device, the totals, and the registration
     the plan would get (its id, rules hash)."""
-    units = runner.share_of(args, runner.settings_units(settings, settings["seeds"], args.experiments))
+    settings = inv.settings()
+    units = runner.share_of(inv, runner.settings_units(settings, settings["seeds"], inv.experiments))
     bases: set[str] = set()
     measured: dict[str, list[float]] = {}
     pid = runner.plan_id(settings)
-    stored, _ = store.load_units(Path(args.out), pid, runner.expected(settings), args.device, args.threads)
+    stored, _ = store.load_units(Path(inv.out), pid, runner.expected(settings), inv.device, inv.threads)
     for rec in stored.values():
         measured.setdefault(rec["experiment"], []).append(float(rec["seconds"]))
-    print(f"scale.replicate: plan {runner.plan_id(settings)} ({args.dataset}, {args.seeds} seeds, "
-          f"{args.device}, {args.threads} thread{'s' * (args.threads != 1)}{', quick' if args.quick else ''}): "
-          f"{len(units)} units; rules hash {claims.rules_hash()}")
+    print(f"scale.replicate: plan {pid} ({inv.dataset}, {inv.seeds} seeds, {inv.device}, {inv.threads} "
+          f"thread{'s' * (inv.threads != 1)}{', quick' if inv.quick else ''}): {len(units)} units; rules hash "
+          f"{claims.rules_hash()}")
     costs = []
     for u in units:
-        sec, basis = plan.estimate_seconds(u, args.dataset, args.quick, args.device, measured)
+        sec, basis = plan.estimate_seconds(u, inv.dataset, inv.quick, inv.device, measured)
         bases.add(basis)
         costs.append((u.name, sec))
-    print_cost("scale.replicate", args.raw, costs, "; ".join(sorted(bases)) or "no units", args.device,
-               args.launcher, launch_flags.resources(args), args.gpu_name)
+    print_cost(inv, costs, "; ".join(sorted(bases)) or "no units", inv.device)
     print(f"rules ({len(claims.CLAIMS)} rows):")
     for c in claims.CLAIMS:
         print(f"  {c.id} [{c.table}] {c.claim}: {c.statistic}; {c.rule.text()}")
@@ -151,9 +153,10 @@ def _fail(msg: str, code: int) -> int:
     return code
 
 
-def report_only(args: argparse.Namespace, settings: dict) -> int:
-    out = Path(args.out)
-    pid = args.plan or runner.plan_id(settings)
+def report_only(inv: LedgerInvocation, plan_name: str | None) -> int:
+    """``--report-only``: the views of the registered plan ``plan_name`` (default: this invocation's)."""
+    out = Path(inv.out)
+    pid = plan_name or runner.plan_id(inv.settings())
     reg = store.registration(out, pid) if out.is_dir() else None
     if reg is None:
         return _fail(f"no registration of plan {pid} in {out}: nothing to report", 1)
@@ -162,9 +165,9 @@ def report_only(args: argparse.Namespace, settings: dict) -> int:
         reg = v1_registration(reg)
         path = report.write(out / "v1-reread", reg, [], units, ignored, store_dir=out)
     else:
-        amends = runner.check_rules(out, pid, reg, args.amend)
+        amends = runner.check_rules(out, pid, reg, inv.amend)
         s = reg["settings"]
-        expected = runner.expected(s, s.get("seeds", args.seeds))  # the plan's seeds (registered since v3)
+        expected = runner.expected(s, s.get("seeds", inv.seeds))  # the plan's seeds (registered since v3)
         units, ignored = store.load_units(out, pid, expected, s["device"], s["threads"])
         if not units:
             return _fail(f"no units of plan {pid} in {out}: nothing to report", 1)
@@ -190,19 +193,20 @@ def v1_registration(reg: dict) -> dict:
             "v1": True}
 
 
-def collect(args: argparse.Namespace, settings: dict) -> int:
+def collect(inv: LedgerInvocation) -> int:
     """The views from the unit files, with the units of this invocation's choice that have none, their jobs'
     states and the one command that runs only them (exit 3), or exit 0 when none is missing."""
-    out, pid = Path(args.out), runner.plan_id(settings)
+    settings = inv.settings()
+    out, pid = Path(inv.out), runner.plan_id(settings)
     reg = store.registration(out, pid) if out.is_dir() else None
     if reg is None:
         return _fail(f"no registration of plan {pid} in {out}: nothing submitted there to collect", 1)
-    amends = runner.check_rules(out, pid, reg, args.amend)
-    units, ignored = store.load_units(out, pid, runner.expected(settings), args.device, args.threads)
-    _, _, todo = runner.chosen_units(args, settings)
+    amends = runner.check_rules(out, pid, reg, inv.amend)
+    units, ignored = store.load_units(out, pid, runner.expected(settings), inv.device, inv.threads)
+    _, _, todo = runner.chosen_units(inv)
     states = job_states(out)
     missing = {u.name: states.get(u.name, "no job recorded") for u in todo}
-    rerun = rerun_command("scale.replicate", args.raw, list(missing)) if missing else None
+    rerun = rerun_command(inv, list(missing)) if missing else None
     path = report.write(out, reg, amends, units, ignored, with_report=bool(units), missing=missing, rerun=rerun)
     for line in ignored:
         print(f"scale.replicate: left out (another plan or key): {line}")
@@ -215,14 +219,14 @@ def collect(args: argparse.Namespace, settings: dict) -> int:
     return 0
 
 
-def launch_units(args: argparse.Namespace, settings: dict, views) -> int:
-    """Register the plan, then submit this invocation's units not stored as jobs (``scale.launch``)."""
-    out = Path(args.out)
-    _, _, todo = runner.chosen_units(args, settings)
-    runner.register(out, settings, args.command, args.amend)
-    views()  # the registration is in results.json before any job runs
-    launch(args, "scale.replicate", args.raw, [u.name for u in todo], out)  # GPUs checked in main
-    return 0 if args.no_wait else collect(args, settings)
+def launch_units(inv: LedgerInvocation) -> int:
+    """Register the plan, then submit this invocation's units not stored as jobs (``scale.launch``), each calling
+    the runner with its unit's invocation."""
+    _, _, todo = runner.chosen_units(inv)
+    runner.register(Path(inv.out), inv.settings(), inv.command, inv.amend)
+    runner.write_views(inv)  # the registration is in results.json before any job runs
+    launch(inv, runner.run, [u.name for u in todo], Path(inv.out))  # GPUs checked in main
+    return 0 if inv.launch.no_wait else collect(inv)
 
 
 def verify_unit(path: str) -> int:
@@ -262,73 +266,68 @@ def _record(path: Path, r: dict) -> str:
     return f"recorded in {written}" if written else f"already recorded at {commit[:12]}"
 
 
+def invocation_of(args: argparse.Namespace, raw: list[str]) -> LedgerInvocation:
+    """The parsed flags as one typed invocation, every value checked; ``ValueError`` (``LaunchError``) with one line
+    naming the bad value and the valid ones."""
+    seeds = args.seeds if args.seeds is not None else default_seeds(args.quick)
+    for key, value in (("seeds", seeds), ("threads", args.threads)):
+        if value < 1:
+            raise ValueError(f"--{key} must be a positive integer, got {value}")
+    if seeds > MAX_SEEDS:
+        raise ValueError(f"--seeds {seeds} is above {MAX_SEEDS}, the most a plan has (seeds 0 .. N-1, 1 <= N <= "
+                         f"{MAX_SEEDS})")
+    if args.amend is not None and not args.amend.strip():
+        raise ValueError("--amend needs a reason: what changed in the rules and why (got a blank one)")
+    if args.repeat < 0 or (args.budget_s is not None and args.budget_s < 0):
+        raise ValueError("--repeat and --budget-s must not be negative")
+    units = tuple(n.strip() for n in args.units.split(",") if n.strip()) if args.units is not None else ()
+    if args.units is not None and not units:
+        raise ValueError("--units: (none given) not a unit of this plan (--dry-run lists them)")
+    return LedgerInvocation(
+        out=Path(args.out), dataset=args.dataset, seeds=seeds, quick=args.quick,
+        epochs=parse_epochs(args.epochs) if args.epochs else None, device=args.device, threads=args.threads,
+        repeat=args.repeat, data_dir=args.data_dir, experiments=parse_experiments(args.experiments), units=units,
+        shard=parse_shard(args.shard), budget_s=args.budget_s, amend=args.amend, launch=launch_of(vars(args)),
+        as_job=args.as_job, command=" ".join(["python -m scale.replicate", *raw]))
+
+
 def main(argv: list[str] | None = None) -> int:
-    raw = argv if argv is not None else sys.argv[1:]
+    raw = list(argv if argv is not None else sys.argv[1:])
     args = build_parser().parse_args(raw)
     if args.verify:
         return verify_unit(args.verify)
-    args.raw = list(raw)
-    args.command = " ".join(["python -m scale.replicate", *raw])
-    if args.quick and "--seeds" not in raw:
-        args.seeds = QUICK_SEEDS
-    for key in ("seeds", "threads"):
-        if getattr(args, key) < 1:
-            return _fail(f"--{key} must be a positive integer, got {getattr(args, key)}", 2)
-    if args.seeds > MAX_SEEDS:
-        return _fail(f"--seeds {args.seeds} is above {MAX_SEEDS}, the most a plan has (seeds 0 .. N-1, 1 <= N <= "
-                     f"{MAX_SEEDS})", 2)
-    if args.amend is not None and not args.amend.strip():
-        return _fail("--amend needs a reason: what changed in the rules and why (got a blank one)", 2)
-    if args.repeat < 0 or (args.budget_s is not None and args.budget_s < 0):
-        return _fail("--repeat and --budget-s must not be negative", 2)
     try:
-        args.shard = parse_shard(args.shard)
-        args.experiments = parse_experiments(args.experiments)
-        args.epochs = parse_epochs(args.epochs) if args.epochs else None
-    except ValueError as exc:
-        return _fail(str(exc), 2)
-    settings = runner.plan_settings(args.dataset, args.quick, args.epochs, args.device, args.threads, args.repeat,
-                                    args.seeds)
-    try:
-        check_gpus(args.launcher, launch_flags.check(args), args.node_gpus, args.device == "cuda")
+        inv = invocation_of(args, raw)
+        check_gpus(inv.launch, inv.device == "cuda")
         if args.dry_run:
-            print_plan(args, settings)
+            print_plan(inv)
             return 0
-    except (LaunchError, StoreError) as exc:
+    except (ValueError, StoreError) as exc:  # LaunchError is a ValueError
         return _fail(str(exc), 2)
-    if args.device == "cuda" and not torch.cuda.is_available():
+    if inv.device == "cuda" and not torch.cuda.is_available():
         return _fail("--device cuda was asked for but CUDA is not available here (--dry-run needs none)", 2)
-    torch.set_num_threads(args.threads)
-    out = Path(args.out)
+    torch.set_num_threads(inv.threads)
+    out = inv.out
     try:
         store.check_folders(out)  # a link at OUT/units, OUT/work, ...: refused before anything is written
         if out.is_dir():
             store.convert_v1(out)  # before anything of this run is written
         if args.report_only:
-            return report_only(args, settings)
+            return report_only(inv, args.plan)
         if args.collect:
-            return collect(args, settings)
-        pid = runner.plan_id(settings)
+            return collect(inv)
+        pid = runner.plan_id(inv.settings())
         if args.register_only:
-            reg = runner.register(out, settings, args.command, args.amend)
+            reg = runner.register(out, inv.settings(), inv.command, inv.amend)
             report.write(out, reg, store.amendments(out, pid), {}, [], with_report=False)
             print(f"scale.replicate: plan {pid} registered in {out / 'registrations'} (rules {reg['rules_hash'][:12]}, "
                   f"code {reg['code_commit']})")
             return 0
-
-        def views(full: bool = False) -> None:
-            reg = store.registration(out, pid)
-            expected = runner.expected(settings)
-            units, ignored = store.load_units(out, pid, expected, args.device, args.threads)
-            report.write(out, reg, store.amendments(out, pid), units, ignored, with_report=full,
-                         planned=len(expected))
-
-        if args.launcher != "local":
-            return launch_units(args, settings, views)
-        runner.run(args, settings, views)
+        if inv.launch.launcher != "local":
+            return launch_units(inv)
+        runner.run(inv)
         if store.registration(out, pid) is None:
             return _fail(f"no units chosen for plan {pid} and none stored: nothing to report", 1)
-        views(full=not args.as_job)  # a job leaves report.md to the invocation that collects
     except (StoreError, LaunchError, disk.NotOurs) as exc:  # NotOurs: a link or a user's file where it writes
         return _fail(str(exc), 2)
     except DataError as exc:

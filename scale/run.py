@@ -34,7 +34,7 @@ from scale.engine.augment import AUGMENT_PATHS, PRESETS
 from scale.engine.backbones import BACKBONES
 from scale.engine.checkpoint import unreadable_reason
 from scale.engine.config import TrainConfig
-from scale.engine.data import DATASETS, FOLDER_PREFIX, load_dataset
+from scale.engine.data import CIFAR, DATASETS, FOLDER_PREFIX, load_dataset
 from scale.engine.data_errors import DataError
 from scale.engine.dataset import Dataset
 from scale.engine.devices import device_type
@@ -46,6 +46,7 @@ from scale.engine.recipes import DATASET_DEFAULTS
 from scale.engine.train import Interrupted, NonFiniteLoss, Trainer
 from scale.geometry.measure import EndOfRun, final_measurement, parse_orbits
 from scale.geometry.probes import KNN_PROTOCOL
+from scale.monitor.online import OnlineKnn
 from scale.runs import budget, faults, rundir, validate
 from scale.runs.config_file import ConfigFileError, read_config_file
 from scale.runs.run_report import (
@@ -269,7 +270,7 @@ def _load_data(cfg: TrainConfig, args: argparse.Namespace):
     torch.set_num_threads(cfg.threads or _TORCH_THREADS)
     try:
         return load_dataset(cfg.dataset, args.data_dir, download=not args.no_download,
-                            image_size=None if cfg.dataset in ("cifar10", "cifar100") else cfg.image_size)
+                            image_size=None if cfg.dataset in CIFAR else cfg.image_size)
     except ValueError as exc:
         raise ArgError(str(exc)) from None
 
@@ -329,56 +330,97 @@ def result_lines(summary: RunSummary, dataset: str) -> list[str]:
     return lines + [f"note: {note}" for note in summary.notes]
 
 
+class EndOfRunDataError(DataError):
+    """The data failed in the end-of-run measurement (training finished; its checkpoint stands)."""
+
+
 def train(cfg: TrainConfig, data: Dataset, run_dir: str | Path | None = None, *,
           device: str | torch.device | None = None, backbone: nn.Module | str | None = None,
           head: nn.Module | str | None = None, predictor: nn.Module | str | None = None, hooks: Sequence[Hook] = (),
           measure: EndOfRun | None = DEFAULT_MEASURE, resume: bool = False, progress: bool = True,
           log: Callable[[str], None] | None = print, tracker: HessianTracker | None = None,
-          overwrite: bool = False, command: str = "scale.train (Python)") -> RunSummary:
-    """One run as ``python -m scale.run`` makes it, with your modules and data: ``Trainer.fit`` (``backbone``,
-    ``head``, ``predictor``: modules or ``module:callable`` specs, recorded in config.json), then the
-    end-of-run measurement (``scale.geometry.measure.EndOfRun``: the headline probe, E4 orbits with the
-    verdict, E3 rotation probes), and in ``run_dir`` the files of a CLI run: config.json, metrics.jsonl,
-    checkpoint.pt, summary.json, report.md, curves.png, orbits.npz. ``python -m scale.analyze``,
-    ``python -m scale.export`` and ``scale.load_run`` read it (with ``--backbone``/``backbone=`` for your
-    own modules). The directory is locked while the run writes and a new run refuses one that holds a run
-    (``resume=True`` continues it from its checkpoint; ``overwrite=True`` deletes a run's files there first, as
+          overwrite: bool = False, command: str = "scale.train (Python)", tensorboard: bool = False,
+          rank: int = 0, world: int = 1, lock: rundir.RunLock | None = None,
+          results: Callable[[str], None] | str | None = "log",
+          on_ready: Callable[[Trainer, list[str]], None] | None = None) -> RunSummary:
+    """One run as ``python -m scale.run`` makes it (its ``main`` parses the flags and calls this), with your
+    modules and data: ``Trainer.fit`` (``backbone``, ``head``, ``predictor``: modules or ``module:callable``
+    specs, recorded in config.json), then the end-of-run measurement (``scale.geometry.measure.EndOfRun``: the
+    headline probe, E4 orbits with the verdict, E3 rotation probes), and in ``run_dir`` the files of a CLI run:
+    config.json, metrics.jsonl, checkpoint.pt, summary.json, report.md, curves.png, orbits.npz. ``python -m
+    scale.analyze``, ``python -m scale.export`` and ``scale.load_run`` read it (with ``--backbone``/``backbone=``
+    for your own modules). The directory is locked while the run writes and a new run refuses one that holds a
+    run (``resume=True`` continues it from its checkpoint; ``overwrite=True`` deletes a run's files there first, as
     ``--overwrite`` does). A non-finite loss or an interruption raises ``NonFiniteLoss`` / ``Interrupted`` after
-    the summary records it. ``progress``: a per-step bar when stderr is a terminal, otherwise one line through
-    ``log`` after the first steps. ``tracker``: a ``HessianTracker``, run as a hook and summarised (E2);
-    ``command``: what the summary records as the run's command. ``cfg``: e.g. ``TrainConfig.resolve``."""
+    the summary records it (``EndOfRunDataError`` when the data fails in the measurement after training).
+    ``progress``: a per-step bar when stderr is a terminal, otherwise one line through ``log`` after the first
+    steps. ``tracker``: a ``HessianTracker``, run as a hook and summarised (E2); ``tensorboard``: the epoch
+    records (the tracker's too) as TensorBoard scalars in ``run_dir``; ``command``: what the summary records as the
+    run's command. ``cfg``: e.g. ``TrainConfig.resolve``.
+
+    Under torchrun (``rank``, ``world``): only rank 0 locks, clears, tracks, logs and records. ``lock``: the run
+    directory's lock when the caller took it already (``--resume`` locks before it reads the saved config).
+    ``results``: where the result lines go (``"log"``: through ``log``); ``on_ready(trainer, notes)``: called once the
+    run stands ready to train (removal applied, checkpoint loaded), with the run directory's notes (a takeover of
+    its lock, what was removed or cleaned)."""
     t_start = time.perf_counter()
     device = torch.device(device if device is not None else cfg.device)
-    budget.check_memory(cfg, device, 1)  # before anything is written
-    lock = rundir.RunLock(run_dir) if run_dir is not None else None
+    budget.check_memory(cfg, device, world)  # before anything is written
+    lead = rank == 0
+    if lock is None and run_dir is not None and lead:
+        lock = rundir.RunLock(run_dir)
     try:
-        removal = rundir.prepare_new(Path(run_dir), overwrite) if run_dir is not None and not resume else None
-        trainer = Trainer(cfg, data, device, run_dir, [*hooks, *([tracker] if tracker else [])], progress, log,
-                          backbone=backbone, head=head, predictor=predictor)
-        if removal is not None:  # the old run's files go once every check of the new run has passed
-            rundir.apply_removal(Path(run_dir), removal)
+        removal = rundir.prepare_new(Path(run_dir), overwrite) if run_dir is not None and not resume and lead \
+            else None
+        extra = [tracker] if tracker is not None else []
+        if tensorboard and lead and run_dir is not None:  # after the tracker: it adds hess_* to the epoch's record
+            extra.append(TensorBoardLog(Path(run_dir), tracker))
+        try:
+            trainer = Trainer(cfg, data, device, run_dir, [*hooks, *extra], progress, log if lead else None,
+                              backbone=backbone, head=head, predictor=predictor)
+        except ValueError as exc:
+            raise ArgError(str(exc)) from None
+        notes = [lock.note if lock is not None else None]
+        if lead and run_dir is not None:  # the old run's files go once every check of the new run has passed
+            notes += [rundir.apply_removal(Path(run_dir), removal) if removal is not None else None,
+                      rundir.clean_temporaries(Path(run_dir))]
         if resume and trainer.checkpoint_path is not None and trainer.checkpoint_path.is_file():
-            trainer.load(trainer.checkpoint_path)
+            try:
+                trainer.load(trainer.checkpoint_path)
+            except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+                raise faults.CorruptFile(f"{trainer.checkpoint_path} does not fit its config "
+                                         f"({unreadable_reason(exc)}); it was left as it is") from None
+        if on_ready is not None:
+            on_ready(trainer, [n for n in notes if n])
         summary = new_summary(trainer, device, command)
         summary.measure = asdict(measure) if measure is not None else None
+        status: str = "finished"
         try:
             trainer.fit()
         except NonFiniteLoss:
-            record_run(trainer, data, summary, "non-finite loss", t_start, measure=None, tracker=tracker)
+            status = "non-finite loss"
             raise
         except Interrupted:
-            record_run(trainer, data, summary, "interrupted", t_start, measure=None)
+            status = "interrupted"
             raise
-        except DataError:
-            record_run(trainer, data, summary, "data error", t_start, measure=None)
+        except DataError:  # a streamed file gone or corrupt since it was listed
+            status = "data error"
             raise
-        record_run(trainer, data, summary, "finished", t_start, measure=measure, log=log, tracker=tracker)
+        finally:
+            if lead and status != "finished":
+                record_run(trainer, data, summary, status, t_start, measure=None, tracker=tracker)
+        if lead:
+            try:
+                record_run(trainer, data, summary, "finished", t_start, measure=measure, log=log, tracker=tracker)
+            except DataError as exc:  # the end-of-run measurement reads a streamed split again
+                raise EndOfRunDataError(str(exc)) from exc
     finally:
         if lock is not None:
             lock.release()
-    for line in result_lines(summary, data.name):
-        if log is not None:
-            log(line)
+    say = log if results == "log" else results
+    if lead and callable(say):
+        for line in result_lines(summary, data.name):
+            say(line)
     return summary
 
 
@@ -409,7 +451,6 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
             print(f"scale.run: error: {exc}", file=sys.stderr)
             return 2
         args = parser.parse_args(argv)
-    t_start = time.perf_counter()
     validate.check_log(args.log)  # before anything is written
     if not 0 < args.ddp_timeout < float("inf"):
         raise faults.ConfigError(f"--ddp-timeout must be a positive number of seconds, got {args.ddp_timeout}")
@@ -421,6 +462,7 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
             print(msg, file=sys.stderr if err else sys.stdout, flush=True)
 
     try:
+        lock = None
         if args.resume:
             run_dir = Path(args.resume)
             rundir.check_resumable(run_dir)
@@ -438,31 +480,11 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
             budget.check_memory(cfg, device, world)  # before the data or the run directory take any memory
             run_dir = _run_dir(args, cfg)
             data = _load_data(cfg, args)  # before the run directory exists: bad data leaves nothing written
-            lock = rundir.RunLock(run_dir) if rank == 0 else None
-            if lock is not None:
-                faults.on_exit(lock.release)
-            # checked now, deleted only once every check of the new run has passed (below)
-            removal = rundir.prepare_new(run_dir, args.overwrite) if rank == 0 else None
             notes = []
         faults.set_run_dir(run_dir)
-        notes += [lock.note if lock else None]
         tracker = None
         if args.track_hessian_every is not None and rank == 0:
             tracker = hessian_tracker(args.track_hessian_every, run_dir, None if args.quiet else print)
-            hooks = [*hooks, tracker]
-        if args.log == "tensorboard" and rank == 0:  # after the tracker: it adds hess_* to the epoch's record
-            hooks = [*hooks, TensorBoardLog(run_dir, tracker)]
-        try:
-            trainer = Trainer(cfg, data, device, run_dir=run_dir, hooks=hooks, progress=not args.quiet,
-                              log=None if args.quiet or rank else print)
-            cfg = trainer.cfg  # with the augmentation path "auto" stood for here (config.json records it)
-        except ValueError as exc:
-            raise ArgError(str(exc)) from None
-        if rank == 0:
-            notes += [None if args.resume else rundir.apply_removal(run_dir, removal),
-                      rundir.clean_temporaries(run_dir)]
-        for note in filter(None, notes):
-            say(f"scale.run: {note}", err=True)
     except ArgError as exc:
         say(f"scale.run: error: {exc}", err=True)
         return 2
@@ -470,53 +492,51 @@ def main(argv: list[str] | None = None, hooks: list[Hook] | tuple[Hook, ...] = (
         say(f"scale.run: data error: {exc}", err=True)
         return 1
 
-    if args.resume:
-        try:
-            trainer.load(run_dir / "checkpoint.pt")
-        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
-            raise faults.CorruptFile(f"{run_dir}/checkpoint.pt does not fit its config ({unreadable_reason(exc)}); it "
-                                     "was left as it is") from None
-        say(f"resuming {run_dir} at epoch {trainer.start_epoch + 1}, step {trainer.start_step + 1}")
-    for note in data.notes:  # what loading left out is said even with --quiet
-        say(f"scale.run: note: {note}", err=True)
-    if rank == 0:
-        if not args.quiet:  # config.json is written by Trainer.fit
+    def ready(trainer: Trainer, dir_notes: list[str]) -> None:
+        """What a run says before it trains: the run directory's notes, the resume point, the data's notes."""
+        for note in [*notes, *dir_notes]:
+            say(f"scale.run: {note}", err=True)
+        if args.resume:
+            say(f"resuming {run_dir} at epoch {trainer.start_epoch + 1}, step {trainer.start_step + 1}")
+        for note in data.notes:  # what loading left out is said even with --quiet
+            say(f"scale.run: note: {note}", err=True)
+        if rank == 0 and not args.quiet:  # config.json is written by Trainer.fit
             print(f"run directory: {run_dir}", flush=True)
-            if not args.resume:
-                print(f"augmentation: {cfg.augment} preset, {cfg.augment_path} path ({trainer.augment_why})",
-                      flush=True)
+            if not args.resume:  # trainer.cfg: with the augmentation path "auto" stood for here
+                print(f"augmentation: {trainer.cfg.augment} preset, {trainer.cfg.augment_path} path "
+                      f"({trainer.augment_why})", flush=True)
             for line in data_notes(data):
                 print(f"data: {line}", flush=True)
 
-    summary = new_summary(trainer, device, command_line())
-    status, code = "finished", 0
+    code = 0
+    log = None if args.quiet else (lambda line: print(line, flush=True))
     try:
-        trainer.fit()
+        if rank == 0 and OnlineKnn.applies(data):  # knn_z and loss_chance in every epoch's record and line
+            hooks = [*hooks, OnlineKnn(data)]
+        summary = train(cfg, data, run_dir, device=device, hooks=hooks, tracker=tracker, resume=bool(args.resume),
+                        overwrite=args.overwrite, progress=not args.quiet, log=log,
+                        measure=EndOfRun(args.orbits, args.probe_images, geometry=not args.no_final_measure),
+                        command=command_line(), tensorboard=args.log == "tensorboard", rank=rank, world=world,
+                        lock=lock, results=lambda line: print(line, flush=True), on_ready=ready)
+        if rank == 0 and not args.quiet:
+            print(f"done in {summary.wall_seconds:.1f} s; report: {run_dir / 'report.md'}", flush=True)
+    except ArgError as exc:
+        say(f"scale.run: error: {exc}", err=True)
+        code = 2
     except NonFiniteLoss as exc:
         say(f"scale.run: stopped: {exc}", err=True)
-        status, code = "non-finite loss", 3
+        code = 3
     except Interrupted as exc:
         say(f"scale.run: {exc} by {signals.received() or 'a stop request'}; checkpoint saved in {run_dir}; "
             f"continue with: python -m scale.run --resume {run_dir}", err=True)
-        status, code = "interrupted", 130
-    except DataError as exc:  # a streamed file gone or corrupt since it was listed
+        code = 130
+    except EndOfRunDataError as exc:
+        say(f"scale.run: data error in the end-of-run measurement: {exc}; {faults.last_checkpoint(run_dir)}",
+            err=True)
+        code = 1
+    except DataError as exc:
         say(f"scale.run: data error: {exc}; {faults.last_checkpoint(run_dir)}", err=True)
-        status, code = "data error", 1
-    if rank == 0:
-        log = None if args.quiet else (lambda line: print(line, flush=True))
-        measure = EndOfRun(args.orbits, args.probe_images, geometry=not args.no_final_measure)
-        summary.measure = asdict(measure)
-        try:
-            record_run(trainer, data, summary, status, t_start, measure=measure, log=log, tracker=tracker)
-        except DataError as exc:  # the end-of-run measurement reads a streamed split again
-            say(f"scale.run: data error in the end-of-run measurement: {exc}; {faults.last_checkpoint(run_dir)}",
-                err=True)
-            code = 1
-        else:
-            for line in result_lines(summary, data.name):
-                print(line, flush=True)
-            if not args.quiet:
-                print(f"done in {summary.wall_seconds:.1f} s; report: {run_dir / 'report.md'}", flush=True)
+        code = 1
     if dist.is_initialized():
         dist.destroy_process_group()
     return code

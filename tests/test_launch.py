@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shlex
 import signal
 import time
@@ -16,7 +17,8 @@ import pytest
 
 from scale import replicate as R
 from scale.launch import jobs as J
-from scale.launch.resources import LaunchError, Resources, without
+from scale.launch.resources import LOCAL, LaunchError, Resources
+from scale.ledger import runner
 
 # Two --quick E1 units (about a second of training each on an idle CPU).
 UNITS = ("E1-linear-bn0-lr0.05-collapsed-s0", "E1-relu2-bn0-lr0.05-collapsed-s0")
@@ -107,36 +109,50 @@ def test_jobs_killed_mid_run_are_named_and_rerun_alone(tmp_path, capsys, monkeyp
     assert R.main([*base, "--units", ",".join(UNITS), "--collect"]) == 0
 
 
-def test_a_job_reruns_its_own_command_on_requeue():
-    """submitit requeues a timed-out or preempted job with what ``checkpoint`` returns: the same command, which
-    resumes from what the unit left."""
-    job = J.CommandJob("scale.replicate", ["--quick", "--units", "X"])
+def _invocation(raw: list[str]):
+    return R.invocation_of(R.build_parser().parse_args(raw), raw)
+
+
+def test_a_job_reruns_its_own_invocation_on_requeue(tmp_path):
+    """submitit requeues a timed-out or preempted job with what ``checkpoint`` returns: the same runner and
+    invocation, which resumes from what the unit left."""
+    job = J.UnitJob(runner.run, _invocation(["--quick", "--out", str(tmp_path)]).for_job("X"))
     again = job.checkpoint()
-    assert again.function is job and (again.function.module, again.function.argv) == (job.module, job.argv)
+    assert again.function is job and (again.function.run, again.function.invocation) == (runner.run, job.invocation)
+    assert pickle.loads(pickle.dumps(job)).invocation == job.invocation  # what submitit's job unpickles
 
 
-def test_job_and_rerun_commands():
+def test_job_and_rerun_invocations_are_rendered_from_the_invocation():
     raw = ["--quick", "--out", "L", "--launcher", "slurm", "--no-wait", "--time-min=30", "--shard", "1/2",
-           "--partition", "gpu"]
-    assert J.job_command("scale.replicate", raw, "E5-depth1-s0") == [
-        "--quick", "--out", "L", "--launcher", "local", "--units", "E5-depth1-s0", "--as-job"]
-    assert J.rerun_command("scale.replicate", raw, ["A", "B"]) == (
-        "python -m scale.replicate --quick --out L --launcher slurm --time-min=30 --partition gpu --units A,B")
-    assert without(["--a", "1", "--b=2", "c"], {"--a": 1, "--b": 1}) == ["c"]
+           "--partition", "gpu", "--budget-s", "60"]
+    inv = _invocation(raw)
+    job = inv.for_job("E5-depth1-s0")
+    assert (job.units, job.shard, job.budget_s, job.launch, job.as_job) == (("E5-depth1-s0",), (0, 1), None,
+                                                                           LOCAL, True)
+    assert job.settings() == inv.settings()  # the same plan
+    assert J.command_line(job).endswith("--units E5-depth1-s0 --as-job")
+    rerun = J.rerun_command(inv, ["A", "B"])
+    assert rerun == ("python -m scale.replicate --dataset digits --seeds 2 --out L --device cpu --threads 1 --quick "
+                     "--units A,B --launcher slurm --time-min 30 --partition gpu")
+    again = _invocation(shlex.split(rerun)[3:])
+    assert again == inv.for_rerun(["A", "B"]) and not again.launch.no_wait
+    for flags in (raw, ["--epochs", "E1=3,E5=2", "--experiments", "E5,E1", "--repeat", "2", "--amend", "a b",
+                        "--launcher", "local-jobs", "--node-gpus", "1,0", "--requeues", "0", "--mem-gb", "2.5"]):
+        one = _invocation(flags)
+        assert _invocation(one.argv()) == one  # the flags it renders parse back to it
 
 
 def test_resources_from_a_recipe_and_flags(tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text('gpus = 1\ncpus-per-job = 2\n')
-    args = R.build_parser().parse_args(["--resources", str(recipe)])
     with pytest.raises(LaunchError, match="unknown key 'cpus-per-job'; valid: gpus, cpus"):
-        R.launch_flags.resources(args)
+        _invocation(["--resources", str(recipe)])
     recipe.write_text('gpus = 1\ncpus = 8\ntime-min = 90\npartition = "a100"\n')
-    args = R.build_parser().parse_args(["--resources", str(recipe), "--time-min", "30"])
-    assert R.launch_flags.resources(args) == Resources(gpus=1, cpus=8, time_min=30, partition="a100")
+    inv = _invocation(["--resources", str(recipe), "--time-min", "30"])
+    assert inv.launch.resources == Resources(gpus=1, cpus=8, time_min=30, partition="a100")
     recipe.write_text("gpus = -1\n")
     with pytest.raises(LaunchError, match="gpus must be at least 0"):
-        R.launch_flags.resources(R.build_parser().parse_args(["--resources", str(recipe)]))
+        _invocation(["--resources", str(recipe)])
 
 
 @pytest.mark.parametrize("flags, says", [
@@ -162,7 +178,8 @@ def test_dry_run_names_the_jobs_and_gpu_hours(capsys, tmp_path):
     said = capsys.readouterr().out
     assert "3 job(s) as one Slurm job array; each: 1 GPU" in said and "GPU-h on H100" in said
     assert "H100: not measured" in said and "will be requeued from its checkpoint" in said
-    assert "--launcher local --units E2-normal-swish2-s0 --as-job" in said
+    job = next(line for line in said.splitlines() if line.startswith("  job E2-normal-swish2-s0: "))
+    assert job.endswith("--units E2-normal-swish2-s0 --as-job") and "--launcher" not in job  # run in the job
     assert not (tmp_path / "L").exists()
 
 
@@ -198,8 +215,8 @@ import time
 from pathlib import Path
 
 
-def main(argv):
-    marker = Path(argv[0])
+def run(marker):
+    marker = Path(marker)
     if not marker.exists():  # the first attempt: outlives its time limit
         marker.write_text("first attempt")
         time.sleep(600)
@@ -211,15 +228,18 @@ def main(argv):
 
 @pytest.mark.slow
 def test_a_timed_out_job_is_requeued_with_its_command(tmp_path, monkeypatch):
-    """submitit's timeout signal (USR2) to a real ``CommandJob``: requeued, its command runs again and finishes.
+    """submitit's timeout signal (USR2) to a real ``UnitJob``: requeued, its runner runs again and finishes.
     (A grid run resumes there from its checkpoint; tests/test_paper_grid.py holds the resume.)"""
     import submitit
 
     (tmp_path / "slow_then_done.py").write_text(SLOW_THEN_DONE)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.syspath_prepend(str(tmp_path))  # the job's function is pickled by reference: importable here too
     ex = submitit.LocalExecutor(folder=tmp_path / "jobs", max_num_timeout=1)
     ex.update_parameters(timeout_min=0.5, signal_delay_s=20)  # USR2 about 10 s after the start
-    job = ex.submit(J.CommandJob("slow_then_done", [str(tmp_path / "marker")]))
+    import slow_then_done
+
+    job = ex.submit(J.UnitJob(slow_then_done.run, str(tmp_path / "marker")))
     t0 = time.monotonic()
     while not job.done() and time.monotonic() - t0 < WAIT_S:
         time.sleep(0.2)
@@ -237,8 +257,25 @@ def test_a_unit_whose_job_has_not_ended_is_not_submitted_again(tmp_path, capsys)
     (out / "launch" / "20260101-000000-1.json").write_text(json.dumps(
         {"launcher": "local-jobs", "engine": "local", "folder": str(out / "jobs"), "jobs": {UNITS[0]: os.getpid()}}))
     assert J.active_units(out) == {UNITS[0]: f"local-jobs job {os.getpid()}: running"}
-    args = R.build_parser().parse_args([*PLAN_FLAGS, "--out", str(out), "--launcher", "local-jobs"])
-    J.launch(args, "scale.replicate", [], [UNITS[0]], out)
+    J.launch(_invocation([*PLAN_FLAGS, "--out", str(out), "--launcher", "local-jobs"]), runner.run, [UNITS[0]], out)
     said = capsys.readouterr().out
     assert f"{UNITS[0]}: not submitted again, its job has not ended" in said and "  submitted " not in said
     assert not (out / "jobs").exists()
+
+
+@pytest.mark.slow
+def test_a_jobs_unit_record_equals_a_local_runs(tmp_path, monkeypatch):
+    """The same --quick unit run in this process (``--launcher local``) and as a LocalExecutor job (a real
+    subprocess calling the runner with the job's invocation): the two unit files hold equal values, timings and
+    provenance aside (``scale.ledger.verify``'s comparison)."""
+    from scale.ledger.verify import differences
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    files = {}
+    for how, flags in (("local", []), ("job", ["--launcher", "local-jobs"])):
+        out = tmp_path / how
+        assert R.main([*PLAN_FLAGS, "--out", str(out), "--units", UNITS[0], *flags]) == 0
+        (path,) = _unit_files(out, UNITS[0])
+        files[how] = json.loads(path.read_text())
+    assert files["local"]["status"] == "finished" and files["local"]["history"]
+    assert differences(files["local"], files["job"]) == []

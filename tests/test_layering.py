@@ -20,8 +20,8 @@ ALLOWED = {  # package -> the scale packages its modules may import (besides its
     "curvature": {"engine"},
     "experiments": {"engine"},  # the paper's experiments as data: what each trains, on a config of the engine
     "geometry": {"engine", "runs", "experiments"},
-    # the replication ledger: the experiments' units, their measurements, verdicts and store; only the command
-    # scale.replicate imports it
+    # the replication ledger: the experiments' units, their measurements, verdicts and store (and the paper's released
+    # arrays re-analysed with its verdicts: ledger/released); the commands scale.replicate and scale.released import it
     "ledger": {"engine", "runs", "curvature", "geometry", "experiments", "launch", "units"},
     "launch": {"engine"},  # units as jobs (submitit), used by the commands and the grid's units
     "analysis": {"engine", "runs", "curvature", "geometry"},  # scale.analyze's measurements, as a library
@@ -29,6 +29,8 @@ ALLOWED = {  # package -> the scale packages its modules may import (besides its
     "grid": {"engine", "runs", "geometry", "launch", "experiments", "units"},
     # one store of unit files for the grid and the ledger: names, keys, schemas, identity checks
     "units": {"engine"},
+    # the monitor of a model trained elsewhere (a Lightning callback, a plain-PyTorch hook) and scale.run's online kNN
+    "monitor": {"engine", "runs", "curvature", "geometry"},
 }
 COMMANDS = {p.stem for p in SCALE.glob("*.py") if p.stem != "__init__"}
 
@@ -53,7 +55,7 @@ def violations(package: str, source: str) -> set[str]:
 def test_the_layout_is_the_documented_one():
     assert {p.name for p in SCALE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == set(ALLOWED)
     assert COMMANDS == {"run", "analyze", "export", "paper", "report", "crosscheck", "pretrained", "e4_study",
-                        "replicate"}
+                        "replicate", "released"}
 
 
 def test_every_import_points_down():

@@ -57,13 +57,17 @@ def test_deviations_are_read_from_the_resolved_config():
                    "probe_images": ["all", 64]}
 
 
-def test_job_command_and_bad_arguments(tmp_path, capsys):
-    from scale.launch.jobs import job_command
-
-    raw = ["--dataset", "digits", "--quick", "--launcher", "slurm", "--node-gpus", "0,1", "--out", "g"]
-    argv = job_command("scale.paper", raw, "E5-depth2-s0")
-    assert _argv_value(argv, "--units") == "E5-depth2-s0" and _argv_value(argv, "--launcher") == "local"
-    assert "--quick" in argv and "--as-job" in argv and "--node-gpus" not in argv
+def test_job_invocation_and_bad_arguments(tmp_path, capsys):
+    """A job's invocation is the grid's, run locally for its run alone; its flags parse back to it."""
+    raw = ["--dataset", "digits", "--quick", "--launcher", "local-jobs", "--node-gpus", "0,1", "--out", "g"]
+    inv = paper.invocation_of(paper.build_parser().parse_args(raw), raw)
+    job = inv.for_job("E5-depth2-s0")
+    assert (job.units, job.launch.launcher, job.as_job, job.quick, job.plan) == (
+        ("E5-depth2-s0",), "local", True, True, inv.plan)
+    argv = job.argv()
+    assert _argv_value(argv, "--units") == "E5-depth2-s0" and "--as-job" in argv and "--node-gpus" not in argv
+    assert paper.invocation_of(paper.build_parser().parse_args(argv), argv) == job
+    assert paper.invocation_of(paper.build_parser().parse_args(inv.argv()), inv.argv()) == inv
     out = str(tmp_path / "g")
     assert paper.main(["--dataset", "digits", "--out", out, "--units", "E9-nothing"]) == 2
     assert "--units: no run named E9-nothing" in capsys.readouterr().err
@@ -275,7 +279,10 @@ def test_grid_run_as_a_job_killed_named_and_rerun(tmp_path, capsys, monkeypatch)
     said = capsys.readouterr().out
     assert f"1 run(s) missing: E3E4-relu2-s0 (local-jobs job {job}: ended)" in said
     rerun = said.split("run only them: ", 1)[1].splitlines()[0]
-    assert rerun.endswith("--launcher local-jobs --no-report --units E3E4-relu2-s0")
+    again = shlex.split(rerun)[3:]  # rendered from the invocation: this plan, that run only, the same launch
+    again_inv = paper.invocation_of(paper.build_parser().parse_args(again), again)
+    assert (again_inv.units, again_inv.launch.launcher, again_inv.no_report, again_inv.plan) == (
+        ("E3E4-relu2-s0",), "local-jobs", True, units.plan_id("synthetic", "resnet18", True, 1))
     assert paper.main(shlex.split(rerun)[3:]) == 0
     said = capsys.readouterr().out
     assert said.count("  submitted ") == 1 and "1 of 1 runs stored" in said

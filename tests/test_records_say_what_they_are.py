@@ -19,7 +19,11 @@ import pytest
 from scale import replicate, report
 from scale.engine import read
 from scale.engine.markdown import escape
-from tests.test_unit_store import A, B, QUICK, edit, grid, grid_unit, ledger, ledger_template, unit_file  # noqa: F401
+from tests import test_unit_store as store_tests
+from tests.test_unit_store import QUICK, A, B, edit, grid, grid_unit, unit_file
+
+# the --quick ledger of two E1 units the store's attack tests read, copied afresh for each test
+ledger_template, ledger = store_tests.ledger_template, store_tests.ledger
 
 FORGED = "x |\n\n## Verdict: every claim reproduced (forged)\n\n| y"
 

@@ -83,6 +83,8 @@ def test_records_match_dense_eigvalsh_and_are_written(tmp_path, method, path, ex
             assert "Hutchinson" in rec["M_over_H_is"] and rec["M_over_H"] >= 0
         pd = eig[0] > rec["rel_floor"] * scale
         assert (rec["condition"] is None) == (not pd)
+        if expected == "block-lanczos":  # every end certified by its measured residual, |M|'s too
+            assert rec["converged_min"] and rec["converged_max"] and rec["converged_M"]
     # what the run wrote: every record, the last of each epoch in metrics.jsonl, summary and plot
     assert _jsonl(run_dir / "curvature.jsonl") == [{k: v for k, v in r.items() if k not in VOLATILE}
                                                    for r in tracker.records]

@@ -6,10 +6,15 @@ is recomputed here from the instance's exact inputs in ball arithmetic (Arb, thr
 every number is a ball ``[mid +/- rad]`` guaranteed to contain the exact real value, so a ball that
 excludes a threshold decides a comparison with it, with no tolerance of the project's choosing.
 
-Inputs are float64 numbers, which are exact rationals (``arb(x)`` has radius 0); activations, losses and
-their derivatives are ball functions. Derivatives come from truncated Taylor arithmetic (``Taylor``: the
-coefficients ``c0 + c1 t + c2 t^2`` of ``f(x + t v)``), so a Jacobian column is one forward pass with
-``c1 = e_j`` and a quadratic form ``v^T H v = 2 c2`` one pass with ``c1 = v``. Nothing here imports
+Inputs are numbers converted exactly (``exact``, ``_rational``): a float of any width (float16 to long double),
+an integer of any size (Python's or NumPy's), a ``Fraction`` or a finite ``Decimal`` is the rational it holds,
+and its ball contains that rational at every precision (radius 0 where the rational is dyadic: every binary
+float and integer); anything else (a bool, a complex, a string, a NaN or infinite ``Decimal``) is ``Refused``,
+never rounded through ``float()`` first (``2^53 + 1`` would read as ``2^53``, ``Decimal("0.1")`` as the float above
+1/10, a long double ``1 + 2^-60`` as 1.0). Activations, losses and their derivatives are ball functions.
+Derivatives come from truncated Taylor arithmetic (``Taylor``: the coefficients ``c0 + c1 t + c2 t^2`` of
+``f(x + t v)``), so a Jacobian column is one forward pass with ``c1 = e_j`` and a quadratic form
+``v^T H v = 2 c2`` one pass with ``c1 = v``. Nothing here imports
 ``mini``'s activation table or Hessian code: the certificate is an independent computation.
 
 Certificates (each ``decide`` raises the working precision, ``PRECISIONS``, until the ball excludes the
@@ -19,7 +24,7 @@ threshold, or fails with ``Undecided`` at the last one):
     lambda_min(A) < t     a Rayleigh quotient ``v^T A v / v^T v`` whose ball lies below t, ``v^T v`` a ball
                           above 0 (``below``)
     lambda_min(A) > t     an LDL^T factorisation of ``A - t I`` with every pivot's ball above 0, ``A``'s
-                          balls symmetric (``above``)
+                          balls symmetric: each off-diagonal pair the same ball (``above``)
     |x| <= b              every ball of |x| at most b, as balls (``bounded``)
     a != 0 (off a kink)   every ball excludes 0 (``off_kinks``)
     x = 0 (an identity)   balls containing 0 at >= ``IDENTITY_BITS`` bits, radius below ``IDENTITY_RADIUS``
@@ -30,7 +35,9 @@ both balls), never of a float read off a ball: ``float(b.upper())`` rounds to ne
 read as ``<= 1``. A NaN or infinite ball decides nothing (its comparisons are false), so every certificate
 fails closed on one; and an input that breaks a certificate's contract (a matrix whose balls are not
 symmetric, ``v^T v`` not above 0, a scale that is not finite and positive, nothing to certify) is
-``Refused``, a kind of ``Undecided``. ``test_certify.py`` feeds each certificate such hostile inputs.
+``Refused``, a kind of ``Undecided``; so is an input or threshold that is not a real number. Thresholds, bounds
+and scales are converted exactly like the inputs, and their balls are taken at each precision.
+``test_certify.py`` feeds each certificate such hostile inputs.
 
 Every certificate issued is logged (``LOG``: the running check, the claim, the bits and the seconds), so
 ``python -m theory_checks.explore`` reports per check how many instances needed one and what they cost.
@@ -43,10 +50,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from flint import arb, arb_mat, ctx
+from flint import arb, arb_mat, ctx, fmpq
 
 PRECISIONS = (128, 256, 512, 1024)  # bits tried in turn; the last is the stated limit
 IDENTITY_BITS = 200  # an identity is decided at this precision or more ...
@@ -108,11 +117,60 @@ def decide(claim: str, attempt: Callable[[], Evidence | None], bits: Sequence[in
     raise Undecided(f"not decided at {bits[-1]} bits: {claim}")
 
 
-def exact(x: float | np.ndarray) -> Any:
-    """A float64 number (or array of them) as exact balls (radius 0): the instance's inputs."""
+Number = float | int | Fraction | Decimal | np.number  # what ``_rational`` converts exactly
+
+
+def _rational(x: Any, what: str = "an input") -> fmpq:
+    """The rational number ``x`` holds, exactly: a binary float of any width (``as_integer_ratio``), an integer of
+    any size, a ``Fraction``, a finite ``Decimal``. ``Refused`` for anything else (a bool is not a number here, a
+    complex has no order) and for a NaN or infinite value, which no rational holds."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, Fraction, Decimal, np.integer, np.floating)):
+        raise Refused(f"{what}: {x!r} ({type(x).__name__}) is not a real number; valid: a float, an int, a Fraction "
+                      "or a finite Decimal")
+    if isinstance(x, (int, np.integer)):
+        return fmpq(int(x))
+    finite = x.is_finite() if isinstance(x, Decimal) else isinstance(x, Fraction) or bool(np.isfinite(x))
+    if not finite:
+        raise Refused(f"{what}: {x!r} is not a finite number")
+    p, q = x.as_integer_ratio()  # exact for every float width, Fraction and Decimal
+    return fmpq(int(p), int(q))
+
+
+def _arb(q: fmpq) -> Ball:
+    """The ball of the rational ``q`` at the working precision: radius 0 when ``q`` is dyadic (its numerator's bits
+    are kept, however many), else Arb's enclosure of ``q``, which contains it."""
+    den = int(q.q)
+    if den & (den - 1) == 0:  # a power of two: exact, at a precision that holds the numerator
+        with precision(max(ctx.prec, int(q.p).bit_length() + 2)):
+            return arb(q)
+    return arb(q)
+
+
+def _ball_of(x: Any, what: str = "an input") -> Ball:
+    """One number as its ball: a float64 directly (exact), anything else through ``_rational``."""
+    if isinstance(x, arb):
+        return x
+    if type(x) in (float, np.float64):
+        return arb(float(x))  # exact: a float64 is a dyadic rational with 53 bits (NaN and inf stay as they are)
+    return _arb(_rational(x, what))
+
+
+def exact(x: Number | np.ndarray | Sequence) -> Any:
+    """A number (or an array of them) as balls holding exactly the number given (radius 0 where it is dyadic: every
+    binary float, every integer; ``_rational``): the instance's inputs. A float64 NaN or infinity stays a NaN or
+    infinite ball (every certificate fails closed on it); a value that is not a real number is ``Refused``."""
     if np.ndim(x) == 0:
-        return arb(float(x))
-    return np.vectorize(lambda v: arb(float(v)), otypes=[object])(np.asarray(x, dtype=float))
+        return _ball_of(x.item() if isinstance(x, np.ndarray) else x)
+    a = np.asarray(x)
+    if a.dtype.kind not in "iufO":
+        raise Refused(f"an input array of dtype {a.dtype} is not of real numbers; valid: integer, float or object")
+    if a.dtype == np.float64:
+        return np.vectorize(lambda v: arb(float(v)), otypes=[object])(a)
+    out = np.empty(a.shape, dtype=object)
+    for idx in np.ndindex(a.shape):
+        v = a[idx]
+        out[idx] = _ball_of(v.item() if a.dtype.kind in "iu" else v)  # NumPy ints as Python ints: no overflow
+    return out
 
 
 def ball_text(b: Ball) -> str:
@@ -140,12 +198,14 @@ def finite(values: Sequence[Ball]) -> bool:
     return all(isinstance(b, arb) and b.is_finite() for b in values)
 
 
-def _exact_bound(x: float, what: str, positive: bool = False) -> Ball:
-    """A float64 threshold as an exact ball; ``Refused`` unless finite (and positive when asked)."""
-    x = float(x)
-    if not np.isfinite(x) or (positive and not x > 0) or (not positive and x < 0):
-        raise Refused(f"{what}: the bound {x!r} is not a finite {'positive' if positive else 'non-negative'} number")
-    return arb(x)
+def _threshold(x: Number, what: str, sign: str | None = None) -> fmpq:
+    """A threshold, bound or scale as the exact rational it holds (``_rational``: never rounded through ``float``);
+    ``Refused`` unless finite, and positive (``sign="positive"``) or non-negative (``"non-negative"``) when asked.
+    The caller takes its ball at each precision (``_arb``): a rational that is not dyadic is enclosed, not read."""
+    q = _rational(x, f"{what}: the bound")
+    if (sign == "positive" and not q > 0) or (sign == "non-negative" and q < 0):
+        raise Refused(f"{what}: the bound {x!r} is not a finite {sign} number")
+    return q
 
 
 # ------------------------------------------------------------------------------------------------
@@ -154,7 +214,7 @@ def _exact_bound(x: float, what: str, positive: bool = False) -> Ball:
 
 
 def _ball(x) -> Ball:
-    return x if isinstance(x, arb) else arb(float(x)) if isinstance(x, (float, np.floating)) else arb(x)
+    return x if isinstance(x, arb) else arb(x) if type(x) in (int, float, np.float64) else _ball_of(x)
 
 
 class Taylor:
@@ -280,12 +340,14 @@ BALL_ACTIVATIONS: dict[str | None, Callable[[Taylor], Taylor]] = {
 
 
 def taylor_array(x: np.ndarray, c1: np.ndarray | None = None) -> np.ndarray:
-    """``x + t c1`` elementwise as an object array of ``Taylor`` (``x``, ``c1`` float64: exact)."""
-    x = np.asarray(x, dtype=float)
-    c1 = np.zeros_like(x) if c1 is None else np.asarray(c1, dtype=float)
-    out = np.empty(x.shape, dtype=object)
-    for idx in np.ndindex(x.shape):
-        out[idx] = Taylor(arb(float(x[idx])), arb(float(c1[idx])))
+    """``x + t c1`` elementwise as an object array of ``Taylor`` (``x``, ``c1`` as ``exact`` balls)."""
+    x0 = np.asarray(exact(x), dtype=object)
+    x1 = np.full(x0.shape, arb(0), dtype=object) if c1 is None else np.asarray(exact(c1), dtype=object)
+    if x1.shape != x0.shape:
+        raise Refused(f"taylor_array: the direction's shape {x1.shape} is not the point's {x0.shape}")
+    out = np.empty(x0.shape, dtype=object)
+    for idx in np.ndindex(x0.shape):
+        out[idx] = Taylor(x0[idx], x1[idx])
     return out
 
 
@@ -313,8 +375,8 @@ def coefficient(y: np.ndarray, order: int) -> np.ndarray:
 
 
 def jacobian(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarray:
-    """``d fn / d x`` (q, p) as balls, one Taylor pass per input coordinate; ``x`` (p,) float64, exact."""
-    x = np.asarray(x, dtype=float)
+    """``d fn / d x`` (q, p) as balls, one Taylor pass per input coordinate; ``x`` (p,) exact (``exact``)."""
+    x = np.asarray(x)
     cols = [coefficient(fn(taylor_array(x, e)), 1).ravel() for e in np.eye(x.size)]
     return np.stack(cols, axis=1)
 
@@ -376,11 +438,12 @@ def rank_at_least(compute: Callable[[], np.ndarray], r: int, what: str) -> Certi
 def vanishes(compute: Callable[[], np.ndarray], scale: float, what: str) -> Certificate:
     """An identity: every ball of ``compute()`` contains 0 with ``|x| <= IDENTITY_RADIUS x scale`` (a ball
     comparison), at ``IDENTITY_BITS`` bits or more (``scale``, the float64 scale of the object, finite and
-    positive). A ball that excludes 0 disproves the identity (``Undecided`` at once); a NaN or infinite ball
-    leaves it undecided."""
-    radius = arb(IDENTITY_RADIUS) * _exact_bound(scale, f"{what} = 0: scale", positive=True)  # exact: 2^-150 x
+    positive, converted exactly: ``_threshold``). A ball that excludes 0 disproves the identity (``Undecided`` at
+    once); a NaN or infinite ball leaves it undecided."""
+    s = _threshold(scale, f"{what} = 0: scale", "positive")
 
     def attempt() -> Evidence | None:
+        radius = arb(IDENTITY_RADIUS) * _arb(s)  # 2^-150 x the scale (exact when the scale is dyadic)
         values = balls(compute())
         if not values:
             raise Refused(f"{what} = 0: no balls to certify")
@@ -399,18 +462,20 @@ def vanishes(compute: Callable[[], np.ndarray], scale: float, what: str) -> Cert
 def bounded(compute: Callable[[], np.ndarray], bound: float, what: str) -> Certificate:
     """``|x| <= bound`` for every ball of ``compute()``, compared as balls (``abs(x) <= bound`` holds for every
     point): a quantity certified small, not zero (an instance built from rounded float64 data, an orthogonal
-    matrix say, is exact only to its rounding). A NaN or infinite ball is never bounded."""
-    b = _exact_bound(bound, f"|{what}|")
+    matrix say, is exact only to its rounding). A NaN or infinite ball is never bounded; ``bound`` is converted
+    exactly (``_threshold``)."""
+    q = _threshold(bound, f"|{what}|", "non-negative")
 
     def attempt() -> Evidence | None:
+        b = _arb(q)
         values = balls(compute())
         if not values:
-            raise Refused(f"|{what}| <= {bound:.2e}: no balls to certify")
+            raise Refused(f"|{what}| <= {float(q):.2e}: no balls to certify")
         if not finite(values) or not all(abs(x) <= b for x in values):
             return None
         return f"|x| <= {max(upper(abs(x)) for x in values):.2e}"
 
-    return decide(f"|{what}| <= {bound:.2e}", attempt)
+    return decide(f"|{what}| <= {float(q):.2e}", attempt)
 
 
 def off_kinks(compute: Callable[[], Sequence[Ball]], what: str) -> Certificate:
@@ -432,17 +497,16 @@ def off_kinks(compute: Callable[[], Sequence[Ball]], what: str) -> Certificate:
 def below(compute: Callable[[], tuple[Ball, Ball]], t: float, what: str) -> Certificate:
     """``lambda_min < t`` by a Rayleigh quotient: ``compute()`` returns ``(v^T A v, v^T v)`` as balls, with
     ``v^T v`` above 0 (``Refused`` otherwise: ``v = 0`` or not a square norm), and the quotient's ball below
-    ``t`` (every point of it)."""
-    if not np.isfinite(t):
-        raise Refused(f"lambda_min({what}) < {t}: the threshold is not finite")
-    t_ball = arb(float(t))  # exact
+    ``t`` (every point of it; ``t`` converted exactly: ``_threshold``)."""
+    tq = _threshold(t, f"lambda_min({what}) < t")
 
     def attempt() -> Evidence | None:
+        t_ball = _arb(tq)
         q, vv = compute()
         if not finite([q, vv]):
             return None
         if vv <= 0:  # every point of it: v = 0, or not a square norm
-            raise Refused(f"lambda_min({what}) < {t:g}: v^T v = {vv} is not positive")
+            raise Refused(f"lambda_min({what}) < {float(tq):g}: v^T v = {vv} is not positive")
         if not vv > 0:
             return None
         rq = q / vv
@@ -450,7 +514,7 @@ def below(compute: Callable[[], tuple[Ball, Ball]], t: float, what: str) -> Cert
             return None
         return f"v^T A v / v^T v = {ball_text(rq)}", rq, ()
 
-    return decide(f"lambda_min({what}) < {t:g}", attempt)
+    return decide(f"lambda_min({what}) < {float(tq):g}", attempt)
 
 
 def ldl_pivots(A: np.ndarray) -> list[Ball]:
@@ -471,37 +535,39 @@ def ldl_pivots(A: np.ndarray) -> list[Ball]:
 
 
 def symmetric_balls(A: np.ndarray, what: str) -> np.ndarray:
-    """``A`` (square, balls) with each off-diagonal pair replaced by the intersection of its two balls (the
-    exact symmetric matrix's entry lies in both); ``Refused`` when a pair's balls are disjoint (``A`` is not
-    symmetric) or ``A`` is not square."""
+    """``A`` (square, balls) checked symmetric as balls: each off-diagonal pair the same ball (midpoint and radius).
+    ``Refused`` otherwise, or when ``A`` is not square. Overlapping balls are not enough: they may enclose a
+    non-symmetric exact matrix (``[0 +/- 1]`` over ``[1.9 +/- 1]`` holds 1 and 2.9), and their intersection holds
+    neither entry. A caller whose exactly symmetric matrix comes out of two computations passes ``(A + A^T) / 2``,
+    which encloses the exact matrix; with equal balls the certificate holds for every matrix they enclose, its
+    symmetric part included (so ``x^T A x > t |x|^2`` even for a non-symmetric one)."""
     A = np.array(A, dtype=object)
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
         raise Refused(f"{what}: not a square matrix (shape {A.shape})")
     for i in range(A.shape[0]):
         for j in range(i):
-            if A[i, j].is_finite() and A[j, i].is_finite() and not A[i, j].overlaps(A[j, i]):
-                raise Refused(f"{what}: not symmetric at ({i}, {j}): {A[i, j]} and {A[j, i]}")
-            if A[i, j].is_finite() and A[j, i].is_finite():
-                A[i, j] = A[j, i] = A[i, j].intersection(A[j, i])
+            a, b = A[i, j], A[j, i]
+            if a.is_finite() and b.is_finite() and not (a.mid() == b.mid() and a.rad() == b.rad()):
+                raise Refused(f"{what}: not symmetric at ({i}, {j}): {a} and {b}")
     return A
 
 
 def above(compute: Callable[[], np.ndarray], t: float, what: str) -> Certificate:
     """``lambda_min(A) > t`` for a symmetric ``A = compute()`` (balls; ``Refused`` when not symmetric): every
-    pivot of ``A - t I = L D L^T`` above 0."""
-    if not np.isfinite(t):
-        raise Refused(f"lambda_min({what}) > {t}: the threshold is not finite")
-    t_ball = arb(float(t))  # exact
+    pivot of ``A - t I = L D L^T`` above 0 (``t`` converted exactly: ``_threshold``)."""
+    tq = _threshold(t, f"lambda_min({what}) > t")
+    claim = f"lambda_min({what}) > {float(tq):g}"
 
     def attempt() -> Evidence | None:
-        A = symmetric_balls(compute(), f"lambda_min({what}) > {t:g}")
+        shift = _arb(tq)
+        A = symmetric_balls(compute(), claim)
         if not finite(balls(A)):
             return None
         for i in range(A.shape[0]):
-            A[i, i] = A[i, i] - t_ball
+            A[i, i] = A[i, i] - shift
         D = ldl_pivots(A)
         if len(D) < A.shape[0] or not all(d > 0 for d in D):
             return None
         return f"LDL^T of A - t I: {len(D)} pivots, the smallest >= {min(lower(d) for d in D):.3e}", D[-1], ()
 
-    return decide(f"lambda_min({what}) > {t:g}", attempt)
+    return decide(claim, attempt)

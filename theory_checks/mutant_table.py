@@ -58,6 +58,7 @@ BOUNDARY = {
 RELU_ANY = f"{T}/test_relu_gap.py::test_interaction_vanishes_for_any_residual"
 FISHER_629 = f"{T}/test_thm5_3_fisher_rank.py::test_pinned_saturated_raw_head_is_decided_by_certificate"
 LANCZOS_CONTRACT = f"{T}/test_lanczos_contract.py::test_converged_means_within_tol_of_the_scale"
+BLOCKWISE_CONTRACT = f"{T}/test_lanczos_contract.py::test_blockwise_converged_means_within_tol_of_the_scale"
 LEDGER_RULES = f"{T}/test_ledger_registration.py::test_every_rule_is_the_registered_one"
 CERT = f"{T}/test_certify.py"
 TWINS = f"{T}/test_certified_twins.py"
@@ -181,7 +182,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("ledger_band_widened", "a registered band of the ledger widened after the fact", (LEDGER_RULES,),
            in_scale.ledger_band_widened),
     Mutant("lanczos_converged_100x", "Lanczos' converged flag on 100 tol while reporting tol", (LANCZOS_CONTRACT,),
-           in_checks.lanczos_converged_loose),
+           in_checks.lanczos_converged_loose(100.0)),
     # Issue 51: certificates that can fail, a symbolic proof of mini's code, budgets no alias can evade.
     Mutant("minor_radius_dropped", "rank certificate on the minor's midpoint (its radius dropped)",
            (f"{CERT}::test_rank_refuses_a_singular_ball_matrix_whose_midpoint_is_not_zero",),
@@ -216,8 +217,11 @@ MUTANTS: tuple[Mutant, ...] = (
            in_checks.structural_zero_10x),
     Mutant("lanczos_roundoff_10x", "Lanczos contract's round-off allowance 10x looser", (LANCZOS_ALLOWANCE,),
            in_checks.lanczos_roundoff_10x),
-    Mutant("lanczos_eigenvalue_bound_10x", "Lanczos' eigenvalue stop r^2 / gap taken 10x optimistic",
-           (LANCZOS_CONTRACT,), in_scale.lanczos_eigenvalue_bound_optimistic),
+    Mutant("lanczos_converged_10x", "Lanczos' residual stop and flag on 10 tol while reporting tol (10x optimistic)",
+           (LANCZOS_CONTRACT,), in_checks.lanczos_converged_loose(10.0)),
+    Mutant("blockwise_converged_on_gap_estimate", "blockwise Lanczos' stop and flag on r^2 / gap, its gap read off "
+           "Ritz values (the estimate, not a bound)", (BLOCKWISE_CONTRACT,),
+           in_scale.blockwise_converged_on_gap_estimate),
     Mutant("M_wrong_sign_symbolic", "mini's M with the wrong sign, against the symbolic proof",
            (f"{SYMBOLIC}::test_equation_1_is_an_identity_of_minis_closed_form_for_every_loss[2]",),
            in_mini.M_wrong_sign),
@@ -237,4 +241,40 @@ MUTANTS: tuple[Mutant, ...] = (
            (f"{T}/test_domains.py::test_torus_strategy_covers_its_domain",), in_checks.torus_domain_narrowed),
     Mutant("ledger_rewritten_consistently", "the ledger's rules and every registration rewritten together",
            (LEDGER_HISTORY,), in_scale.ledger_rewritten_consistently),
+    # Issue 60: exact inputs, non-unit scales and non-dyadic thresholds, pinned twins, the proof over mini's table
+    Mutant("exact_through_float", "exact() of an int past 2^53, an int64 array, a long double rounded by float()",
+           (f"{CERT}::test_exact_holds_the_number_given", f"{CERT}::test_exact_holds_a_long_double_and_an_int64_array"),
+           in_checks.exact_through_float),
+    Mutant("threshold_through_float", "thresholds, bounds and scales rounded by float() (an int, a Decimal)",
+           (f"{CERT}::test_thresholds_are_the_numbers_given",), in_checks.threshold_through_float),
+    Mutant("vanishes_radius_over_scale", "identity certificate's radius 2^-150 divided by the scale, not multiplied",
+           (f"{CERT}::test_vanishes_reads_its_radius_relative_to_a_non_unit_scale",),
+           in_checks.vanishes_radius_over_scale),
+    Mutant("above_threshold_decimal_string", "LDL^T certificate's threshold read through its decimal string",
+           (f"{CERT}::test_above_compares_with_the_float64_threshold_itself_not_its_decimal_reading",),
+           in_checks.above_threshold_decimal_string),
+    Mutant("above_overlap_intersected", "LDL^T certificate intersecting overlapping unequal balls as if symmetric",
+           (f"{CERT}::test_above_refuses_balls_that_overlap_but_differ",), in_checks.above_overlap_intersected),
+    Mutant("twins_tolerance_1000x", "the twins' float64 allowance 4 -> 4000",
+           (f"{TWINS}::test_negative_control_one_entry_three_allowances_off_fails_the_jacobian_twin",),
+           in_checks.twins_tolerance_1000x),
+    Mutant("jacobian_gap_smallest_entry", "the Jacobian twin's gap read from its smallest entry, not its largest",
+           (f"{TWINS}::test_negative_control_one_entry_three_allowances_off_fails_the_jacobian_twin",),
+           in_checks.jacobian_gap_smallest_entry),
+    Mutant("tanh_s2_sign_table", "tanh s'' with its sign flipped, against the proof of mini's table",
+           (f"{SYMBOLIC}::test_every_table_entry_is_its_sympy_expression[tanh]",), in_mini.tanh_s2_sign),
+    Mutant("symbolic_depths_cut", "the symbolic proof's depths cut to (1, 2)",
+           (f"{SYMBOLIC}::test_the_depths_proven_see_the_recursion_through_two_hidden_layers",),
+           in_checks.symbolic_depths_cut),
+    Mutant("symbolic_main_reference_mini", "the main identity checked against mini's own G + M",
+           (f"{SYMBOLIC}::test_equation_1_is_an_identity_of_minis_closed_form_for_every_loss",),
+           in_checks.symbolic_main_reference_mini),
+    Mutant("other_routes_hidden_by_premises", "discards by other routes reported only when no premise discarded",
+           (f"{T}/test_premises.py::test_discards_by_another_route_are_reported_beside_a_premise_s",
+            f"{T}/test_premises.py::test_hook_control_an_aliased_assume_beside_a_premise_is_counted"),
+           in_checks.other_routes_hidden_by_premises),
+    Mutant("anchor_any_registration", "a plan's registration anchored by any earlier one, whatever its rules",
+           (f"{T}/test_ledger_registration.py::"
+            "test_negative_control_a_widened_plan_registered_with_its_units_is_reported",),
+           in_checks.anchor_any_registration),
 )

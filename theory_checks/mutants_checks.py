@@ -68,19 +68,24 @@ def fisher_rank_rtol_loose(mp):
     swap(mp, Inv, "fisher_rank", lambda I, rtol=None: original(I, 1e-4 if rtol is None else rtol))
 
 
-def lanczos_converged_loose(mp):
-    """Lanczos' ``converged`` flag (and its stop) on ``100 tol``, the result still reporting ``tol``."""
-    import dataclasses
+def lanczos_converged_loose(factor: float):
+    """Lanczos' ``converged`` flag (and its stop) on ``factor x tol``, the result still reporting ``tol``: the residual
+    bound taken ``factor`` times optimistic."""
 
-    import scale.curvature.lanczos as Lz
+    def apply(mp):
+        import dataclasses
 
-    original = Lz.lanczos
+        import scale.curvature.lanczos as Lz
 
-    def lanczos(op, k=1, *, tol=None, **kwargs):
-        t = 1e-10 if tol is None else float(tol)
-        return dataclasses.replace(original(op, k, tol=100 * t, **kwargs), tol=t)
+        original = Lz.lanczos
 
-    swap(mp, Lz, "lanczos", lanczos)
+        def lanczos(op, k=1, *, tol=None, **kwargs):
+            t = 1e-10 if tol is None else float(tol)
+            return dataclasses.replace(original(op, k, tol=factor * t, **kwargs), tol=t)
+
+        swap(mp, Lz, "lanczos", lanczos)
+
+    return apply
 
 
 
@@ -96,6 +101,13 @@ raw_assume_alias = edit("theory_checks/test_relu_gap.py", (
 budget_hook_disabled = edit("theory_checks/conftest.py", ("    if over:\n", "    if over and False:\n"))
 # Discards counted from named calls only: the hypothesis-side count ignored.
 discards_counted_by_name = edit(PREMISES, ("    if invalid > by_premises:\n", "    if False:\n"))
+# Other routes' discards reported only when no premise discarded (3 by a premise hide 3 by an aliased assume).
+other_routes_hidden_by_premises = edit(PREMISES, ("    if invalid > by_premises:\n",
+                                                  "    if invalid and not by_premises:\n"))
+# The registration anchored by any earlier registration commit, whatever rules it recorded.
+anchor_any_registration = edit("theory_checks/test_ledger_registration.py", (
+    '        return any(blob_json(repo, b).get("rules_hash") == committed["rules_hash"] for b in c.added.values())',
+    "        return bool(c.added)"))
 # ``premise`` in a pinned ``@example`` assuming (hypothesis then skips the example silently), not failing.
 pinned_example_skipped = edit(PREMISES, ("    if _generated():\n", "    if currently_in_test_context():\n"))
 # The torus of Theorem 5.3 narrowed to d = 3 (so g = 1): nothing is discarded.
@@ -115,6 +127,9 @@ lanczos_roundoff_10x = edit("theory_checks/test_lanczos_contract.py", (
 # The symbolic proof's reference
 # ------------------------------------------------------------------------------------------------
 
+symbolic_depths_cut = edit("theory_checks/test_eq1_symbolic.py", ("DEPTHS = (1, 2, 3)", "DEPTHS = (1, 2)"))
+symbolic_main_reference_mini = edit("theory_checks/test_eq1_symbolic.py", (
+    "    check_identity(depth)\n", '    check_identity(depth, reference="mini")\n'))
 symbolic_reference_tautology = edit("theory_checks/test_eq1_symbolic.py", (
     '        H_ref = reference_hessian(head, objective, Z) if reference == "sympy" else sp.Matrix(dec.G + dec.M)',
     "        H_ref = sp.Matrix(dec.G + dec.M)"))
@@ -139,8 +154,7 @@ off_kinks_vacuous = edit(CERTIFY, (
 above_last_pivot_unchecked = edit(CERTIFY, (
     "        if len(D) < A.shape[0] or not all(d > 0 for d in D):", "        if len(D) < A.shape[0]:"))
 above_lower_triangle_only = edit(CERTIFY, (
-    '        A = symmetric_balls(compute(), f"lambda_min({what}) > {t:g}")',
-    "        A = np.array(compute(), dtype=object)"))
+    "        A = symmetric_balls(compute(), claim)", "        A = np.array(compute(), dtype=object)"))
 bounded_rounded_to_nearest = edit(CERTIFY, (
     "        if not finite(values) or not all(abs(x) <= b for x in values):",
     "        if not finite(values) or not all(upper(abs(x)) <= bound for x in values):"))
@@ -152,6 +166,26 @@ vanishes_max_drops_nan = edit(CERTIFY, ("        if not finite(values):\n       
                               ("        if not all(abs(b) <= radius for b in values):",
                                "        if max(upper(abs(b)) for b in values) > float(radius):"))
 vanishes_scale_unchecked = edit(CERTIFY, (
-    '    radius = arb(IDENTITY_RADIUS) * _exact_bound(scale, f"{what} = 0: scale", positive=True)',
-    "    radius = IDENTITY_RADIUS * scale"), ("        if not all(abs(b) <= radius for b in values):",
-                                              "        if any(upper(abs(b)) > radius for b in values):"))
+    '    s = _threshold(scale, f"{what} = 0: scale", "positive")', "    s = scale"), (
+    "        radius = arb(IDENTITY_RADIUS) * _arb(s)", "        radius = IDENTITY_RADIUS * s"), (
+    "        if not all(abs(b) <= radius for b in values):", "        if any(upper(abs(b)) > radius for b in values):"))
+
+# Issue 60: inputs that are not float64, scales and thresholds that are not 1 or dyadic, overlapping balls
+exact_through_float = edit(CERTIFY, (
+    "        return _ball_of(x.item() if isinstance(x, np.ndarray) else x)", "        return arb(float(x))"), (
+    "    a = np.asarray(x)\n", "    a = np.asarray(x, dtype=float)\n"))
+threshold_through_float = edit(CERTIFY, (
+    '    q = _rational(x, f"{what}: the bound")', '    q = _rational(float(x), f"{what}: the bound")'))
+vanishes_radius_over_scale = edit(CERTIFY, (
+    "        radius = arb(IDENTITY_RADIUS) * _arb(s)", "        radius = arb(IDENTITY_RADIUS) / _arb(s)"))
+above_threshold_decimal_string = edit(CERTIFY, ("        shift = _arb(tq)", "        shift = arb(repr(float(tq)))"))
+above_overlap_intersected = edit(CERTIFY, (
+    "            if a.is_finite() and b.is_finite() and not (a.mid() == b.mid() and a.rad() == b.rad()):",
+    "            if a.is_finite() and b.is_finite() and not a.overlaps(b):"), (
+    '                raise Refused(f"{what}: not symmetric at ({i}, {j}): {a} and {b}")\n',
+    '                raise Refused(f"{what}: not symmetric at ({i}, {j}): {a} and {b}")\n'
+    "            if a.is_finite() and b.is_finite():\n                A[i, j] = A[j, i] = a.intersection(b)\n"))
+twins_tolerance_1000x = edit("theory_checks/test_certified_twins.py", (
+    "FLOAT64_ERROR = 4.0  #", "FLOAT64_ERROR = 4000.0  #"))
+jacobian_gap_smallest_entry = edit("theory_checks/test_certified_twins.py", (
+    "np.abs(certify.midpoints(J_ball) - J).max()", "np.abs(certify.midpoints(J_ball) - J).min()"))

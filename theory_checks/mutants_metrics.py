@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mini.arrays import namespace
 from theory_checks.mutation import swap, wrap
 
 
@@ -13,7 +14,7 @@ def spread_about_origin(mp):
     """Orbit spread as the mean squared norm (about the origin, not the orbit's centroid)."""
     import mini.invariance as Inv
 
-    swap(mp, Inv, "orbit_spread", lambda F: Inv._xp(F).mean(Inv._xp(F).sum(F * F, axis=-1), axis=1))
+    swap(mp, Inv, "orbit_spread", lambda F: namespace(F).mean(namespace(F).sum(F * F, axis=-1), axis=1))
 
 
 def d_intra_with_diagonal(mp):
@@ -32,7 +33,7 @@ def class_centroid_sum(mp):
             classes, C = f(F, labels)
             lab = np.asarray(labels).reshape(-1)
             counts = np.array([np.sum(lab == c) for c in np.asarray(classes)], dtype=float)[:, None]
-            return classes, C * Inv._xp(C).asarray(counts, dtype=C.dtype)
+            return classes, C * namespace(C).asarray(counts, dtype=C.dtype)
 
         return class_centroids
 
@@ -80,7 +81,7 @@ def kappa_first_difference(mp):
     import mini.invariance as Inv
 
     def sweep_curvature(S):
-        xp = Inv._xp(S)
+        xp = namespace(S)
         d1 = S[:, 1:, :] - S[:, :-1, :]
         return xp.mean(xp.sqrt(xp.sum(d1 * d1, axis=-1)), axis=1)
 
@@ -99,7 +100,7 @@ def std_population(mp):
     import mini.collapse_metrics as CM
 
     def representation_std(H):
-        xp = CM._xp(H)
+        xp = namespace(H)
         return float(xp.mean(xp.std(CM.l2_normalize(H), axis=0, correction=0)))
 
     swap(mp, CM, "representation_std", representation_std)
@@ -110,7 +111,7 @@ def std_unnormalised(mp):
     import mini.collapse_metrics as CM
 
     def representation_std(H):
-        xp = CM._xp(H)
+        xp = namespace(H)
         return float(xp.mean(xp.std(H, axis=0, correction=1)))
 
     swap(mp, CM, "representation_std", representation_std)
@@ -137,7 +138,7 @@ def head_on_raw_z(mp):
     import mini.invariance as Inv
 
     def normalized_features(Z, head_fn):
-        xp = Inv._xp(Z)
+        xp = namespace(Z)
         H = head_fn(xp.reshape(Z, (-1, Z.shape[-1])))
         return Inv.l2_normalize(Z), Inv.l2_normalize(xp.reshape(H, (*Z.shape[:-1], H.shape[-1])))
 

@@ -80,6 +80,11 @@ def tanh_s2_factor(mp):
     patch_activation(mp, "tanh", lambda a, s1, s2: (s1, 0.5 * s2))
 
 
+def tanh_s2_sign(mp):
+    """tanh ``s''`` with its sign flipped: ``+2 t (1 - t^2)``."""
+    patch_activation(mp, "tanh", lambda a, s1, s2: (s1, -s2))
+
+
 def softplus_s1_shift(mp):
     """Softplus ``s'`` evaluated as ``sigma(-a)`` (a sign slip in the logistic)."""
     patch_activation(mp, "softplus", lambda a, s1, s2: (1.0 - s1, s2))

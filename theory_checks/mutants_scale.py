@@ -130,21 +130,9 @@ def ledger_rewritten_consistently(mp):
     mp.setattr(Path, "read_text", rewritten)
 
 
-def lanczos_eigenvalue_bound_optimistic(mp):
-    """The eigenvalue stop's bound ``r^2 / gap`` taken 10x optimistic (in the stop and in the flag)."""
-    import dataclasses
+def blockwise_converged_on_gap_estimate(mp):
+    """``blockwise_lanczos``'s stop and ``converged`` on the estimate ``r^2 / gap`` (its gap read off the block's Ritz
+    values, not a bound: an unresolved eigenvalue can sit inside it), as before 2026-12-06."""
+    import scale.curvature.blockwise as B
 
-    import scale.curvature.lanczos as Lz
-
-    def error_bound(f):
-        return lambda theta, r, k, stop: f(theta, r, k, stop) / (10.0 if stop == "eigenvalue" else 1.0)
-
-    def ritz_pairs(f):
-        def optimistic(op, Q, alpha, beta, m, b, k, tol, stop, *rest):
-            result = f(op, Q, alpha, beta, m, b, k, 10.0 * tol if stop == "eigenvalue" else tol, stop, *rest)
-            return dataclasses.replace(result, tol=tol)
-
-        return optimistic
-
-    wrap(mp, Lz, "_error_bound", error_bound)
-    wrap(mp, Lz, "_ritz_pairs", ritz_pairs)
+    swap(mp, B, "_certificates", B._end_estimates)

@@ -21,8 +21,11 @@ p) eps F`` (``F`` the size of the products ``J`` is summed from, ``|J|_2`` for a
 ``eps F``), and an ``r x r`` minor to ``r delta (|A|_2 + delta)^(r - 1) + FLOAT64_ERROR r eps |A|_2^r`` (the
 determinant's change under an entrywise error ``delta`` of its ``r x r`` matrix ``A``, plus LU's rounding).
 
-Negative control: the Taylor chain rule with the ``1/2`` of ``f'' c1^2`` lost gives a ball form that still
-certifies ``lambda_min < 0`` at the gelu2 state, and is far outside its twin.
+Negative controls: the Taylor chain rule with the ``1/2`` of ``f'' c1^2`` lost gives a ball form that still
+certifies ``lambda_min < 0`` at the gelu2 state, and is far outside its twin. The allowance is pinned: a ball
+Jacobian with one entry (its smallest) off by ``PAST_ERROR`` of the allowance's unit, three of today's allowances
+as a number, fails its twin, which a 10x looser ``FLOAT64_ERROR`` would pass, and so would a gap read from the
+smallest entry's error instead of the largest.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 import pytest
 from autograd import jacobian
 from certified_claims import GAP_CLAIMS, SMOOTH_CLAIMS, ball_loss, negative_curvature, tour_state
+from flint import arb
 from test_thm4_1_collapse import saturated_gelu_state
 from test_thm5_3_fisher_rank import (
     PINNED_DEGENERATE_ORBIT,
@@ -45,6 +49,7 @@ from test_thm5_3_fisher_rank import (
 from mini.hessian import decompose_closed_form, effective_hessian, head_derivatives, head_jacobian_autograd
 
 FLOAT64_ERROR = 4.0  # float64's error on a value summed from N terms: at most FLOAT64_ERROR N eps of their scale
+PAST_ERROR = 12.0  # three of today's allowances (3 x FLOAT64_ERROR), as a number: it pins the allowance
 EPS = float(np.finfo(float).eps)
 BITS = certify.PRECISIONS[0]
 
@@ -112,6 +117,21 @@ def test_ball_jacobian_of_the_tour_heads_is_minis(spec: str) -> None:
     for J in (np.asarray(head_derivatives(head, Z).J[0]), head_jacobian_autograd(head, Z[0])):
         gap, tolerance = jacobian_gap(J_ball, J, float(np.linalg.norm(J, 2)))
         assert gap <= tolerance, f"{spec}: the ball Jacobian differs from mini's by {gap:.2e} > {tolerance:.2e}"
+
+
+def test_negative_control_one_entry_three_allowances_off_fails_the_jacobian_twin() -> None:
+    """The gelu2 tour head's Jacobian as exact balls, its smallest entry moved by ``PAST_ERROR (q + p) eps |J|_2``:
+    the twin fails (the gap is the largest entry's error). Unmoved, it holds."""
+    assert FLOAT64_ERROR < PAST_ERROR <= 10 * FLOAT64_ERROR, f"{PAST_ERROR} is not within 10x the allowance"
+    head, _, Z, _ = tour_state("gelu2")
+    J = np.asarray(head_derivatives(head, Z).J[0])
+    scale = float(np.linalg.norm(J, 2))
+    J_ball = certify.exact(J)
+    assert jacobian_gap(J_ball, J, scale)[0] == 0.0
+    i, j = np.unravel_index(np.argmin(np.abs(J)), J.shape)
+    J_ball[i, j] = J_ball[i, j] + arb(PAST_ERROR * sum(J.shape) * EPS * scale)
+    gap, tolerance = jacobian_gap(J_ball, J, scale)
+    assert gap > tolerance, f"an entry {PAST_ERROR:g} allowances off passed its twin: {gap:.2e} <= {tolerance:.2e}"
 
 
 def pinned_models() -> list[tuple[str, Model, np.ndarray]]:

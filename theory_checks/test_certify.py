@@ -17,16 +17,27 @@ to the stated limit decides it) or ``Refused`` (the input breaks the certificate
     vanishes        a NaN ball (it "contains 0"), an infinite ball, a NaN / infinite / zero scale, a ball
                     that excludes 0, a ball of 0 too wide for the scale
     off_kinks       a pre-activation ball that contains 0, a NaN
+    inputs          every number that is not a float64 (a Python int past 2^53, an int64 array, a long double, a
+                    ``Fraction``, a ``Decimal``) held exactly by ``exact`` and by every threshold, bound and scale
+                    (each probe a claim that a rounding ``float()`` would certify falsely); a bool, a complex, a
+                    string, a NaN or infinite ``Decimal`` refused by every primitive
+    scales          ``vanishes`` at scales 2^-100 and 2^100 (a radius divided by the scale, not multiplied, flips both)
+    thresholds      ``above`` at a non-dyadic threshold (float64's 0.1 is not 1/10: a decimal string would read it
+                    as 1/10 and certify ``0.1 > 0.1``)
+    symmetry        ``above`` on balls that overlap but differ (they can hold a non-symmetric matrix): refused
 
 Every threshold is an exact ball (a float64 is a rational); nothing here has a tolerance.
 """
 
 from __future__ import annotations
 
+from decimal import Decimal
+from fractions import Fraction
+
 import certify
 import numpy as np
 import pytest
-from flint import arb, arb_mat, ctx
+from flint import arb, arb_mat, ctx, fmpq
 
 NAN, INF = arb("nan"), arb("inf")
 
@@ -250,3 +261,121 @@ def test_the_working_precision_is_restored() -> None:
     with pytest.raises(certify.Undecided):
         certify.rank_at_least(singular_balls, 2, "singular balls")
     assert ctx.prec == before
+
+
+# ------------------------------------------------------------------------------------------------
+# Inputs that are not float64: held exactly, or refused
+# ------------------------------------------------------------------------------------------------
+
+BIG = 2**53 + 1  # the first integer float64 cannot hold: float() reads it as 2^53
+LONG = np.longdouble(1) + np.longdouble(2) ** -60  # float() reads it as 1.0 (x87 long double: 64-bit mantissa)
+
+
+def holds(ball: arb, q: fmpq) -> bool:
+    """``ball`` contains the rational ``q``, exactly (a radius-0 ball: it is ``q``)."""
+    return ball.contains(arb(q)) if ball.rad() == 0 else ball.contains(q)
+
+
+@pytest.mark.parametrize("given, rational", [
+    (BIG, fmpq(BIG)),
+    (np.int64(BIG), fmpq(BIG)),
+    (2**80 + 1, fmpq(2**80 + 1)),
+    (Fraction(1, 10), fmpq(1, 10)),
+    (Decimal("0.1"), fmpq(1, 10)),
+    (np.float32(0.1), fmpq(*np.float32(0.1).as_integer_ratio())),
+], ids=["int 2^53+1", "int64 2^53+1", "int 2^80+1", "Fraction 1/10", "Decimal 0.1", "float32 0.1"])
+def test_exact_holds_the_number_given(given, rational: fmpq) -> None:
+    """Each ball contains the number given and not its float64 rounding (which differs from it for each)."""
+    with certify.precision(certify.PRECISIONS[0]):
+        b = certify.exact(given)
+        assert holds(b, rational), (given, b)
+        if fmpq(*float(given).as_integer_ratio()) != rational:
+            assert not b.contains(arb(float(given))), f"{given!r}: the ball holds float()'s rounding {b}"
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).nmant < 60, reason="long double is float64 here")
+def test_exact_holds_a_long_double_and_an_int64_array() -> None:
+    with certify.precision(certify.PRECISIONS[0]):
+        b = certify.exact(LONG)
+        assert b.rad() == 0 and b == arb(1) + arb(2.0**-60), b
+        arr = certify.exact(np.array([BIG, -BIG], dtype=np.int64))
+        assert arr[0] == arb(BIG) and arr[1] == arb(-BIG) and arr[0].rad() == 0, arr
+        ld = certify.exact(np.array([LONG], dtype=np.longdouble))
+        assert ld[0] == arb(1) + arb(2.0**-60), ld
+
+
+def test_thresholds_are_the_numbers_given() -> None:
+    """The probes of rounding thresholds, each a false claim a ``float()`` conversion certifies: ``2^53 + 1/2 >
+    2^53 + 1`` (the int threshold rounds to 2^53), ``|0.1| <= Decimal("0.1")`` (float64's 0.1 exceeds 1/10, and
+    ``float(Decimal("0.1"))`` is it), ``1 + 2^-61 > 1 + 2^-60`` (a long double threshold read as 1.0), and in a
+    Rayleigh quotient ``2^53 + 1 < 2^53 + 1`` read as ``< 2^53 + 2``. The true claims beside them are certified."""
+    half = lambda: np.array([[arb(fmpq(2 * BIG - 1, 2))]], dtype=object)  # noqa: E731  2^53 + 1/2
+    with pytest.raises(certify.Undecided):
+        certify.above(half, BIG, "2^53 + 1/2 > 2^53 + 1")
+    assert certify.above(half, 2**53, "2^53 + 1/2 > 2^53").bits == certify.PRECISIONS[0]
+    with pytest.raises(certify.Undecided):
+        certify.bounded(lambda: [arb(0.1)], Decimal("0.1"), "float64 0.1 <= 1/10")
+    below_tenth = np.nextafter(0.1, 0.0)  # the float64 below 0.1: 1/10 - 8.3e-18
+    assert certify.bounded(lambda: [arb(below_tenth)], Decimal("0.1"), "0.1 - ulp <= 1/10").bits >= 0
+    with pytest.raises(certify.Undecided):
+        certify.below(lambda: (arb(BIG), arb(1)), BIG, "2^53 + 1 < 2^53 + 1")
+    if np.finfo(np.longdouble).nmant >= 60:
+        just_above_1 = lambda: np.array([[arb(1) + arb(2.0**-61)]], dtype=object)  # noqa: E731
+        with pytest.raises(certify.Undecided):
+            certify.above(just_above_1, LONG, "1 + 2^-61 > 1 + 2^-60")
+        with pytest.raises(certify.Undecided):
+            certify.bounded(lambda: [arb(1) + arb(2.0**-60)], np.longdouble(1), "1 + 2^-60 <= 1 (long double)")
+
+
+NOT_NUMBERS = [True, 1j, "0.1", None, Decimal("NaN"), Decimal("Infinity")]
+
+
+@pytest.mark.parametrize("bad", NOT_NUMBERS, ids=[repr(b) for b in NOT_NUMBERS])
+def test_every_primitive_refuses_what_is_not_a_real_number(bad) -> None:
+    """No primitive rounds, coerces or compares what is not a finite real number: each says so (``Refused``)."""
+    calls = {
+        "exact": lambda: certify.exact(bad),
+        "exact array": lambda: certify.exact(np.array([1.0, bad], dtype=object)),
+        "bounded": lambda: certify.bounded(lambda: [arb(0)], bad, "bound"),
+        "vanishes": lambda: certify.vanishes(lambda: [arb(0)], bad, "scale"),
+        "below": lambda: certify.below(lambda: (arb(-1), arb(1)), bad, "t"),
+        "above": lambda: certify.above(lambda: np.array([[arb(1)]], dtype=object), bad, "t"),
+        "jacobian": lambda: certify.jacobian(lambda x: x, np.array([bad], dtype=object)),
+    }
+    for name, call in calls.items():
+        with pytest.raises(certify.Refused):
+            call()
+            pytest.fail(f"{name} took {bad!r}")
+
+
+def test_vanishes_reads_its_radius_relative_to_a_non_unit_scale() -> None:
+    """The radius allowed is ``2^-150 x scale``: ``[0 +/- 2^-60]`` vanishes at scale 2^100 (allowed 2^-50) and not
+    at 2^-100 (allowed 2^-250). A radius divided by the scale instead swaps the two verdicts."""
+    ball = lambda: [arb(0, 2.0**-60)]  # noqa: E731
+    assert certify.vanishes(ball, 2.0**100, "at scale 2^100").bits >= certify.IDENTITY_BITS
+    assert certify.vanishes(ball, 2**100, "at the int scale 2^100").bits >= certify.IDENTITY_BITS
+    with pytest.raises(certify.Undecided):
+        certify.vanishes(ball, 2.0**-100, "at scale 2^-100")
+
+
+def test_above_compares_with_the_float64_threshold_itself_not_its_decimal_reading() -> None:
+    """float64's ``0.1`` is ``3602879701896397 / 2^55``, above 1/10 by 5.6e-18: ``lambda_min([[0.1]]) > 0.1`` is
+    false (equal), ``> Fraction(1, 10)`` true. A threshold read through its decimal string (1/10, enclosed at 128 bits
+    in a ball of radius ~1e-39) would certify the false claim."""
+    A = lambda: np.array([[arb(0.1)]], dtype=object)  # noqa: E731
+    with pytest.raises(certify.Undecided):
+        certify.above(A, 0.1, "0.1 > 0.1")
+    assert certify.above(A, Fraction(1, 10), "0.1 > 1/10").value > 0
+
+
+def test_above_refuses_balls_that_overlap_but_differ() -> None:
+    """``[[3/2, 0 +/- 1], [1.9 +/- 1, 3/2]]``: the balls overlap on ``[0.9, 1]``, and they hold the non-symmetric
+    ``[[3/2, 1], [2.9, 3/2]]``, whose eigenvalues ``3/2 +/- sqrt(2.9)`` include -0.2. Their intersection would
+    certify ``lambda_min > 0``; the balls are refused. Symmetrised (``(A + A^T) / 2``) they are not certified."""
+    A = np.array([[arb(1.5), arb(0, 1)], [arb(1.9, 1), arb(1.5)]], dtype=object)
+    assert A[0, 1].overlaps(A[1, 0]) and np.min(np.linalg.eigvals([[1.5, 1.0], [2.9, 1.5]]).real) < 0
+    with pytest.raises(certify.Refused, match="not symmetric"):
+        certify.above(lambda: A, 0.0, "overlapping balls")
+    S = np.array([[A[0, 0], (A[0, 1] + A[1, 0]) / 2], [(A[0, 1] + A[1, 0]) / 2, A[1, 1]]], dtype=object)
+    with pytest.raises(certify.Undecided):
+        certify.above(lambda: S, 0.0, "symmetrised")

@@ -32,6 +32,21 @@ inputs, hidden width 2, ``k = 2`` outputs, depths 1, 2 and 3 (depth 3 is the fir
 carries ``s'`` between two hidden layers). For other shapes the code runs the same lines with other loop counts
 (an argument, not an execution); the numeric checks (``test_eq1_decomposition.py``) cover them.
 
+mini's activation table, proven entry by entry (``test_every_table_entry_is_its_sympy_expression``): each entry's
+``value``, ``s'`` and ``s''`` (``mini.activations``, run on object arrays of sympy expressions through a namespace of
+sympy's elementwise functions) against the activation's definition written here in sympy (``DEFINITIONS``: ``a
+Phi(a)``, ``a / (1 + e^-a)``, ``log(1 + e^a)``, ...) and sympy's first and second derivative of it. The difference
+is simplified to 0 for a real ``a`` and on each side of 0 (ReLU's kink: the table holds ``s'`` and ``s''`` almost
+everywhere). mini's irrational constants (``1 / sqrt 2``, ``1 / sqrt(2 pi)``) are the exact numbers during the
+proof and are checked separately to be those numbers correctly rounded. With the proof above (for every ``s``
+whose ``s'``, ``s''`` are its derivatives) this proves equation (1) of mini's closed form over its real table.
+
+Pinned: the depths proven (``DEPTHS``) reach the first depth where the backward recursion carries ``s'``
+between two hidden layers: mini's recursion with ``s'`` dropped passes depths 1 and 2 and fails at 3
+(``test_the_depths_proven_see_the_recursion_through_two_hidden_layers``); and every identity test checks, along
+its own call, that mini's closed form with a mistake in it (``J`` doubled) leaves a residual, so a test whose
+reference were mini's own ``G + M`` would fail there.
+
 Negative controls: mini's ``M`` with its sign flipped leaves a residual (the proof is of mini's code, not of a
 copy of the formula); and the same control run against a *tautological* reference (``H_ref`` taken from mini's
 own ``G + M``) passes the mistake, which is what the control exists to refuse.
@@ -39,6 +54,7 @@ own ``G + M``) passes the mistake, which is what the control exists to refuse.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -142,6 +158,11 @@ def reference_hessian(head: Head, objective: mini_losses.Objective, Z: np.ndarra
 def residual(depth: int, loss: str = "quadratic", reference: str = "sympy") -> Any:
     """``H_ref - H_mini`` and ``H_ref - G_mini - M_mini`` expanded, stacked; ``reference="mini"`` takes
     ``H_ref`` from mini's own ``G + M`` (the tautology the negative control must expose)."""
+    return residual_unexpanded(depth, loss, reference).applyfunc(exact)
+
+
+def residual_unexpanded(depth: int, loss: str = "quadratic", reference: str = "sympy") -> Any:
+    """``residual`` before its entries are expanded (``any_nonzero`` expands them one at a time)."""
     n, d, width, k = SHAPES["n"], SHAPES["d"], SHAPES["width"], SHAPES["k"]
     with symbolic_mini():
         head = symbolic_head(depth, d, width, k)
@@ -149,19 +170,61 @@ def residual(depth: int, loss: str = "quadratic", reference: str = "sympy") -> A
         objective = objective_named(loss, n, k)
         dec = mini_hessian.decompose_closed_form(head, objective, Z)
         H_ref = reference_hessian(head, objective, Z) if reference == "sympy" else sp.Matrix(dec.G + dec.M)
-        R = sp.Matrix.vstack(H_ref - sp.Matrix(dec.H), H_ref - sp.Matrix(dec.G) - sp.Matrix(dec.M))
-    return R.applyfunc(exact)
+        return sp.Matrix.vstack(H_ref - sp.Matrix(dec.H), H_ref - sp.Matrix(dec.G) - sp.Matrix(dec.M))
+
+
+def any_nonzero(R: Any) -> bool:
+    """Some entry of ``R`` expands to a non-zero polynomial (stops at the first)."""
+    return any(exact(e) != 0 for e in R)
+
+
+def doubled_J(mp: pytest.MonkeyPatch) -> None:
+    """mini's head Jacobian doubled in its closed form (a mistake visible at every depth: ``G`` is ``4 J^T A J``)."""
+    original = mini_hessian.head_derivatives
+    mp.setattr(mini_hessian, "head_derivatives",
+               lambda head, Z: (lambda der: dataclasses.replace(der, J=2 * der.J))(original(head, Z)))
+
+
+def check_identity(depth: int, loss: str = "quadratic", reference: str = "sympy") -> None:
+    """Equation (1) of mini's closed form against ``reference``; and, along the same call, the check's own control:
+    with mini's ``J`` doubled the residual is not 0 (a reference built from mini's closed form would cancel it)."""
+    R = residual(depth, loss, reference)
+    assert all(e == 0 for e in R), f"depth {depth}: H - G - M has non-zero entries: {[e for e in R if e != 0][:1]}"
+    with pytest.MonkeyPatch.context() as mp:
+        doubled_J(mp)
+        assert any_nonzero(residual_unexpanded(depth, loss, reference)), (
+            f"depth {depth}, {loss}: mini's J doubled leaves no residual against the {reference} reference")
 
 
 @pytest.mark.parametrize("depth", DEPTHS)
 def test_equation_1_is_an_identity_of_minis_closed_form_for_every_loss(depth: int) -> None:
-    R = residual(depth)
-    assert all(e == 0 for e in R), f"depth {depth}: H - G - M has non-zero entries: {[e for e in R if e != 0][:1]}"
+    check_identity(depth)
 
 
 @pytest.mark.parametrize("loss", ("mse", "mse_views"))
 def test_equation_1_is_an_identity_of_minis_closed_form_objectives(loss: str) -> None:
-    assert all(e == 0 for e in residual(2, loss))
+    check_identity(2, loss)
+
+
+def recursion_without_s1(mp: pytest.MonkeyPatch) -> None:
+    """mini's backward recursion ``g_{l-1} = W_l^T g_l`` without ``s'(a_l)`` (``s'`` is read nowhere else in
+    ``interaction_blocks``): the mistake first shows at depth 3, where ``g`` passes a hidden layer."""
+    original = mini_hessian.interaction_blocks
+
+    def blocks(der, rho):
+        return original(dataclasses.replace(der, s1=[np.ones_like(s1) for s1 in der.s1]), rho)
+
+    mp.setattr(mini_hessian, "interaction_blocks", blocks)
+
+
+def test_the_depths_proven_see_the_recursion_through_two_hidden_layers() -> None:
+    """With ``s'`` dropped from mini's backward recursion, the proof over ``DEPTHS`` fails; the mistake is invisible
+    at depths 1 and 2 (shown), so the depths proven must reach 3."""
+    with pytest.MonkeyPatch.context() as mp:
+        recursion_without_s1(mp)
+        assert not any_nonzero(residual_unexpanded(2)), "the recursion mistake shows at depth 2 already"
+        failing = [depth for depth in DEPTHS if depth > 2 and any_nonzero(residual_unexpanded(depth))]
+    assert failing, f"mini's recursion without s' passes the proof at every depth of {DEPTHS}"
 
 
 def negated_M(mp: pytest.MonkeyPatch) -> None:
@@ -187,3 +250,90 @@ def test_negative_control_a_tautological_reference_fails_the_control() -> None:
     leaves no residual, so the control fails; against sympy's Hessian it does not."""
     with pytest.raises(AssertionError, match="residual against the mini reference is 0"):
         check_sees_negated_M("mini")
+
+
+# ------------------------------------------------------------------------------------------------
+# mini's activation table, entry by entry
+# ------------------------------------------------------------------------------------------------
+
+
+class SympyArrays:
+    """The elementwise functions ``mini.activations`` calls on its namespace ``xp``, on object arrays of sympy
+    expressions."""
+
+    tanh = staticmethod(_elementwise(sp.tanh))
+    exp = staticmethod(_elementwise(sp.exp))
+    erf = staticmethod(_elementwise(sp.erf))
+    maximum = staticmethod(_elementwise(sp.Max))
+    logaddexp = staticmethod(_elementwise(lambda x, y: sp.log(sp.exp(x) + sp.exp(y))))
+    where = staticmethod(_elementwise(lambda c, x, y: sp.Piecewise((x, c), (y, True))))
+
+    @staticmethod
+    def zeros_like(a):
+        return np.full(np.shape(a), sp.Integer(0), dtype=object)
+
+    @staticmethod
+    def ones_like(a):
+        return np.full(np.shape(a), sp.Integer(1), dtype=object)
+
+
+_a = sp.Symbol("a", real=True)
+DEFINITIONS = {  # each activation of the grammar, from its definition (docs/paper.md), in sympy
+    "identity": _a,
+    "relu": sp.Piecewise((_a, _a > 0), (0, True)),  # max(a, 0)
+    "gelu": _a * (1 + sp.erf(_a / sp.sqrt(2))) / 2,  # a Phi(a)
+    "swish": _a / (1 + sp.exp(-_a)),  # a sigma(a)
+    "tanh": sp.tanh(_a),
+    "softplus": sp.log(1 + sp.exp(_a)),
+}
+EXACT_CONSTANTS = {"_INV_SQRT2": 1 / sp.sqrt(2), "_INV_SQRT2PI": 1 / sp.sqrt(2 * sp.pi)}  # mini's float constants
+
+
+def entry(name: str) -> activations.Activation:
+    return activations.get(name)
+
+
+def is_zero(e: Any) -> bool:
+    """``e`` simplifies to 0 (in exponentials: ``tanh`` and ``sigma`` forms meet there)."""
+    return sp.simplify(sp.expand(sp.sympify(e).rewrite(sp.exp))) == 0
+
+
+def table_values(name: str, a: Any) -> tuple[Any, Any, Any]:
+    """mini's ``value``, ``s'``, ``s''`` of activation ``name`` at the sympy expression ``a``: the entry's own code on
+    a one-element object array, its float constants the exact numbers, ``erf`` sympy's."""
+    x = np.array([a], dtype=object)
+    with pytest.MonkeyPatch.context() as mp:
+        for constant, value in EXACT_CONSTANTS.items():
+            mp.setattr(activations, constant, value)
+        mp.setattr(activations, "erf", lambda xp, u: xp.erf(u))
+        e = entry(name)
+        s0 = e.value(SympyArrays, x)
+        s1, s2 = e.derivatives(SympyArrays, x)
+    return tuple(sp.nsimplify(np.asarray(v, dtype=object).ravel()[0], rational=True) for v in (s0, s1, s2))
+
+
+def test_every_activation_of_the_table_has_a_definition_here() -> None:
+    missing = sorted(set(activations.names()) - set(DEFINITIONS))
+    assert not missing, f"activations without a sympy definition (so without a proof): {missing}"
+
+
+@pytest.mark.parametrize("name", sorted(DEFINITIONS))
+def test_every_table_entry_is_its_sympy_expression(name: str) -> None:
+    """``value == s``, ``s' == ds/da``, ``s'' == d^2 s/da^2`` on each side of 0 and, unless ``s`` is piecewise (its
+    table compares ``a > 0``, which a real symbol cannot decide), for a real ``a``."""
+    s = DEFINITIONS[name]
+    p = sp.Symbol("p", positive=True)
+    for at in (p, -p) if s.has(sp.Piecewise) else (_a, p, -p):
+        want = [s.subs(_a, at), sp.diff(s, _a).subs(_a, at), sp.diff(s, _a, 2).subs(_a, at)]
+        got = table_values(name, at)
+        for order, (g, w) in enumerate(zip(got, want)):
+            assert is_zero(g - w), f"{name}: the table's s{chr(39) * order} at a = {at} is {g}, not {w}"
+
+
+@pytest.mark.parametrize("constant", sorted(EXACT_CONSTANTS))
+def test_minis_constants_are_the_exact_numbers_to_one_ulp(constant: str) -> None:
+    """Each is computed in float64 by two roundings (``1.0 / math.sqrt(...)``), so within one ulp of the exact number
+    (``_INV_SQRT2`` is one ulp off the correctly rounded value: 6.3e-17 from ``1 / sqrt 2``, half an ulp is 5.6e-17)."""
+    value = getattr(activations, constant)
+    error = abs(sp.Rational(value) - EXACT_CONSTANTS[constant])
+    assert sp.N(error, 60) <= sp.Rational(float(np.spacing(value))), f"{constant} = {value!r} is not 1/sqrt(...)"

@@ -31,7 +31,8 @@ registration not committed yet.
 
 Negative controls: a rule moved in a copy of the registered data is reported by the same comparison; and, in a
 temporary git repository, a registration rewritten consistently and committed again, one rewritten in the
-working tree only, and one committed after its first unit are each reported.
+working tree only, one committed after its first unit, and a plan with a widened band registered in the same commit
+as its units after another plan's registration (other rules: no anchor for its own) are each reported.
 """
 
 from __future__ import annotations
@@ -303,3 +304,18 @@ def test_negative_control_rewritten_registrations_and_late_ones_are_reported(tmp
     same.write("ledger/units/p1--a.json", {**Scratch.unit(), "plan": "p1"})
     same.commit("a rerun of the same rules")  # anchored by p0's registration, an earlier commit
     assert registration_anchor(same.root, Path("ledger/registrations/p1.json"))[0] == []
+
+
+def test_negative_control_a_widened_plan_registered_with_its_units_is_reported(tmp_path: Path) -> None:
+    """Each plan's own rules hash is what must precede its units: ``p0`` registered first, then ``p1`` with a widened
+    band registered in the same commit as its units. An earlier registration of other rules anchors nothing."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = Scratch(tmp_path / "widened")
+    repo.write(REG, Scratch.registration([0.5, 0.9]))
+    repo.commit("register p0")
+    repo.write("ledger/registrations/p1.json", {**Scratch.registration([0.3, 0.95]), "plan": "p1"})
+    repo.write("ledger/units/p1--a.json", {**Scratch.unit(), "plan": "p1"})
+    repo.commit("register p1 with a widened band, and run it")
+    problems = registration_anchor(repo.root, Path("ledger/registrations/p1.json"))[0]
+    assert any("does not precede" in p for p in problems), f"p1's widened rules anchored by p0's: {problems}"

@@ -5,9 +5,9 @@ When an operator is block-diagonal over samples (``H_eff`` of a per-sample objec
 ``scale.curvature.blocks``), its spectrum is the union of its blocks', and one product of the operator on the stacked
 vectors ``[q_1; ..; q_n]`` is one Lanczos step of every block at once (``blockwise_lanczos``); once few blocks are
 still waited for, a product on their rows alone (``Operator.on_rows``) steps them at their share of the cost. The
-recurrence and its tests are ``scale.curvature.lanczos``'s, block by block: float64 basis, full
-reorthogonalisation, the eigenvalue bound ``r^2 / gap`` or the residual; the ends measured with one product at the
-end.
+recurrence is ``scale.curvature.lanczos``'s, block by block: float64 basis, full reorthogonalisation; the stop the
+residual (``_certificates``: an eigenvalue of the block within it, whatever the rest of the spectrum); the ends
+measured with one product at the end, and ``converged`` read off those measured residuals alone.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import torch
 from torch import Tensor
 
 from mini.hessian import NEG_FLOOR
-from scale.curvature.lanczos import STOPS, LanczosResult, SymmetricOperator, _tridiagonal_ends
+from scale.curvature.lanczos import LanczosResult, SymmetricOperator, _tridiagonal_ends
 
-BLOCKWISE_TOL = 1e-8  # blockwise_lanczos: eigenvalue error bound, relative to the scale (max |lambda| over all blocks)
+BLOCKWISE_TOL = 1e-8  # blockwise_lanczos: residual bound (so eigenvalue error bound), relative to the scale
 BLOCK_MIN_ITER = 6  # blockwise_lanczos: no convergence test before this many steps (a test costs a dstemr a block)
 ROUNDING_MARGIN = 100  # BlockwiseResult.n_negative: epsilons of the products added to each Ritz interval
 
@@ -34,7 +34,7 @@ class BlockwiseResult(LanczosResult):
 
     block_ends: np.ndarray = field(repr=False, default=None)  # (n, 2)
     block_residuals: np.ndarray = field(repr=False, default=None)  # (n, 2), measured
-    block_bounds: np.ndarray = field(repr=False, default=None)  # (n, 2): the stopping quantity, measured residuals
+    block_bounds: np.ndarray = field(repr=False, default=None)  # (n, 2): the certificates, measured residuals
     block_steps: np.ndarray = field(repr=False, default=None)  # (n,): the step at which each block met the test
     block_ritz: np.ndarray = field(repr=False, default=None)  # (n, m): every block's Ritz values, ascending
     block_estimates: np.ndarray = field(repr=False, default=None)  # (n, m): their residuals (ends measured)
@@ -79,13 +79,25 @@ def _tridiagonal_batch(alpha: Tensor, beta: Tensor) -> tuple[Tensor, Tensor]:
     return torch.linalg.eigh(T)
 
 
-def _end_bounds(theta: np.ndarray, r: np.ndarray, stop: str) -> np.ndarray:
-    """Per block, the stopping quantity of the lowest and the highest Ritz pair (b, 2): the residual ``r``, or
-    ``r^2 / gap`` with ``gap`` the distance to the next Ritz value inwards less that value's own residual (the
-    residual where that estimate is not positive; ``_error_bound`` for one operator). ``theta`` and ``r`` (b, m):
-    every Ritz value of each block, or its two lowest and two highest (``_block_tests``)."""
+def _certificates(theta: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Per block, what ``converged`` may be read off for the lowest and the highest Ritz pair (b, 2): the residual
+    ``r = |A y - theta y|`` (``theta`` a Rayleigh quotient of the unit ``y``, ``A`` symmetric: an eigenvalue lies in
+    ``[theta - r, theta + r]``, whatever the rest of the spectrum). ``theta`` and ``r`` (b, m) as ``_end_estimates``.
+
+    Not ``r^2 / gap`` (Kato-Temple): that bound needs a lower bound on the gap from ``theta`` to every other
+    eigenvalue, and Ritz values bound eigenvalues from the inside only, so no gap read off them is one (an
+    unresolved eigenvalue can sit inside it). Flagged on that estimate, a block (``N = 60``, seed 18, ``tol = 1e-4``:
+    ``theory_checks/test_lanczos_contract.py``) was ``answered`` with an end 12 tol from every eigenvalue."""
+    return r[:, [0, -1]]
+
+
+def _end_estimates(theta: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Per block, an estimate of the lowest and the highest Ritz value's eigenvalue error (b, 2), for the let-go
+    alone (``_settled``), never for ``converged``: ``r^2 / gap`` with ``gap`` the distance to the next Ritz value
+    inwards less that value's own residual (the residual where that estimate is not positive). ``theta`` and ``r``
+    (b, m): every Ritz value of each block, or its two lowest and two highest (``_block_tests``)."""
     ends = r[:, [0, -1]]
-    if stop == "residual" or theta.shape[1] < 2:
+    if theta.shape[1] < 2:
         return ends
     gap = np.stack([theta[:, 1] - theta[:, 0] - r[:, 1], theta[:, -1] - theta[:, -2] - r[:, -2]], axis=1)
     return np.where(gap > 0, ends**2 / np.where(gap > 0, gap, 1.0), ends)
@@ -109,10 +121,9 @@ def _block_start(n: int, d: int, warm: BlockwiseResult | None, gen: torch.Genera
     return q
 
 
-FAR_BOUND = 1e4  # blockwise_lanczos: while every open end's stopping quantity exceeds this many tol, test every
-FAR_STRIDE = 2  # FAR_STRIDE-th step only (a skipped test can delay a stop by a step, never make one; the quantity
-# fell at most 2.5x a step near the stop, measured: from FAR_BOUND tol it takes about ten steps to reach tol)
-LETGO_BOUND = 1e-3  # _settled: an end is let go only once its eigenvalue bound is this small, relative to the scale
+FAR_BOUND = 1e4  # blockwise_lanczos: while every open end's residual estimate exceeds this many tol, test every
+FAR_STRIDE = 2  # FAR_STRIDE-th step only (a skipped test can delay a stop by a step, never make one)
+LETGO_BOUND = 1e-3  # _settled: an end is let go only once its eigenvalue estimate is this small, relative to the scale
 
 
 def _settled(theta: np.ndarray, r: np.ndarray, conv: np.ndarray, goal: str, best: list[float],
@@ -124,8 +135,8 @@ def _settled(theta: np.ndarray, r: np.ndarray, conv: np.ndarray, goal: str, best
     cannot hold ``lambda_min`` if ``e_1`` bounds ``theta_1 - lambda_1``; the highest likewise (``best[1]``, the highest
     ``theta_m``). For ``"norm"``: ``best[0] = max(theta_m, -theta_1)`` over the blocks is at most ``max |lambda|``.
 
-    ``e`` is the larger of the residual ``r`` and the end's eigenvalue bound ``bound`` (``_end_bounds``: ``r^2 /
-    gap``, ``r`` where no gap is positive), on the stopping test's premise (the Ritz values have not passed over an
+    ``e`` is the larger of the residual ``r`` and the end's eigenvalue estimate ``bound`` (``_end_estimates``: ``r^2 /
+    gap``, ``r`` where no gap is positive), on the let-go's premise (the Ritz values have not passed over an
     eigenvalue beyond the block's end). The residual alone bounds the distance to the block's *nearest* eigenvalue,
     not to its end: it let a block go whose lowest Ritz value still stood near its third eigenvalue with a small
     residual and a bound twice its margin, its lowest eigenvalue below the reported ``lambda_min`` (8.6e-4 of the
@@ -155,7 +166,6 @@ def blockwise_lanczos(
     refine: SymmetricOperator | None = None,
     max_iter: int | None = None,
     tol: float = BLOCKWISE_TOL,
-    stop: str = "eigenvalue",
     seed: int = 0,
     rel_floor: float = NEG_FLOOR,
     goal: str = "blocks",
@@ -174,29 +184,32 @@ def blockwise_lanczos(
     are those of the slowest block, which does not grow with ``n`` as a single Krylov space over all
     ``N = n d`` coordinates does.
 
-    Stopping: every block's lowest and highest Ritz pair pass ``stop``'s test (``lanczos``'s: ``"eigenvalue"``,
-    the bound ``r^2 / gap <= tol * scale``, or ``"residual"``, ``r <= tol * scale``), ``scale`` the largest
-    ``|Ritz value|`` over all blocks; a block that passed is not tested again (its Ritz values only move
-    towards its ends). While every open end's stopping quantity stands above ``FAR_BOUND`` times ``tol`` of the
-    scale, only every ``FAR_STRIDE``-th step is tested (a test costs a ``dstemr`` an open end): a stop or a let-go
-    may come a step later, never earlier. At the end the two ends of every block are measured with one batched
-    product of the Ritz vectors (``residuals``, ``block_residuals``) and ``converged`` recomputed from the measured
-    residuals.
+    Stopping: every block's lowest and highest Ritz pair pass the residual test ``r <= tol * scale``
+    (``_certificates``: an eigenvalue within ``r`` of the Ritz value, whatever the rest of the spectrum), ``scale``
+    the largest ``|Ritz value|`` over all blocks; a block that passed is not tested again (its Ritz values only move
+    towards its ends). No stop on the estimate ``r^2 / gap``: its gap, read off the block's Ritz values, is not a
+    lower bound on the gap to the block's other eigenvalues (``_certificates``). While every open end's residual
+    estimate stands above ``FAR_BOUND`` times ``tol`` of the scale, only every ``FAR_STRIDE``-th step is tested (a
+    test costs a ``dstemr`` an open end): a stop or a let-go may come a step later, never earlier. At the end the two
+    ends of every block are measured with one batched product of the Ritz vectors (``residuals``,
+    ``block_residuals``) and ``converged`` read off the measured residuals alone (``block_bounds``).
 
     ``refine`` (the same operator in float64, e.g. when ``op``'s products are float32): the recurrence runs on
     ``op`` (its products cast to the float64 basis), and the ends are measured with ``refine`` instead: each
     end's value is the float64 Rayleigh quotient ``y^T A y`` of its Ritz vector ``y`` and its residual
-    ``|A y - (y^T A y) y|`` is measured in float64, so the bound ``r^2 / gap`` certifies the value to float64
-    accuracy although the vector is only as good as ``op``'s products (``r`` of their rounding, ``r^2`` far
-    below ``tol``). When ``op``'s rounding keeps the bound above ``tol``, ``converged`` says so. Only the blocks
+    ``|A y - (y^T A y) y|`` is measured in float64, so ``converged`` holds for the float64 operator; the vector is
+    only as good as ``op``'s products, so that residual stalls near their rounding (about 1e-7 of the scale for
+    float32), and where that keeps it above ``tol`` ``converged`` says so (``blockwise_ends`` then runs again in
+    float64, or asks float32 for no less than it can meet: ``RECURRENCE_REACH`` there). Only the blocks
     that may hold what ``goal`` waits for are measured with ``refine``, on their rows (``_refined_blocks``; every
     row under ``"blocks"`` or when ``refine`` cannot be restricted); the others keep ``op``'s measurement.
 
     ``goal``: what the stop waits for. ``"blocks"``: every block's lowest and highest end (``block_ends`` all
     converged). ``"ends"``: the operator's ``lambda_min`` and ``lambda_max`` only: a block's lowest end is no longer
     waited for once its Ritz interval lies above the lowest Ritz value of any block (``theta_1 - e_1 >`` it: that
-    Ritz value is at or above ``lambda_min`` by interlacing; ``e_1`` the larger of the residual and the bound
-    ``r^2 / gap``, once below ``LETGO_BOUND`` of the scale: ``_settled``), and its highest likewise; at crowded block
+    Ritz value is at or above ``lambda_min`` by interlacing; ``e_1`` the larger of the residual and the estimate
+    ``r^2 / gap``, once below ``LETGO_BOUND`` of the scale: ``_settled``; a premise, not a bound: the let-go picks
+    which block's end is reported, ``converged`` stays the residual's), and its highest likewise; at crowded block
     ends far from the operator's ends this saves the steps that would resolve them. ``"norm"``: ``max |lambda|``
     only (``|M|``): an end whose ``|theta| + e`` stays below the largest ``max(theta_m, -theta_1)`` of any block (at
     most ``max |lambda|``) is no longer waited for. Under ``"ends"`` and ``"norm"``, ``block_ends`` of the blocks let
@@ -221,11 +234,10 @@ def blockwise_lanczos(
     go, and the answer is off, reported converged. Started at every block's second eigenvector (a crossing in every
     block), the official tracker's sizes gave ``lambda_min`` up to 1.6e-2 of the scale off in 6 of 16 snapshots, and
     up to 1.8e-3 in 2 of 16 with the random part as large as the steered one; random starts were never fooled
-    (``python -m bench.bench_warm_crossing``, 2026-12-04; ``tests/test_lanczos.py`` keeps a small instance). So
-    measurements start cold (``blockwise_ends`` takes no warm start).
+    (``python -m bench.bench_warm_crossing``, 2026-12-04, under the estimate stop; ``tests/test_lanczos.py`` keeps a
+    small instance: under the residual stop at tol 1e-4 a steered start is fooled with or without the let-go, at 1e-8
+    it was not). So measurements start cold (``blockwise_ends`` takes no warm start).
     """
-    if stop not in STOPS:
-        raise ValueError(f"stop must be one of {STOPS}, got {stop!r}")
     if goal not in GOALS:
         raise ValueError(f"goal must be one of {GOALS}, got {goal!r}")
     N, n = int(op.N), int(n_blocks)
@@ -276,8 +288,8 @@ def blockwise_lanczos(
             four = [0, min(1, c - 1), max(c - 2, 0), c - 1]  # the ends' columns (every Ritz value below 5 steps)
             tests[0][g], tests[1][g] = theta[:, four], r[:, four]
             peak = max(peak, float(np.abs(theta[:, [0, -1]]).max()))
-            bound = _end_bounds(theta, r, "eigenvalue")  # (l, 2): the let-go's interval (also under "residual")
-            quantity = bound if stop == "eigenvalue" else r[:, [0, -1]]  # the stopping test's, (l, 2)
+            bound = _end_estimates(theta, r)  # (l, 2): the let-go's interval, an estimate (never a stop)
+            quantity = _certificates(theta, r)  # the stopping test's, (l, 2): the residual estimates
             conv = quantity <= tol * max(peak, np.finfo(float).tiny)
             newly = ~settled[g].all(axis=1)
             settled[g] |= _settled(theta, r, conv, goal, best, bound, peak)
@@ -307,7 +319,7 @@ def blockwise_lanczos(
             cur = cur.on_rows(torch.from_numpy(np.flatnonzero(keep)))
             shrinks.append((m, len(ids)))
     segments = [*frozen, _Segment(ids, Q[:, :m], alpha[:, :m], beta[:, : m - 1], b_np)]
-    res = _blockwise_result(op, refine, segments, n, d, n_products, cost, tol, stop, rel_floor, steps, goal)
+    res = _blockwise_result(op, refine, segments, n, d, n_products, cost, tol, rel_floor, steps, goal)
     return replace(res, goal=goal, warm_started=warm is not None, shrinks=tuple(shrinks))
 
 
@@ -377,7 +389,7 @@ def _measure(op: SymmetricOperator, Y: Tensor) -> tuple[Tensor, Tensor]:
     return rayleigh.cpu(), (AY - rayleigh[:, :, None] * Y).norm(dim=2).T.cpu()
 
 
-def _refined_blocks(theta: np.ndarray, res: np.ndarray, bounds: np.ndarray, goal: str, margin: float) -> np.ndarray:
+def _refined_blocks(theta: np.ndarray, res: np.ndarray, goal: str, margin: float) -> np.ndarray:
     """The blocks whose ends a refinement must measure again (indices): every block under ``"blocks"``; under
     ``"ends"`` those whose lowest end may hold ``lambda_min`` (its interval ``theta_1 - e``, ``e`` the larger of the
     measured residual and bound, reaching down to the lowest ``theta_1``) and likewise at the top; under ``"norm"``
@@ -385,7 +397,7 @@ def _refined_blocks(theta: np.ndarray, res: np.ndarray, bounds: np.ndarray, goal
     which the recurrence's measurement carries."""
     if goal == "blocks":
         return np.arange(len(theta))
-    e = np.maximum(res, bounds) + margin
+    e = res + margin
     lo, hi = theta[:, 0], theta[:, 1]
     if goal == "ends":
         near = (lo - e[:, 0] <= lo.min() + margin) | (hi + e[:, 1] >= hi.max() - margin)
@@ -396,7 +408,7 @@ def _refined_blocks(theta: np.ndarray, res: np.ndarray, bounds: np.ndarray, goal
 
 
 def _blockwise_result(op: SymmetricOperator, refine: SymmetricOperator | None, segments: list[_Segment], n: int,
-                      d: int, n_products: int, cost: float, tol: float, stop: str, rel_floor: float,
+                      d: int, n_products: int, cost: float, tol: float, rel_floor: float,
                       steps: np.ndarray, goal: str) -> BlockwiseResult:
     """Ritz pairs of every block's final tridiagonal (per segment: blocks stopped at different steps), the ends
     measured with one batched product of ``op`` over all rows: their Rayleigh quotients and residuals. With
@@ -425,19 +437,19 @@ def _blockwise_result(op: SymmetricOperator, refine: SymmetricOperator | None, s
         ritz = np.full((n, m_all), np.nan)
         est_all, with_ends = ritz.copy(), ritz.copy()
         bounds = np.zeros((n, 2))
-        for ids, theta, est, exhausted in parts:
+        for ids, theta, est, _ in parts:
             theta = theta.copy()
             theta[:, 0], theta[:, -1] = rayleigh[ids, 0], rayleigh[ids, 1]
             m = theta.shape[1]
             ritz[ids, :m], est_all[ids, :m], with_ends[ids, :m] = theta, est, _with_ends(est, res[ids])
-            bounds[ids] = res[ids] if exhausted else _end_bounds(theta, with_ends[ids, :m], stop)
+            bounds[ids] = _certificates(theta, with_ends[ids, :m])  # the measured residuals
         scale = max(float(np.abs(rayleigh).max()), float(np.nanmax(np.abs(ritz))), np.finfo(float).tiny)
         return ritz, est_all, with_ends, bounds, scale
 
     ritz, est_all, with_ends, bounds, scale = ends_and_bounds()
     if not every:
         margin = ROUNDING_MARGIN * float(torch.finfo(op.dtype).eps) * scale
-        idx = _refined_blocks(rayleigh, res, bounds, goal, margin)
+        idx = _refined_blocks(rayleigh, res, goal, margin)
         rows = torch.from_numpy(idx)
         rq, rr = _measure(refine.on_rows(rows), Y[:, rows.to(Y.device)])
         n_products, cost = n_products + 2, cost + 2.0 * len(idx) / n

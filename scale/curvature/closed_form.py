@@ -138,7 +138,10 @@ def operator_route(n: int, d: int, widths: Sequence[int], k: int, products: int 
     return "factored" if factored <= closed else "closed-form"
 
 
-RECURRENCE_DTYPE = torch.float32  # blockwise_ends: the recurrence's products (the ends are refined in ``dtype``)
+RECURRENCE_DTYPE = torch.float32  # blockwise_ends: the recurrence's products where they can meet ``tol``
+RECURRENCE_REACH = 1e-5  # blockwise_ends: the smallest tol (relative) RECURRENCE_DTYPE's products are asked to meet
+# (float32 Ritz vectors' float64-measured residuals stall at 0.9-1e-7 of the scale on tests/test_lanczos's blocks:
+# below this tol the float32 run could only be discarded; a miss above it costs a float64 rerun, never a wrong flag)
 
 
 def blockwise_ends(
@@ -155,27 +158,32 @@ def blockwise_ends(
 ) -> tuple[BlockwiseResult, BlockwiseResult | None, dict[str, Any]]:
     """The extreme eigenvalues of a block-diagonal objective's ``H_eff`` (and of ``M``, for ``|M|``, when
     ``interaction``) by a Lanczos per block (``scale.curvature.blockwise.blockwise_lanczos``) on closed-form products,
-    each to the eigenvalue bound ``tol`` of the scale, without forming a block.
+    each to the residual bound ``tol`` of the scale (an eigenvalue within it), without forming a block.
 
-    The recurrence runs on ``RECURRENCE_DTYPE`` (float32) products: half the float64 products' cost whether
-    they are memory-bound (few rows) or not. The ends are then refined and certified in ``dtype``: their
-    Rayleigh quotients and residuals from one product of a ``dtype`` operator (on the rows of the blocks that may hold
-    them: ``blockwise_lanczos``'s ``refine``) built without composing the predictor's first map (``compose=False``:
-    one product does not pay for the composition), so the bound
-    ``r^2 / gap`` holds for the ``dtype`` operator. A run whose ends miss ``tol`` there (the float32 products'
-    rounding in the way) runs again on the ``dtype`` operator alone. Returns ``(H's result, M's or None, info)``
-    (``info["recurrence"]``: the products' dtype of the runs kept).
+    Where ``tol`` is at least ``RECURRENCE_REACH``, the recurrence runs on ``RECURRENCE_DTYPE`` (float32) products:
+    half the float64 products' cost whether they are memory-bound (few rows) or not. The ends are then measured in
+    ``dtype``: their Rayleigh quotients and residuals from one product of a ``dtype`` operator (on the rows of the
+    blocks that may hold them: ``blockwise_lanczos``'s ``refine``) built without composing the predictor's first map
+    (``compose=False``: one product does not pay for the composition), and ``converged`` read off those residuals
+    alone. A run whose ends miss ``tol`` there (the float32 products' rounding in the way) runs again on the
+    ``dtype`` operator alone. Below ``RECURRENCE_REACH`` (the default ``BLOCKWISE_TOL`` among them) the float32
+    Ritz vectors' residuals cannot meet ``tol`` (they stall at about 1e-7 of the scale), so the recurrence runs on
+    the ``dtype`` operator from the start. Until 2026-12-06 the float32 ends were certified by the estimate ``r^2 /
+    gap``, which is not a bound (``scale.curvature.blockwise._certificates``). Returns ``(H's result, M's or None,
+    info)`` (``info["recurrence"]``: the products' dtype of the runs kept).
 
     ``goal`` (``blockwise_lanczos``): ``"ends"`` (default) waits for ``H``'s ``lambda_min`` and ``lambda_max`` only,
     ``"blocks"`` for every block's ends; ``M``'s run waits for ``|M|`` only (``"norm"``) unless ``"blocks"``. Every
     run starts cold: a start steered by a previous measurement's Ritz vectors can fool the let-go at an eigenvalue
     crossing (``blockwise_lanczos``, ``warm``)."""
     n = z.shape[0]
+    fast32 = torch.finfo(RECURRENCE_DTYPE).eps > torch.finfo(dtype).eps and tol >= RECURRENCE_REACH
     with reused_casts():  # the float64 weights in this thread's buffers: the operator does not leave this call
-        H, M, info = closed_form_operator(z, head, loss, dtype=dtype, compose=False)
+        # composed when it runs the recurrence itself (many products), not when it only measures the ends
+        H, M, info = closed_form_operator(z, head, loss, dtype=dtype, compose=not fast32)
     exact = [H, M] if interaction else [H]
     fast = exact
-    if torch.finfo(RECURRENCE_DTYPE).eps > torch.finfo(dtype).eps:
+    if fast32:
         fast = list(closed_form_operator(z, head, loss, dtype=RECURRENCE_DTYPE)[:len(exact)])
     goals = [goal, "blocks" if goal == "blocks" else "norm"]
     out, used = [], set()

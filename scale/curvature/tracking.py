@@ -67,6 +67,7 @@ from scale.engine.checkpoint import atomic_write_bytes
 from scale.engine.heads import MLPHead
 from scale.engine.hooks import Hook
 from scale.engine.modes import eval_mode
+from scale.engine.plots import png, pyplot
 
 BLOCK_MEMORY = 2**28  # bytes of kept float64 arrays (blocks, J) beyond which ``choose_path`` takes the next path
 
@@ -173,7 +174,8 @@ def measure(
       the negative count and ``|M|/|H|`` are exact and no Lanczos runs;
     - ``"block-lanczos"``: the same objectives and heads: a Lanczos per block on closed-form products
       (``scale.curvature.blockwise.blockwise_lanczos``, all blocks in each product), stopped when every block's
-      ends are within ``tol`` (default ``BLOCKWISE_TOL``, 1e-8) of the scale by the eigenvalue bound; ``|M|`` from
+      ends are within ``tol`` (default ``BLOCKWISE_TOL``, 1e-8) of the scale by their measured residuals (float64
+      products then: float32's cannot meet so small a ``tol``, ``blockwise_ends``); ``|M|`` from
       the same on ``M``'s blocks; the negative count a lower bound. ``auto`` takes it when
       ``scale.curvature.closed_form.block_route`` finds it cheaper than forming the blocks (wide heads); the stop waits
       for ``H``'s two ends and ``|M|`` only (``goal="ends"``/``"norm"``); every measurement starts cold (a start
@@ -221,8 +223,9 @@ def measure(
                    bn_mode=info["bn_mode"], hvp_mode=info["hvp_mode"], dtype=info["dtype"], loss=info["loss"],
                    n_negative=resH.n_negative, n_negative_is="lower bound (Ritz intervals below the floor, per block)",
                    n_products_M=resM.n_products, product_cost=resH.product_cost, product_cost_M=resM.product_cost,
+                   converged_M=resM.answered,  # |M|'s end certified by its measured residual (else reported so)
                    M_over_H=norm_M / resH.scale if resH.scale else float("nan"),
-                   M_over_H_is="spectral norms: |M| and |H| from per-block Lanczos ends (eigenvalue bound)")
+                   M_over_H_is="spectral norms: |M| and |H| from per-block Lanczos ends (residual bound)")
     else:
         if path == "factored":
             op, M, info = factored_operator(z, head, loss, dtype=dtype)
@@ -365,12 +368,7 @@ class HessianTracker(Hook):
 
 def plot_curvature(records: list[dict[str, Any]]) -> bytes:
     """lambda_min, lambda_max (symlog) and condition number against the training step, as PNG bytes."""
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     steps = [r["step"] for r in records]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
@@ -387,8 +385,4 @@ def plot_curvature(records: list[dict[str, Any]]) -> bytes:
     ax2.set_xlabel("step")
     ax2.set_ylabel("condition number (when PD)")
     ax2.set_title(f"PD at {len(pd)} of {len(records)} measurements", fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return png(fig, dpi=110)

@@ -31,6 +31,7 @@ from scale.engine.dataset import STATS, Dataset
 from scale.engine.folders import folder_dataset
 
 DATASETS: tuple[str, ...] = ("cifar10", "cifar100", "digits", "synthetic")
+CIFAR: tuple[str, ...] = ("cifar10", "cifar100")  # the published archives (scale.engine.cifar), 32 x 32
 FOLDER_PREFIX = "folder:"  # folder:PATH, your own images (scale.engine.folders)
 
 

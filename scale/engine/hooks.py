@@ -144,15 +144,18 @@ class MetricsFile(Hook):
 
 
 class EpochLog(Hook):
-    """One line per epoch: loss, lr, the collapse statistics of ``h`` and ``z``, throughput."""
+    """One line per epoch: loss (against chance and with z's kNN accuracy where a hook put them in the record), lr,
+    the collapse statistics of ``h`` and ``z``, throughput."""
 
     def __init__(self, log: Callable[[str], None]) -> None:
         self.log = log
 
     def on_epoch_end(self, state: TrainState) -> None:
         r = state.metrics
-        self.log(f"epoch {state.epoch + 1:>3}/{state.config.epochs}  loss {r['loss']:.4f}  lr {r['lr']:.3g}  "
-                 f"h_std {r['h_std']:.4f}  z_std {r['z_std']:.4f}  "
+        chance = f" (chance {r['loss_chance']:.4f})" if "loss_chance" in r else ""
+        knn = f"  knn z {r['knn_z']:.1f} %" if "knn_z" in r else ""  # scale.monitor.online.OnlineKnn
+        self.log(f"epoch {state.epoch + 1:>3}/{state.config.epochs}  loss {r['loss']:.4f}{chance}{knn}  "
+                 f"lr {r['lr']:.3g}  h_std {r['h_std']:.4f}  z_std {r['z_std']:.4f}  "
                  f"{r['images_per_s']:.0f} img/s  {r['epoch_seconds']:.1f} s")
 
 

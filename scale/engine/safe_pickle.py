@@ -22,6 +22,12 @@ state NumPy writes for a plain numeric dtype (only the byte order may differ), a
 a state of a plain dtype and a ``bytes``/``str`` payload (an object array's payload is a list of pickled
 objects). This needs the pure-Python unpickler (``pickle._Unpickler``), whose opcodes can be overridden;
 the batches are one large byte string each, so it is as fast as the C one there.
+
+``np.save`` of a dict (the paper's released ``.npy`` results, ``scale/ledger/released``) pickles a 0-d object
+array whose payload is a list holding the dict. ``safe_loads(..., object_shell=True)`` admits exactly that
+shell: the object dtype, and an array of it only with shape ``()`` and a payload that is a list of one
+already-unpickled object (never bytes, which NumPy would read as object pointers). Everything inside the
+shell passes the same checks as a CIFAR batch; the CIFAR reader keeps the shell refused.
 """
 
 from __future__ import annotations
@@ -111,8 +117,15 @@ def _check_dtype_state(dt: np.dtype, state: Any) -> None:
         raise UnsafePickleError(f"a dtype state other than a plain {dt}'s ({state!r:.120}) is refused")
 
 
-def _check_array_state(state: Any) -> None:
-    """``(version, shape, dtype, fortran, payload)`` with a plain dtype and a byte payload."""
+def _check_array_state(state: Any, object_shell: bool = False) -> None:
+    """``(version, shape, dtype, fortran, payload)`` with a plain dtype and a byte payload; with
+    ``object_shell``, also the 0-d object array ``np.save`` wraps an object in (module docstring)."""
+    if object_shell and isinstance(state, tuple) and len(state) == 5 and isinstance(state[2], np.dtype) \
+            and state[2] == np.dtype(object):
+        if state[1] != () or not isinstance(state[4], list) or len(state[4]) != 1:
+            raise UnsafePickleError("an object array is allowed only as the 0-d shell np.save writes around one "
+                                    "object (shape (), a list of one item)")
+        return
     if not (isinstance(state, tuple) and len(state) == 5 and isinstance(state[1], tuple)
             and all(type(n) is int and n >= 0 for n in state[1]) and isinstance(state[2], np.dtype)
             and isinstance(state[4], (bytes, str))):
@@ -126,13 +139,23 @@ class RestrictedUnpickler(pickle._Unpickler):
 
     dispatch: ClassVar[dict[int, Any]] = dict(pickle._Unpickler.dispatch)
 
+    def __init__(self, file: Any, *, encoding: str = "latin1", object_shell: bool = False) -> None:
+        super().__init__(file, encoding=encoding)
+        self.object_shell = object_shell
+
+    def _dtype_or_shell(self, obj: Any, align: Any = False, copy: Any = True) -> np.dtype:
+        """``numpy.dtype``: the object dtype only for the shell (``O8`` is how NumPy pickles it)."""
+        return np.dtype(object) if isinstance(obj, str) and obj == "O8" else _dtype(obj, align, copy)
+
     def find_class(self, module: str, name: str) -> Any:
+        if self.object_shell and (module, name) == ("numpy", "dtype"):
+            return self._dtype_or_shell
         try:
             return ALLOWED[(module, name)]
         except KeyError:
             raise UnsafePickleError(
-                f"it references {module}.{name}, which a CIFAR batch never contains (loading it could run code); "
-                "refused without executing anything"
+                f"it references {module}.{name}, which no CIFAR batch or released result array contains (loading "
+                "it could run code); refused without executing anything"
             ) from None
 
     def persistent_load(self, pid: Any) -> Any:
@@ -143,7 +166,7 @@ class RestrictedUnpickler(pickle._Unpickler):
         if isinstance(inst, np.dtype):
             _check_dtype_state(inst, state)
         elif isinstance(inst, np.ndarray):
-            _check_array_state(state)
+            _check_array_state(state, self.object_shell)
         else:
             raise UnsafePickleError(f"BUILD on a {type(inst).__name__} is refused (only NumPy dtypes and arrays)")
         super().load_build()
@@ -151,6 +174,7 @@ class RestrictedUnpickler(pickle._Unpickler):
     dispatch[pickle.BUILD[0]] = load_build
 
 
-def safe_loads(blob: bytes, encoding: str = "latin1") -> Any:
-    """``pickle.loads`` restricted to containers, strings, numbers and plain NumPy arrays (module docstring)."""
-    return RestrictedUnpickler(io.BytesIO(blob), encoding=encoding).load()
+def safe_loads(blob: bytes, encoding: str = "latin1", object_shell: bool = False) -> Any:
+    """``pickle.loads`` restricted to containers, strings, numbers and plain NumPy arrays (module docstring);
+    ``object_shell`` also admits the 0-d object array ``np.save`` wraps a dict in."""
+    return RestrictedUnpickler(io.BytesIO(blob), encoding=encoding, object_shell=object_shell).load()

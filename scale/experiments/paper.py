@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scale.engine.config import TrainConfig
+from scale.engine.data import CIFAR
 from scale.engine.recipes import DIGITS_RECIPES
 
 EXPERIMENTS: tuple[str, ...] = ("E1", "E2", "E3E4", "E5")
@@ -20,7 +21,6 @@ E1_LRS: tuple[float, ...] = (0.005, 0.05, 0.5)
 E2_RUNS: tuple[tuple[str, str], ...] = (("normal", "swish2"), ("collapsed", "swish2"), ("collapsed", "relu2"))
 E5_DEPTHS: tuple[int, ...] = (1, 2, 3)
 E5_HEADS: dict[int, str] = {1: "linear", 2: "swish2", 3: "swish3"}  # depth = Linear layers (paper style, with BN)
-CIFAR = ("cifar10", "cifar100")
 QUICK = dict(seeds=1, epochs=2, train_subset=384, probe_images=256)
 FULL_SEEDS = 3
 

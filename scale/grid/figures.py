@@ -13,32 +13,13 @@ Each returns PNG bytes, or None when nothing of it was measured; ``scale.grid.re
 
 from __future__ import annotations
 
-import io
 import math
 from typing import Any
 
 import numpy as np
 
+from scale.engine.plots import png, pyplot
 from scale.grid.sections import PAPER_COMPRESSION, PAPER_COMPRESSION_UNTRAINED, geometry_of, mean_std
-
-
-def pyplot():
-    """matplotlib's pyplot on the file backend (no display needed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def png(fig) -> bytes:
-    """The figure as PNG bytes; the figure is closed."""
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=100)
-    pyplot().close(fig)
-    return buf.getvalue()
 
 
 def _curve(runs: list[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

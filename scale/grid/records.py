@@ -28,7 +28,7 @@ LABELS = {"E1": ("head", "bn", "lr"), "E2": ("init", "head"), "E5": ("depth", "h
 # the unit files' (scale.units.schema).
 MANIFEST = Schema({"dataset": str, "backbone": str, "quick": bool, "command": str, "experiments": list[str],
                    "assumptions": dict[str, str], "versions": dict[str, str], "git_commit": str},
-                  {"paper_choices": dict[str, dict[str, list[Any]]] | None})
+                  {"paper_choices": dict[str, dict[str, list[Any]]] | None, "key_format": int})
 DEVIATIONS = dict[str, tuple[Any, Any]]  # setting -> (paper, ours), a unit file's deviations
 CURVATURE_KEYS = ("lambda_min", "lambda_max", "M_over_H", "n_negative", "n_negative_G", "epoch", "step")
 
@@ -72,7 +72,7 @@ def load_grid(home: Path) -> dict[str, Any]:
     manifest = _read_json(home / "manifest.json")
     records = _manifest_runs(manifest, home / "manifest.json")
     try:
-        planned = [units.of_record(r) for r in records]
+        planned = [units.of_record(r, manifest.get("key_format", units.LEGACY_KEYS)) for r in records]
     except read.Unreadable as exc:
         raise read.Unreadable(f"{home / 'manifest.json'}: {exc}") from None
     if home.parent.is_dir() and (home.parent / "units").is_dir() \

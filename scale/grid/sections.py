@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from mini import paper_numbers as paper
+from scale.experiments.paper import E1_HEADS
 from scale.geometry.probes import E3_PROTOCOL, HEADLINE_PROTOCOL
 from scale.runs.premise import DID_NOT_LEARN, recheck
 from scale.runs.summary import CurvatureSummary, GeometrySummary, RunSummary, TrainingCheck
@@ -132,8 +133,7 @@ def section_e1(runs, verdicts) -> list[str]:
          "(lambda_min clamped at 1e-7). Mean +- std over seeds.", "",
          "| head | BatchNorm | lr | h std after epoch 1 | h std final | h cond final | non-finite |",
          "|---|---|---|---|---|---|---|"]
-    heads = sorted({r["labels"]["head"] for r in e1}, key=lambda h: ("linear", "relu2", "gelu2", "swish2").index(h)
-                   if h in ("linear", "relu2", "gelu2", "swish2") else 9)
+    heads = sorted({r["labels"]["head"] for r in e1}, key=lambda h: E1_HEADS.index(h) if h in E1_HEADS else 9)
     lrs = sorted({r["labels"]["lr"] for r in e1})
     final: dict[tuple[str, bool, float], float] = {}
     for head in heads:

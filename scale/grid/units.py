@@ -7,9 +7,13 @@ reads, the plan's folder, the views derived from the unit files, and the cost of
     OUT/<plan>/results.json, report.md, *.png                         the plan's views, rebuilt from its unit files
     OUT/<plan>/launch/, jobs/, grid_log.jsonl                         its submissions, submitit's files, its log
 
-``plan``: ``grid-`` + the hash of what makes the grid (dataset, backbone, --quick, --epochs, the layout); ``key``:
-the hash of what shapes one run's numbers (its ``scale.run`` arguments without ``--data-dir``, where the data is,
-and the paper's values it is checked against). Everything of a plan but its unit files lives in its own folder, so
+``plan``: ``grid-`` + the hash of what makes the grid (dataset, backbone, --quick, --epochs, the layout;
+``scale.grid.invocation.plan_id``); ``key``:
+the hash of what shapes one run's numbers (``config_key``: its resolved ``TrainConfig`` without where it ran, the
+paper's values it is checked against, whether it tracks the Hessian, its probes' image cap; ``KEY_FORMAT`` 3, as the
+ledger keys its units). A plan written before (its manifest names no ``key_format``) keyed its runs by their
+``scale.run`` command lines without ``--data-dir`` (``run_key``) and is read under that rule, so its unit files
+(``docs/paper_grid``) stay readable as they are. Everything of a plan but its unit files lives in its own folder, so
 plans share one OUT: none reads, touches or deletes another's files, and each view lists the unit files it left
 out (another plan's, or a changed key), which are never deleted.
 
@@ -22,7 +26,8 @@ figure data (the 2-D PCA of each space's orbits), so the views need nothing else
 
 The unit files are the unit store's (``scale.units``): a file is used only when its content is the run its name
 says (``find``: its schema, its plan, name, device, threads and key, the plan's experiment, seed and labels, and
-its command line hashing to its key); any other is left out with one line. ``check_folders``: no folder the
+its config agreeing with the planned one; a plan of the earlier key format: its command line hashing to its key);
+any other is left out with one line. ``check_folders``: no folder the
 grid writes below OUT (``OUT/units``, the plan's folder and its ``runs/``, ``launch/``, ``jobs/``) may be a
 symbolic link, checked before anything is written.
 """
@@ -40,24 +45,17 @@ import numpy as np
 import torch
 
 from scale.engine import disk, read
+from scale.engine.devices import device_type
 from scale.experiments.paper import PlannedRun
+from scale.grid.invocation import KEY_FORMAT, LAYOUT, GridInvocation, plan_id  # noqa: F401 (plan_id: re-exported)
 from scale.launch.jobs import job_states, rerun_command
+from scale.runs.validate import plan_disagreements
 from scale.units import schema, store
 from scale.units.store import Planned, Stored, digest
 
 DONE_STATUSES = ("finished", "non-finite loss")
-FORMAT = "grid-units-2"
+FORMAT = LAYOUT  # the unit files' and results.json's format
 ORBIT_SPACES = ("z", "h", "h_untrained")  # scale.geometry.measure's orbits.npz arrays, (n_orbits, P, dim) each
-
-
-def plan_id(dataset: str, backbone: str, quick: bool, epochs: int | None) -> str:
-    return "grid-" + digest({"dataset": dataset, "backbone": backbone, "quick": quick, "epochs": epochs,
-                             "layout": FORMAT})[:12]
-
-
-def grid_plan(args: Any) -> str:
-    """The plan of ``scale.paper``'s arguments."""
-    return plan_id(args.dataset, args.backbone, args.quick, args.epochs)
 
 
 def plan_dir(out: Path, plan: str) -> Path:
@@ -70,20 +68,53 @@ def check_folders(out: Path, plan: str) -> None:
     disk.check_folders(out, [store.UNITS, plan, *(f"{plan}/{d}" for d in ("runs", "launch", "jobs"))])
 
 
+# A grid unit (scale.grid.units.record); its summary, metrics, curvature and orbits are checked by the report's
+# reader (scale.grid.records), which reads them deeper.
+GRID_UNIT = schema.Schema(
+    required={**schema.IDENTITY, "status": str, "experiment": str, "seed": int, "labels": dict[str, Any],
+              "argv": list[str]},
+    optional={"summary": dict[str, Any] | None, "config": dict[str, Any] | None, "metrics": list[Any] | None,
+              "curvature": list[Any] | None, "curvature_summary": dict[str, Any] | None,
+              "orbits": dict[str, Any] | None, "deviations": schema.DEVIATIONS | None, "format": str, "run_dir": str,
+              "recorded_at": str, "key_format": int})
+
+WHERE_IT_RAN = ("device", "threads", "augment_path")  # a run's config fields that say where it ran: in no key
+
+
+def planned_config(run: PlannedRun) -> dict[str, Any]:
+    """The resolved config of the run's settings, as ``python -m scale.run`` resolves them (on a CPU; where it runs
+    is not compared)."""
+    return run.config("cpu").to_dict()
+
+
+def config_key(run: PlannedRun) -> str:
+    """The key of a run (``KEY_FORMAT`` 3): the hash of what shapes its numbers, its resolved config (where it ran
+    left out), the paper's values it is checked against, whether it tracks the Hessian and its probes' image cap."""
+    config = {k: v for k, v in planned_config(run).items() if k not in WHERE_IT_RAN}
+    return digest({"format": KEY_FORMAT, "config": config, "paper": run.paper, "track_hessian": run.track_hessian,
+                   "probe_images": run.probe_images})[:12]
+
+
 def run_key(argv: list[str], paper: dict[str, Any], track_hessian: bool) -> str:
+    """The key of a run of a plan before ``KEY_FORMAT`` 3 (``LEGACY_KEYS``): the hash of its ``scale.run`` command
+    line (without ``--data-dir``), the paper's values and whether it tracks the Hessian."""
     keep = [a for i, a in enumerate(argv) if a != "--data-dir" and (i == 0 or argv[i - 1] != "--data-dir")]
     return digest({"argv": keep, "paper": paper, "track_hessian": track_hessian})[:12]
 
 
-def keys(runs: list) -> dict[str, str]:
+LEGACY_KEYS = 2  # the key format of a manifest that names none
+
+
+def keys(runs: list[PlannedRun]) -> dict[str, str]:
     """name -> key of each run (``scale.experiments.paper.PlannedRun``)."""
-    return {r.name: run_key(r.argv, r.paper, r.track_hessian) for r in runs}
+    return {r.name: config_key(r) for r in runs}
 
 
 @dataclass(frozen=True)
 class GridRun:
-    """What the plan says of one run, as the store checks its unit file: its command line, the paper's values and
-    whether it tracks the Hessian (its key), its experiment, seed and labels."""
+    """What the plan says of one run, as the store checks its unit file: its key (and the key's format), its
+    command line, the paper's values and whether it tracks the Hessian, its experiment, seed and labels, and (key
+    format 3) its planned config, which the unit file's must agree with."""
 
     name: str
     argv: list[str]
@@ -92,24 +123,33 @@ class GridRun:
     experiment: str
     seed: int | None
     labels: dict[str, Any]
-
-    @property
-    def key(self) -> str:
-        return run_key(self.argv, self.paper, self.track_hessian)
+    key: str
+    key_format: int = KEY_FORMAT
+    config: dict[str, Any] | None = None
 
 
 def of_run(run: PlannedRun) -> GridRun:
-    return GridRun(run.name, run.argv, run.paper, run.track_hessian, run.experiment, run.seed, run.labels)
+    return GridRun(run.name, run.argv, run.paper, run.track_hessian, run.experiment, run.seed, run.labels,
+                   config_key(run), KEY_FORMAT, planned_config(run))
 
 
-def of_record(rec: dict[str, Any]) -> GridRun:
-    """A manifest's run record as a ``GridRun``: its command line as recorded (manifests before the runs were data)
-    or rebuilt from its settings (``PlannedRun.argv``); ``read.Unreadable`` for a record of neither kind."""
+def of_record(rec: dict[str, Any], key_format: int = LEGACY_KEYS) -> GridRun:
+    """A manifest's run record as a ``GridRun`` keyed by the manifest's ``key_format``: 3, from its settings
+    (``PlannedRun``); 2 (a manifest that names none), by its command line as recorded (manifests before the runs
+    were data) or rebuilt from its settings. ``read.Unreadable`` for a record of neither kind."""
     try:
-        argv = rec["argv"] if "argv" in rec else PlannedRun(**{f.name: rec[f.name] for f in fields(PlannedRun)
-                                                                if f.name in rec}).argv
-        run = GridRun(rec["name"], argv, rec.get("paper") or {}, bool(rec.get("track_hessian")), rec["experiment"],
-                      rec.get("seed"), rec.get("labels") or {})
+        planned = PlannedRun(**{f.name: rec[f.name] for f in fields(PlannedRun) if f.name in rec}) \
+            if "settings" in rec else None
+        if key_format == KEY_FORMAT:
+            if planned is None:
+                raise KeyError("settings")
+            return of_run(planned)
+        if key_format != LEGACY_KEYS:
+            raise ValueError(f"key format {key_format!r}, not {LEGACY_KEYS} or {KEY_FORMAT}")
+        argv = rec["argv"] if "argv" in rec else planned.argv
+        paper, track = rec.get("paper") or {}, bool(rec.get("track_hessian"))
+        run = GridRun(rec["name"], argv, paper, track, rec["experiment"], rec.get("seed"), rec.get("labels") or {},
+                      run_key(argv, paper, track) if isinstance(argv, list) else "", LEGACY_KEYS)
     except (TypeError, KeyError, AttributeError, ValueError) as exc:
         raise read.Unreadable(f"run {rec.get('name')!r} of the manifest is not a run of scale.paper ({exc})") from None
     if schema.problem(run.argv, list[str]) or schema.problem(run.paper, dict[str, Any]) \
@@ -125,14 +165,18 @@ def find(out: Path, plan: str, runs: list[GridRun]) -> tuple[dict[str, Stored], 
     ``StoreError`` for a file of a run of this plan that is damaged (not of its schema)."""
     by_name = {r.name: r for r in runs}
 
-    def command_line(record: dict[str, Any], planned: Planned) -> str | None:
+    def identity(record: dict[str, Any], planned: Planned) -> str | None:
         run = by_name[record["name"]]
-        if run_key(record["argv"], run.paper, run.track_hessian) != record["key_hash"]:
-            return "its command line is not its key's (another run's content)"
-        return None
+        if run.key_format == LEGACY_KEYS:
+            if run_key(record["argv"], run.paper, run.track_hessian) != record["key_hash"]:
+                return "its command line is not its key's (another run's content)"
+            return None
+        differ = plan_disagreements(record.get("config") or {}, run.config or {}) if record.get("config") else [
+            "no config"]
+        return f"its config is not its key's ({', '.join(differ[:3])})" if differ else None
 
     planned = {r.name: Planned(r.key, r.experiment, r.seed, r.labels) for r in runs}
-    return store.load(Path(out), plan, planned, schema.GRID_UNIT, command_line)
+    return store.load(Path(out), plan, planned, GRID_UNIT, identity)
 
 
 def stored(out: Path, plan: str, runs: list[GridRun]) -> tuple[dict[str, dict[str, Any]], list[str]]:
@@ -141,15 +185,13 @@ def stored(out: Path, plan: str, runs: list[GridRun]) -> tuple[dict[str, dict[st
     return {name: s.record for name, s in found.items()}, ignored
 
 
-def record_run(out: Path, run: Any, args: Any, deviations: dict[str, Any]) -> Path | None:
-    """``record`` of a ``scale.experiments.paper.PlannedRun`` run by ``args`` (where it ran: the resolved device,
+def record_run(run: PlannedRun, inv: GridInvocation, deviations: dict[str, Any]) -> Path | None:
+    """``record`` of a ``scale.experiments.paper.PlannedRun`` run by ``inv`` (where it ran: the resolved device,
     threads)."""
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    pid = grid_plan(args)
-    return record(out, pid, run.name, keys([run])[run.name], plan_dir(out, pid) / "runs" / run.name, device,
-                  args.threads or torch.get_num_threads(), {"experiment": run.experiment, "seed": run.seed,
-                                                            "labels": run.labels, "argv": run.argv,
-                                                            "deviations": deviations})
+    return record(Path(inv.out), inv.plan, run.name, keys([run])[run.name], inv.home / "runs" / run.name,
+                  device_type(inv.device), inv.threads or torch.get_num_threads(),
+                  {"experiment": run.experiment, "seed": run.seed, "labels": run.labels, "argv": run.argv,
+                   "deviations": deviations, "key_format": KEY_FORMAT})
 
 
 def _jsonl(path: Path) -> list[Any]:
@@ -223,15 +265,15 @@ def write_view(home: Path, plan: str, units: dict[str, dict[str, Any]], ignored:
     return path
 
 
-def collect(runs: list, out: Path, plan: str, raw: list[str]) -> int:
+def collect(runs: list[PlannedRun], inv: GridInvocation) -> int:
     """results.json from the unit files; the runs of this invocation without one, their jobs and the one command
     that runs only them (exit 3); 0 when every chosen run is stored."""
-    home = plan_dir(out, plan)
-    units, ignored = stored(out, plan, [of_run(r) for r in runs])
+    home = inv.home
+    units, ignored = stored(Path(inv.out), inv.plan, [of_run(r) for r in runs])
     states = job_states(home)
     missing = {r.name: states.get(r.name, "no job recorded") for r in runs if r.name not in units}
-    rerun = rerun_command("scale.paper", raw, list(missing)) if missing else None
-    path = write_view(home, plan, units, ignored, missing, rerun)
+    rerun = rerun_command(inv, list(missing)) if missing else None
+    path = write_view(home, inv.plan, units, ignored, missing, rerun)
     for line in ignored:
         print(f"scale.paper: left out: {line}")
     print(f"scale.paper: {len(units)} of {len(runs)} runs stored; view {path}", flush=True)

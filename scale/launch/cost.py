@@ -8,10 +8,9 @@ says so, and the hours are the command's device factor, not a measurement of tha
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 
-from scale.launch.jobs import job_command
+from scale.launch.jobs import Invocation, command_line
 from scale.launch.resources import Resources
 
 # GPUs whose throughput a unit of this project was measured on (name -> what it rests on); empty: none yet.
@@ -22,10 +21,11 @@ def gpu_hours(seconds: float, res: Resources) -> float:
     return seconds * max(res.gpus, 1) / 3600.0
 
 
-def print_cost(module: str, raw: list[str], units: list[tuple[str, float]], basis: str, device: str,
-               launcher: str, res: Resources, gpu_name: str, log: Callable[[str], None] = print) -> None:
-    """One line per unit (seconds, GPU-hours on ``gpu_name`` where ``device`` is cuda), the totals, and the jobs
-    ``launcher`` would submit with ``res``."""
+def print_cost(inv: Invocation, units: list[tuple[str, float]], basis: str, device: str,
+               log: Callable[[str], None] = print) -> None:
+    """One line per unit (seconds, GPU-hours on the launch's GPU name where ``device`` is cuda), the totals, and the
+    jobs ``inv``'s launcher would submit with its resources."""
+    launcher, res, gpu_name = inv.launch.launcher, inv.launch.resources, inv.launch.gpu_name
     on_gpu = device == "cuda"
     named = (f"{gpu_name}: " + (MEASURED_GPUS[gpu_name] if gpu_name in MEASURED_GPUS
                                 else "not measured; the estimate's device factor stands for it")) if on_gpu else ""
@@ -50,6 +50,6 @@ def print_cost(module: str, raw: list[str], units: list[tuple[str, float]], basi
         log(f"  note: the longest unit (~{longest / 60:.0f} min) exceeds --time-min {res.time_min}: it will be "
             "requeued from its checkpoint (written at every epoch end)")
     for name, _ in units[:3]:
-        log(f"  job {name}: python -m {module} {shlex.join(job_command(module, raw, name))}")
+        log(f"  job {name}: {command_line(inv.for_job(name))}")
     if len(units) > 3:
         log(f"  ... and {len(units) - 3} more, each with its own --units NAME")

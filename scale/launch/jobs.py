@@ -1,10 +1,11 @@
 """Units as jobs through submitit: submit, wait or return, read the jobs' states back.
 
-Each unit is one job whose function is ``CommandJob``: the command's own ``main`` with ``--launcher local
---units NAME``, so a job runs the very code path of a local run and writes the unit's one immutable file. The
-job is ``submitit.helpers.Checkpointable``: on a timeout or preemption (submitit's USR2) it is requeued with the
-same command, which resumes the unit from its last checkpoint (a grid run from its run directory's checkpoint.pt;
-a ledger unit from its work folder's, ``scale.ledger.work``), at most ``Resources.requeues`` times.
+Each unit is one job whose function is ``UnitJob``: the command's runner called with the invocation of that unit
+alone, run locally (``Invocation.for_job``), so a job runs the very code path of a local run and writes the unit's
+one immutable file. The job is ``submitit.helpers.Checkpointable``: on a timeout or preemption (submitit's USR2) it
+is requeued with the same invocation, which resumes the unit from its last checkpoint (a grid run from its run
+directory's checkpoint.pt; a ledger unit from its work folder's, ``scale.ledger.work``), at most
+``Resources.requeues`` times.
 
     slurm       ``submitit.AutoExecutor(cluster="slurm")``: the units of one invocation as one job array
     local-jobs  ``submitit.LocalExecutor``: real subprocesses on this machine, the same pickled submission; one
@@ -15,7 +16,8 @@ submission from there (submitit's design: OUT must be writable by its owner alon
 first signal on many clusters) reaches ``scale.run``'s handler instead: a checkpoint, exit 130, the job failed,
 and ``--collect``'s rerun command resumes it. Each submission is recorded, written once, in ``OUT/launch/``
 (the launcher, the resources, unit -> job id, the command), so a later ``--collect`` names the jobs of missing
-units.
+units, and ``rerun_command`` renders the one command that runs only them from the invocation (nothing edits or
+parses a command line).
 """
 
 from __future__ import annotations
@@ -24,13 +26,14 @@ import os
 import shlex
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import submitit
 
 from scale.engine import disk, read
-from scale.launch.resources import LAUNCH_ONLY, LaunchError, Resources, node_gpus, resources, without
+from scale.launch.resources import Launch, LaunchError, Resources
 
 POLL_S = 1.0
 # submitit's name of the engine behind --launcher slurm. The tests set "local": AutoExecutor then builds the same
@@ -38,31 +41,42 @@ POLL_S = 1.0
 SLURM_CLUSTER = "slurm"
 
 
-class CommandJob(submitit.helpers.Checkpointable):
-    """``MODULE.main(argv)`` in the job's process; a nonzero exit raises (the job counts as failed)."""
+class Invocation(Protocol):
+    """What a many-run command's typed invocation gives the launcher (``scale.ledger.invocation``,
+    ``scale.grid.invocation``)."""
 
-    def __init__(self, module: str, argv: list[str]) -> None:
-        self.module, self.argv = module, list(argv)
+    module: ClassVar[str]  # the command, for the lines it prints
+    launch: Launch
+
+    def argv(self) -> list[str]: ...  # the flags that give this invocation
+
+    def for_job(self, unit: str) -> Any: ...  # this invocation for ``unit`` alone, run in the job's process
+
+    def for_rerun(self, units: list[str]) -> Any: ...  # this invocation for ``units`` alone, same launch, waiting
+
+
+class UnitJob(submitit.helpers.Checkpointable):
+    """``run(invocation)`` in the job's process (``run``: the command's runner, pickled by reference); a nonzero
+    exit raises (the job counts as failed)."""
+
+    def __init__(self, run: Callable[[Any], int], invocation: Any) -> None:
+        self.run, self.invocation = run, invocation
 
     def __call__(self) -> int:
-        import importlib
-
-        code = importlib.import_module(self.module).main(self.argv)
+        code = self.run(self.invocation)
         if code:
-            raise RuntimeError(f"python -m {self.module} {shlex.join(self.argv)} exited {code}")
+            raise RuntimeError(f"{getattr(self.run, '__qualname__', self.run)} of {self.invocation!r} exited {code}")
         return 0
 
 
-def job_command(module: str, raw: list[str], unit: str) -> list[str]:
-    """The argv of the job of ``unit``: this invocation's plan flags, run locally, that unit only."""
-    return [*without(raw, LAUNCH_ONLY), "--launcher", "local", "--units", unit, "--as-job"]
+def command_line(inv: Invocation, *extra: str) -> str:
+    """``python -m MODULE FLAGS``: the command of ``inv``."""
+    return shlex.join(["python", "-m", inv.module, *inv.argv(), *extra])
 
 
-def rerun_command(module: str, raw: list[str], units: list[str]) -> str:
+def rerun_command(inv: Invocation, units: list[str]) -> str:
     """The one command that runs only ``units`` (with this invocation's launcher and resources)."""
-    keep = without(raw, {"--no-wait": 0, "--collect": 0, "--units": 1, "--shard": 1, "--budget-s": 1,
-                         "--dry-run": 0, "--only": 1, "--as-job": 0})
-    return shlex.join(["python", "-m", module, *keep, "--units", ",".join(units)])
+    return command_line(inv.for_rerun(units))
 
 
 def _slurm_executor(folder: Path, res: Resources, name: str) -> Any:
@@ -95,20 +109,20 @@ def _local_executor(folder: Path, res: Resources, gpu: int | None) -> Any:
     return ex
 
 
-def submit(launcher: str, folder: Path, res: Resources, commands: list[tuple[str, str, list[str]]],
-           gpus: str | None = None, parallel: int | None = None, wait: bool = True,
+def submit(launcher: str, folder: Path, res: Resources, jobs_of: list[tuple[str, UnitJob]],
+           gpus: tuple[int, ...] = (), parallel: int | None = None, wait: bool = True,
            log: Callable[[str], None] = print,
            submitted: Callable[[dict[str, Any]], None] = lambda jobs: None) -> dict[str, Any]:
-    """Submit ``commands`` (unit, module, argv), one job each; with ``wait``, return once every job ended.
+    """Submit ``jobs_of`` (unit, its job), one job each; with ``wait``, return once every job ended.
     ``{unit: job}``; ``submitted`` is called with each batch as soon as it is submitted (the array; each local
     job). ``local-jobs`` keeps at most one job per ``gpus`` slot (or ``parallel``) running, so ``wait=False``
     there needs every job to start at once."""
 
     disk.make_dirs(folder)
     if launcher == "slurm":
-        ex = _slurm_executor(folder, res, f"{commands[0][1]}" if commands else "scale")
+        ex = _slurm_executor(folder, res, jobs_of[0][1].invocation.module if jobs_of else "scale")
         with ex.batch():  # one array
-            jobs = [(u, ex.submit(CommandJob(m, a))) for u, m, a in commands]
+            jobs = [(u, ex.submit(job)) for u, job in jobs_of]
         out = {u: j for u, j in jobs}
         submitted(out)
         for u, j in jobs:
@@ -116,22 +130,22 @@ def submit(launcher: str, folder: Path, res: Resources, commands: list[tuple[str
         if wait:
             wait_all(out, log)
         return out
-    slots: list[int | None] = list(node_gpus(gpus)) or [None] * (parallel or 1)
-    if not wait and len(commands) > len(slots):
-        raise LaunchError(f"--launcher local-jobs --no-wait starts every job now, but {len(commands)} jobs exceed "
+    slots: list[int | None] = list(gpus) or [None] * (parallel or 1)
+    if not wait and len(jobs_of) > len(slots):
+        raise LaunchError(f"--launcher local-jobs --no-wait starts every job now, but {len(jobs_of)} jobs exceed "
                           f"the {len(slots)} slot(s) (--node-gpus or --parallel); raise --parallel, or wait")
     running: dict[int, tuple[str, Any]] = {}
     out: dict[str, Any] = {}
-    pending = list(commands)
+    pending = list(jobs_of)
     while pending or running:
         for i in [i for i, (_, j) in running.items() if j.done()]:
             u, j = running.pop(i)
             log(f"  {u}: job {j.job_id} {j.state}")
         free = [i for i in range(len(slots)) if i not in running]
         while pending and free:
-            u, m, a = pending.pop(0)
+            u, job = pending.pop(0)
             i = free.pop(0)
-            j = _local_executor(folder, res, slots[i]).submit(CommandJob(m, a))
+            j = _local_executor(folder, res, slots[i]).submit(job)
             running[i] = (u, j)
             out[u] = j
             submitted({u: j})
@@ -222,37 +236,38 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def check_gpus(launcher: str, res: Resources, gpus: str | None, wants_gpu: bool) -> None:
+def check_gpus(launch: Launch, wants_gpu: bool) -> None:
     """A unit that runs on CUDA gets a GPU in its job: submitit's local engine hides every device a job did not ask
     for, and a Slurm job without --gpus-per-job has none."""
-    if not wants_gpu or res.gpus or (launcher == "local-jobs" and gpus):
+    if not wants_gpu or launch.resources.gpus or (launch.launcher == "local-jobs" and launch.node_gpus):
         return
-    if launcher == "local-jobs":
+    if launch.launcher == "local-jobs":
         raise LaunchError("--launcher local-jobs on CUDA: name the node's devices with --node-gpus 0,1,... (one job "
                           "per device) or give --gpus-per-job N; without them a job sees no GPU")
-    if launcher == "slurm":
+    if launch.launcher == "slurm":
         raise LaunchError("--launcher slurm on CUDA: give --gpus-per-job N (N >= 1); without it a job gets no GPU")
 
 
-def launch(args: Any, module: str, raw: list[str], units: list[str], out: Path, wants_gpu: bool = False,
+def launch(inv: Invocation, run: Callable[[Any], int], units: list[str], out: Path, wants_gpu: bool = False,
            log: Callable[[str], None] = print) -> None:
-    """Submit ``units`` of this invocation as jobs (``args``: the launch flags); wait unless ``--no-wait``.
-    ``wants_gpu``: the units run on CUDA (``check_gpus``)."""
+    """Submit ``units`` of ``inv`` as jobs, each calling ``run`` with its unit's invocation (``Invocation.for_job``);
+    wait unless ``inv.launch.no_wait``. ``wants_gpu``: the units run on CUDA (``check_gpus``)."""
 
-    res = resources(args)
-    check_gpus(args.launcher, res, args.node_gpus, wants_gpu)  # the commands check it before writing anything
+    spec = inv.launch
+    check_gpus(spec, wants_gpu)  # the commands check it before writing anything
     active = active_units(out)
     for u in [u for u in units if u in active]:
         log(f"  {u}: not submitted again, its job has not ended ({active[u]})")
     units = [u for u in units if u not in active]
     if not units:
-        log(f"{module}: nothing to submit: every chosen unit is stored or has a job that has not ended")
+        log(f"{inv.module}: nothing to submit: every chosen unit is stored or has a job that has not ended")
         return
-    commands = [(u, module, job_command(module, raw, u)) for u in units]
     folder = out / "jobs"
-    command = shlex.join(["python", "-m", module, *raw])
-    jobs = submit(args.launcher, folder, res, commands, args.node_gpus, args.parallel, wait=not args.no_wait, log=log,
-                  submitted=lambda batch: record_submission(out, args.launcher, folder, res, batch, command))
-    if args.no_wait:
-        log(f"{module}: {len(jobs)} jobs submitted (recorded in {out / 'launch'}); collect with: "
-            f"{shlex.join(['python', '-m', module, *without(raw, {'--no-wait': 0}), '--collect'])}")
+    command = command_line(inv)
+    jobs = submit(spec.launcher, folder, spec.resources, [(u, UnitJob(run, inv.for_job(u))) for u in units],
+                  spec.node_gpus, spec.parallel, wait=not spec.no_wait, log=log,
+                  submitted=lambda batch: record_submission(out, spec.launcher, folder, spec.resources, batch,
+                                                            command))
+    if spec.no_wait:
+        log(f"{inv.module}: {len(jobs)} jobs submitted (recorded in {out / 'launch'}); collect with: "
+            f"{command_line(replace(inv, launch=replace(spec, no_wait=False)), '--collect')}")

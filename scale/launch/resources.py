@@ -1,4 +1,5 @@
-"""What one job asks of the cluster, from flags or a recipe (``--resources FILE.toml``), and the flags themselves.
+"""How an invocation's units run (``Launch``: the launcher, what one job asks of the cluster, the local slots), from
+flags or a recipe (``--resources FILE.toml``), the flags themselves, and ``Launch.argv``: the same launch as flags.
 
 A recipe is a flat TOML table of the keys below (dashes or underscores); a flag given on the command line
 overrides the recipe. Read with ``tomllib``; nothing is executed. A key that is not one of them, a value of the
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ class LaunchError(ValueError):
     """A launch setting cannot be used; the message is one line naming it and the valid choices (exit 2)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Resources:
     """One job's request: a unit runs on one node in one task."""
 
@@ -46,6 +48,9 @@ class Resources:
 
 
 _TYPES = {f.name: f.type for f in fields(Resources)}
+_FLAGS = {"gpus": "--gpus-per-job", "cpus": "--cpus-per-job", "mem_gb": "--mem-gb", "time_min": "--time-min",
+          "partition": "--partition", "account": "--account", "array_parallelism": "--array-parallelism",
+          "requeues": "--requeues"}  # each resource's flag (add_arguments)
 _NUMBERS = {"gpus": int, "cpus": int, "mem_gb": float, "time_min": int, "array_parallelism": int, "requeues": int}
 
 
@@ -65,13 +70,12 @@ def read_recipe(path: str | Path) -> dict[str, Any]:
     return out
 
 
-def resources(args: argparse.Namespace) -> Resources:
-    """The recipe's values, then every flag given; checked."""
-    values = read_recipe(args.resources) if args.resources else {}
+def resources(recipe: str | None, flags: Mapping[str, Any]) -> Resources:
+    """The recipe's values, then every flag given (``flags``: name -> value, None where not given); checked."""
+    values = read_recipe(recipe) if recipe else {}
     for name in _TYPES:
-        flag = getattr(args, f"job_{name}", None)
-        if flag is not None:
-            values[name] = flag
+        if flags.get(name) is not None:
+            values[name] = flags[name]
     for name, value in values.items():
         kind = _NUMBERS.get(name)
         if kind is None:
@@ -85,6 +89,55 @@ def resources(args: argparse.Namespace) -> Resources:
         else:
             values[name] = kind(value)
     return Resources(**values)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How an invocation's units run: in this process (``local``) or as jobs, with what each job asks for."""
+
+    launcher: str = "local"
+    resources: Resources = field(default_factory=lambda: Resources())
+    node_gpus: tuple[int, ...] = ()  # local-jobs: one job per device at a time
+    parallel: int | None = None  # local-jobs without node_gpus: jobs at once
+    no_wait: bool = False
+    gpu_name: str = "A100"  # --dry-run: the GPU the GPU-hours are estimated for
+
+    def argv(self) -> list[str]:
+        """The flags that give this launch (the resources as resolved: a recipe's values become flags)."""
+        if self.launcher == "local":
+            return []
+        out = ["--launcher", self.launcher]
+        default = Resources()
+        for name, flag in _FLAGS.items():
+            value = getattr(self.resources, name)
+            if value != getattr(default, name):
+                out += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+        if self.node_gpus:
+            out += ["--node-gpus", ",".join(map(str, self.node_gpus))]
+        if self.parallel is not None:
+            out += ["--parallel", str(self.parallel)]
+        if self.no_wait:
+            out.append("--no-wait")
+        if self.gpu_name != Launch.gpu_name:
+            out += ["--gpu-name", self.gpu_name]
+        return out
+
+
+LOCAL = Launch()
+
+
+def launch_of(flags: Mapping[str, Any]) -> Launch:
+    """The launch given by the flags of ``add_arguments`` (``flags``: dest -> value, as argparse fills them), every
+    one checked before anything is written; ``LaunchError`` otherwise."""
+    res = resources(flags.get("resources"), {name: flags.get(f"job_{name}") for name in _TYPES})
+    gpus = node_gpus(flags.get("node_gpus"))
+    parallel = flags.get("parallel")
+    if parallel is not None and parallel < 1:
+        raise LaunchError(f"--parallel must be a positive integer, got {parallel}")
+    launcher = flags.get("launcher") or "local"
+    if flags.get("no_wait") and launcher == "local":
+        raise LaunchError("--no-wait needs a job launcher: --launcher slurm or local-jobs (local runs here and waits)")
+    return Launch(launcher, res, tuple(gpus), parallel, bool(flags.get("no_wait")), flags.get("gpu_name") or "A100")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -111,46 +164,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--account", metavar="NAME", dest="job_account", help="Slurm account")
     g.add_argument("--array-parallelism", metavar="N", dest="job_array_parallelism", type=int,
                    help="Slurm: jobs of the array running at once (default 64)")
+    g.add_argument("--requeues", metavar="N", dest="job_requeues", type=int, help="times a timed-out or preempted "
+                   "job is resubmitted (default 3)")
     g.add_argument("--node-gpus", metavar="IDS", help="local-jobs: comma-separated CUDA device ids of this node; one "
                    "job per device at a time (a single multi-GPU node)")
     g.add_argument("--parallel", metavar="N", type=int, help="local-jobs without --node-gpus: jobs at once "
                    "(default 1)")
     g.add_argument("--gpu-name", metavar="NAME", default="A100", help="--dry-run: the GPU the GPU-hours are "
                    "estimated for (default A100)")
-
-
-# The flags a job's own command line leaves out: the launch itself, and what chose this invocation's share.
-LAUNCH_ONLY = {"--launcher": 1, "--no-wait": 0, "--collect": 0, "--units": 1, "--resources": 1, "--gpus-per-job": 1,
-               "--cpus-per-job": 1, "--mem-gb": 1, "--time-min": 1, "--partition": 1, "--account": 1,
-               "--array-parallelism": 1, "--node-gpus": 1, "--parallel": 1, "--gpu-name": 1, "--dry-run": 0,
-               "--shard": 1, "--budget-s": 1, "--only": 1, "--as-job": 0}
-
-
-def without(raw: list[str], flags: dict[str, int]) -> list[str]:
-    """``raw`` without ``flags`` (name -> how many values follow it; ``--flag=value`` too)."""
-    out: list[str] = []
-    skip = 0
-    for tok in raw:
-        if skip:
-            skip -= 1
-            continue
-        name = tok.split("=", 1)[0]
-        if name in flags:
-            skip = 0 if "=" in tok else flags[name]
-            continue
-        out.append(tok)
-    return out
-
-
-def check(args: argparse.Namespace) -> Resources:
-    """Every launch flag checked before anything is written; the job resources."""
-    res = resources(args)
-    node_gpus(args.node_gpus)
-    if args.parallel is not None and args.parallel < 1:
-        raise LaunchError(f"--parallel must be a positive integer, got {args.parallel}")
-    if args.no_wait and args.launcher == "local":
-        raise LaunchError("--no-wait needs a job launcher: --launcher slurm or local-jobs (local runs here and waits)")
-    return res
 
 
 def node_gpus(text: str | None) -> list[int]:

@@ -8,23 +8,16 @@ from pathlib import Path
 import numpy as np
 
 from mini import paper_numbers as paper
+from scale.engine.plots import pyplot
+from scale.experiments.paper import E1_HEADS
 from scale.ledger.claims.base import Results
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _save(fig, path: Path) -> bool:
     """Lay out, write and close ``fig``."""
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    _plt().close(fig)
+    pyplot().close(fig)
     return True
 
 
@@ -34,9 +27,9 @@ def figure_e1(res: Results, path: Path) -> bool:
     e1 = [r for r in res.values() if r["experiment"] == "E1" and r.get("history")]
     if not e1:
         return False
-    plt = _plt()
+    plt = pyplot()
     lrs = sorted({r["labels"]["lr"] for r in e1})
-    heads = [h for h in ("linear", "relu2", "gelu2", "swish2") if any(r["labels"]["head"] == h for r in e1)]
+    heads = [h for h in E1_HEADS if any(r["labels"]["head"] == h for r in e1)]
     fig, axes = plt.subplots(2, len(lrs), figsize=(4.2 * len(lrs), 7), squeeze=False, sharex=True)
     for i, bn in enumerate((False, True)):
         for j, lr in enumerate(lrs):
@@ -67,7 +60,7 @@ def figure_e2(res: Results, path: Path) -> bool:
     e2 = [r for r in res.values() if r["experiment"] == "E2" and r.get("curvature")]
     if not e2:
         return False
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), squeeze=False)
     for ax, (init, head) in zip(axes[0], runs):
         for r in e2:
@@ -97,7 +90,7 @@ def figure_e5(res: Results, path: Path) -> bool:
     e5 = [r for r in res.values() if r["experiment"] == "E5" and r.get("status") == "finished"]
     if not e5:
         return False
-    plt = _plt()
+    plt = pyplot()
     depths = sorted({r["labels"]["depth"] for r in e5})
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for key, color, lab in (("rot_linear_z", "C0", "z (backbone)"), ("rot_linear_h", "C3", "h (head)")):

@@ -30,11 +30,9 @@ from typing import Any
 
 from scale.engine.config import TrainConfig
 from scale.engine.recipes import DIGITS_RECIPES
-from scale.experiments.paper import plan
-from scale.units.store import digest  # the store's key hash (re-exported: plan.digest)
+from scale.experiments.paper import CIFAR, EXPERIMENTS, plan
+from scale.units.store import Planned, digest  # digest: the store's key hash (re-exported: plan.digest)
 
-CIFAR = ("cifar10", "cifar100")
-EXPERIMENTS = ("E1", "E2", "E3E4", "E5")
 # Epochs on digits: each experiment's digits recipe (scale.engine.recipes.DIGITS_RECIPES, docs/recipes.md: the
 # epochs under which its network learns); on CIFAR every experiment keeps the paper's (None: the grid's plan).
 DIGITS_EPOCHS: dict[str, int] = {e: DIGITS_RECIPES[e]["epochs"] for e in EXPERIMENTS}
@@ -170,6 +168,36 @@ def plan_units(dataset: str, seeds: int, quick: bool, epochs: dict[str, int] | N
                 by_seed[seed].append(unit(f"E5-depth{run.labels['depth']}-s{seed}", run, seed, dict(run.labels),
                                           dict(probes, tangent_images=TANGENT_IMAGES)))
     return [u for s in range(seeds) for u in by_seed[s]]
+
+
+def plan_settings(dataset: str, quick: bool, epochs: dict[str, int] | None, device: str, threads: int,
+                  repeat: int = 0, seeds: int = QUICK_SEEDS) -> dict[str, Any]:
+    """The plan: what every unit shares, its seeds included (a registered plan has a fixed number of seeds: the
+    store is never sized by its files' names)."""
+    return {"dataset": dataset, "quick": quick, "seeds": seeds, "epochs": epochs_of(dataset, quick, epochs),
+            "probe_images": QUICK_PROBE_IMAGES if quick else PROBE_IMAGES,
+            "probe_pairs": QUICK_PROBE_PAIRS if quick else PROBE_PAIRS, "device": device,
+            "threads": threads, "repeat": repeat, "format": KEY_FORMAT}
+
+
+def settings_units(settings: dict[str, Any], seeds: int, experiments: tuple[str, ...] = EXPERIMENTS
+                   ) -> list[Unit]:
+    """The plan's units at ``seeds`` seeds (of ``experiments``), from its settings."""
+    return plan_units(settings["dataset"], seeds, settings["quick"],
+                      epochs={k: v for k, v in settings["epochs"].items() if v is not None},
+                      experiments=experiments, device=settings["device"])
+
+
+def expected_keys(settings: dict[str, Any], seeds: int) -> dict[str, str]:
+    return {u.name: u.key_hash() for u in settings_units(settings, seeds)}
+
+
+def expected(settings: dict[str, Any], seeds: int | None = None) -> dict[str, Planned]:
+    """What the plan says of each of its units (at ``seeds``, default the plan's): the key its file is named by,
+    its experiment, seed and labels (``scale.units.store.Planned``: the store checks each unit file's content
+    against them before it is used)."""
+    return {u.name: Planned(u.key_hash(), u.experiment, u.seed, u.labels)
+            for u in settings_units(settings, settings["seeds"] if seeds is None else seeds)}
 
 
 def estimate_seconds(unit: Unit, dataset: str, quick: bool, device: str,

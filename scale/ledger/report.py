@@ -1,6 +1,7 @@
 r"""The ledger's views of one plan, rebuilt from its store: ``OUT/results.json`` (the registration, the amendments,
 every unit's record, every row) and ``OUT/report.md`` (the paper's claims, the mechanism and the project's
-questions in separate tables, alternatives, what was known, determinism, deviations, per-seed values).
+questions in separate tables, alternatives, what was known, determinism, deviations, per-seed values, and, beside
+them, the paper's own CIFAR data re-analysed: ``scale.ledger.released``, not in a --quick or v1 view).
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from scale.engine.markdown import escape as md
+from scale.experiments.paper import E2_RUNS
 from scale.geometry.e4_report import write_report as e4_report
 from scale.ledger import store
 from scale.ledger.claims import CLAIMS, NOT_RUN
 from scale.ledger.claims.base import CHECK, MECHANISM, PAPER, PROJECT, Results
 from scale.ledger.evaluate import evaluate_all, seeds_of
 from scale.ledger.figures import figure_e1, figure_e2, figure_e5
+from scale.ledger.plan import expected_keys
 from scale.ledger.readers import curvature
-from scale.ledger.runner import expected_keys
+from scale.ledger.released.report import vendored_section
 from scale.ledger.stats import SEEDS_CAP, cell, estimate
 from scale.ledger.verdicts import CATEGORIES
 from scale.runs.summary import Estimate
@@ -202,7 +205,7 @@ def _e2_table(res: Results) -> list[str]:
     L = ["| run | lambda_min(H) < 0 | lambda_min(G) < 0 | loss Hessian indefinite | power iteration < 0 | "
          "median abs(M)/abs(H) |", "|---|---|---|---|---|---|"]
     seeds = seeds_of(res)
-    for init, head in (("normal", "swish2"), ("collapsed", "swish2"), ("collapsed", "relu2")):
+    for init, head in E2_RUNS:
         recs = [curvature(res, f"E2-{init}-{head}-s{s}") for s in seeds]
 
         def frac(key, recs=recs):
@@ -323,6 +326,8 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
         L += ["", f"## Unit files left out of this view ({len(ignored)})", "",
               *(f"- {md(line)}" for line in ignored[:50]), *([f"- ... and {len(ignored) - 50} more"]
                                                          if len(ignored) > 50 else [])]
+    if not quick and not reg.get("v1"):
+        L += ["", *vendored_section()]
     L.append("")
     partial = planned is not None and len(res) < planned
     view = {"format": 2, "plan": reg["plan"], "registration": reg, "amendments": amendments, "quick": quick,

@@ -4,8 +4,9 @@ The plan (``plan_settings``): dataset, --quick, the epochs per experiment, the m
 and the thread count, and a repeat number (``--repeat``: the same units again, for the run-to-run spread). Its
 hash names the plan in the store. ``--seeds``, ``--experiments`` and ``--shard`` (or ``--units NAMES``: a job's
 unit, or the rerun of missing ones) choose which of its units this invocation runs; they are not part of the
-plan, so invocations that differ only there share one ledger. As jobs, each unit runs this runner in its own
-process (``scale.launch``); the store needs no lock for that.
+plan, so invocations that differ only there share one ledger. The runner is given them as one typed invocation
+(``scale.ledger.invocation.LedgerInvocation``), never a command line. As jobs, each unit runs this runner in its
+own process (``scale.launch``: the job calls ``run`` with its unit's invocation); the store needs no lock for that.
 
 Before the first unit: the registration (``scale.ledger.store.register``: the rules' data and hash and the code
 commit) and a results.json view holding it. Rules that differ from the registered ones are refused unless the
@@ -19,10 +20,7 @@ removed once the unit's file is written.
 
 from __future__ import annotations
 
-import platform
-import subprocess
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,64 +28,16 @@ from typing import Any
 import torch
 
 from scale.engine.data import load_dataset
-from scale.engine.data_errors import DataError
 from scale.engine.signals import stop_on_signals
 from scale.engine.train import Interrupted
-from scale.experiments.paper import deviations
-from scale.ledger import claims, plan, store
-from scale.ledger import units as unit_runner  # (a module: its run_unit is looked up at each call)
+from scale.ledger import claims, plan, report, store
+from scale.ledger import units as unit_runner  # (a module: its unit_record is looked up at each call)
+from scale.ledger.invocation import LedgerInvocation
+from scale.ledger.plan import expected, expected_keys, plan_settings, settings_units  # noqa: F401 (re-exported)
 from scale.ledger.store import Planned, StoreError, plan_id
+from scale.ledger.units import DONE, machine  # noqa: F401 (machine: re-exported)
 from scale.ledger.work import remove, work_dir
-from scale.runs.run_report import versions
-
-DONE = ("finished", "non-finite loss")  # a unit in another state (an error) is run again by the next invocation
-
-
-def machine() -> dict[str, str]:
-    """What selects the float kernels a unit ran on: torch's CPU capability (AVX2, AVX512, ...) and the processor's
-    name (``scale.ledger.verify`` expects bitwise equality only on the same kind)."""
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu_capability": str(torch.backends.cpu.get_cpu_capability()), "processor": name}
-
-
-def code_commit() -> str:
-    """HEAD, with ``+dirty`` when the code that produces the numbers (``mini/``, ``scale/``, ``pyproject.toml``)
-    differs from it; ``unknown`` outside git."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "mini", "scale", "pyproject.toml"], cwd=root,
-                               capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    if sha.returncode:
-        return "unknown"
-    return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
-def plan_settings(dataset: str, quick: bool, epochs: dict[str, int] | None, device: str, threads: int,
-                  repeat: int = 0, seeds: int = plan.QUICK_SEEDS) -> dict[str, Any]:
-    """The plan: what every unit shares, its seeds included (a registered plan has a fixed number of seeds: the
-    store is never sized by its files' names)."""
-    return {"dataset": dataset, "quick": quick, "seeds": seeds, "epochs": plan.epochs_of(dataset, quick, epochs),
-            "probe_images": plan.QUICK_PROBE_IMAGES if quick else plan.PROBE_IMAGES,
-            "probe_pairs": plan.QUICK_PROBE_PAIRS if quick else plan.PROBE_PAIRS, "device": device,
-            "threads": threads, "repeat": repeat, "format": plan.KEY_FORMAT}
-
-
-def settings_units(settings: dict[str, Any], seeds: int, experiments: tuple[str, ...] = plan.EXPERIMENTS
-                   ) -> list[plan.Unit]:
-    """The plan's units at ``seeds`` seeds (of ``experiments``), from its settings."""
-    return plan.plan_units(settings["dataset"], seeds, settings["quick"],
-                           epochs={k: v for k, v in settings["epochs"].items() if v is not None},
-                           experiments=experiments, device=settings["device"])
+from scale.runs.run_report import git_commit as code_commit  # the one reading of the commit
 
 
 def registration_record(settings: dict[str, Any], command: str) -> dict[str, Any]:
@@ -124,54 +74,66 @@ def register(out: Path, settings: dict[str, Any], command: str, amend: str | Non
     return reg
 
 
-def expected_keys(settings: dict[str, Any], seeds: int) -> dict[str, str]:
-    return {u.name: u.key_hash() for u in settings_units(settings, seeds)}
-
-
-def expected(settings: dict[str, Any], seeds: int | None = None) -> dict[str, Planned]:
-    """What the plan says of each of its units (at ``seeds``, default the plan's): the key its file is named by,
-    its experiment, seed and labels (``scale.units.store.Planned``: the store checks each unit file's content
-    against them before it is used)."""
-    return {u.name: Planned(u.key_hash(), u.experiment, u.seed, u.labels)
-            for u in settings_units(settings, settings["seeds"] if seeds is None else seeds)}
-
-
-def share_of(args, units: list[plan.Unit]) -> list[plan.Unit]:
-    """This invocation's units: ``--units NAMES`` (a job's, or the rerun of missing units) or ``--shard K/N``."""
-    if getattr(args, "units", None):
-        wanted = [n.strip() for n in args.units.split(",") if n.strip()]
+def share_of(inv: LedgerInvocation, units: list[plan.Unit]) -> list[plan.Unit]:
+    """This invocation's units: ``units`` by name (a job's, or the rerun of missing units) or its ``shard``."""
+    if inv.units:
         names = {u.name for u in units}
-        unknown = [n for n in wanted if n not in names]
-        if unknown or not wanted:
-            raise StoreError(f"--units: {', '.join(unknown) or '(none given)'} not a unit of this plan's "
-                             f"{len(units)} (--dry-run lists them)")
-        return [u for u in units if u.name in wanted]
-    k, n = args.shard
+        unknown = [n for n in inv.units if n not in names]
+        if unknown:
+            raise StoreError(f"--units: {', '.join(unknown)} not a unit of this plan's {len(units)} (--dry-run lists "
+                             "them)")
+        return [u for u in units if u.name in inv.units]
+    k, n = inv.shard
     return [u for i, u in enumerate(units) if i % n == k]
 
 
-def chosen_units(args, settings: dict[str, Any]) -> tuple[list[plan.Unit], list[plan.Unit], list[plan.Unit]]:
-    """(the plan's units chosen by --seeds/--experiments, this invocation's share, those of it not stored)."""
-    out, pid = Path(args.out), plan_id(settings)
-    units = settings_units(settings, settings["seeds"], args.experiments)
-    share = share_of(args, units)
+def chosen_units(inv: LedgerInvocation) -> tuple[list[plan.Unit], list[plan.Unit], list[plan.Unit]]:
+    """(the plan's units chosen by its experiments, this invocation's share, those of it not stored)."""
+    settings = inv.settings()
+    out, pid = Path(inv.out), plan_id(settings)
+    units = settings_units(settings, settings["seeds"], inv.experiments)
+    share = share_of(inv, units)
     have, _ = store.load_units(out, pid, {u.name: Planned(u.key_hash(), u.experiment, u.seed, u.labels)
-                                          for u in units}, args.device, args.threads) if out.is_dir() else ({}, [])
+                                          for u in units}, inv.device, inv.threads) if out.is_dir() else ({}, [])
     return units, share, [u for u in share if u.name not in have or have[u.name].get("status") not in DONE]
 
 
-def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Callable[[str], None] = print
-        ) -> None:
-    """Run every unit of this invocation's share of the plan that the store does not hold; ``on_change`` rebuilds
-    the views after the registration and after every unit."""
-    out, pid = Path(args.out), plan_id(settings)
-    units, share, todo = chosen_units(args, settings)
+def write_views(inv: LedgerInvocation, full: bool = False) -> None:
+    """``OUT/results.json`` (and with ``full`` the report) from the plan's registration and unit files."""
+    settings, out = inv.settings(), Path(inv.out)
+    pid = plan_id(settings)
+    want = expected(settings)
+    units, ignored = store.load_units(out, pid, want, inv.device, inv.threads)
+    report.write(out, store.registration(out, pid), store.amendments(out, pid), units, ignored, with_report=full,
+                 planned=len(want))
+
+
+def run(inv: LedgerInvocation, log: Callable[[str], None] = print) -> int:
+    """Run every unit of this invocation's share of the plan that the store does not hold, rebuilding the views
+    after the registration and after every unit, and once more at the end (with the report unless ``as_job``: a
+    job leaves report.md to the invocation that collects). 0; a job's function (``scale.launch.jobs.UnitJob``)."""
+    out = Path(inv.out)
+    torch.set_num_threads(inv.threads)  # part of the plan
+    store.check_folders(out)  # a link at OUT/units, OUT/work, ...: refused before anything is written
+    if out.is_dir():
+        store.convert_v1(out)  # before anything of this run is written
+    settings = inv.settings()
+    pid = plan_id(settings)
+    units, share, todo = chosen_units(inv)
     log(f"scale.replicate: plan {pid}: {len(units)} units chosen, {len(share)} in this share, {len(todo)} to run")
-    if not todo:
-        return
-    data = load_dataset(args.dataset, args.data_dir, image_size=16 if args.dataset == "digits" else None)
-    register(out, settings, args.command, args.amend)
-    on_change()  # the registration is in results.json before the first unit runs
+    if todo:
+        run_units(inv, settings, todo, log)
+    if store.registration(out, pid) is not None:
+        write_views(inv, full=not inv.as_job)
+    return 0
+
+
+def run_units(inv: LedgerInvocation, settings: dict[str, Any], todo: list[plan.Unit], log: Callable[[str], None]
+              ) -> None:
+    out, pid = Path(inv.out), plan_id(settings)
+    data = load_dataset(inv.dataset, inv.data_dir, image_size=16 if inv.dataset == "digits" else None)
+    register(out, settings, inv.command, inv.amend)
+    write_views(inv)  # the registration is in results.json before the first unit runs
     commit = code_commit()
     probe_images = settings["probe_images"] if settings["probe_images"] != plan.PROBE_IMAGES else None
     t_all = time.perf_counter()
@@ -180,29 +142,18 @@ def run(args, settings: dict[str, Any], on_change: Callable[[], None], log: Call
         for i, u in enumerate(todo):
             if stop:
                 raise Interrupted(f"stopped before unit {u.name}")
-            if args.budget_s is not None and time.perf_counter() - t_all > args.budget_s:
-                log(f"scale.replicate: --budget-s {args.budget_s:g} spent; {len(todo) - i} units left for the next "
+            if inv.budget_s is not None and time.perf_counter() - t_all > inv.budget_s:
+                log(f"scale.replicate: --budget-s {inv.budget_s:g} spent; {len(todo) - i} units left for the next "
                     "invocation")
                 break
-            t0 = time.perf_counter()
-            work = work_dir(out, pid, u.name, args.device, args.threads, u.key_hash())
-            try:
-                rec = unit_runner.run_unit(u, data, args.threads, args.quick, args.data_dir, log, work)
-            except (KeyboardInterrupt, Interrupted, OSError, DataError, StoreError):  # the store's, not the unit's
-                raise
-            except Exception as exc:  # one broken unit must not lose the rest; recorded, retried next time
-                traceback.print_exc()
-                rec = {"status": f"error: {type(exc).__name__}: {exc}", "config": {}}
-            rec.update(name=u.name, experiment=u.experiment, seed=u.seed, labels=u.labels, key=u.key(),
-                       git_commit=commit, versions=versions(), machine=machine(), seconds=time.perf_counter() - t0,
-                       torch_threads=torch.get_num_threads(), finished_at=time.strftime("%Y-%m-%d %H:%M:%S"),
-                       deviations=deviations(rec["config"], u.paper, args.dataset, probe_images) if rec["config"]
-                       else {})
+            work = work_dir(out, pid, u.name, inv.device, inv.threads, u.key_hash())
+            rec = unit_runner.unit_record(u, data, inv.dataset, inv.threads, inv.quick, inv.data_dir, probe_images,
+                                          commit, log, work)
             if rec["status"] in DONE:
-                store.save_unit(out, pid, u.name, args.device, args.threads, u.key_hash(), rec)
+                store.save_unit(out, pid, u.name, inv.device, inv.threads, u.key_hash(), rec)
                 kept = remove(work)  # the checkpoints served their unit, whose file now stands
                 if kept:
                     log(f"  {u.name}: {kept}")
-                on_change()
+                write_views(inv)
             log(f"  [{i + 1}/{len(todo)}] {u.name}: {rec['status']}, {rec['seconds']:.1f} s")
     log(f"scale.replicate: {len(todo)} units in {time.perf_counter() - t_all:.0f} s")

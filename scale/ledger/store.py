@@ -16,12 +16,12 @@ written once and checked against its schema and its name before it is used.
 The unit store owns the names, the writing and the loading; what is the ledger's own is here: a unit's identity
 beyond its name (its ``key`` hashes to its ``key_hash``, says its experiment and seed, and holds its config less
 where it ran: ``unit_identity``), a registration's (its plan is its file's name and its settings' hash) and an
-amendment's (its number is its file's), and the schemas they are read by (``scale.units.schema``: a damaged
-file is one line, ``StoreError``, exit 2, left as it is). Nothing here deletes a file but the writer's own
-temporary one. Shards and reruns with other ``--seeds`` or ``--experiments`` add files and lose none, without a
-lock. A unit file of another plan, or whose key no longer matches the plan's unit (the code changed the unit),
-is left alone and listed by the view as left out. ``FOLDERS``: every folder the ledger writes below OUT, each
-refused when it is a symbolic link (``check_folders``, before anything is written).
+amendment's (its number is its file's), and the schemas they are read by (``scale.ledger.schemas``, through
+``scale.units.schema``: a damaged file is one line, ``StoreError``, exit 2, left as it is). Nothing here deletes a
+file but the writer's own temporary one. Shards and reruns with other ``--seeds`` or ``--experiments`` add files and
+lose none, without a lock. A unit file of another plan, or whose key no longer matches the plan's unit (the code
+changed the unit), is left alone and listed by the view as left out. ``FOLDERS``: every folder the ledger writes
+below OUT, each refused when it is a symbolic link (``check_folders``, before anything is written).
 
 A results.json of the first ledger format (one file holding every unit) found in OUT is converted before
 anything else is written: each of its units becomes a unit file of the plan ``v1`` and its settings the
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from scale.engine import disk
+from scale.ledger import schemas
 from scale.ledger.plan import MACHINE_FIELDS
 from scale.units import schema
 from scale.units import store as units
@@ -115,7 +116,7 @@ def registration_path(out: Path, plan: str) -> Path:
 def read_registration(path: Path) -> dict[str, Any]:
     """A registration, of its schema, whose plan is its file's name and (but v1's) its settings' hash."""
     plan = path.stem
-    rec = units.read_record(path, schema.V1_REGISTRATION if plan == V1 else schema.REGISTRATION, "registration")
+    rec = units.read_record(path, schemas.V1_REGISTRATION if plan == V1 else schemas.REGISTRATION, "registration")
     why = None
     if rec["plan"] != plan:
         why = f"its content says plan {rec['plan']!r}, its name {plan!r}"
@@ -139,7 +140,7 @@ def register(out: Path, plan: str, record: dict[str, Any]) -> dict[str, Any]:
 
 def read_amendment(path: Path) -> dict[str, Any]:
     """An amendment, of its schema, whose number is its file's (``<plan>-<number>.json``)."""
-    rec = units.read_record(path, schema.AMENDMENT, "amendment")
+    rec = units.read_record(path, schemas.AMENDMENT, "amendment")
     named = path.stem.rpartition("-")[2]
     if not (named.isdigit() and int(named) == rec["number"]):
         raise StoreError(f"{path}: its content says number {rec['number']}, its name {named!r}: not the amendment "
@@ -196,7 +197,7 @@ def load_units(out: Path, plan: str, keys: Mapping[str, str | Planned], device: 
     or what the plan says of the unit: ``Planned``), each checked before it is used (``scale.units.store.load``,
     ``unit_identity``), and one line per unit file left out."""
     planned = {n: k if isinstance(k, Planned) else Planned(k) for n, k in keys.items()}
-    found, left = units.load(Path(out), plan, planned, schema.LEDGER_UNIT, unit_identity, (device, threads))
+    found, left = units.load(Path(out), plan, planned, schemas.LEDGER_UNIT, unit_identity, (device, threads))
     return {n: s.record for n, s in found.items()}, left
 
 
@@ -204,7 +205,7 @@ def load_v1(out: Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Every unit file of plan v1, checked as every unit is (its keys are its own: v1 registered none to check
     them against, so the names are the files' own, as many as there are files)."""
     names = {m["name"]: Planned(m["key"]) for p in unit_files(Path(out)) if (m := parse_name(p)) and m["plan"] == V1}
-    found, left = units.load(Path(out), V1, names, schema.LEDGER_UNIT, unit_identity)
+    found, left = units.load(Path(out), V1, names, schemas.LEDGER_UNIT, unit_identity)
     return {n: s.record for n, s in found.items()}, [line for line in left if line.startswith(f"{V1}--")]
 
 
@@ -214,7 +215,7 @@ def read_unit(path: Path) -> dict[str, Any]:
     meta = parse_name(path)
     if meta is None:
         raise StoreError(f"{path} is not a unit file's name (PLAN--UNIT--DEVICE-tTHREADS--KEY.json)")
-    record = units.read_record(path, schema.LEDGER_UNIT)
+    record = units.read_record(path, schemas.LEDGER_UNIT)
     why = units.name_mismatch(meta, record) or unit_identity(record, Planned(meta["key"]))
     if why:
         raise StoreError(f"{path}: {why}: not the unit its name says")
@@ -225,7 +226,7 @@ def save_unit(out: Path, plan: str, name: str, device: str, threads: int, key: s
     """Write a unit's file once, after checking its record as every reader will (its schema, its key)."""
     path = Path(out) / "units" / unit_filename(plan, name, device, threads, key)
     full = dict(record, plan=plan, name=name, key_hash=key, device=device, threads=threads)
-    wrong = schema.problem(full, schema.LEDGER_UNIT) or unit_identity(full, Planned(key))
+    wrong = schema.problem(full, schemas.LEDGER_UNIT) or unit_identity(full, Planned(key))
     if wrong:
         raise StoreError(f"unit {name}: its record is not one the store would read back ({wrong}); not written")
     if not write_once(path, full):
@@ -271,10 +272,10 @@ def verification_name(record: dict[str, Any]) -> str:
 
 
 def record_verification(out: Path, record: dict[str, Any]) -> Path | None:
-    """Write a verification (``schema.VERIFICATION``; ``scale.ledger.verify``) once per unit and verifying commit,
+    """Write a verification (``schemas.VERIFICATION``; ``scale.ledger.verify``) once per unit and verifying commit,
     after checking it as its reader will: its path, None when that commit's verification of the unit is already
     recorded."""
-    wrong = schema.problem(record, schema.VERIFICATION)
+    wrong = schema.problem(record, schemas.VERIFICATION)
     if wrong:
         raise StoreError(f"a verification of {record.get('unit')!r} is not one the store would read back ({wrong}); "
                          "not written")
@@ -283,7 +284,7 @@ def record_verification(out: Path, record: dict[str, Any]) -> Path | None:
 
 
 def verifications(out: Path, plan: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """The verifications of ``plan``'s units, and one line per file left out: not of ``schema.VERIFICATION``, or
+    """The verifications of ``plan``'s units, and one line per file left out: not of ``schemas.VERIFICATION``, or
     not the verification its name says (another plan, unit or commit in it)."""
     folder = Path(out) / "verifications"
     found, left = [], []
@@ -293,7 +294,7 @@ def verifications(out: Path, plan: str) -> tuple[list[dict[str, Any]], list[str]
         except StoreError as exc:
             left.append(f"{path.name}: {exc}")
             continue
-        wrong = schema.problem(rec, schema.VERIFICATION)
+        wrong = schema.problem(rec, schemas.VERIFICATION)
         if wrong:
             left.append(f"{path.name}: not a verification ({wrong})")
         elif rec["plan"] != plan or verification_name(rec) != path.name:

@@ -15,13 +15,18 @@ it finds, so a unit stopped mid-way continues where it stopped. ``None``: no che
 
 from __future__ import annotations
 
+import platform
+import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from scale.engine.train import NonFiniteLoss, Trainer
+from scale.engine.data_errors import DataError
+from scale.engine.train import Interrupted, NonFiniteLoss, Trainer
+from scale.experiments.paper import deviations
 from scale.geometry.e4_seed import close_augment, one_seed, premise_record, train
 from scale.geometry.measure import standardize
 from scale.geometry.mechanism import ParameterDrift, tangent_gain_record, timescale_record
@@ -37,7 +42,11 @@ from scale.ledger.plan import (
     Unit,
 )
 from scale.ledger.probe import LedgerProbe
+from scale.ledger.store import StoreError
 from scale.ledger.work import TRAININGS, make, resume
+from scale.runs.run_report import versions
+
+DONE = ("finished", "non-finite loss")  # a unit in another state (an error) is run again by the next invocation
 
 HISTORY_KEYS = ("epoch", "loss", "h_std", "h_cond", "z_std", "z_cond", "rel_update_head", "rel_update_backbone",
                 "drift_head", "drift_backbone")
@@ -119,3 +128,41 @@ def run_unit(u: Unit, data, threads: int, quick: bool, data_dir: str | None, log
     if u.experiment == "E5":
         return e5_unit(u, data, threads, probe_images, work, log)
     return e3e4_unit(u, threads, data_dir, probe_images, log, work)
+
+
+def unit_record(u: Unit, data, dataset: str, threads: int, quick: bool, data_dir: str | None,
+                probe_images: int | None, commit: str, log: Callable[[str], None], work: Path | None = None
+                ) -> dict[str, Any]:
+    """The whole record of unit ``u`` as its file holds it, but for what the store adds from the file's name (plan,
+    name, device, threads, key hash: ``scale.ledger.store.save_unit``): its measurements (``run_unit``; an error
+    of the unit's own is recorded as its status, and the unit is run again next time), what it is (experiment,
+    seed, labels, key), where and by what it was computed (``commit``, versions, machine, threads, seconds, time)
+    and its deviations from the paper (``probe_images``: the plan's cap of the rotation probes, None at the
+    default)."""
+    t0 = time.perf_counter()
+    try:
+        rec = run_unit(u, data, threads, quick, data_dir, log, work)
+    except (KeyboardInterrupt, Interrupted, OSError, DataError, StoreError):  # the store's, not the unit's
+        raise
+    except Exception as exc:  # one broken unit must not lose the rest; recorded, retried next time
+        traceback.print_exc()
+        rec = {"status": f"error: {type(exc).__name__}: {exc}", "config": {}}
+    rec.update(name=u.name, experiment=u.experiment, seed=u.seed, labels=u.labels, key=u.key(), git_commit=commit,
+               versions=versions(), machine=machine(), seconds=time.perf_counter() - t0,
+               torch_threads=torch.get_num_threads(), finished_at=time.strftime("%Y-%m-%d %H:%M:%S"),
+               deviations=deviations(rec["config"], u.paper, dataset, probe_images) if rec["config"] else {})
+    return rec
+
+
+def machine() -> dict[str, str]:
+    """What selects the float kernels a unit ran on: torch's CPU capability (AVX2, AVX512, ...) and the processor's
+    name (``scale.ledger.verify`` expects bitwise equality only on the same kind)."""
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu_capability": str(torch.backends.cpu.get_cpu_capability()), "processor": name}

@@ -14,6 +14,7 @@ import numpy as np
 
 from scale.engine import disk, read
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
+from scale.engine.plots import pyplot
 from scale.runs.run_report import geometry_section, probe_section, training_section, verdict_section, versions_table
 from scale.runs.summary import RotationProbes, RunSummary, TrainingCheck, Verdict
 
@@ -24,10 +25,7 @@ def num(v: float | None, spec: str = ".4g") -> str:
 
 
 def _figures(result: dict[str, Any]) -> dict[str, bytes]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figs = {}
     if "curvature" in result:

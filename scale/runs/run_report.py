@@ -8,7 +8,6 @@ tracked (E2), and the versions. Accuracies in percent, each probe named by its p
 
 from __future__ import annotations
 
-import io
 import math
 import platform
 import subprocess
@@ -22,6 +21,7 @@ from mini.invariance import Stat
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
 from scale.engine.markdown import escape as md
 from scale.engine.modules import OWN, describe
+from scale.engine.plots import png, pyplot
 from scale.runs.premise import DID_NOT_LEARN, LEARNED_MARGIN
 from scale.runs.summary import (
     ClassProbe,
@@ -51,16 +51,25 @@ def versions() -> dict[str, str]:
     return out
 
 
-def git_commit() -> str:
-    root = Path(__file__).resolve().parent.parent
+# The code that produces the project's numbers: a change there (or a new file) makes the commit "+dirty"; docs, tests
+# and the benchmarks' own result files (which a sequence of benchmarks rewrites as it goes) do not.
+CODE_PATHS = ("mini", "scale", "bench", "pyproject.toml", ":(exclude)bench/results")
+
+
+def git_commit(short: bool = False) -> str:
+    """The project's one reading of its commit: HEAD (its first 12 digits with ``short``), with ``+dirty`` when the
+    code (``CODE_PATHS``) differs from it; ``unknown`` outside git."""
+    root = Path(__file__).resolve().parents[2]
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10)
-        if sha.returncode:
-            return "unknown"
-        return sha.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *CODE_PATHS], cwd=root, capture_output=True,
+                               text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    if sha.returncode or dirty.returncode:
+        return "unknown"
+    head = sha.stdout.strip()
+    return (head[:12] if short else head) + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def device_name(device: torch.device) -> str:
@@ -70,28 +79,34 @@ def device_name(device: torch.device) -> str:
 
 
 def plot_curves(history: list[dict[str, float]]) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     epochs = [r["epoch"] for r in history]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    knn = all("knn_z" in r for r in history)  # the online monitor's (scale.monitor.online; runs before it had none)
+    fig, axes = plt.subplots(1, 3 if knn else 2, figsize=(13.5 if knn else 9, 3.4))
+    ax1, ax2 = axes[:2]
     ax1.plot(epochs, [r["loss"] for r in history], marker="o")
+    if all("loss_chance" in r for r in history):
+        ax1.plot(epochs, [r["loss_chance"] for r in history], ls="--", color="grey", label="chance")
+        ax1.legend(fontsize=8)
     ax1.set_xlabel("epoch")
     ax1.set_ylabel("training loss")
     ax1.set_title("loss")
+    if knn:
+        axes[2].plot(epochs, [r["knn_z"] for r in history], marker="o", label="z, during training")
+        if "knn_z_initial" in history[0]:
+            axes[2].axhline(history[0]["knn_z_initial"], ls="--", color="grey", label="z at initialisation")
+        axes[2].set_xlabel("epoch")
+        axes[2].set_ylabel("accuracy (%)")
+        axes[2].set_title("kNN of z on held-out images")
+        axes[2].legend(fontsize=8)
     ax2.plot(epochs, [r["h_std"] for r in history], marker="o", label="head h (projector output)")
     ax2.plot(epochs, [r["z_std"] for r in history], marker="s", label="backbone z")
     ax2.set_xlabel("epoch")
     ax2.set_ylabel("mean per-dim std of normalised rows")
     ax2.set_title("representation variance (probe batch)")
     ax2.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    return buf.getvalue()
+    return png(fig, dpi=110)
 
 
 def _pct(v: float) -> str:

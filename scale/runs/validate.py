@@ -44,7 +44,7 @@ from scale.engine.augment import AUGMENT_PATHS
 from scale.engine.backbones import BACKBONES
 from scale.engine.checkpoint import unreadable_reason
 from scale.engine.config import TrainConfig
-from scale.engine.data import DATASETS, FOLDER_PREFIX
+from scale.engine.data import CIFAR, DATASETS, FOLDER_PREFIX
 from scale.engine.heads import MAX_LAYERS
 from scale.engine.methods import METHODS
 from scale.engine.model import default_predictor
@@ -163,7 +163,7 @@ def check_config(cfg: Any, source: str = "flags") -> None:
     if not 0 <= cfg.warmup_epochs <= cfg.epochs:
         raise ConfigError(f"{name('warmup_epochs')} must be between 0 and the epochs ({cfg.epochs}), "
                           f"got {cfg.warmup_epochs}")
-    if cfg.dataset in ("cifar10", "cifar100") and cfg.image_size != 32:
+    if cfg.dataset in CIFAR and cfg.image_size != 32:
         raise ConfigError(f"{name('image_size')} {cfg.image_size}: {cfg.dataset} images are 32 x 32 "
                           "(only digits and synthetic are resized)")
     if cfg.backbone == "vit_tiny" and (cfg.image_size % 4 or (cfg.backbone_width or 192) % 3):

@@ -9,12 +9,10 @@ r"""The records of the unit store as schemas: the type of every field a reader u
     check(value, spec, where)           ``value``, or ``scale.engine.read.Unreadable`` naming ``where`` and the
                                         problem
 
-The schemas: a grid unit (``GRID_UNIT``, ``scale.grid.units.record``), a ledger unit (``LEDGER_UNIT``,
-``scale.ledger.runner.run``), a ledger registration (``REGISTRATION``; the first ledger's converted one,
-``V1_REGISTRATION``), an amendment (``AMENDMENT``, ``scale.ledger.runner.check_rules``) and a verification
-(``VERIFICATION``, ``scale.ledger.store.record_verification``). Fields a record has
-beyond its schema are allowed (records grow); the grid's report checks the values it reads deeper
-(``scale.grid.records``) with the same reader.
+Each kind's schema sits beside its writer: a grid unit's (``GRID_UNIT``) in ``scale.grid.units``, the ledger's
+records' (a unit, a registration, an amendment, a verification) in ``scale.ledger.schemas``; here are the reader
+and what every unit file says of itself (``IDENTITY``). Fields a record has beyond its schema are allowed (records
+grow); the grid's report checks the values it reads deeper (``scale.grid.records``) with the same reader.
 """
 
 from __future__ import annotations
@@ -107,7 +105,7 @@ def check(value: Any, spec: Any, where: str) -> Any:
     return value
 
 
-def _between(key: str, low: int, high: int | None = None) -> Callable[[dict[str, Any]], str | None]:
+def between(key: str, low: int, high: int | None = None) -> Callable[[dict[str, Any]], str | None]:
     def rule(rec: dict[str, Any]) -> str | None:
         v = rec.get(key)
         if v is None or (low <= v and (high is None or v <= high)):
@@ -117,7 +115,7 @@ def _between(key: str, low: int, high: int | None = None) -> Callable[[dict[str,
     return rule
 
 
-def _not_blank(key: str) -> Callable[[dict[str, Any]], str | None]:
+def not_blank(key: str) -> Callable[[dict[str, Any]], str | None]:
     return lambda rec: f"{key} is blank" if not str(rec.get(key, "")).strip() else None
 
 
@@ -125,55 +123,5 @@ def _not_blank(key: str) -> Callable[[dict[str, Any]], str | None]:
 IDENTITY: dict[str, Any] = {"plan": str, "name": str, "device": str, "threads": int, "key_hash": str}
 DEVIATIONS = dict[str, tuple[Any, Any]]  # setting -> (paper, ours)
 
-# A ledger unit (scale.ledger.runner.run): the fields its readers use (scale.ledger.readers, report, figures).
-HISTORY = Schema({"epoch": float}, {k: NUMBER for k in ("loss", "h_std", "h_cond", "z_std", "z_cond",
-                                                        "rel_update_head", "rel_update_backbone", "drift_head",
-                                                        "drift_backbone")})
-CURVATURE = Schema({"epoch": float}, {**{k: NUMBER for k in ("lambda_min", "lambda_max", "M_over_H", "cond_log_ratio",
-                                                             "z_cov_min", "z_cov_max", "probe_rows")},
-                                      "mechanism": dict[str, Any] | None})
-START = Schema({}, {k: NUMBER for k in ("h_std", "z_std", "h_cond", "z_cond", "epoch")})
-LEDGER_UNIT = Schema(
-    required={**IDENTITY, "experiment": str, "seed": int, "labels": dict[str, Any], "key": dict[str, Any],
-              "status": str, "config": dict[str, Any], "git_commit": str, "seconds": float},
-    optional={"deviations": DEVIATIONS, "history": Records(HISTORY), "curvature": Records(CURVATURE),
-              "start": Maybe(START), "protocols": dict[str, dict[str, Any]],
-              "premise": dict[str, dict[str, Any] | None],
-              "timescale": dict[str, Any] | None, "tangent": dict[str, Any] | None,
-              "tangent_untrained": dict[str, Any] | None, "versions": dict[str, str], "machine": dict[str, Any],
-              "torch_threads": int | None, "finished_at": str})
-
-# A grid unit (scale.grid.units.record); its summary, metrics, curvature and orbits are checked by the report's
-# reader (scale.grid.records), which reads them deeper.
-GRID_UNIT = Schema(
-    required={**IDENTITY, "status": str, "experiment": str, "seed": int, "labels": dict[str, Any],
-              "argv": list[str]},
-    optional={"summary": dict[str, Any] | None, "config": dict[str, Any] | None, "metrics": list[Any] | None,
-              "curvature": list[Any] | None, "curvature_summary": dict[str, Any] | None,
-              "orbits": dict[str, Any] | None, "deviations": DEVIATIONS | None, "format": str, "run_dir": str,
-              "recorded_at": str})
-
-# A stored unit computed again by a later commit (scale.ledger.store.record_verification, from scale.ledger.verify).
-VERIFICATION = Schema(
-    required={"unit": str, "plan": str, "computed_at": str, "verified_at": str, "status": str, "differences": int,
-              "same_machine": bool},
-    optional={"largest": tuple[str, float, float] | None, "machine": dict[str, Any] | None, "date": str})
-
-# A ledger registration (scale.ledger.runner.registration_record) and its plan's settings (runner.plan_settings).
-SETTINGS = Schema(
-    required={"dataset": str, "quick": bool, "device": str, "threads": int, "epochs": dict[str, int | None]},
-    optional={"seeds": int, "probe_images": int | None, "probe_pairs": int | None, "repeat": int, "format": int},
-    rules=(_between("seeds", 1, MAX_SEEDS), _between("threads", 1), _between("repeat", 0),
-           lambda s: "seeds is missing (a plan of format 3 or later registers them)"
-           if (s.get("format") or 0) >= 3 and "seeds" not in s else None))
-RULES = Schema({"claims": Records(Schema({"id": str}))}, {"known_before_registration": list[str]})
-REGISTRATION = Schema({"plan": str, "settings": SETTINGS, "rules": RULES, "rules_hash": str, "plan_hash": str,
-                       "code_commit": str, "registered_at": str, "command": str})
-V1_REGISTRATION = Schema({"plan": str, "settings": SETTINGS, "rules": RULES, "rules_hash": str | None})
-# An amendment of a plan's rules (scale.ledger.runner.check_rules).
-AMENDMENT = Schema({"number": int, "date": str, "reason": str, "from_hash": str, "to_hash": str,
-                    "claims_changed": list[str], "rules": RULES}, {"code_commit": str},
-                   rules=(_between("number", 1), _not_blank("reason")))
-
-__all__ = ["AMENDMENT", "GRID_UNIT", "IDENTITY", "LEDGER_UNIT", "MAX_SEEDS", "REGISTRATION", "V1_REGISTRATION",
-           "VERIFICATION", "Maybe", "Records", "Schema", "check", "problem"]
+__all__ = ["DEVIATIONS", "IDENTITY", "MAX_SEEDS", "NUMBER", "Maybe", "Records", "Schema", "between", "check",
+           "not_blank", "problem"]

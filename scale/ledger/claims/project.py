@@ -6,6 +6,7 @@ the downstream task better than the head) is the guillotine's premise, not a mea
 
 from __future__ import annotations
 
+from scale.experiments.paper import E1_HEADS
 from scale.ledger.claims.base import LOG10, NEGATIVE, PAPER_MD, PROJECT, Claim, Control, Twin
 from scale.ledger.readers import conditioning, e1_name, gap
 
@@ -33,7 +34,7 @@ CLAIMS: tuple[Claim, ...] = (
                       _cond(h)(res, s) - _cond(h, at="start")(res, s), NEGATIVE),
             learned=((f"E1-{head}-bn0-lr0.05-normal-s{{s}}", "raw"),),
             transfer=COND_TRANSFER, known=f"v1: {V1[head]}")
-      for i, head in enumerate(("linear", "relu2", "gelu2", "swish2"))),
+      for i, head in enumerate(E1_HEADS)),
     Claim("E3.3", "E3", PROJECT, "the backbone serves the downstream task better than the head (the guillotine)",
           (PAPER_MD, 17, "throws the head away"), "not reported (the paper's premise)",
           "class probe (logistic regression): accuracy on h minus on z (protocol b)", "points", NEGATIVE,

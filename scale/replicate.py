@@ -52,6 +52,7 @@ import torch
 
 from scale.engine import disk
 from scale.engine.data_errors import DataError
+from scale.engine.flags import MAX_THREADS, OneLineParser, bounded
 from scale.engine.train import Interrupted
 from scale.launch import resources as launch_flags
 from scale.launch.cost import print_cost
@@ -63,6 +64,8 @@ from scale.ledger.plan import EXPERIMENTS, parse_epochs
 from scale.ledger.store import StoreError
 from scale.ledger.verify import verify
 from scale.units.schema import MAX_SEEDS
+
+MAX_BUDGET_S = 10**9  # --budget-s: 31 years; a larger or non-finite one is refused, never read as no budget
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -86,7 +89,7 @@ def parse_experiments(text: str) -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m scale.replicate", description="The paper's claims E1-E5 with "
+    p = OneLineParser(prog="python -m scale.replicate", description="The paper's claims E1-E5 with "
                                 "seeds, bounded intervals, controls, premises and registered rules.")
     p.add_argument("--dataset", default="digits", choices=("digits", "cifar10", "cifar100"),
                    help="default: digits (offline, CPU sizes); cifar10 at the paper's sizes")
@@ -280,6 +283,10 @@ def invocation_of(args: argparse.Namespace, raw: list[str]) -> LedgerInvocation:
         raise ValueError("--amend needs a reason: what changed in the rules and why (got a blank one)")
     if args.repeat < 0 or (args.budget_s is not None and args.budget_s < 0):
         raise ValueError("--repeat and --budget-s must not be negative")
+    # NaN, infinities and absurd sizes: --budget-s nan was "no budget at all", --threads 100000 reached torch
+    bounded("--threads", args.threads, 1, MAX_THREADS, int)
+    bounded("--budget-s", args.budget_s, 0, MAX_BUDGET_S)
+    bounded("--repeat", args.repeat, 0, MAX_SEEDS, int)
     units = tuple(n.strip() for n in args.units.split(",") if n.strip()) if args.units is not None else ()
     if args.units is not None and not units:
         raise ValueError("--units: (none given) not a unit of this plan (--dry-run lists them)")

@@ -176,3 +176,49 @@ def test_a_write_above_ulimit_f_names_the_file_it_could_not_write(tmp_path):
     assert proc.returncode == 4 and len(lines) == 1, proc.stderr
     assert "File too large" in lines[0] and str(tmp_path) in lines[0], lines[0]
     assert not list(tmp_path.rglob("*.tmp"))  # nothing half-written left behind
+
+
+# -- every numeric flag of every command: NaN, infinities and absurd values are one line --------------------------
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--budget-s", "nan"], "--budget-s must be a finite number in [0, 1e+09], got nan"),
+    (["--budget-s", "inf"], "--budget-s must be a finite number in [0, 1e+09], got inf"),
+    (["--threads", "100000"], "--threads must be an integer in [1, 4096], got 100000"),
+    (["--mem-gb", "nan"], "--mem-gb must be a finite number in [0.001, 1.04858e+06], got nan"),
+    (["--time-min", "999999999"], "--time-min must be an integer in [1, 527040], got 999999999"),
+    (["--repeat", "100000"], "--repeat must be an integer in [0, 1000], got 100000"),
+])
+def test_replicate_refuses_non_finite_and_absurd_numbers(tmp_path, capsys, argv, says):
+    assert replicate.main(["--quick", "--dry-run", "--out", str(tmp_path / "L"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"scale.replicate: error: {says}"], err
+    assert not (tmp_path / "L").exists()
+
+
+def test_replicate_takes_sensible_numbers(tmp_path, capsys):
+    """The control: the same flags at ordinary values plan the run."""
+    argv = ["--budget-s", "60", "--threads", "2", "--mem-gb", "16", "--time-min", "90", "--repeat", "1"]
+    assert replicate.main(["--quick", "--dry-run", "--out", str(tmp_path / "L"), *argv]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module, argv, says", [
+    ("scale.analyze", ["RUN", "--image-size", "0"], "argument --image-size: must be an integer in [1, 1024], got 0"),
+    ("scale.analyze", ["RUN", "--seed", "-1"], "argument --seed: must be an integer in [0, 9.22337e+18], got -1"),
+    ("scale.analyze", ["RUN", "--lanczos-iter", "nan"], "argument --lanczos-iter: 'nan' is not an integer"),
+    ("scale.e4_study", ["--threads", "100000"], "argument --threads: must be an integer in [1, 4096], got 100000"),
+    ("scale.pretrained", ["simclr", "--image-size", "0"], "argument --image-size: must be an integer in [1, 1024]"),
+    ("scale.paper", ["--threads", "100000", "--dry-run"], "--threads must be an integer in [1, 4096], got 100000"),
+])
+def test_every_command_refuses_absurd_numbers_with_one_line(tmp_path, module, argv, says):
+    import subprocess
+    import sys
+
+    from tests.test_unit_store import ENV
+
+    proc = subprocess.run([sys.executable, "-m", module, *argv, "--out", str(tmp_path / "o")], env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"{module}: error: ") and says in lines[0], lines[0]
+    assert not (tmp_path / "o").exists()

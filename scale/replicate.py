@@ -59,7 +59,7 @@ from scale.launch.resources import LaunchError
 from scale.ledger import claims, plan, report, runner, store
 from scale.ledger.plan import EXPERIMENTS, QUICK_SEEDS, parse_epochs
 from scale.ledger.store import StoreError
-from scale.ledger.verify import verify
+from scale.ledger.verify import largest_text, record_fields, report_lines, verify
 from scale.units.schema import MAX_SEEDS
 
 
@@ -241,9 +241,9 @@ def verify_unit(path: str) -> int:
     if r["status"] == "equal":
         print(f"scale.replicate: {path}: reproduced bitwise by the code now (timings aside), {where}; {note}")
         return 0
-    p, a, rel = r["largest"]
     print(f"scale.replicate: {path}: {r['differences']} value(s) differ from the record computed at {r['commit']}; "
-          f"the largest at {p}: {a:.3g} ({rel:.3g} relative), {where}; {note}")
+          f"{largest_text(r)}, {where}; {note}")
+    print("\n".join(report_lines(r)))
     return 1
 
 
@@ -258,7 +258,7 @@ def _record(path: Path, r: dict) -> str:
         "unit": path.name, "plan": meta["plan"], "computed_at": str(r["commit"]), "verified_at": commit,
         "status": r["status"], "differences": r["differences"],
         "largest": list(r["largest"]) if r["largest"] else None, "same_machine": bool(r["same_machine"]),
-        "machine": r["machine"], "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
+        "machine": r["machine"], "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **record_fields(r)})
     return f"recorded in {written}" if written else f"already recorded at {commit[:12]}"
 
 

@@ -19,6 +19,7 @@ beyond its schema are allowed (records grow); the grid's report checks the value
 
 from __future__ import annotations
 
+import math
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -153,11 +154,33 @@ GRID_UNIT = Schema(
               "orbits": dict[str, Any] | None, "deviations": DEVIATIONS | None, "format": str, "run_dir": str,
               "recorded_at": str})
 
-# A stored unit computed again by a later commit (scale.ledger.store.record_verification, from scale.ledger.verify).
+def _strict_json(rec: dict[str, Any]) -> str | None:
+    """The first number that strict JSON cannot hold (infinity, NaN: ``json.dumps`` would write ``Infinity``)."""
+    stack: list[tuple[str, Any]] = [("", rec)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return f"{where or 'the record'} is {v}, which strict JSON cannot hold"
+        if isinstance(v, dict):
+            stack += [(_at(where, k), x) for k, x in v.items()]
+        elif isinstance(v, (list, tuple)):
+            stack += [(f"{where}[{i}]", x) for i, x in enumerate(v)]
+    return None
+
+
+# A stored unit computed again by a later commit (scale.ledger.store.record_verification, from scale.ledger.verify):
+# its numbers are finite (strict JSON), what the ledger reads is per statistic and per row (scale.ledger.sensitivity).
+SHIFTED = Schema({"row": str, "statistic": str, "seed": int, "stored": NUMBER, "recomputed": NUMBER,
+                  "difference": NUMBER, "width": NUMBER, "of_width": NUMBER})
+VERDICT_CHANGE = Schema({"row": str, "what": str, "stored": str, "recomputed": str})
+LEDGER_SHIFT = Schema({"statistics": Records(SHIFTED), "verdict_changes": Records(VERDICT_CHANGE), "rows": int,
+                       "units": int, "seeds": int})
 VERIFICATION = Schema(
     required={"unit": str, "plan": str, "computed_at": str, "verified_at": str, "status": str, "differences": int,
               "same_machine": bool},
-    optional={"largest": tuple[str, float, float] | None, "machine": dict[str, Any] | None, "date": str})
+    optional={"largest": tuple[str, float, NUMBER] | None, "machine": dict[str, Any] | None, "date": str,
+              "texts": list[str], "ledger": Maybe(LEDGER_SHIFT)},
+    rules=(_strict_json,))
 
 # A ledger registration (scale.ledger.runner.registration_record) and its plan's settings (runner.plan_settings).
 SETTINGS = Schema(

@@ -131,16 +131,18 @@ def test_the_verification_record_is_strict_json_and_its_schema_refuses_infinity(
     shutil.copytree(STORE, tmp_path / "store")
     path = next((tmp_path / "store" / "units").glob("*.json"))
     rec = json.loads(path.read_text())
-    rec["history"][-1]["h_std"] = 0.0  # a stored 0 against a recomputed value: once written as Infinity
+    rec["start"]["z_cond"] = 0.0  # a stored 0 against a recomputed 8e4 (the largest difference on any processor):
+    # once written as an infinite relative difference, Infinity in the record
     rec["premise"] = json.loads(json.dumps(rec["premise"]).replace("loss", "LOSS"))  # texts that differ
     path.write_text(json.dumps(rec))
     monkeypatch.setattr(R.runner, "code_commit", lambda: "c0ffee" * 6 + "abcd")
     assert R.main(["--verify", str(path)]) == 1
     out = capsys.readouterr().out
-    assert "stored 0" in out and "text fields that differ" in out and "inf" not in out.replace("info", "")
+    assert "stored 0" in out and "text fields that differ" in out and "inf relative" not in out
     assert "no verdict changes" in out or "verdicts that would change" in out
     written = next((tmp_path / "store" / "verifications").glob("*.json"))
     record = strict_json(written.read_text())
+    assert record["largest"][0] == ".start.z_cond"
     assert record["largest"][2] is None and record["texts"] and record["ledger"]["rows"] == len(CLAIMS)
     assert schema.problem(record, schema.VERIFICATION) is None
     for bad in (math.inf, math.nan):  # negative control: the schema names a number strict JSON cannot hold

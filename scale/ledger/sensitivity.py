@@ -81,7 +81,7 @@ def _same(a: float, b: float) -> bool:
 def shift(res: Results, name: str, new: dict[str, Any], claims: Sequence[Claim]) -> dict[str, Any]:
     """What replacing the unit ``name`` of ``res`` by ``new`` changes in ``claims``' rows (module docstring)."""
     seed = int(res[name]["seed"])
-    after = {**res, name: new}
+    after = {**res, name: {**res[name], **new}}  # what the recompute does not produce (its name, seed) is the unit's
     seeds = sorted({int(r["seed"]) for r in res.values()})
     raw = [evaluate(c, res) for c in claims]
     before = holm(raw)

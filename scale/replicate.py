@@ -111,7 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", help="with --report-only: the registered plan to view (e.g. v1; default: this "
                    "command's)")
     p.add_argument("--verify", metavar="UNIT_FILE", help="rerun one stored unit (OUT/units/...json) with the code now "
-                   "and print the largest difference from its record; exit 0 only when every value is equal (timings "
+                   "and print the largest difference from its record and, where one differs, each statistic the "
+                   "ledger reads from it against its row's interval and any verdict that would change; exit 0 only "
+                   "when every value is equal (timings "
                    "aside), 1 when one differs, 2 when the file is not a unit of a registered plan or today's code "
                    "plans another unit in its place")
     p.add_argument("--dry-run", action="store_true", help="list the units with an estimated cost on --device "

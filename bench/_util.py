@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import shlex
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,23 @@ def interleaved_median(fns: dict[str, Callable[[], object]], repeats: int) -> di
     """Median wall time of each function over ``interleaved_times``' rounds; ratios of these medians are what we
     report."""
     return {name: sorted(ts)[len(ts) // 2] for name, ts in interleaved_times(fns, repeats).items()}
+
+
+def result_path(out: str | None, default: Path, check: bool) -> Path:
+    """Where a benchmark writes its result: the file ``--out`` names; in a check mode (``--quick``, ``--tiny``: it
+    checks that the benchmark runs and measures nothing) a fresh temporary folder, so that a check never replaces a
+    measurement under ``bench/results``; otherwise the measurement's own file ``default``."""
+    if out is not None:
+        return Path(out)
+    if check:
+        return Path(tempfile.mkdtemp(prefix="bench-check-")) / default.name
+    return default
+
+
+def out_help(default: Path) -> str:
+    """The ``--out`` flag's help: where a benchmark writes, with and without a check mode (``result_path``)."""
+    shown = default.relative_to(Path(__file__).resolve().parent.parent) if default.is_absolute() else default
+    return f"the result file (default {shown}; in a check mode a temporary folder: a check never replaces it)"
 
 
 def machine() -> str:

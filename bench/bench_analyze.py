@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench._util import interleaved_median, publish, run_header
+from bench._util import interleaved_median, out_help, publish, result_path, run_header
 
 OUT = Path(__file__).resolve().parent / "results" / "analyze.md"
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2, help="torch threads of both, fixed (default: 2)")
     p.add_argument("--products", type=int, default=3, help="interleaved products per route (default: 3)")
     p.add_argument("--quick", action="store_true", help="a 256-wide head, 8 images, no probes: checks that it runs")
-    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--out", help=out_help(OUT))
     args = p.parse_args(argv)
+    args.out = str(result_path(args.out, OUT, args.quick))
     import torch
 
     torch.set_num_threads(args.threads)

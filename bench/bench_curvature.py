@@ -61,7 +61,7 @@ import numpy as np
 import torch
 
 from bench._paper_tracker import OneView, one_view_loss, paper_power_iteration
-from bench._util import interleaved_median, run_header, write_atomic
+from bench._util import interleaved_median, out_help, result_path, run_header, write_atomic
 
 OUT = Path(__file__).resolve().parent / "results" / "curvature.md"
 
@@ -275,8 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="8 rows, 1 round, two states: checks that it runs")
     p.add_argument("--gaps", action="store_true",
                    help="only the spectral gaps of every snapshot of the run (no timing) at --sweep-rows")
-    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--out", help=out_help(OUT))
     args = p.parse_args(argv)
+    args.out = str(result_path(args.out, OUT, args.quick))
     if args.quick:
         args.rows, args.digits_rows, args.sweep_rows, args.repeats = [8], [8], [8], 1
         args.states = ["init", "epoch 1"]

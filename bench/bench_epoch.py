@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from bench._util import interleaved_median, publish, run_header
+from bench._util import interleaved_median, out_help, publish, result_path, run_header
 
 OUT = Path(__file__).resolve().parent / "results" / "epoch.md"
 SHAPES = [(256, 2048), (256, 512), (256, 128), (8, 2048), (8, 512)]
@@ -49,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default: 7)")
     p.add_argument("--threads", type=int, default=1, help="torch threads, fixed (default: 1)")
     p.add_argument("--quick", action="store_true", help="two small shapes, 1 round: checks that it runs")
-    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--out", help=out_help(OUT))
     args = p.parse_args(argv)
+    args.out = str(result_path(args.out, OUT, args.quick))
     shapes = [(8, 512), (64, 128)] if args.quick else SHAPES
     repeats = 1 if args.quick else args.repeats
     torch.set_num_threads(args.threads)

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench._util import interleaved_median, run_header, write_atomic
+from bench._util import interleaved_median, out_help, result_path, run_header, write_atomic
 
 OUT = Path(__file__).resolve().parent / "results" / "hessian.md"
 
@@ -117,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes, 1 round: checks that it runs")
     p.add_argument("--extend-d", type=int, nargs="*", default=[],
                    help="more d values for the SimSiam extension at n=2 (d=8192: about 4 min)")
-    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--out", help=out_help(OUT))
     args = p.parse_args(argv)
+    args.out = str(result_path(args.out, OUT, args.quick))
     torch.set_num_threads(args.threads)
     if args.quick:
         args.repeats = 1

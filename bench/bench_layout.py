@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from bench._util import interleaved_times, publish, run_header
+from bench._util import interleaved_times, out_help, publish, result_path, run_header
 
 OUT = Path(__file__).resolve().parent / "results" / "layout.md"
 ROWS = (1, 2, 4, 8, 16, 32)  # up to mini.loss_hessians.TRANSPOSED_ROWS: above it no pass reads the copies
@@ -73,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=15, help="alternating rounds (default: 15)")
     p.add_argument("--threads", type=int, default=1, help="torch threads, fixed (default: 1)")
     p.add_argument("--quick", action="store_true", help="untrained weights, random rows, 1 and 2 rows, 2 rounds")
-    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--out", help=out_help(OUT))
     args = p.parse_args(argv)
+    args.out = str(result_path(args.out, OUT, args.quick))
     if args.state not in names or args.repeats < 1 or args.threads < 1:
         print(f"bench_layout: unknown state {args.state!r} or repeats {args.repeats} or threads {args.threads}; "
               f"valid: {', '.join(repr(x) for x in names)}; repeats >= 1; threads >= 1", file=sys.stderr)

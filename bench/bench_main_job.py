@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench._util import run_header, write_atomic
+from bench._util import out_help, result_path, run_header, write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "main_job.md"
@@ -78,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, help="passed to scale.run (default: the job's own, 8)")
     p.add_argument("--baseline", help="a checkout of an earlier revision, run with its own defaults")
     p.add_argument("--quick", action="store_true", help="1 epoch, 1 round, 1 thread")
-    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--out", help=out_help(OUT))
     args = p.parse_args(argv)
+    args.out = str(result_path(args.out, OUT, args.quick))
     if args.quick:
         args.threads, args.epochs, args.rounds = [1], 1, 1
     import torch

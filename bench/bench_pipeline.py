@@ -23,14 +23,17 @@ import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from bench._util import run_header, write_atomic
+from bench._util import out_help, result_path, run_header, write_atomic
 from scale.engine.augment import PerImageViews, PILAugment
 from scale.engine.config import TrainConfig
 from scale.engine.timing import synchronize
 from scale.engine.train import Trainer
+
+OUT = Path(__file__).resolve().parent / "results" / "pipeline.md"
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
@@ -52,8 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", default="e3")
     ap.add_argument("--precision", default=None)
     ap.add_argument("--quick", action="store_true", help="width 8, batch 32, 1 step, 1 round, 1 thread")
-    ap.add_argument("--out", default="bench/results/pipeline.md")
+    ap.add_argument("--out", help=out_help(OUT))
     args = ap.parse_args(argv)
+    args.out = str(result_path(args.out, OUT, args.quick))
     if args.quick:
         args.width, args.batch, args.steps, args.rounds, args.threads = 8, 32, 1, 1, [1]
     argv = argv if argv is not None else sys.argv[1:]

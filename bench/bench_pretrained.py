@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from bench._util import out_help, result_path
 from scale.engine.checkpoint import atomic_write_text
 from scale.engine.pretrained_models import MODELS, Dims, build_model
 from scale.engine.timing import synchronize
@@ -120,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads, fixed and recorded (default: 2)")
     p.add_argument("--stand-in", action="store_true", help="small widths in the official layouts: checks that the "
                    "bench runs (tests), measures nothing")
-    p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--out", help=out_help(RESULTS))
     a = p.parse_args(argv)
+    a.out = str(result_path(a.out, RESULTS, a.stand_in))
     if a.trajectories < 2:  # as scale.pretrained: the verdict's interval is taken over trajectories
         p.error("--trajectories must be at least 2")
     torch.set_num_threads(a.threads)

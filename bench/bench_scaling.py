@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench._util import publish, run_header
+from bench._util import out_help, publish, result_path, run_header
 
 OUT = Path(__file__).resolve().parent / "results" / "scaling.md"
 NETS = {  # d -> (head spec, head hidden width, head output k, predictor hidden width)
@@ -90,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads, fixed (default: 1)")
     p.add_argument("--quick", action="store_true", help="d 128 and 512, rows 8 and 16, 1 repeat")
     p.add_argument("--point", type=int, nargs=2, metavar=("D", "N"), help=argparse.SUPPRESS)  # a child process
-    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--out", help=out_help(OUT))
     args = p.parse_args(argv)
+    args.out = str(result_path(args.out, OUT, args.quick))
     if args.point:
         print(json.dumps(point(*args.point, args.repeats, args.threads)))
         return 0

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench._util import run_header, write_atomic
+from bench._util import out_help, result_path, run_header, write_atomic
 from scale.crosscheck import build_instance
 from scale.curvature.lanczos import lanczos, shifted_power_iteration
 from scale.curvature.operators import EffectiveHessian
@@ -208,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads, fixed, here and in every run (default: 1)")
     p.add_argument("--quick", action="store_true", help="2 epochs, 1 pair, no CIFAR shape, 1 seed")
     p.add_argument("--baseline", type=Path, help="a checkout of another revision to compare the digits runs with")
-    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--out", help=out_help(OUT))
     args = p.parse_args(argv)
+    args.out = str(result_path(args.out, OUT, args.quick))
     if args.quick:
         args.epochs, args.repeats, args.seeds = 2, 1, 1
     torch.set_num_threads(args.threads)

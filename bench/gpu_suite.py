@@ -54,7 +54,9 @@ does not run a section whose estimate no longer fits in what is left, says so, a
 
 ``--tiny`` shrinks every size so that every section runs on a CPU in seconds (``tests/test_gpu_suite.py``): E6 on
 stand-in widths (``bench_pretrained --stand-in``), compile with dynamo's eager backend (inductor on a CPU takes
-minutes), the ledger's commands planned with ``--dry-run``; a check of the suite, not a measurement.
+minutes), the ledger's commands planned with ``--dry-run``; a check of the suite, not a measurement, so it
+writes into a fresh temporary folder unless ``--out`` names a file (``bench._util.result_path``): it never
+replaces ``bench/results/gpu_suite.md``.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ import torch
 from bench._gpu_run import CUT, Run, Section, run_sections
 from bench._gpu_sections import cupy_row, e6, ledger, wide_lanczos
 from bench._gpu_training import headline, paper_pipeline, split, tracking, training
-from bench._util import run_header, write_atomic
+from bench._util import out_help, result_path, run_header, write_atomic
 
 __all__ = ["CUT", "SECTIONS", "Section", "main"]  # the runner's names the suite's users need
 
@@ -130,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=16, help="torch CPU threads, fixed (default: 16)")
     p.add_argument("--workers", type=int, default=8, help="DataLoader workers of the paper's pipeline (default: 8)")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="dense bf16 peak of the device (H200: 989)")
-    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--out", help=out_help(OUT))
     args = p.parse_args(argv)
+    args.out = str(result_path(args.out, OUT, args.tiny))
     argv = argv if argv is not None else sys.argv[1:]
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("gpu_suite: --device cuda but no CUDA device is visible; valid: --device cpu (with --tiny)",

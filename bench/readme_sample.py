@@ -24,7 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench._util import run_header, write_atomic
+from bench._util import out_help, result_path, run_header, write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "readme_sample.md"
@@ -100,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                    "and --threads (e.g. 0:2 1:2 0:1)")
     p.add_argument("--keep", type=Path, help="keep each run directory here and read back the runs already kept "
                    "(default: a temporary folder)")
+    p.add_argument("--out", help=out_help(OUT))
     args = p.parse_args(argv)
+    out = result_path(args.out, OUT, args.quick)
     extra = ["--epochs", "1"] if args.quick else []
     grid = [tuple(int(v) for v in r.split(":")) for r in args.runs] if args.runs else \
         [(s, t) for t in args.threads for s in args.seeds]
@@ -126,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         "", *rows, "", "Spread:", "", *spread_lines(runs), "",
         f"The sample: `{sample['command']}` (the command's default on a 2-core machine is 2 threads), its output as "
         "kept (`stdout.txt` of its run directory):", "", "```", sample["stdout"].rstrip() or "(not kept)", "```", ""])
-    write_atomic(OUT, text)
-    print(f"wrote {OUT.relative_to(ROOT)}")
+    write_atomic(out, text)
+    print(f"wrote {out}")
     return 0
 
 

@@ -62,7 +62,7 @@ from scale.ledger import claims, plan, report, runner, store
 from scale.ledger.invocation import LedgerInvocation, default_seeds
 from scale.ledger.plan import EXPERIMENTS, parse_epochs
 from scale.ledger.store import StoreError
-from scale.ledger.verify import verify
+from scale.ledger.verify import largest_text, record_fields, report_lines, verify
 from scale.units.schema import MAX_SEEDS
 
 MAX_BUDGET_S = 10**9  # --budget-s: 31 years; a larger or non-finite one is refused, never read as no budget
@@ -116,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", help="with --report-only: the registered plan to view (e.g. v1; default: this "
                    "command's)")
     p.add_argument("--verify", metavar="UNIT_FILE", help="rerun one stored unit (OUT/units/...json) with the code now "
-                   "and print the largest difference from its record; exit 0 only when every value is equal (timings "
+                   "and print the largest difference from its record and, where one differs, each statistic the "
+                   "ledger reads from it against its row's interval and any verdict that would change; exit 0 only "
+                   "when every value is equal (timings "
                    "aside), 1 when one differs, 2 when the file is not a unit of a registered plan or today's code "
                    "plans another unit in its place")
     p.add_argument("--dry-run", action="store_true", help="list the units with an estimated cost on --device "
@@ -248,9 +250,9 @@ def verify_unit(path: str) -> int:
     if r["status"] == "equal":
         print(f"scale.replicate: {path}: reproduced bitwise by the code now (timings aside), {where}; {note}")
         return 0
-    p, a, rel = r["largest"]
     print(f"scale.replicate: {path}: {r['differences']} value(s) differ from the record computed at {r['commit']}; "
-          f"the largest at {p}: {a:.3g} ({rel:.3g} relative), {where}; {note}")
+          f"{largest_text(r)}, {where}; {note}")
+    print("\n".join(report_lines(r)))
     return 1
 
 
@@ -265,7 +267,7 @@ def _record(path: Path, r: dict) -> str:
         "unit": path.name, "plan": meta["plan"], "computed_at": str(r["commit"]), "verified_at": commit,
         "status": r["status"], "differences": r["differences"],
         "largest": list(r["largest"]) if r["largest"] else None, "same_machine": bool(r["same_machine"]),
-        "machine": r["machine"], "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")})
+        "machine": r["machine"], "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **record_fields(r)})
     return f"recorded in {written}" if written else f"already recorded at {commit[:12]}"
 
 

@@ -2,8 +2,9 @@
 renderer (``python -m docs.tour``) on chapters of its own: cells, figures, failures, bad arguments.
 
 ``test_committed_pages_are_current`` executes all six chapters, each in a process of its own (about 20 s
-of CPU in all), and compares every page byte for byte; the chapters print only digits that do not
-depend on the BLAS build or the CPU's instruction set (see ``render.py``).
+of CPU in all), and compares every page byte for byte; the chapters print only digits and comparisons that do
+not depend on the BLAS build or the CPU's instruction set (see ``render.py``; ``.ci/run`` runs this test again
+under ``ATEN_CPU_CAPABILITY=avx2`` and ``=default``).
 """
 
 from __future__ import annotations

@@ -154,7 +154,8 @@ def verification_lines(out: Path, plan: str) -> list[str]:
          "|---|---|---|---|---|---|---|"]
     for r in found:
         big = r.get("largest")  # (path, absolute, relative), of the schema's types (store.verifications)
-        big = f"{md(big[0])}: {big[1]:.3g} ({big[2]:.3g} relative)" if big else "-"
+        rel = "stored 0" if big and big[2] is None else f"{big[2]:.3g} relative" if big else ""
+        big = f"{md(big[0])}: {big[1]:.3g} ({rel})" if big else "-"
         L.append(f"| {md(r['unit'])} | {md(r['computed_at'][:12])} | {md(r['verified_at'][:12])} | {md(r['status'])} | "
                  f"{r['differences']} | {big} | {'the same kind' if r['same_machine'] else 'another kind'} |")
     return L + [f"- left out: {md(line)}" for line in left]

@@ -21,6 +21,7 @@ from scale.units.schema import (
     Schema,
     between,
     not_blank,
+    strict_json,
 )
 
 # A ledger unit (scale.ledger.units.unit_record): the fields its readers use (scale.ledger.readers, report, figures).
@@ -41,11 +42,19 @@ LEDGER_UNIT = Schema(
               "tangent_untrained": dict[str, Any] | None, "versions": dict[str, str], "machine": dict[str, Any],
               "torch_threads": int | None, "finished_at": str})
 
-# A stored unit computed again by a later commit (scale.ledger.store.record_verification, from scale.ledger.verify).
+# A stored unit computed again by a later commit (scale.ledger.store.record_verification, from scale.ledger.verify):
+# its numbers are finite (strict JSON), what the ledger reads is per statistic and per row (scale.ledger.sensitivity).
+SHIFTED = Schema({"row": str, "statistic": str, "seed": int, "stored": NUMBER, "recomputed": NUMBER,
+                  "difference": NUMBER, "width": NUMBER, "of_width": NUMBER})
+VERDICT_CHANGE = Schema({"row": str, "what": str, "stored": str, "recomputed": str})
+LEDGER_SHIFT = Schema({"statistics": Records(SHIFTED), "verdict_changes": Records(VERDICT_CHANGE), "rows": int,
+                       "units": int, "seeds": int})
 VERIFICATION = Schema(
     required={"unit": str, "plan": str, "computed_at": str, "verified_at": str, "status": str, "differences": int,
               "same_machine": bool},
-    optional={"largest": tuple[str, float, float] | None, "machine": dict[str, Any] | None, "date": str})
+    optional={"largest": tuple[str, float, NUMBER] | None, "machine": dict[str, Any] | None, "date": str,
+              "texts": list[str], "ledger": Maybe(LEDGER_SHIFT)},
+    rules=(strict_json,))
 
 # A ledger registration (scale.ledger.runner.registration_record) and its plan's settings (runner.plan_settings).
 SETTINGS = Schema(

@@ -7,11 +7,16 @@ today's code plans the unit again: a unit whose key today differs from the store
 changed what it trains), said and not rerun. Otherwise the unit runs again in memory
 (no work folder) at its own device and thread count, and every number of the new record is compared with the
 stored one, timings left out (``TIMING``: seconds, dates, versions, the commit). The result: the count of values
-that differ and the largest difference, absolute and relative to the stored value.
+that differ, the largest numeric difference (absolute, and relative to the stored value: null where that is 0),
+and the text fields that differ, named as text (a finding's sentence, a verdict's word), never as a number.
 
 Bitwise equality is expected on a processor of the same kind at the same thread count (``machine``: torch's CPU
 capability, which selects the kernels, and the processor's name, both recorded in every unit since v3); on another
-kind the float kernels may round differently, and the comparison is reported as such.
+kind the float kernels may round differently, and what matters there is what the ledger reads: the plan's stored
+units are read, the unit is replaced by its recomputed record, and every statistic a row reads from it is reported
+against that row's interval, with every verdict that would change (``scale.ledger.sensitivity``).
+``report_lines(result)`` is the report a person reads; the result is strict JSON (no infinity, no NaN), as its
+record must be.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from typing import Any
 import torch
 
 from scale.engine.data import load_dataset
-from scale.ledger import plan, runner, store
+from scale.ledger import plan, runner, sensitivity, store
+from scale.ledger.claims import CLAIMS
 from scale.ledger.runner import machine
 from scale.ledger.store import StoreError
 from scale.ledger.units import run_unit
@@ -35,31 +41,50 @@ TIMING = frozenset({"seconds", "curvature_seconds", "finished_at", "git_commit",
                     "end_of_run_seconds"})
 
 
-def differences(old: Any, new: Any, path: str = "") -> list[tuple[str, float, float]]:
-    """Every place the two records differ, as ``(path, absolute difference, relative difference)`` (inf for a
-    difference that is not numeric: a type, a key, a string, a length); ``TIMING`` keys are skipped."""
+Number = tuple[str, float, float | None]  # (path, absolute difference, relative to the stored value or None)
+SHOWN = 12  # statistics listed by ``report_lines``, largest against their row's interval first
+
+
+def differences(old: Any, new: Any, path: str = "") -> tuple[list[Number], list[str]]:
+    """Every place the two records differ: numbers as ``(path, absolute, relative)`` (relative None where the
+    stored value is 0), everything else as one phrase naming the path and what differs (a text, a type, a key, a
+    length); ``TIMING`` keys are skipped."""
     if isinstance(old, dict) and isinstance(new, dict):
-        out = []
+        numbers: list[Number] = []
+        texts: list[str] = []
         for k in sorted(set(old) | set(new), key=str):
             if k in TIMING:
                 continue
             if k not in old or k not in new:
-                out.append((f"{path}.{k}", math.inf, math.inf))
+                texts.append(f"{path}.{k}: only in the {'stored' if k in old else 'recomputed'} record")
             else:
-                out += differences(old[k], new[k], f"{path}.{k}")
-        return out
+                n, t = differences(old[k], new[k], f"{path}.{k}")
+                numbers += n
+                texts += t
+        return numbers, texts
     if isinstance(old, (list, tuple)) and isinstance(new, (list, tuple)):
         if len(old) != len(new):
-            return [(f"{path}[len]", math.inf, math.inf)]
-        return [d for i, (a, b) in enumerate(zip(old, new)) for d in differences(a, b, f"{path}[{i}]")]
-    if isinstance(old, bool) or isinstance(new, bool) or not (isinstance(old, (int, float))
-                                                               and isinstance(new, (int, float))):
-        return [] if old == new else [(path, math.inf, math.inf)]
+            return [], [f"{path}: length {len(old)} stored, {len(new)} recomputed"]
+        numbers, texts = [], []
+        for i, (a, b) in enumerate(zip(old, new)):
+            n, t = differences(a, b, f"{path}[{i}]")
+            numbers += n
+            texts += t
+        return numbers, texts
+    number = (int, float)
+    if isinstance(old, bool) or isinstance(new, bool) or not (isinstance(old, number) and isinstance(new, number)):
+        if old == new:
+            return [], []
+        what = "text" if isinstance(old, str) and isinstance(new, str) else (
+            f"{type(old).__name__} stored, {type(new).__name__} recomputed")
+        return [], [f"{path}: {what}"]
     a, b = float(old), float(new)
     if a == b or (math.isnan(a) and math.isnan(b)):
-        return []
+        return [], []
+    if not (math.isfinite(a) and math.isfinite(b)):  # one side not finite: no difference to measure, say which
+        return [], [f"{path}: {a} stored, {b} recomputed"]
     diff = abs(a - b)
-    return [(path, diff, diff / abs(a) if a else math.inf)]
+    return [(path, diff, diff / abs(a) if a else None)], []
 
 
 def _normalized(record: Any) -> Any:
@@ -98,10 +123,61 @@ def verify(unit_file: Path, log=print) -> dict[str, Any]:
     data = load_dataset(settings["dataset"], None, image_size=16 if settings["dataset"] == "digits" else None)
     log(f"scale.replicate: verifying {meta['name']} of plan {meta['plan']} ({meta['device']}, {meta['threads']} "
         f"thread(s)), computed at {stored.get('git_commit', '?')}")
-    new = run_unit(unit, data, int(meta["threads"]), bool(settings["quick"]), None, log=lambda _: None)
-    diffs = differences({k: v for k, v in stored.items() if k in new}, _normalized(new))
-    largest = max(diffs, key=lambda d: (d[1], d[2])) if diffs else None
+    new = _normalized(run_unit(unit, data, int(meta["threads"]), bool(settings["quick"]), None, log=lambda _: None))
+    numbers, texts = differences({k: v for k, v in stored.items() if k in new}, new)
+    largest = max(numbers, key=lambda d: d[1]) if numbers else None
     here = machine()
-    return {"status": "equal" if not diffs else "differs", "differences": len(diffs), "largest": largest,
-            "same_machine": stored.get("machine") == here, "machine": here, "stored_machine": stored.get("machine"),
-            "commit": stored.get("git_commit")}
+    ledger = None
+    if numbers or texts:
+        res, _ = store.load_units(out, meta["plan"], runner.expected(settings), meta["device"], int(meta["threads"]))
+        res[meta["name"]] = stored
+        ledger = sensitivity.shift(res, meta["name"], new, CLAIMS)
+    return {"status": "equal" if not (numbers or texts) else "differs", "differences": len(numbers) + len(texts),
+            "largest": largest, "texts": texts, "ledger": ledger, "same_machine": stored.get("machine") == here,
+            "machine": here, "stored_machine": stored.get("machine"), "commit": stored.get("git_commit")}
+
+
+def record_fields(r: dict[str, Any]) -> dict[str, Any]:
+    """What a verification's record adds to its identity (``scale.ledger.schemas.VERIFICATION``): the text fields that
+    differ and what the ledger reads (strict JSON: ``sensitivity`` writes null for a value that is not finite)."""
+    return {"texts": list(r["texts"]), "ledger": r["ledger"]}
+
+
+def report_lines(r: dict[str, Any]) -> list[str]:
+    """The verification of a unit that differs, for a person: the text fields, then what the ledger reads from the
+    unit (each statistic stored and recomputed against its row's interval, largest first) and its verdicts."""
+    out = []
+    if r["texts"]:
+        out.append(f"  text fields that differ ({len(r['texts'])}): " + "; ".join(r["texts"][:5])
+                   + (f"; and {len(r['texts']) - 5} more" if len(r["texts"]) > 5 else ""))
+    ledger = r["ledger"]
+    if ledger is None:
+        return out
+    stats = sorted(ledger["statistics"], key=lambda s: -(s["of_width"] if s["of_width"] is not None else math.inf))
+    out.append(f"  the ledger ({ledger['rows']} rows over {ledger['units']} stored units of {ledger['seeds']} "
+               f"seed(s)): {len(stats)} statistic(s) read from this unit differ"
+               + (f"; the {SHOWN} largest against their row's interval:" if len(stats) > SHOWN else
+                  (":" if stats else "")))
+    for s in stats[:SHOWN]:
+        width = "no interval" if s["width"] is None else (
+            f"{_num(s['of_width'])} of the interval's width {_num(s['width'])}" if s["of_width"] is not None
+            else f"interval width {_num(s['width'])}")
+        out.append(f"    {s['row']} {s['statistic']} (seed {s['seed']}): stored {_num(s['stored'])}, recomputed "
+                   f"{_num(s['recomputed'])}, difference {_num(s['difference'])}: {width}")
+    changes = ledger["verdict_changes"]
+    out.append("  no verdict changes" if not changes else
+               f"  verdicts that would change ({len(changes)}): " + "; ".join(
+                   f"{c['row']} {c['what']} {c['stored']} -> {c['recomputed']}" for c in changes))
+    return out
+
+
+def largest_text(r: dict[str, Any]) -> str:
+    """The largest numeric difference as a phrase ("no number differs" where only texts do)."""
+    if r["largest"] is None:
+        return "no number differs"
+    path, a, rel = r["largest"]
+    return f"the largest number at {path}: {a:.3g} ({'stored 0' if rel is None else f'{rel:.3g} relative'})"
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"

@@ -17,6 +17,7 @@ grow); the grid's report checks the values it reads deeper (``scale.grid.records
 
 from __future__ import annotations
 
+import math
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -120,8 +121,23 @@ def not_blank(key: str) -> Callable[[dict[str, Any]], str | None]:
 
 
 # What every unit file says of itself; its file's name says the same (scale.units.store.parse_name).
+def strict_json(rec: dict[str, Any]) -> str | None:
+    """A rule: the first number that strict JSON cannot hold (infinity, NaN: ``json.dumps`` would write
+    ``Infinity``, which a strict parser refuses)."""
+    stack: list[tuple[str, Any]] = [("", rec)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return f"{where or 'the record'} is {v}, which strict JSON cannot hold"
+        if isinstance(v, dict):
+            stack += [(_at(where, k), x) for k, x in v.items()]
+        elif isinstance(v, (list, tuple)):
+            stack += [(f"{where}[{i}]", x) for i, x in enumerate(v)]
+    return None
+
+
 IDENTITY: dict[str, Any] = {"plan": str, "name": str, "device": str, "threads": int, "key_hash": str}
 DEVIATIONS = dict[str, tuple[Any, Any]]  # setting -> (paper, ours)
 
 __all__ = ["DEVIATIONS", "IDENTITY", "MAX_SEEDS", "NUMBER", "Maybe", "Records", "Schema", "between", "check",
-           "not_blank", "problem"]
+           "not_blank", "problem", "strict_json"]

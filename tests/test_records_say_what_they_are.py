@@ -20,7 +20,7 @@ from scale import replicate, report
 from scale.engine import read
 from scale.engine.markdown import escape
 from tests import test_unit_store as store_tests
-from tests.test_unit_store import QUICK, A, B, edit, grid, grid_unit, unit_file
+from tests.test_unit_store import QUICK, A, B, e2_row, edit, grid, grid_unit, unit_file
 
 # the --quick ledger of two E1 units the store's attack tests read, copied afresh for each test
 ledger_template, ledger = store_tests.ledger_template, store_tests.ledger
@@ -222,3 +222,32 @@ def test_every_command_refuses_absurd_numbers_with_one_line(tmp_path, module, ar
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"{module}: error: ") and says in lines[0], lines[0]
     assert not (tmp_path / "o").exists()
+
+
+# -- the grid checks a unit's config and summary against the run its name says -------------------------------------
+
+TRANSPLANTS = {
+    # another run's whole record with relu2's identity fields copied in
+    "another run's record": lambda r, other: r.update({k: v for k, v in other.items() if k not in (
+        "plan", "name", "device", "threads", "key_hash", "experiment", "seed", "labels", "argv")}),
+    # only the head, in the config and in the summary's copy of it
+    "config and summary say gelu2": lambda r, other: (r["config"].update(head="gelu2"),
+                                                     r["summary"]["config"].update(head="gelu2")),
+    # the summary alone another run's
+    "summary of another run": lambda r, other: r.update(summary=other["summary"]),
+}
+
+
+@pytest.mark.parametrize("case", TRANSPLANTS)
+def test_a_grid_unit_whose_config_or_summary_is_another_runs_is_left_out(tmp_path, case):
+    home = grid(tmp_path / "G")
+    target = grid_unit(home, "E2-collapsed-relu2-s0")
+    other = json.loads(grid_unit(home, "E2-normal-swish2-s0").read_text())
+    other["metrics"][-1]["loss"] = 7.5  # another run's final loss: it must not show in relu2's row
+    edit(target, lambda r: TRANSPLANTS[case](r, other))
+    assert report.main([str(home)]) == 0
+    text = (home / "report.md").read_text()
+    assert "(not run)" in e2_row(text, "collapsed", "relu2")
+    assert "7.5000" not in text
+    [left] = [li for li in text.splitlines() if li.startswith(f"- {target.name}: ")]
+    assert "config" in left, left

@@ -11,16 +11,28 @@ one markdown escape for every text a report writes. Each case on real files: a -
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from scale import replicate, report
 from scale.engine import read
+from scale.engine.config import TrainConfig
 from scale.engine.markdown import escape
+from scale.engine.train import _likely_cause
+from scale.ledger import report as ledger_report
+from scale.ledger import store
 from tests import test_unit_store as store_tests
-from tests.test_unit_store import QUICK, A, B, e2_row, edit, grid, grid_unit, unit_file
+from tests.test_faults import TINY
+from tests.test_permissions import DROP
+from tests.test_unit_store import ENV, QUICK, A, B, e2_row, edit, grid, grid_unit, unit_file
 
 # the --quick ledger of two E1 units the store's attack tests read, copied afresh for each test
 ledger_template, ledger = store_tests.ledger_template, store_tests.ledger
@@ -144,8 +156,6 @@ def test_a_forged_deviation_adds_no_section_to_the_grid_report(tmp_path):
 
 
 def test_a_non_finite_loss_names_a_tiny_temperature_first_and_only_for_methods_that_have_one():
-    from scale.engine.config import TrainConfig
-    from scale.engine.train import _likely_cause
 
     tiny = _likely_cause(TrainConfig(method="simclr", temperature=1e-6))
     assert tiny.startswith("the temperature (1e-06) is tiny") and "--lr" in tiny
@@ -160,12 +170,7 @@ def test_a_write_above_ulimit_f_names_the_file_it_could_not_write(tmp_path):
     """The real fault: ``ulimit -f`` of 64 KiB (RLIMIT_FSIZE; Python ignores SIGXFSZ, so the write fails with
     EFBIG). The run's first checkpoint is larger: exit 4 with one line naming the file, not "I/O error on: File
     too large" alone."""
-    import resource
-    import subprocess
-    import sys
 
-    from tests.test_faults import TINY
-    from tests.test_unit_store import ENV
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
@@ -211,10 +216,7 @@ def test_replicate_takes_sensible_numbers(tmp_path, capsys):
     ("scale.paper", ["--threads", "100000", "--dry-run"], "--threads must be an integer in [1, 4096], got 100000"),
 ])
 def test_every_command_refuses_absurd_numbers_with_one_line(tmp_path, module, argv, says):
-    import subprocess
-    import sys
 
-    from tests.test_unit_store import ENV
 
     proc = subprocess.run([sys.executable, "-m", module, *argv, "--out", str(tmp_path / "o")], env=ENV,
                           capture_output=True, text=True, timeout=300)
@@ -251,3 +253,174 @@ def test_a_grid_unit_whose_config_or_summary_is_another_runs_is_left_out(tmp_pat
     assert "7.5000" not in text
     [left] = [li for li in text.splitlines() if li.startswith(f"- {target.name}: ")]
     assert "config" in left, left
+
+
+# -- verifications bound to the unit they vouch for ----------------------------------------------------------------
+
+VERIFY_STORE = Path(__file__).resolve().parent / "data" / "verify"  # one --quick unit and its plan's registration
+COMMIT = "c0ffee" * 6 + "abcd"
+
+
+@pytest.fixture
+def verified(tmp_path, monkeypatch, capsys):
+    """A copy of the verify store with its unit verified ("equal") by the code 'at' COMMIT: (store, unit, record)."""
+    shutil.copytree(VERIFY_STORE, tmp_path / "store")
+    unit = next((tmp_path / "store" / "units").glob("*.json"))
+    monkeypatch.setattr(replicate.runner, "code_commit", lambda: COMMIT)
+    assert replicate.main(["--verify", str(unit)]) == 0, capsys.readouterr().err
+    assert "recorded in" in capsys.readouterr().out
+    [record] = (tmp_path / "store" / "verifications").glob("*.json")
+    return tmp_path / "store", unit, record
+
+
+def listed(out: Path, unit: Path) -> tuple[list[dict], list[str]]:
+
+    return store.verifications(out, store.parse_name(unit)["plan"])
+
+
+FORGED_RECORDS = {  # each leaves the record's name as it is
+    "verified by uncommitted code": (lambda r: r.update(verified_at=COMMIT + "+dirty"), "not a commit"),
+    "verified at 'unknown'": (lambda r: r.update(verified_at="unknown"), "not the verification its name says"),
+    "verified at a commit's first 12 digits": (lambda r: r.update(verified_at=COMMIT[:12]), "not a commit"),
+    "a status --verify never writes": (lambda r: r.update(status="vouched"), "not one --verify writes"),
+    "equal with 7 values differing": (lambda r: r.update(differences=7), "do not fit its status"),
+    "computed at another commit": (lambda r: r.update(computed_at="f" * 40), "but its unit file says"),
+    "written before records were bound": (lambda r: r.pop("unit_sha256"), "names no SHA-256"),
+}
+
+
+def test_the_bound_verification_is_listed(verified):
+    """The control: the record --verify wrote is listed, and names the SHA-256 of the unit file."""
+    out, unit, _record = verified
+    found, left = listed(out, unit)
+    assert len(found) == 1 and not left
+    assert found[0]["unit_sha256"] == hashlib.sha256(unit.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("case", FORGED_RECORDS)
+def test_a_forged_verification_is_left_out_and_named(verified, case):
+    out, unit, record = verified
+    change, says = FORGED_RECORDS[case]
+    edit(record, change)
+    found, left = listed(out, unit)
+    assert found == [] and len(left) == 1 and left[0].startswith(record.name) and says in left[0], left
+
+
+def test_a_verification_is_left_out_once_its_unit_changes_or_goes(verified):
+    out, unit, _record = verified
+    edit(unit, lambda r: r["history"][-1].update(loss=r["history"][-1]["loss"] + 1e-3))  # a loss changed
+    [line] = listed(out, unit)[1]
+    assert "changed since it was verified" in line
+    unit.unlink()
+    [line] = listed(out, unit)[1]
+    assert "gone or not a plain file" in line
+
+
+def test_a_forged_record_at_the_name_is_not_taken_for_the_real_verification(verified, capsys):
+    """A record by uncommitted code put under the clean commit's name: a real --verify does not say "already
+    recorded" (it would vouch for the forged one); it names the file and leaves it as it is (exit 2)."""
+    _out, unit, record = verified
+    edit(record, FORGED_RECORDS["verified by uncommitted code"][0])
+    before = record.read_bytes()
+    assert replicate.main(["--verify", str(unit)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds a record that is not this verification" in err[0] and record.name in err[0]
+    assert record.read_bytes() == before
+
+
+def test_a_forged_status_cannot_add_a_section_to_the_report(verified):
+
+    out, unit, record = verified
+    _found, _ = listed(out, unit)
+    lines = ledger_report.verification_lines(out, store.parse_name(unit)["plan"])
+    assert any(unit.name in line for line in lines)  # the control: the bound record's row
+    edit(record, lambda r: r.update(status=FORGED))
+    lines = "\n".join(ledger_report.verification_lines(out, store.parse_name(unit)["plan"]))
+    assert "\n## " not in lines and "## Verdict" in lines  # named as left out, on its own line, escaped
+
+
+# -- every fault of --verify: one line, its exit code, before the unit is computed again ---------------------------
+
+
+def copy_store(tmp_path: Path) -> tuple[Path, Path]:
+
+    shutil.copytree(VERIFY_STORE, tmp_path / "store")
+    return tmp_path / "store", next((tmp_path / "store" / "units").glob("*.json"))
+
+
+def verify_line(capsys, unit: Path, code: int) -> str:
+    assert replicate.main(["--verify", str(unit)]) == code
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "verifying" not in captured.out, (err, captured.out)  # refused before the rerun
+    return err[0]
+
+
+@pytest.mark.parametrize("where", ["t0", "cuda-t1"])
+def test_a_unit_named_for_another_device_or_thread_count_is_refused(tmp_path, capsys, where):
+    _out, unit = copy_store(tmp_path)
+    device, threads = ("cpu", 0) if where == "t0" else ("cuda", 1)
+    edit(unit, lambda r: (r.update(device=device, threads=threads),  # its content says what its new name says
+                          r["config"].update(device=device, threads=threads)))
+    renamed = unit.with_name(unit.name.replace("--cpu-t1--", f"--{device}-t{threads}--"))
+    unit.rename(renamed)
+    line = verify_line(capsys, renamed, 2)
+    assert "not a unit of it" in line and renamed.name in line
+
+
+def test_a_linked_unit_file_is_refused_as_the_store_refuses_it(tmp_path, capsys):
+    _out, unit = copy_store(tmp_path)
+    real = tmp_path / unit.name
+    unit.rename(real)
+    unit.symlink_to(real)
+    assert "not a plain file" in verify_line(capsys, unit, 2)
+
+
+def test_a_linked_verifications_folder_is_refused_and_nothing_written_through_it(tmp_path, capsys, monkeypatch):
+    out, unit = copy_store(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (out / "verifications").symlink_to(elsewhere)
+    monkeypatch.setattr(replicate.runner, "code_commit", lambda: COMMIT)
+    line = verify_line(capsys, unit, 2)
+    assert "verifications" in line and not any(elsewhere.iterdir())
+
+
+def test_a_store_it_cannot_write_is_said_before_the_rerun_with_exit_4(tmp_path):
+    """The real fault: a store folder without write permission, in a child without root's DAC override (as
+    tests/test_permissions.py does; as another user chmod alone is enough)."""
+
+
+    out, unit = copy_store(tmp_path)
+    os.chmod(out, 0o555)
+    try:
+        env = {**ENV, "PYTHONDONTWRITEBYTECODE": "1"}
+        code = ("import sys; from scale import replicate as R; R.runner.code_commit = lambda: 'c0ffee' * 6 + 'abcd'; "
+                "sys.exit(R.main(['--verify', sys.argv[1]]))")
+        proc = subprocess.run([*(DROP if os.geteuid() == 0 else []), sys.executable, "-c", code, str(unit)], env=env,
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        os.chmod(out, 0o755)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 4 and len(lines) == 1, proc.stderr
+    assert "cannot write" in lines[0] and str(out) in lines[0] and "verifying" not in proc.stdout
+    assert not (out / "verifications").exists()
+
+
+def test_a_record_that_cannot_be_written_whole_is_one_line_naming_it(tmp_path):
+    """The real fault: RLIMIT_FSIZE of 512 bytes (the record is larger): exit 4, the file named, nothing left."""
+
+    out, unit = copy_store(tmp_path)
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (512, 512))
+
+    code = ("import sys; from scale import replicate as R; R.runner.code_commit = lambda: 'c0ffee' * 6 + 'abcd'; "
+            "sys.exit(R.main(['--verify', sys.argv[1]]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(unit)], env={**ENV, "PYTHONDONTWRITEBYTECODE": "1"},
+                          preexec_fn=limit, capture_output=True, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 4 and len(lines) == 1, proc.stderr
+    assert "cannot write" in lines[0] and "verifications" in lines[0] and "File too large" in lines[0]
+    assert not [p for p in (out / "verifications").glob("*") if not p.name.startswith(".")] \
+        if (out / "verifications").exists() else True

@@ -89,6 +89,7 @@ from scale.engine.data import CIFAR, load_dataset
 from scale.engine.data_errors import DataError
 from scale.engine.dataset import Dataset
 from scale.engine.devices import device_type
+from scale.engine.flags import MAX_COUNT, MAX_IMAGE_SIZE, MAX_WIDTH, SEED_LIMIT, OneLineParser, number
 from scale.engine.heads import build_head
 from scale.engine.methods import METHODS
 from scale.engine.model import SSLModel, output_dim
@@ -130,12 +131,7 @@ def _state_from_checkpoint(path: Path) -> dict[str, torch.Tensor]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    class OneLine(argparse.ArgumentParser):
-        def error(self, message: str):
-            print(f"scale.analyze: error: {message}", file=sys.stderr)
-            raise SystemExit(2)
-
-    p = OneLine(prog="python -m scale.analyze", description="The paper's measurements (H_eff curvature with its "
+    p = OneLineParser(prog="python -m scale.analyze", description="The paper's measurements (H_eff curvature with its "
                 "G/M split, orbit geometry of z vs h with controls, a compressor/expander verdict, rotation and "
                 "class probes) on a finished run or on any checkpoint.", epilog=__doc__.split("What is measured")[0],
                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -156,13 +152,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "~/.cache/headgeometry/data; never downloaded here)")
     p.add_argument("--method", choices=tuple(METHODS), help="the loss of H_eff (default: the run's; simclr)")
     p.add_argument("--augment", choices=PRESETS, help="views of the curvature probe (default: the run's; e3)")
-    p.add_argument("--image-size", type=int, help="image side (default: the run's; with a checkpoint the dataset's, "
+    p.add_argument("--image-size", type=number(int, 1, MAX_IMAGE_SIZE),
+                   help="image side (default: the run's; with a checkpoint the dataset's, "
                    "as scale.run resolves it: 16 for digits, 32 otherwise)")
-    p.add_argument("--backbone-width", type=int, help="with a backbone name and a checkpoint: its width (default: "
+    p.add_argument("--backbone-width", type=number(int, 1, MAX_WIDTH),
+                   help="with a backbone name and a checkpoint: its width (default: "
                    "the dataset's, as scale.run resolves it: resnet18 16 / vit_tiny 48 on digits, 64 / 192 otherwise)")
-    p.add_argument("--head-width", type=int, default=256, help="with a head spec and a checkpoint: hidden width "
+    p.add_argument("--head-width", type=number(int, 1, MAX_WIDTH), default=256,
+                   help="with a head spec and a checkpoint: hidden width "
                    "(default 256, scale.run's on digits)")
-    p.add_argument("--head-out", type=int, default=128, help="with a head spec and a checkpoint: output width k "
+    p.add_argument("--head-out", type=number(int, 1, MAX_WIDTH), default=128,
+                   help="with a head spec and a checkpoint: output width k "
                    "(default 128, scale.run's on digits)")
     p.add_argument("--head-bias", action=argparse.BooleanOptionalAction, default=True,
                    help="with a head spec and a checkpoint: biases in its Linear layers (default: on)")
@@ -170,22 +170,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with a head spec and a checkpoint: BatchNorm after each hidden Linear (default: off)")
     p.add_argument("--head-out-bn", action=argparse.BooleanOptionalAction, default=False,
                    help="with a head spec and a checkpoint: BatchNorm on the head's output (default: off)")
-    p.add_argument("--hessian-images", type=int, default=AnalysisSettings.hessian_images,
+    p.add_argument("--hessian-images", type=number(int, 1, MAX_COUNT), default=AnalysisSettings.hessian_images,
                    help="images of the curvature probe batch, two augmented views each (default "
                    f"{AnalysisSettings.hessian_images}: H_eff acts on N = 2 x {AnalysisSettings.hessian_images} x d "
                    "unknowns; a Lanczos step is one Hessian-vector product through the head over that batch)")
-    p.add_argument("--lanczos-iter", type=int, default=AnalysisSettings.lanczos_iter,
+    p.add_argument("--lanczos-iter", type=number(int, 1, MAX_COUNT), default=AnalysisSettings.lanczos_iter,
                    help=f"Lanczos steps (Hessian-vector products) for each of H_eff, G and M (default "
                    f"{AnalysisSettings.lanczos_iter}: the extreme eigenvalues converge to their residuals, reported)")
     p.add_argument("--orbits", default=None, help="CLASSESxIMAGES of the test split (default: with a run directory "
                    "the run's own end-of-run orbits; otherwise 5x3, the paper's 15 orbits)")
     p.add_argument("--family", choices=tuple(FAMILIES), default="rotation", help="orbit family: E4's rotations "
                    "(0-330 degrees, kappa on 0-45) or an E6 family across its range (default: rotation)")
-    p.add_argument("--steps", type=int, help="E6's trajectories: this many values across the family's range "
+    p.add_argument("--steps", type=number(int, 2, MAX_COUNT),
+                   help="E6's trajectories: this many values across the family's range "
                    "(rotation: 0-45 degrees), kappa along them (default: E4's orbits)")
     p.add_argument("--head-input", choices=tuple(HEAD_INPUTS), default="normalized", help="the head on the "
                    "L2-normalised z (E4, default) or on the raw z it was trained on (E6)")
-    p.add_argument("--probe-images", type=int, default=None,
+    p.add_argument("--probe-images", type=number(int, 1, MAX_COUNT), default=None,
                    help="probes: at most this many images per split, x 4 rotations for E3's (default: with a run "
                    "directory the run's own end-of-run probes, the same images and seed, so that both reports agree "
                    f"on the same weights; otherwise {AnalysisSettings.probe_images}: at most 5 x 2 x "
@@ -194,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "the paper's 10000 costs five times that)")
     p.add_argument("--no-probes", action="store_true", help="skip the class and rotation probes")
     p.add_argument("--no-curvature", action="store_true", help="skip H_eff (a head without a loss of the registry)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the probe batch, its views and the probes "
+    p.add_argument("--seed", type=number(int, 0, SEED_LIMIT - 1), default=0,
+                   help="seed of the probe batch, its views and the probes "
                    "(default 0)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: auto (CUDA if "
                    "available)")

@@ -19,7 +19,6 @@ eigenvalues); a skipped row says so and never counts as a pass.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from mini.losses import Objective, make_objective
 from scale.curvature.lanczos import lanczos
 from scale.curvature.operators import EffectiveHessian
 from scale.engine import objectives as O
+from scale.engine.flags import OneLineParser
 from scale.engine.heads import head_from_mini
 
 HEADS: tuple[str, ...] = ("linear", "relu2", "gelu3", "swish3", "tanh2", "softplus2")
@@ -195,7 +195,7 @@ def run(heads=HEADS, objectives=OBJECTIVES, perturb: float = 0.0, verbose: bool 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scale.crosscheck", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m scale.crosscheck", description=__doc__.splitlines()[0])
     parser.add_argument("--heads", nargs="+", default=list(HEADS), choices=HEADS, metavar="HEAD",
                         help=f"heads to check (default: all of {', '.join(HEADS)})")
     parser.add_argument("--objectives", nargs="+", default=list(OBJECTIVES), choices=OBJECTIVES, metavar="OBJ",

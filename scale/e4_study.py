@@ -54,10 +54,12 @@ import torch
 from scale.engine import disk, read
 from scale.engine.checkpoint import atomic_write_json
 from scale.engine.data_errors import DataError
+from scale.engine.flags import MAX_COUNT, MAX_THREADS, OneLineParser, number
 from scale.geometry.e4_report import write_report
 from scale.geometry.e4_seed import e3_config, one_seed
 from scale.runs.faults import guarded
 from scale.runs.validate import plan_disagreements
+from scale.units.schema import MAX_SEEDS
 
 # --------------------------------------------------------------------------------------------
 # CLI
@@ -114,31 +116,24 @@ def refuse_foreign_outputs(out: Path, results: Path) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m scale.e4_study", description="E4's orbit compression under "
+    p = OneLineParser(prog="python -m scale.e4_study", description="E4's orbit compression under "
                                 "the paper's protocol and its controls (a-e), several seeds, 95 %% t intervals.")
     p.add_argument("--dataset", default="digits", choices=("digits", "cifar10"), help="default: digits (offline)")
-    p.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 (default 5)")
-    p.add_argument("--epochs", type=int, help="training epochs (default: scale.paper's E3: 50 on CIFAR, the digits "
+    p.add_argument("--seeds", type=number(int, 1, MAX_SEEDS), default=5, help="seeds 0 .. N-1 (default 5)")
+    p.add_argument("--epochs", type=number(int, 1, MAX_COUNT),
+                   help="training epochs (default: scale.paper's E3: 50 on CIFAR, the digits "
                    "adjustment of scale.run on digits)")
-    p.add_argument("--probe-images", type=int, default=10_000, help="probe base images per split (default 10000)")
+    p.add_argument("--probe-images", type=number(int, 2, MAX_COUNT), default=10_000,
+                   help="probe base images per split (default 10000)")
     p.add_argument("--data-dir", help="folder with the CIFAR archive (see scale.run)")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    p.add_argument("--threads", type=number(int, 1, MAX_THREADS), default=2, help="torch CPU threads (default 2)")
     p.add_argument("--out", default="e4_study", help="output folder (default: e4_study)")
     return p
 
 
 @guarded("scale.e4_study")  # an output that is a link (exit 2) or cannot be written (exit 4): one line
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    for key in ("seeds", "epochs", "threads"):
-        v = getattr(args, key)
-        if v is not None and v < 1:
-            print(f"scale.e4_study: error: --{key} must be a positive integer, got {v}", file=sys.stderr)
-            return 2
-    if args.probe_images < 2:
-        print(f"scale.e4_study: error: --probe-images must be >= 2, got {args.probe_images}", file=sys.stderr)
-        return 2
-
+    args = build_parser().parse_args(argv)  # every number in its range (scale.engine.flags.number), or exit 2
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     command = " ".join(["python -m scale.e4_study", *(argv if argv is not None else sys.argv[1:])])

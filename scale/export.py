@@ -19,22 +19,16 @@ earlier export (a user's file of that name is never replaced), with one line say
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from scale.engine.flags import OneLineParser
 from scale.engine.modules import ModuleSpecError, is_spec, not_a_name_message
 from scale.runs.load import PARTS, RunError, architecture_path, export_backbone
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        print(f"scale.export: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="python -m scale.export", description="Write a run's trained backbone (or another part) "
+    p = OneLineParser(prog="python -m scale.export", description="Write a run's trained backbone (or another part) "
                 "as a plain state_dict file (torch.load(..., weights_only=True) reads it) and its architecture "
                 "beside it (OUT.json; scale.load_backbone(OUT) rebuilds the part).")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (python -m scale.run, scale.train, Trainer)")

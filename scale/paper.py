@@ -65,6 +65,7 @@ from scale.engine.config import TrainConfig
 from scale.engine.data import load_dataset
 from scale.engine.data_errors import DataError
 from scale.engine.devices import device_type
+from scale.engine.flags import MAX_COUNT, MAX_THREADS, OneLineParser, bounded
 from scale.engine.train import Interrupted, NonFiniteLoss
 from scale.experiments.paper import (
     ASSUMPTIONS,
@@ -239,7 +240,7 @@ def run_job(inv: GridInvocation) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m scale.paper", description="Run the paper's experiment grid E1-E5 "
+    p = OneLineParser(prog="python -m scale.paper", description="Run the paper's experiment grid E1-E5 "
                                 "with its defaults (docs/paper.md and the official code) and write the side-by-side "
                                 "report.", epilog=_choices_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cifar10", choices=("cifar10", "cifar100", "digits", "synthetic"),
@@ -283,6 +284,8 @@ def invocation_of(args: argparse.Namespace, raw: list[str]) -> GridInvocation:
             raise ValueError(f"--{key} must be a positive integer, got {v}")
     if args.seeds is not None and args.seeds > MAX_SEEDS:
         raise ValueError(f"--seeds {args.seeds} is above {MAX_SEEDS}, the most a plan has (1 <= N <= {MAX_SEEDS})")
+    bounded("--threads", args.threads, 1, MAX_THREADS, int)
+    bounded("--epochs", args.epochs, 1, MAX_COUNT, int)
     launch_spec = launch_of(vars(args))
     wanted = tuple(n.strip() for n in args.units.split(",") if n.strip()) if args.units is not None else ()
     if args.units is not None and not wanted:

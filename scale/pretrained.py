@@ -37,9 +37,7 @@ and ``<out>/report.md`` with one table across every model found in ``<out>`` and
 
 from __future__ import annotations
 
-import argparse
 import http.client
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -53,6 +51,7 @@ from scale.analysis import AnalysisSettings, analyze_orbits
 from scale.engine import checksums, disk
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
 from scale.engine.data_errors import DataError
+from scale.engine.flags import MAX_COUNT, MAX_IMAGE_SIZE, SEED_LIMIT, OneLineParser, number
 from scale.engine.images import folder_images
 from scale.engine.plots import png, pyplot
 from scale.engine.pretrained_models import (
@@ -65,6 +64,7 @@ from scale.engine.pretrained_models import (
     check_model_name,
     load_checkpoint,
 )
+from scale.engine.read import read_json
 from scale.engine.timing import synchronize
 from scale.geometry.orbits import DATASETS, FAMILIES, dataset_images
 from scale.geometry.verdict import CONFIDENCE, Estimate, mean_estimate, pooled_ratio_estimate, verdict
@@ -305,7 +305,7 @@ def write_report(out: Path) -> Path:
     for name in MODELS:
         path = out / f"{name}.json"
         if path.is_file():
-            records.append(json.loads(path.read_text()))
+            records.append(read_json(path, dict))
     report = out / "report.md"
     atomic_write_text(report, render_report(records, out))
     return report
@@ -352,20 +352,21 @@ def run(cfg: Config) -> Path:
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
-    p = argparse.ArgumentParser(prog="python -m scale.pretrained", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m scale.pretrained", description=__doc__.split("\n\n")[0])
     p.add_argument("models", nargs="+", metavar="MODEL", help=f"one or more of {', '.join(MODELS)}, or 'all'")
     p.add_argument("--weights", help="the official full checkpoint file (one MODEL only)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--images", help="a folder of images (PNG/JPEG, searched recursively)")
     src.add_argument("--dataset", choices=DATASETS, default="digits", help="default: digits (offline)")
     p.add_argument("--data-dir", help="where the dataset archive lives (cifar10)")
-    p.add_argument("--trajectories", type=int, default=50)
-    p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--batch-images", type=int, default=4, help="images per forward pass (x steps orbit points)")
+    p.add_argument("--trajectories", type=number(int, 1, MAX_COUNT), default=50)
+    p.add_argument("--steps", type=number(int, 2, MAX_COUNT), default=12)
+    p.add_argument("--image-size", type=number(int, 1, MAX_IMAGE_SIZE), default=224)
+    p.add_argument("--batch-images", type=number(int, 1, MAX_COUNT), default=4,
+                   help="images per forward pass (x steps orbit points)")
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     p.add_argument("--device", default=Config.device)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=number(int, 0, SEED_LIMIT - 1), default=0)
     p.add_argument("--out", default="results/pretrained")
     a = p.parse_args(argv)
     models = list(MODELS) if a.models == ["all"] else a.models

@@ -16,11 +16,11 @@ plan differing from the registered one; 2 bad arguments (``--official`` not a di
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
+from scale.engine.flags import OneLineParser
 from scale.ledger.released.claims import PLAN, plan_ok
 from scale.ledger.released.reader import ReleasedError
 from scale.ledger.released.report import section
@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent  # a checkout's root (where the co
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scale.released", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m scale.released", description=__doc__.splitlines()[0])
     parser.add_argument("--official", metavar="DIR", type=Path, default=None,
                         help="a checkout of farischaudhry/projection-head-geometry (default: the vendored arrays)")
     args = parser.parse_args(argv)

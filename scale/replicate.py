@@ -35,7 +35,9 @@ Exit codes: 0 done; 1 the data (CIFAR archive) missing or corrupt, or nothing to
 line naming the valid values: ``--seeds`` 1 .. 1000, a non-blank ``--amend`` reason), an OUT holding a file the
 ledger cannot read or that is not of its schema (a damaged unit, registration or amendment: left as it is), a
 folder the ledger writes below OUT (``units/``, ``registrations/``, ``amendments/``, ``work/``, ...) that is a
-symbolic link, or rules changed without ``--amend``; 4 an output could not be written; 3 (``--collect``, or a
+symbolic link, a JSON file with a key twice in one object or an unpaired surrogate (``scale.engine.read``), a
+number that is not finite or out of its range (``--budget-s nan``, ``--threads 100000``), or rules changed without
+``--amend``; 4 an output could not be written (the line names the file); 3 (``--collect``, or a
 launch that waited) some chosen units have no file; 130 interrupted (SIGINT or SIGTERM: the running unit's
 training saves a checkpoint in its work folder, ``OUT/work/``, and the same command resumes it there; every
 finished unit is in the store).
@@ -45,13 +47,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 from scale.engine import disk
 from scale.engine.data_errors import DataError
+from scale.engine.flags import MAX_THREADS, OneLineParser, bounded
 from scale.engine.train import Interrupted
 from scale.launch import resources as launch_flags
 from scale.launch.cost import print_cost
@@ -61,8 +63,10 @@ from scale.ledger import claims, plan, report, runner, store
 from scale.ledger.invocation import LedgerInvocation, default_seeds
 from scale.ledger.plan import EXPERIMENTS, parse_epochs
 from scale.ledger.store import StoreError
-from scale.ledger.verify import largest_text, record_fields, report_lines, verify
+from scale.ledger.verify import largest_text, record_of, report_lines, verify
 from scale.units.schema import MAX_SEEDS
+
+MAX_BUDGET_S = 10**9  # --budget-s: 31 years; a larger or non-finite one is refused, never read as no budget
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -86,7 +90,7 @@ def parse_experiments(text: str) -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m scale.replicate", description="The paper's claims E1-E5 with "
+    p = OneLineParser(prog="python -m scale.replicate", description="The paper's claims E1-E5 with "
                                 "seeds, bounded intervals, controls, premises and registered rules.")
     p.add_argument("--dataset", default="digits", choices=("digits", "cifar10", "cifar100"),
                    help="default: digits (offline, CPU sizes); cifar10 at the paper's sizes")
@@ -116,8 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "and print the largest difference from its record and, where one differs, each statistic the "
                    "ledger reads from it against its row's interval and any verdict that would change; exit 0 only "
                    "when every value is equal (timings "
-                   "aside), 1 when one differs, 2 when the file is not a unit of a registered plan or today's code "
-                   "plans another unit in its place")
+                   "aside), 1 when one differs, 2 when the file is not a plain unit file of a registered plan (a link, "
+                   "another device or thread count than its plan's, a folder of the store that is a link) or today's "
+                   "code plans another unit in its place, 4 when the verification cannot be written (checked before "
+                   "the rerun). The record names the SHA-256 of the unit file; the report lists it only while the "
+                   "file is unchanged")
     p.add_argument("--dry-run", action="store_true", help="list the units with an estimated cost on --device "
                    "(GPU-hours on --gpu-name for cuda), the jobs --launcher would submit and the registration they "
                    "would get; run and write nothing")
@@ -235,12 +242,17 @@ def verify_unit(path: str) -> int:
     """``--verify UNIT_FILE`` (``scale.ledger.verify``): one line of result, the exit code of the help text; the
     result is recorded once per unit and commit in the store (``OUT/verifications/``), which the report lists."""
     try:
+        if recordable(runner.code_commit()):  # a record that could not be written: said before the rerun
+            store.check_writable(Path(path).parent.parent)
         r = verify(Path(path))
         if r["status"] == "another unit":
             return _fail(r["why"], 2)
         note = _record(Path(path), r)
-    except StoreError as exc:
+    except (StoreError, disk.NotOurs) as exc:
         return _fail(str(exc), 2)
+    except OSError as exc:  # permissions, a full disk, a read-only file system: the record is not written
+        return _fail(f"cannot write {exc.filename or 'the verification'}: {exc.strerror or exc}; the unit was not "
+                     "verified into the store", 4)
     where = ("on the kind of processor that computed it" if r["same_machine"] else
              f"on another kind of processor ({r['machine']} against {r['stored_machine']}): float kernels may round "
              "differently there")
@@ -253,18 +265,18 @@ def verify_unit(path: str) -> int:
     return 1
 
 
+def recordable(commit: str) -> bool:
+    """Whether a verification by the code at ``commit`` is recorded: only code at a commit can be traced."""
+    return commit != "unknown" and not commit.endswith("+dirty")
+
+
 def _record(path: Path, r: dict) -> str:
     """Record a verification in the unit's store, once per unit and commit; only code at a commit is recorded (a
     verification by uncommitted code could not be traced). Returns what was done, for the result's line."""
     commit = runner.code_commit()
-    if commit == "unknown" or commit.endswith("+dirty"):
+    if not recordable(commit):
         return f"not recorded: the code is not at a commit ({commit})"
-    meta = store.parse_name(path)
-    written = store.record_verification(path.parent.parent, {
-        "unit": path.name, "plan": meta["plan"], "computed_at": str(r["commit"]), "verified_at": commit,
-        "status": r["status"], "differences": r["differences"],
-        "largest": list(r["largest"]) if r["largest"] else None, "same_machine": bool(r["same_machine"]),
-        "machine": r["machine"], "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), **record_fields(r)})
+    written = store.record_verification(path.parent.parent, record_of(path, r, commit))
     return f"recorded in {written}" if written else f"already recorded at {commit[:12]}"
 
 
@@ -282,6 +294,10 @@ def invocation_of(args: argparse.Namespace, raw: list[str]) -> LedgerInvocation:
         raise ValueError("--amend needs a reason: what changed in the rules and why (got a blank one)")
     if args.repeat < 0 or (args.budget_s is not None and args.budget_s < 0):
         raise ValueError("--repeat and --budget-s must not be negative")
+    # NaN, infinities and absurd sizes: --budget-s nan was "no budget at all", --threads 100000 reached torch
+    bounded("--threads", args.threads, 1, MAX_THREADS, int)
+    bounded("--budget-s", args.budget_s, 0, MAX_BUDGET_S)
+    bounded("--repeat", args.repeat, 0, MAX_SEEDS, int)
     units = tuple(n.strip() for n in args.units.split(",") if n.strip()) if args.units is not None else ()
     if args.units is not None and not units:
         raise ValueError("--units: (none given) not a unit of this plan (--dry-run lists them)")

@@ -38,6 +38,7 @@ from scale.engine.data import CIFAR, DATASETS, FOLDER_PREFIX, load_dataset
 from scale.engine.data_errors import DataError
 from scale.engine.dataset import Dataset
 from scale.engine.devices import device_type
+from scale.engine.flags import OneLineParser
 from scale.engine.folders import stream_threshold
 from scale.engine.heads import HEAD_STYLES
 from scale.engine.hooks import Hook, TensorBoardLog
@@ -68,14 +69,6 @@ _TORCH_THREADS = torch.get_num_threads()  # torch's own default (physical cores,
 
 class ArgError(ValueError):
     pass
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad argument as one line (no usage dump) and exits with code 2."""
-
-    def error(self, message: str):
-        print(f"scale.run: error: {message}", file=sys.stderr)
-        raise SystemExit(2)
 
 
 def _defaults_table() -> str:

@@ -395,6 +395,9 @@ def test_resume_applies_and_records_the_safe_flags(interrupted, capsys):
         (["--head-width", "60000", "--head", "gelu9"], "parameters; at most 200,000,000"),
         (["--threads", "-1"], "--threads must be a positive integer, got -1"),
         (["--momentum", "-1"], "--momentum must be a finite number >= 0"),
+        # a temperature whose logits overflow float32 ended in a NaN loss blamed on the learning rate (issue 58)
+        (["--method", "simclr", "--temperature", "1e-300"], "--temperature 1e-300 is below 1.18e-38"),
+        (["--temperature", "nan"], "--temperature must be a positive finite number, got nan"),
         (["--ddp-timeout", "0"], "--ddp-timeout must be a positive"),
         # sizes refused before anything is allocated (they ended in allocation tracebacks)
         (["--image-size", "4096"], "--image-size 4096 is above the supported maximum 1024"),

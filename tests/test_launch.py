@@ -278,4 +278,4 @@ def test_a_jobs_unit_record_equals_a_local_runs(tmp_path, monkeypatch):
         (path,) = _unit_files(out, UNITS[0])
         files[how] = json.loads(path.read_text())
     assert files["local"]["status"] == "finished" and files["local"]["history"]
-    assert differences(files["local"], files["job"]) == []
+    assert differences(files["local"], files["job"]) == ([], [])  # (numbers, texts) that differ: none

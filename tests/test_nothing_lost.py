@@ -28,6 +28,7 @@ example of about 45 s); the exploration runs many more with fresh seeds, and als
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -41,6 +42,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
+
+from scale.runs.run_report import git_commit
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -290,7 +293,8 @@ STORE_HAZARDS = [("copied over another unit", "unit"), ("another device in its c
                  ("another head in its config", "unit"), ("{'mine': 1}", "unit"), ("empty", "stray"),
                  ("empty", "other plan"), ("notes", "not a unit name"), ("symlink", "unit"), ("fifo", "unit"),
                  ("symlink", "units folder"), ("symlink", "amendments folder"), ("list", "registration"),
-                 ("symlink", "verifications folder"), ("{'mine': 1}", "verification")]
+                 ("symlink", "verifications folder"), ("{'mine': 1}", "verification"),
+                 ("forged at its name", "verification"), ("a key twice", "unit")]
 
 
 @pytest.fixture(scope="module")
@@ -362,8 +366,11 @@ def plant_in_store(out: Path, outside: Path, kind: str, where: str) -> Path | No
             rec["config"]["head"] = "gelu2"
         elif kind == "{'mine': 1}":
             rec = {"mine": 1}
+        text = json.dumps(rec)
+        if kind == "a key twice":  # the second unit's history appended: a last-wins reader would use it
+            text = text[:-1] + ', "history": ' + json.dumps(json.loads(second.read_text())["history"]) + "}"
         first.unlink()
-        first.write_text(json.dumps(rec))
+        first.write_text(text)
         return first
     if where in ("stray", "other plan", "not a unit name"):
         name = {"stray": f"{plan}--E5-depth1-s999999999--cpu-t1--000000000000.json",
@@ -371,6 +378,15 @@ def plant_in_store(out: Path, outside: Path, kind: str, where: str) -> Path | No
                 "not a unit name": "notes.json"}[where]
         (units_dir / name).write_bytes(b"" if kind == "empty" else b"my notes\n")
         return units_dir / name
+    if where == "verification" and kind == "forged at its name":  # uncommitted code's record under a commit's name
+        commit = git_commit().removesuffix("+dirty")
+        forged = {"unit": first.name, "plan": plan, "unit_sha256": hashlib.sha256(first.read_bytes()).hexdigest(),
+                  "computed_at": json.loads(first.read_text()).get("git_commit", ""), "verified_at": commit + "+dirty",
+                  "status": "equal", "differences": 0, "same_machine": True}
+        (out / "verifications").mkdir(exist_ok=True)
+        path = out / "verifications" / f"{first.stem}--at-{commit[:12]}.json"
+        path.write_text(json.dumps(forged))
+        return path
     if where == "verification":
         (out / "verifications").mkdir(exist_ok=True)
         (out / "verifications" / f"{plan}--mine.json").write_text(json.dumps({"mine": 1}))

@@ -208,6 +208,7 @@ def _fake_unit(root, home, r, h_std: list[float], curvature: list[float] | None 
     key = units.run_key(r.argv, r.paper, r.track_hessian)
     rec.update(plan=home.name, name=r.name, device="cpu", threads=1, key_hash=key, experiment=r.experiment,
                seed=r.seed, labels=r.labels, argv=r.argv)  # what the unit store checks (scale.units)
+    rec["config"] = rec["summary"]["config"] = units.planned_config(r)  # and the grid, against the planned run
     (root / "units").mkdir(exist_ok=True)
     (root / "units" / f"{home.name}--{r.name}--cpu-t1--{key}.json").write_text(json.dumps(rec))
 

@@ -91,10 +91,11 @@ def grid(root: Path) -> Path:
     for i, r in enumerate(runs):
         h_std, lam = (0.111, -0.5) if r.name.startswith("E2-normal-swish2") else (0.002 + i / 1000, 0.25)
         key = grid_units.run_key(r.argv, r.paper, r.track_hessian)
+        config = grid_units.planned_config(r)  # the run's resolved config, as scale.run records it
         rec = {"plan": home.name, "name": r.name, "device": "cpu", "threads": 1, "key_hash": key,
                "experiment": r.experiment, "seed": r.seed, "labels": r.labels, "argv": r.argv, "status": "finished",
-               "format": grid_units.FORMAT,
-               "summary": {"status": "finished", "epochs_done": 2, "wall_seconds": 1.0},
+               "format": grid_units.FORMAT, "config": config,
+               "summary": {"status": "finished", "epochs_done": 2, "wall_seconds": 1.0, "config": config},
                "metrics": [{"epoch": e, "loss": 0.0, "h_std": h_std, "h_cond": 10.0} for e in (1, 2)],
                "curvature": [{"epoch": e, "step": e, "lambda_min": lam, "lambda_max": 1.0, "scale": 1.0}
                              for e in (1, 2)]}

@@ -123,13 +123,26 @@ def remove_created(folders: Iterable[Path]) -> None:
             return
 
 
+@contextlib.contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """An ``OSError`` raised inside without a file name gets ``path``'s: a write that fails on a full disk or above
+    ``ulimit -f`` says only "File too large", and the line a command prints would name no file."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None and not isinstance(exc, UnsafeTarget):
+            raise OSError(exc.errno, exc.strerror or os.strerror(exc.errno), str(path)) from None
+        raise
+
+
 def write_bytes(path: str | Path, data: bytes) -> None:
     """Replace ``path`` by ``data`` atomically (``mini.atomic``: a fresh ``.NAME.XXXXXXXX.tmp`` beside it created
     with ``O_EXCL | O_NOFOLLOW``, fsync, ``os.replace``): a kill leaves the old file or the new one. Refused
     (``NotOurs``, exit 2) where ``path`` is a symlink, a hard link or not a regular file; parents are created."""
     make_dirs(Path(path).parent)
     try:
-        atomic_write_bytes(path, data)
+        with naming(path):
+            atomic_write_bytes(path, data)
     except UnsafeTarget as exc:
         raise NotOurs(str(exc)) from None
 
@@ -140,7 +153,7 @@ def writing(path: str | Path) -> Iterator[BinaryIO]:
     block ends without an error (``mini.atomic.atomic_writer``); an error in the block leaves ``path`` as it was."""
     make_dirs(Path(path).parent)
     try:
-        with atomic_writer(path) as fh:
+        with naming(path), atomic_writer(path) as fh:
             yield fh
     except UnsafeTarget as exc:
         raise NotOurs(str(exc)) from None
@@ -162,7 +175,7 @@ def write_once(path: str | Path, data: bytes) -> bool:
             except FileExistsError:
                 continue
         stack.callback(tmp.unlink, missing_ok=True)
-        with os.fdopen(fd, "wb") as fh:
+        with naming(path), os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
@@ -294,7 +307,8 @@ def append_text(path: str | Path, text: str) -> None:
         if not _ours(os.fstat(fd)):
             check_replaceable(path)  # names what stands there
         os.set_blocking(fd, True)
-        os.write(fd, text.encode("utf-8"))
+        with naming(path):
+            os.write(fd, text.encode("utf-8"))
     finally:
         os.close(fd)
 

@@ -5,7 +5,9 @@
                                    forever, a device never end), at most ``limit`` bytes
     read_json(path, kind=...)      one JSON value of type ``kind``, its nesting at most ``MAX_DEPTH`` deep
                                    (counted before decoding: Python's decoder recurses and a deep file would
-                                   end it in ``RecursionError``)
+                                   end it in ``RecursionError``), with no key repeated in one object and no
+                                   unpaired surrogate in any string (``loads``)
+    loads(text, where)             the same rules for JSON text already in memory
     read_jsonl(path)               one JSON object per non-empty line, each bounded as above
     typed(build, where)            a dataclass built from a file's values, every field of its annotated type
     open_regular(path)             a binary file object on a regular file (for decoders that take one: Pillow)
@@ -82,14 +84,59 @@ def json_depth(data: bytes) -> int:
     return int(np.cumsum(step).max(initial=0))
 
 
-def _decode(data: bytes, where: str, depth: int) -> Any:
+class Ambiguous(Unreadable):
+    """JSON that Python would decode, but not to one meaning: a key twice in one object (``json`` keeps the last,
+    so a second ``"history"`` appended to a unit would replace the first unseen) or a string holding an unpaired
+    UTF-16 surrogate (``"\\ud800"``: valid JSON, but no UTF-8 text can hold it, so a report that prints it fails
+    half-written). The ledger's commands refuse it with exit 2, as any record not of its schema."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook``: the object, or ``Ambiguous`` at the first key it repeats."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise Ambiguous(f"key {key[:60]!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
+def _unpaired_surrogate(value: Any) -> str | None:
+    """The first string (a key or a value, anywhere in ``value``) that cannot be written as UTF-8, shortened."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return ascii(v[:40])
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return None
+
+
+def loads(text: str | bytes, where: str, depth: int = MAX_DEPTH) -> Any:
+    """The JSON value of ``text``, bounded in depth, unique in keys and free of unpaired surrogates; ``Unreadable``
+    (``Ambiguous`` for the last two) with one line naming ``where`` otherwise."""
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     if json_depth(data) > depth:
         raise Unreadable(f"{where} nests deeper than {depth} levels; not a file of this project")
     try:
-        return json.loads(data.decode("utf-8"))
+        value = json.loads(data.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except Ambiguous as exc:
+        raise Ambiguous(f"{where} is ambiguous JSON: {exc}; refused, not read") from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
         raise Unreadable(f"{where} is not readable JSON ({first})") from None
+    bad = _unpaired_surrogate(value)
+    if bad is not None:
+        raise Ambiguous(f"{where} is ambiguous JSON: the string {bad} holds an unpaired UTF-16 surrogate, which no "
+                        "UTF-8 text can hold; refused, not read")
+    return value
 
 
 def kind_name(kind: type | tuple[type, ...]) -> str:
@@ -100,7 +147,7 @@ def kind_name(kind: type | tuple[type, ...]) -> str:
 def read_json(path: str | Path, kind: type | tuple[type, ...] = dict, *, limit: int = MAX_BYTES,
               depth: int = MAX_DEPTH) -> Any:
     """The JSON value in ``path``, which must be of type ``kind`` (``Unreadable`` otherwise)."""
-    value = _decode(read_regular(path, limit), str(path), depth)
+    value = loads(read_regular(path, limit), str(path), depth)
     if not isinstance(value, kind):
         raise Unreadable(f"{path} holds {type(value).__name__} where {kind_name(kind)} belongs")
     return value
@@ -111,7 +158,7 @@ def read_jsonl(path: str | Path, *, limit: int = MAX_BYTES, depth: int = MAX_DEP
     out = []
     for i, line in enumerate(io.BytesIO(read_regular(path, limit)), 1):
         if line.strip():
-            value = _decode(line, f"{path} line {i}", depth)
+            value = loads(line, f"{path} line {i}", depth)
             if not isinstance(value, dict):
                 raise Unreadable(f"{path} line {i} holds {type(value).__name__} where an object belongs")
             out.append(value)

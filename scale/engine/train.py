@@ -89,8 +89,16 @@ class Interrupted(RuntimeError):
     pass
 
 
+# Below this a contrastive loss's logits (cosines / temperature) and its gradients are scaled beyond 100x those of
+# the usual 0.1-0.5: a non-finite loss is then named on the temperature first.
+SMALL_TEMPERATURE = 1e-3
+
+
 def _likely_cause(cfg: TrainConfig) -> str:
     causes = [f"the learning rate ({cfg.lr:g}, {cfg.optimizer}) is too high for this setup: try a smaller --lr"]
+    if "temperature" in methods.get(cfg.method).recipe and cfg.temperature < SMALL_TEMPERATURE:
+        causes.insert(0, f"the temperature ({cfg.temperature:g}) is tiny: the logits and gradients reach "
+                         f"1/temperature = {1 / cfg.temperature:.3g}; try --temperature 0.1")
     if cfg.precision == "bf16":
         causes.append("bf16 overflow: try --precision fp32")
     hint = methods.get(cfg.method).failure_hint

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from scale.engine.markdown import escape as md
 from scale.grid.figures import figure_compression, figure_e1, figure_e2, figure_orbits
 from scale.grid.sections import (
     final_metric,
@@ -89,7 +90,7 @@ def report_text(grid: dict[str, Any], out: Path) -> str:
                 seen.setdefault(k, set()).add(str(o))
                 paper_val[k] = str(p)
         for k in sorted(seen):
-            L.append(f"| {exp} | {k} | {paper_val[k]} | {', '.join(sorted(seen[k]))} |")
+            L.append(f"| {exp} | {md(k)} | {md(paper_val[k])} | {md(', '.join(sorted(seen[k])))} |")
     L += ["", "Where the paper is silent:", ""]
     L += [f"- {exp}: {text}" for exp, text in man["assumptions"].items()]
     L += ["- E1 and E2 use SimSiam's negative-cosine loss, whose Hessian is indefinite: outside the PSD premise of "
@@ -119,12 +120,13 @@ def report_text(grid: dict[str, Any], out: Path) -> str:
     for r in runs:
         s = r["summary"] or RunSummary()
         loss = final_metric(r, "loss")
-        L.append(f"| {r['name']} | {run_status(r)} | {s.epochs_done} | {'-' if loss is None else f'{loss:.4f}'} | "
-                 f"{premise_word(learned_check(r))} | {s.wall_seconds:.1f} | {len(r['deviations'] or {})} |")
+        L.append(f"| {md(r['name'])} | {md(run_status(r))} | {s.epochs_done} | "
+                 f"{'-' if loss is None else f'{loss:.4f}'} | {premise_word(learned_check(r))} | "
+                 f"{s.wall_seconds:.1f} | {len(r['deviations'] or {})} |")
     if grid["ignored"]:  # other plans share OUT/units: named, never read further nor touched
         L += ["", f"## Unit files left out ({len(grid['ignored'])})", "",
               "In `units/` beside this plan's folder: of another plan, with another key than this plan's run, or "
               "whose content is not the run its name says (never used, never deleted):", ""]
-        L += [f"- {line}" for line in grid["ignored"]]
+        L += [f"- {md(line)}" for line in grid["ignored"]]
     L += ["", "## Versions", "", *versions_table(man["versions"], man["git_commit"])]
     return "\n".join(L)

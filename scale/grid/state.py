@@ -21,9 +21,9 @@ def run_state(run_dir: Path) -> str:
     summary = run_dir / "summary.json"
     if summary.is_file():
         try:
-            if json.loads(summary.read_text()).get("status") in DONE_STATUSES:
+            if read.read_json(summary, dict).get("status") in DONE_STATUSES:
                 return "done"
-        except (OSError, json.JSONDecodeError):
+        except (OSError, read.Unreadable):
             pass
     if (run_dir / "checkpoint.pt").is_file() and (run_dir / "config.json").is_file():
         return "resume"

@@ -149,7 +149,8 @@ def of_record(rec: dict[str, Any], key_format: int = LEGACY_KEYS) -> GridRun:
         argv = rec["argv"] if "argv" in rec else planned.argv
         paper, track = rec.get("paper") or {}, bool(rec.get("track_hessian"))
         run = GridRun(rec["name"], argv, paper, track, rec["experiment"], rec.get("seed"), rec.get("labels") or {},
-                      run_key(argv, paper, track) if isinstance(argv, list) else "", LEGACY_KEYS)
+                      run_key(argv, paper, track) if isinstance(argv, list) else "", LEGACY_KEYS,
+                      planned_config(planned) if planned is not None else None)
     except (TypeError, KeyError, AttributeError, ValueError) as exc:
         raise read.Unreadable(f"run {rec.get('name')!r} of the manifest is not a run of scale.paper ({exc})") from None
     if schema.problem(run.argv, list[str]) or schema.problem(run.paper, dict[str, Any]) \
@@ -167,13 +168,18 @@ def find(out: Path, plan: str, runs: list[GridRun]) -> tuple[dict[str, Stored], 
 
     def identity(record: dict[str, Any], planned: Planned) -> str | None:
         run = by_name[record["name"]]
-        if run.key_format == LEGACY_KEYS:
-            if run_key(record["argv"], run.paper, run.track_hessian) != record["key_hash"]:
-                return "its command line is not its key's (another run's content)"
-            return None
-        differ = plan_disagreements(record.get("config") or {}, run.config or {}) if record.get("config") else [
-            "no config"]
-        return f"its config is not its key's ({', '.join(differ[:3])})" if differ else None
+        legacy_key = run.key_format == LEGACY_KEYS and run_key(record["argv"], run.paper, run.track_hessian)
+        if legacy_key and legacy_key != record["key_hash"]:
+            return "its command line is not its key's (another run's content)"
+        config = record.get("config")
+        if run.config is not None:  # the planned settings resolved (both key formats, where the manifest has them)
+            differ = plan_disagreements(config, run.config) if config else ["no config"]
+            if differ:
+                return f"its config is not its key's ({', '.join(differ[:3])})"
+        summary = (record.get("summary") or {}).get("config")
+        if summary is not None and config is not None and (differ := plan_disagreements(summary, config)):
+            return f"its summary's config is not its config ({', '.join(differ[:3])}): another run's summary"
+        return None
 
     planned = {r.name: Planned(r.key, r.experiment, r.seed, r.labels) for r in runs}
     return store.load(Path(out), plan, planned, GRID_UNIT, identity)

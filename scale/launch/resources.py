@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from scale.engine import read
+from scale.engine.flags import MAX_THREADS, bounded
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -52,6 +53,9 @@ _FLAGS = {"gpus": "--gpus-per-job", "cpus": "--cpus-per-job", "mem_gb": "--mem-g
           "partition": "--partition", "account": "--account", "array_parallelism": "--array-parallelism",
           "requeues": "--requeues"}  # each resource's flag (add_arguments)
 _NUMBERS = {"gpus": int, "cpus": int, "mem_gb": float, "time_min": int, "array_parallelism": int, "requeues": int}
+# each number's range: up to a job's largest sensible request (a node's GPUs and cores, 1 PiB, a year)
+_RANGES = {"gpus": (0, 1024), "cpus": (1, MAX_THREADS), "mem_gb": (1e-3, 1 << 20), "time_min": (1, 366 * 24 * 60),
+           "array_parallelism": (1, 10**6), "requeues": (0, 1000)}
 
 
 def read_recipe(path: str | Path) -> dict[str, Any]:
@@ -86,8 +90,11 @@ def resources(recipe: str | None, flags: Mapping[str, Any]) -> Resources:
         elif value < (0 if name in ("gpus", "requeues") else 1e-9):
             raise LaunchError(f"{name} must be {'at least 0' if name in ('gpus', 'requeues') else 'positive'}, "
                               f"got {value!r}")
-        else:
-            values[name] = kind(value)
+        else:  # and finite, below what any cluster grants (--mem-gb nan passed every check above)
+            try:
+                values[name] = bounded(_FLAGS[name], value, _RANGES[name][0], _RANGES[name][1], kind)
+            except ValueError as exc:
+                raise LaunchError(str(exc)) from None
     return Resources(**values)
 
 
@@ -134,6 +141,10 @@ def launch_of(flags: Mapping[str, Any]) -> Launch:
     parallel = flags.get("parallel")
     if parallel is not None and parallel < 1:
         raise LaunchError(f"--parallel must be a positive integer, got {parallel}")
+    try:
+        bounded("--parallel", parallel, 1, MAX_THREADS, int)
+    except ValueError as exc:
+        raise LaunchError(str(exc)) from None
     launcher = flags.get("launcher") or "local"
     if flags.get("no_wait") and launcher == "local":
         raise LaunchError("--no-wait needs a job launcher: --launcher slurm or local-jobs (local runs here and waits)")

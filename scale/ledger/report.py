@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from scale.engine.markdown import escape as md
 from scale.experiments.paper import E2_RUNS
 from scale.geometry.e4_report import write_report as e4_report
 from scale.ledger import store
@@ -48,11 +49,6 @@ def seed_cell(v: Any) -> str:
     if not math.isfinite(x):
         return "-"
     return f"{x:.3g}" + (f" ({v[0]}/{v[1]})" if isinstance(v, (tuple, list)) else "")
-
-
-def md(text: str) -> str:
-    """Text for a table cell: a ``|`` of the math (``|M| / |H_eff|``) would end the cell."""
-    return str(text).replace("|", "\\|")
 
 
 def premise_text(row: dict[str, Any]) -> str:
@@ -160,7 +156,7 @@ def verification_lines(out: Path, plan: str) -> list[str]:
         big = r.get("largest")  # (path, absolute, relative), of the schema's types (store.verifications)
         rel = "stored 0" if big and big[2] is None else f"{big[2]:.3g} relative" if big else ""
         big = f"{md(big[0])}: {big[1]:.3g} ({rel})" if big else "-"
-        L.append(f"| {md(r['unit'])} | {r['computed_at'][:12]} | {r['verified_at'][:12]} | {r['status']} | "
+        L.append(f"| {md(r['unit'])} | {md(r['computed_at'][:12])} | {md(r['verified_at'][:12])} | {md(r['status'])} | "
                  f"{r['differences']} | {big} | {'the same kind' if r['same_machine'] else 'another kind'} |")
     return L + [f"- left out: {md(line)}" for line in left]
 
@@ -203,7 +199,7 @@ def _deviation_rows(res: Results) -> list[str]:
         for k, (p, o) in (r.get("deviations") or {}).items():
             exp = "E3/E4" if r["experiment"] == "E3E4" else r["experiment"]
             rows.setdefault((exp, k), (str(p), set()))[1].add(str(o))
-    return [f"| {e} | {k} | {p} | {', '.join(sorted(o))} |" for (e, k), (p, o) in sorted(rows.items())]
+    return [f"| {e} | {md(k)} | {md(p)} | {md(', '.join(sorted(o)))} |" for (e, k), (p, o) in sorted(rows.items())]
 
 
 def _e2_table(res: Results) -> list[str]:
@@ -239,7 +235,7 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
         out.mkdir(parents=True, exist_ok=True)
     figs = {name: fn(res, out / name) for name, fn in (("e1_std.png", figure_e1), ("e2_curvature.png", figure_e2),
                                                        ("e5_depth.png", figure_e5))} if res else {}
-    commits = sorted({r["git_commit"] for r in res.values()})
+    commits = sorted({md(r["git_commit"]) for r in res.values()})
     seconds = sum(r["seconds"] for r in res.values())
     by_table = {t: [r for r in rows if r["table"] == t] for t in TITLES}
     L = [f"# The paper's claims, replicated on {settings['dataset']}: {len(seeds)} seed{'s' * (len(seeds) != 1)}", ""]
@@ -265,10 +261,10 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
           f"{settings['device']} with {settings['threads']} thread{'s' * (settings['threads'] != 1)} each (units of "
           "any other device or thread count are never mixed in).", ""]
     if missing:  # units of this invocation's choice with no file (a failed, killed or running job): scale.launch
-        L += [f"## Units missing ({len(missing)})", "", *(f"- {n}: {why}" for n, why in missing.items()), "",
-              f"The one command that runs only them: `{rerun}`", ""]
+        L += [f"## Units missing ({len(missing)})", "", *(f"- {md(n)}: {md(why)}" for n, why in missing.items()), "",
+              f"The one command that runs only them: `{md(rerun)}`", ""]
     L += ["## Amendments", ""]
-    L += [f"- {a['number']}. {a['date']}: {a['reason']} (claims {', '.join(a['claims_changed']) or '-'}; rules "
+    L += [f"- {a['number']}. {md(a['date'])}: {md(a['reason'])} (claims {', '.join(a['claims_changed']) or '-'}; rules "
           f"{a['from_hash'][:12]} -> {a['to_hash'][:12]})" for a in amendments] or ["None: the rules are the "
                                                                                    "registered ones."]
     L += ["", "## Verdicts", "", f"The paper's claims: {tally(by_table[PAPER]) or 'none evaluated'}; after Holm "
@@ -329,7 +325,7 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
           for r in rows]
     if ignored:
         L += ["", f"## Unit files left out of this view ({len(ignored)})", "",
-              *(f"- {line}" for line in ignored[:50]), *([f"- ... and {len(ignored) - 50} more"]
+              *(f"- {md(line)}" for line in ignored[:50]), *([f"- ... and {len(ignored) - 50} more"]
                                                          if len(ignored) > 50 else [])]
     if not quick and not reg.get("v1"):
         L += ["", *vendored_section()]

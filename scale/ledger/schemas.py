@@ -53,8 +53,9 @@ VERIFICATION = Schema(
     required={"unit": str, "plan": str, "computed_at": str, "verified_at": str, "status": str, "differences": int,
               "same_machine": bool},
     optional={"largest": tuple[str, float, NUMBER] | None, "machine": dict[str, Any] | None, "date": str,
-              "texts": list[str], "ledger": Maybe(LEDGER_SHIFT)},
+              "texts": list[str], "ledger": Maybe(LEDGER_SHIFT), "unit_sha256": str},
     rules=(strict_json,))
+VERIFICATION_STATUSES = ("equal", "differs")  # what --verify records (a unit today's code plans otherwise: none)
 
 # A ledger registration (scale.ledger.runner.registration_record) and its plan's settings (runner.plan_settings).
 SETTINGS = Schema(

@@ -30,6 +30,7 @@ registration ``v1`` (the file itself is left in place until the view replaces it
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import time
@@ -37,7 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from scale.engine import disk
+from scale.engine import disk, read
 from scale.ledger import schemas
 from scale.ledger.plan import MACHINE_FIELDS
 from scale.units import schema
@@ -271,6 +272,18 @@ def verification_name(record: dict[str, Any]) -> str:
     return f"{Path(record['unit']).stem}--at-{record['verified_at'][:12]}.json"
 
 
+def check_writable(out: Path) -> None:
+    """``OSError`` (naming the folder) where a verification could not be written into ``OUT/verifications`` (or,
+    before it exists, ``OUT``): a file of ours is created there and removed, so permissions, a read-only file system
+    or a missing folder are found before a unit is computed again, not after."""
+    folder = Path(out) / "verifications"
+    where = folder if folder.is_dir() else Path(out)
+    probe = where / f".verify-probe.{os.getpid()}.tmp"
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    os.close(fd)
+    os.unlink(probe)
+
+
 def record_verification(out: Path, record: dict[str, Any]) -> Path | None:
     """Write a verification (``schemas.VERIFICATION``; ``scale.ledger.verify``) once per unit and verifying commit,
     after checking it as its reader will: its path, None when that commit's verification of the unit is already
@@ -280,26 +293,74 @@ def record_verification(out: Path, record: dict[str, Any]) -> Path | None:
         raise StoreError(f"a verification of {record.get('unit')!r} is not one the store would read back ({wrong}); "
                          "not written")
     path = Path(out) / "verifications" / verification_name(record)
-    return path if write_once(path, record) else None
+    if write_once(path, record):
+        return path
+    _, why = read_verification(out, record["plan"], path)
+    if why:  # a file at its name that is not this commit's verification of the unit: never replaced, said
+        raise StoreError(f"{path} holds a record that is not this verification ({why}); it is left out of the "
+                         "report and left as it is: move it away to record this one")
+    return None
+
+
+def unit_digest(path: Path) -> str:
+    """The SHA-256 of a unit file's bytes: what a verification vouches for."""
+    return hashlib.sha256(read.read_regular(path)).hexdigest()
+
+
+def unbound(out: Path, rec: dict[str, Any]) -> str | None:
+    """Why a verification (of ``schemas.VERIFICATION``) does not vouch for its unit as the store holds it now, as
+    one phrase; None when it does: its verifying commit is a commit (40 hex digits: ``--verify`` records nothing
+    for uncommitted code), its status one ``--verify`` writes with counts that fit it, and its unit file, a plain
+    file in ``OUT/units/``, still has the bytes it recomputed (their SHA-256) and the commit that computed them."""
+    if not re.fullmatch(r"[0-9a-f]{40}", rec["verified_at"]):
+        return f"verified at {rec['verified_at'][:50]!r}, not a commit (--verify records only code at a commit)"
+    if rec["status"] not in schemas.VERIFICATION_STATUSES:
+        return f"status {rec['status'][:40]!r} is not one --verify writes ({', '.join(schemas.VERIFICATION_STATUSES)})"
+    equal = rec["status"] == "equal"
+    if rec["differences"] < 0 or equal != (rec["differences"] == 0) or (equal and rec.get("largest")):
+        return f"{rec['differences']} values differing do not fit its status {rec['status']!r}"
+    if "unit_sha256" not in rec:
+        return "it names no SHA-256 of the unit file it recomputed (written before verifications were bound to it)"
+    unit = Path(out) / "units" / rec["unit"]
+    if parse_name(unit) is None or Path(rec["unit"]).name != rec["unit"] or not units.regular(unit):
+        return f"its unit file units/{rec['unit'][:80]} is gone or not a plain file"
+    try:
+        if unit_digest(unit) != rec["unit_sha256"]:
+            return "its unit file changed since it was verified (another SHA-256)"
+        commit = units.read_json(unit, dict).get("git_commit")
+    except (OSError, read.Unreadable, StoreError) as exc:
+        return f"its unit file cannot be read ({str(exc)[:120]})"
+    if commit != rec["computed_at"]:
+        return f"computed at {rec['computed_at'][:50]!r}, but its unit file says {str(commit)[:50]!r}"
+    return None
+
+
+def read_verification(out: Path, plan: str, path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The verification in ``path`` and None, or None and why it is left out: not of ``schemas.VERIFICATION``, not
+    the verification its name says (another plan, unit or commit in it), or no longer vouching for its unit as the
+    store holds it (``unbound``)."""
+    try:
+        rec = units.read_json(path, dict)
+    except StoreError as exc:
+        return None, str(exc)
+    wrong = schema.problem(rec, schemas.VERIFICATION)
+    if wrong:
+        return None, f"not a verification ({wrong})"
+    if rec["plan"] != plan or verification_name(rec) != path.name:
+        return None, (f"not the verification its name says (its content: plan {rec['plan']!r}, "
+                      f"{verification_name(rec)})")
+    why = unbound(out, rec)
+    return (None, why) if why else (rec, None)
 
 
 def verifications(out: Path, plan: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """The verifications of ``plan``'s units, and one line per file left out: not of ``schemas.VERIFICATION``, or
-    not the verification its name says (another plan, unit or commit in it)."""
+    """The verifications of ``plan``'s units (``read_verification``), and one line per file left out."""
     folder = Path(out) / "verifications"
     found, left = [], []
     for path in sorted(folder.glob(f"{plan}--*.json")) if folder.is_dir() else []:
-        try:
-            rec = units.read_json(path, dict)
-        except StoreError as exc:
-            left.append(f"{path.name}: {exc}")
-            continue
-        wrong = schema.problem(rec, schemas.VERIFICATION)
-        if wrong:
-            left.append(f"{path.name}: not a verification ({wrong})")
-        elif rec["plan"] != plan or verification_name(rec) != path.name:
-            left.append(f"{path.name}: not the verification its name says (its content: plan {rec['plan']!r}, "
-                        f"{verification_name(rec)})")
-        else:
+        rec, why = read_verification(out, plan, path)
+        if rec is not None:
             found.append(rec)
+        else:
+            left.append(f"{path.name}: {why}")
     return found, left

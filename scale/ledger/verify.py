@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from scale.ledger.claims import CLAIMS
 from scale.ledger.runner import machine
 from scale.ledger.store import StoreError
 from scale.ledger.units import run_unit
+from scale.units import store as units_store
 
 # What may differ between two computations of one unit: where and when it ran, and how long it took.
 TIMING = frozenset({"seconds", "curvature_seconds", "finished_at", "git_commit", "versions", "torch_threads",
@@ -97,14 +99,23 @@ def verify(unit_file: Path, log=print) -> dict[str, Any]:
     "equal" | "differs" | "another unit", "differences": n, "largest": (path, abs, rel) | None, "same_machine":
     bool, ...}``; ``StoreError`` for a file that is not a unit of a registered plan in its store."""
     unit_file = Path(unit_file)
+    out = unit_file.parent.parent
+    store.check_folders(out)  # units/, verifications/, ... a link: disk.NotOurs (exit 2) before anything runs
+    if unit_file.parent.name != "units" or not units_store.regular(unit_file):
+        raise StoreError(f"{unit_file} is not a plain file in a store's units/ folder (a link, a folder, a FIFO or "
+                         "missing): the store's own view leaves it out; not verified")
+    digest = store.unit_digest(unit_file)  # the bytes this verification vouches for
     stored = store.read_unit(unit_file)  # its schema, its name, its key: the store's checks
     meta = store.parse_name(unit_file)
-    out = unit_file.parent.parent
     reg = store.registration(out, meta["plan"])
     if reg is None:
         raise StoreError(f"no registration of plan {meta['plan']} in {out / 'registrations'}: the unit's settings "
                          "are unknown")
     settings = reg["settings"]
+    if (meta["device"], meta["threads"]) != (settings["device"], settings["threads"]):
+        raise StoreError(f"{unit_file.name} is named for {meta['device']} with {meta['threads']} thread(s), but plan "
+                         f"{meta['plan']} runs on {settings['device']} with {settings['threads']}: not a unit of it; "
+                         "not verified")
     if settings.get("format") != plan.KEY_FORMAT:
         raise StoreError(f"plan {meta['plan']} is of format {settings.get('format')}; this code plans format "
                          f"{plan.KEY_FORMAT} units (v3): an older ledger's units are verified at their own commit")
@@ -132,15 +143,23 @@ def verify(unit_file: Path, log=print) -> dict[str, Any]:
         res, _ = store.load_units(out, meta["plan"], runner.expected(settings), meta["device"], int(meta["threads"]))
         res[meta["name"]] = stored
         ledger = sensitivity.shift(res, meta["name"], new, CLAIMS)
-    return {"status": "equal" if not (numbers or texts) else "differs", "differences": len(numbers) + len(texts),
+    return {"unit_sha256": digest,
+            "status": "equal" if not (numbers or texts) else "differs", "differences": len(numbers) + len(texts),
             "largest": largest, "texts": texts, "ledger": ledger, "same_machine": stored.get("machine") == here,
             "machine": here, "stored_machine": stored.get("machine"), "commit": stored.get("git_commit")}
 
 
-def record_fields(r: dict[str, Any]) -> dict[str, Any]:
-    """What a verification's record adds to its identity (``scale.ledger.schemas.VERIFICATION``): the text fields that
-    differ and what the ledger reads (strict JSON: ``sensitivity`` writes null for a value that is not finite)."""
-    return {"texts": list(r["texts"]), "ledger": r["ledger"]}
+def record_of(unit_file: Path, r: dict[str, Any], commit: str) -> dict[str, Any]:
+    """The stored record of ``verify``'s result ``r`` for ``unit_file`` by the code at ``commit``
+    (``scale.ledger.schemas.VERIFICATION``): bound to the unit it vouches for by the SHA-256 of the file it
+    recomputed and the commit that computed it (``store.unbound``), with the text fields that differ and what the
+    ledger reads (strict JSON: ``sensitivity`` writes null for a value that is not finite)."""
+    return {"unit": Path(unit_file).name, "plan": store.parse_name(Path(unit_file))["plan"],
+            "unit_sha256": r["unit_sha256"], "computed_at": str(r["commit"]), "verified_at": commit,
+            "status": r["status"], "differences": r["differences"],
+            "largest": list(r["largest"]) if r["largest"] else None, "same_machine": bool(r["same_machine"]),
+            "machine": r["machine"], "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "texts": list(r["texts"]), "ledger": r["ledger"]}
 
 
 def report_lines(r: dict[str, Any]) -> list[str]:

@@ -19,6 +19,7 @@ import torch
 from mini.collapse import wilson_interval
 from mini.invariance import Stat
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomic_write_text
+from scale.engine.markdown import escape as md
 from scale.engine.modules import OWN, describe
 from scale.engine.plots import png, pyplot
 from scale.runs.premise import DID_NOT_LEARN, LEARNED_MARGIN
@@ -434,8 +435,8 @@ def _curvature_section(c: CurvatureSummary) -> list[str]:
 
 
 def versions_table(versions: dict[str, str], commit: str) -> list[str]:
-    return ["| package | version |", "|---|---|", *(f"| {k} | {v} |" for k, v in sorted(versions.items())),
-            f"| git commit | {commit} |", ""]
+    return ["| package | version |", "|---|---|", *(f"| {md(k)} | {md(v)} |" for k, v in sorted(versions.items())),
+            f"| git commit | {md(commit)} |", ""]
 
 
 def build_report(run_dir: Path, s: RunSummary) -> str:

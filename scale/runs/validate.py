@@ -36,6 +36,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mini.heads import parse_head_spec
 from scale.engine import augment, hooks, methods, read
 from scale.engine.augment import AUGMENT_PATHS
@@ -43,6 +45,7 @@ from scale.engine.backbones import BACKBONES
 from scale.engine.checkpoint import unreadable_reason
 from scale.engine.config import TrainConfig
 from scale.engine.data import CIFAR, DATASETS, FOLDER_PREFIX
+from scale.engine.flags import MAX_IMAGE_SIZE, MAX_THREADS, MAX_WIDTH, SEED_LIMIT
 from scale.engine.heads import MAX_LAYERS
 from scale.engine.methods import METHODS
 from scale.engine.model import default_predictor
@@ -53,10 +56,8 @@ from scale.runs.faults import ConfigError, CorruptFile
 
 MAX_HEAD_LAYERS = MAX_LAYERS  # scale.engine.heads's bound, checked here before anything is built
 MAX_HEAD_PARAMS = 200_000_000  # projector + predictor; BYOL's 4096-wide head is ~5e6, E1's gelu3 ~1e7
-MAX_WIDTH = 65_536
-MAX_IMAGE_SIZE = 1024  # ImageNet's models take 224; digits at 1024 px already hold 5.6 GB of uint8 images
-MAX_THREADS = 4096
-SEED_LIMIT = 2**63  # torch.manual_seed takes 0 <= seed < 2**63 (a larger one fails inside torch)
+# the smallest normal float32: a temperature below it makes the logits 1/temperature infinite on the first step
+MIN_TEMPERATURE = float(np.finfo(np.float32).tiny)
 MAX_AUGMENT_WORKERS = 256  # forked processes; each is also counted in the memory budget (scale.runs.budget)
 RESUME_CHANGEABLE = ("epochs", "device", "threads")
 INVOCATION_FLAGS = ("resume", "quiet", "track_hessian_every", "probe_images", "orbits", "no_final_measure",
@@ -147,6 +148,9 @@ def check_config(cfg: Any, source: str = "flags") -> None:
         v = getattr(cfg, key)
         if not (0 < v < math.inf):
             raise ConfigError(f"{name(key)} must be a positive finite number, got {v}")
+    if cfg.temperature < MIN_TEMPERATURE:
+        raise ConfigError(f"{name('temperature')} {cfg.temperature:g} is below {MIN_TEMPERATURE:.3g}: the logits "
+                          "(cosines / temperature) would overflow float32 on the first step; the paper uses 0.1-0.5")
     for key in ("momentum", "weight_decay"):
         v = getattr(cfg, key)
         if not (0 <= v < math.inf):

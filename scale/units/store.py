@@ -157,7 +157,8 @@ def name_mismatch(meta: dict[str, Any], record: dict[str, Any]) -> str | None:
             + ", ".join(f"{k} {meta[k]!r}" for k in differ))
 
 
-def _regular(path: Path) -> bool:
+def regular(path: Path) -> bool:
+    """Whether ``path`` is itself a regular file (a symbolic link to one is not: the store never follows links)."""
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
@@ -186,7 +187,7 @@ def load(out: Path, plan: str, planned: Mapping[str, Planned], spec: Any,
             left.append(f"{path.name}: no unit of this plan is named {meta['name']}")
         elif planned[meta["name"]].key != meta["key"]:
             left.append(f"{path.name}: its key is not this plan's unit's (the unit changed)")
-        elif not _regular(path):
+        elif not regular(path):
             left.append(f"{path.name}: not a regular file (a link, a folder or a FIFO): not written by the store")
         else:
             unit = planned[meta["name"]]

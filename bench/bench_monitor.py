@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from bench._util import interleaved_times, publish, run_header
+from bench._util import interleaved_times, out_help, publish, result_path, run_header
 from scale.engine.config import TrainConfig
 from scale.engine.data import load_dataset, load_synthetic
 from scale.engine.objectives import nt_xent
@@ -91,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads, fixed (default: 1)")
     p.add_argument("--shapes", default="digits,cifar", help="comma-separated: digits, cifar")
     p.add_argument("--quick", action="store_true", help="small synthetic sizes, 1 round: checks that it runs")
-    p.add_argument("--out", default=str(OUT))
+    p.add_argument("--out", help=out_help(OUT))
     args = p.parse_args(argv)
+    args.out = str(result_path(args.out, OUT, args.quick))  # a check never replaces the measurement
     torch.set_num_threads(args.threads)
     repeats = 1 if args.quick else args.repeats
     lines = ["# The monitors' cost as a share of an epoch", "",

@@ -74,16 +74,21 @@ def contract_violations(A: np.ndarray, theta: np.ndarray, Y: np.ndarray, flagged
     return flagged & (residuals > tol + roundoff(A.shape[0])), residuals, errors
 
 
+def contract_instance(N: int, log_tol: float, seed: int) -> tuple[np.ndarray, float]:
+    """The contract's instance: a symmetric N x N matrix whose eigenvalues have random signs and magnitudes spread
+    over three decades (``10^-3`` to 1), and the tolerance ``10^log_tol``."""
+    rng = np.random.default_rng(seed)
+    eig = rng.choice([-1.0, 1.0], N) * 10.0 ** rng.uniform(-3.0, 0.0, N)
+    A = matrix_with_spectrum(eig, rng)
+    return 0.5 * (A + A.T), 10.0**log_tol
+
+
 def check_contract(N: int, log_tol: float, k: int, seed: int) -> None:
     torch = pytest.importorskip("torch")
     from scale.curvature.lanczos import lanczos
     from scale.curvature.operators import operator_from_matrix
 
-    rng = np.random.default_rng(seed)
-    eig = rng.choice([-1.0, 1.0], N) * 10.0 ** rng.uniform(-3.0, 0.0, N)
-    A = matrix_with_spectrum(eig, rng)
-    A = 0.5 * (A + A.T)
-    tol = 10.0**log_tol
+    A, tol = contract_instance(N, log_tol, seed)
     res = lanczos(operator_from_matrix(torch.as_tensor(A)), k=k, tol=tol, seed=seed % 2**31)
     flagged = np.asarray(res.converged, dtype=bool)
     assert flagged.any() or res.exhausted, "stopped with no converged pair and the Krylov space not exhausted"
@@ -122,11 +127,7 @@ def test_blockwise_converged_means_within_tol_of_the_scale(N: int, log_tol: floa
     from scale.curvature.blockwise import blockwise_lanczos
     from scale.curvature.operators import operator_from_matrix
 
-    rng = np.random.default_rng(seed)
-    eig = rng.choice([-1.0, 1.0], N) * 10.0 ** rng.uniform(-3.0, 0.0, N)
-    A = matrix_with_spectrum(eig, rng)
-    A = 0.5 * (A + A.T)
-    tol = 10.0**log_tol
+    A, tol = contract_instance(N, log_tol, seed)
     res = blockwise_lanczos(operator_from_matrix(torch.as_tensor(A)), 1, tol=tol, seed=seed % 2**31, goal="blocks")
     flagged = np.asarray(res.converged, dtype=bool)
     assert res.answered == bool(flagged.all()), "answered is not its one block's two flags"

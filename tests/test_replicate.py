@@ -499,13 +499,18 @@ def test_determinism_rows_compare_the_same_units_at_another_thread_count(tmp_pat
     assert "threads 1 vs 2" in e31 and "+1.5" in e31
 
 
-def test_the_committed_v2_registration_holds_todays_rules():
-    """docs/replication's v2 registration was written before any of its units: a change of the rules since then must
-    be logged as an amendment (``--amend``), whose last hash is then today's."""
-    regs = sorted((ROOT / "docs" / "replication" / "registrations").glob("*.json"))
-    assert regs, "no registration committed"
+def test_the_registrations_hold_their_rules_and_the_one_in_force_todays():
+    """Every committed registration (v2 and v3 kept as records in ``docs/replication/v2``, ``v3``; the ledger in
+    force at the top of ``docs/replication``) holds the rules its hash names; the one in force holds today's rules,
+    or its last amendment does (``--amend``). Between ledgers (v3 moved into ``v3/``, v4 not registered yet) no
+    registration is in force, and a record's rules may differ from today's without an amendment."""
+    ledger = ROOT / "docs" / "replication"
+    regs = sorted(ledger.glob("**/registrations/*.json"))
+    assert {p.parent.parent.name for p in regs} >= {"v2", "v3"}, "the v2 and v3 registrations are not committed"
     for path in regs:
         reg = json.loads(path.read_text())
-        logged = store.amendments(ROOT / "docs" / "replication", reg["plan"])
+        assert reg["rules_hash"] == plan.digest(reg["rules"]), path  # the hash is of the rules it holds
+    for path in sorted((ledger / "registrations").glob("*.json")):  # in force: today's rules
+        reg = json.loads(path.read_text())
+        logged = store.amendments(ledger, reg["plan"])
         assert (logged[-1]["to_hash"] if logged else reg["rules_hash"]) == claims.rules_hash(), path.name
-        assert reg["rules_hash"] == plan.digest(reg["rules"])  # the hash is of the rules it holds

@@ -52,14 +52,22 @@ LEDGER = ROOT / "docs" / "replication"
 NO_BLOB = "0" * 40
 
 
-def _in_force() -> list[tuple[str, dict[str, Any], str]]:
+# Between ledgers: the last ledger reported (v3, kept as a record in docs/replication/v3/) and the rules changed
+# since, for the next registration (issue 59), each claim named. While no registration is in force at the top of
+# docs/replication, today's rules must equal the last ledger's except in exactly these claims and statistics'
+# settings; v4's registration at the top ends this list's use (its own rules are then checked as registered).
+LAST_LEDGER = "v3"
+CHANGED_SINCE_LAST: dict[str, tuple[str, ...]] = {"claims": (), "statistics": ()}
+
+
+def _in_force(folder: Path = LEDGER) -> list[tuple[str, dict[str, Any], str]]:
     """Each registration's plan, the rules in force (the last amendment's, else the registered ones) and its hash."""
     from scale.ledger import store
 
     found = []
-    for path in sorted((LEDGER / "registrations").glob("*.json")):
+    for path in sorted((folder / "registrations").glob("*.json")):
         reg = json.loads(path.read_text())
-        logged = store.amendments(LEDGER, reg["plan"])
+        logged = store.amendments(folder, reg["plan"])
         rules, digest = (logged[-1]["rules"], logged[-1]["to_hash"]) if logged else (reg["rules"], reg["rules_hash"])
         found.append((reg["plan"], rules, digest))
     return found
@@ -79,9 +87,21 @@ def test_every_rule_is_the_registered_one():
     from scale.ledger import claims
     from scale.ledger.plan import digest
 
-    registrations = _in_force()
-    assert registrations, "no registration committed under docs/replication/registrations"
     today = claims.rules_data()
+    registrations = _in_force()
+    if not registrations:  # between ledgers: the last one's rules, with exactly the changes named for the next
+        last = _in_force(LEDGER / LAST_LEDGER)
+        assert last, f"no registration in force and none of the last ledger under docs/replication/{LAST_LEDGER}"
+        for plan, rules, registered_hash in last:
+            assert digest(rules) == registered_hash, f"plan {plan}: the registered rules do not hash to their record"
+            moved = _moved(rules, today)
+            assert moved == sorted(CHANGED_SINCE_LAST["claims"]), (
+                f"plan {plan} ({LAST_LEDGER}): the rules changed since in {moved}, named {CHANGED_SINCE_LAST}")
+            settings = sorted(k for k in rules["statistics"].keys() | today["statistics"].keys()
+                              if rules["statistics"].get(k) != today["statistics"].get(k))
+            assert settings == sorted(CHANGED_SINCE_LAST["statistics"]), (
+                f"plan {plan} ({LAST_LEDGER}): the statistics' settings changed in {settings}")
+        return
     for plan, rules, registered_hash in registrations:
         assert digest(rules) == registered_hash, f"plan {plan}: the registered rules do not hash to their record"
         moved = _moved(rules, today)

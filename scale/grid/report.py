@@ -70,7 +70,7 @@ def report_text(grid: dict[str, Any], out: Path) -> str:
               "training images): it shows that the pipeline runs end to end and what it measures, and its verdicts "
               "are single numbers without intervals. The paper's claims with seeds, 95 % intervals, controls and "
               "rules fixed before the runs are the replication ledger: `python -m scale.replicate` "
-              "(`docs/replication/report.md`).", ""]
+              "(`docs/replication/README.md`).", ""]
     if not comparable:
         L += [f"**Not comparable in value.** The paper's reference figures are CIFAR-10 / ResNet-18 at the paper's "
               f"sizes; these runs are {dataset} / {backbone} with the deviations listed below. The paper's column is "

@@ -25,13 +25,13 @@ from scale.ledger.claims import CLAIMS
 from scale.ledger.evaluate import evaluate
 from scale.ledger.probe import range_condition
 from scale.ledger.verdicts import (
+    CATEGORIES,
     INCONCLUSIVE,
     NOT_MEASURABLE,
     NOT_REPRODUCED,
     PREMISE_NOT_MET,
     REPRODUCED,
     SIGN_ONLY,
-    VERDICTS,
 )
 
 T975_4 = 2.7764451051977934  # t_{0.975, 4}
@@ -139,7 +139,8 @@ def test_a_claim_is_evaluated_from_its_per_seed_values():
     assert math.isclose(row["interval"]["value"], -6.0) and math.isclose(row["interval"]["high"], -6 + half)
     assert row["sign"] == REPRODUCED and row["stability"] == "stable" and row["seeds_needed"] is None
     assert row["twin_result"]["outcome"] == "holds" and np.allclose(row["twin_result"]["values"], [-3, -3, -7, -7, -10])
-    assert row["verdict"] == SIGN_ONLY and row["label"] == "sign only (reproduced); the paper's value excluded"
+    assert row["verdict"] == SIGN_ONLY
+    assert row["label"] == "sign only (reproduced); the paper's value excluded under protocol b"
     assert evaluate(claim, _e3e4((2, 4, 6, 8, 10), (-1, 1, -1, 1, 0), learned=False))["verdict"] == PREMISE_NOT_MET
     assert math.isclose(row["control_results"][0]["interval"]["value"], 0.0, abs_tol=1e-12)
     for r in res.values():
@@ -170,12 +171,14 @@ def test_a_protocol_control_that_fails_the_rule_qualifies_the_verdict():
     res = {}
     for s, (a, c) in enumerate(((50.0, 0.12), (55.0, 0.11), (48.0, 0.13))):
         prot = {"a_paper": {"compression": a}, "c_bn_renorm": {"compression": c}, "b_raw": {"compression": c},
-                "e_trained_normalized": {"compression": c}, "d_untrained_nobias": {"compression": 1.0}}
+                "e_trained_normalized": {"compression": c}, "d_untrained_nobias": {"compression": 1.0},
+                "h_untrained_raw_bn": {"compression": 1.0}}
         res[f"E3E4-s{s}"] = {"status": "finished", "seed": s, "experiment": "E3E4", "protocols": prot,
                              "premise": {"raw": {"training": {"learned": True, "findings": []}}}}
     row = evaluate(claim, res)
     assert row["verdict"] == "reproduced only under the paper's protocol"
     assert "BatchNorm re-estimated (c)" in row["contradicting"]
+    assert "fails under BatchNorm re-estimated (c)" in row["label"]
 
 
 def test_every_claim_is_data_pointing_to_its_line_of_the_paper():
@@ -423,7 +426,7 @@ def test_quick_pipeline_killed_resumed_and_reported(tmp_path):
     assert all(after[n] == b for n, b in before.items())  # what the killed run finished was kept, not rerun
     view = json.loads((out / "results.json").read_text())
     assert len(view["units"]) == len(plan.plan_units("digits", plan.QUICK_SEEDS, True)) == len(after)
-    assert all(r["verdict"] in VERDICTS for r in view["claims"]) and len(view["claims"]) == len(CLAIMS)
+    assert all(r["verdict"] in CATEGORIES for r in view["claims"]) and len(view["claims"]) == len(CLAIMS)
     assert all(r["interval"]["n"] == 0 or r["kind"] != "fraction" or 0 <= r["interval"]["low"] <= 1
                for r in view["claims"] if r["interval"]["n"] > 1)
     text = (out / "report.md").read_text()

@@ -57,7 +57,28 @@ NO_BLOB = "0" * 40
 # docs/replication, today's rules must equal the last ledger's except in exactly these claims and statistics'
 # settings; v4's registration at the top ends this list's use (its own rules are then checked as registered).
 LAST_LEDGER = "v3"
-CHANGED_SINCE_LAST: dict[str, tuple[str, ...]] = {"claims": (), "statistics": ()}
+E4_RATIO = "the twin under a is h (raw-z statistics on normalised z), not d; the band a factor 2 on the ratio"
+CHANGED_SINCE_LAST: dict[str, dict[str, str]] = {
+    "claims": {
+        "E1.2": "decided from final levels against the linear head, not the end/start ratio",
+        "E1.3": "decided from final levels against the linear head, not the end/start ratio",
+        "E1.4": "a ReLU-specific statistic: |log(smooth / linear)| - |log(relu / linear)|",
+        "E2.2": "a lambda_min fraction needs no learned network; the paper's value from one run",
+        "E2.3": "the paper's value from one run",
+        "E2.4": "the paper's value from one run",
+        "E2.5": "a correlation over a trajectory needs its run to have learned; the paper's value from one run",
+        "E2.6": "a correlation over a trajectory needs its run to have learned; the paper's value from one run",
+        "E3.1": "its protocol (b) named", "E3.2": "its protocol (b) named",
+        "E4.1": E4_RATIO, "E4.5": E4_RATIO, "M.5": E4_RATIO, "M.6": E4_RATIO,
+        "E4.3": "the band a factor 2 on the ratio; its protocol (b) named",
+        "E4.4": "the band a factor 2 on the ratio; its protocol (b) named",
+        "E5.1": "the paper's value from one run (released arrays); its protocol named",
+        "E5.2": "the paper's value from one run (released arrays); its protocol named",
+        "E5.3": "the twin under a is h; the band a factor 2 on the per-layer ratio; the paper's value from one run",
+        "E5.4": "the paper's value from one run (released arrays)",
+    },
+    "statistics": {"verdicts": "a new verdict: reproduced, but not under the paper's protocol"},
+}
 
 
 def _in_force(folder: Path = LEDGER) -> list[tuple[str, dict[str, Any], str]]:
@@ -74,9 +95,14 @@ def _in_force(folder: Path = LEDGER) -> list[tuple[str, dict[str, Any], str]]:
 
 
 def _moved(registered: dict[str, Any], today: dict[str, Any]) -> list[str]:
-    """The claims whose deciding rule (the claim's rule, its premises' rules, its alternatives' rules) differs."""
+    """The claims whose deciding rule differs: the claim's rule, its premises' and alternatives' rules, its interval's
+    kind, its magnitude (the paper's value, the band, the runs behind it), its twin's rule, the trainings that must
+    have learned and the protocol of its statistic."""
     def deciding(c: dict[str, Any]) -> Any:
-        return (c["rule"], [p["rule"] for p in c["premises"]], [a["rule"] for a in c["alternatives"]], c["kind"])
+        magnitude = c.get("magnitude") or {}
+        return (c["rule"], [p["rule"] for p in c["premises"]], [a["rule"] for a in c["alternatives"]], c["kind"],
+                (magnitude.get("paper"), magnitude.get("band"), magnitude.get("runs", 0)),
+                c.get("twin"), c.get("learned"), c.get("protocol", ""))
 
     before = {c["id"]: deciding(c) for c in registered["claims"]}
     after = {c["id"]: deciding(c) for c in today["claims"]}

@@ -43,6 +43,9 @@ PROTOCOLS: dict[str, str] = {
                              "images, paper protocol: the untrained twin of c (one protocol for both heads)",
     "g_untrained_raw_renorm": "untrained head without biases on raw z, BN statistics estimated on raw z of the "
                               "training images: the untrained twin of b (the trained head's statistics are from raw z)",
+    "h_untrained_raw_bn": "untrained head without biases, BN statistics estimated on raw z of the training images, "
+                          "measured under the paper's protocol (on normalised z): the untrained twin of a, carrying "
+                          "a's mismatch (raw-z statistics applied to normalised z), which d does not",
 }
 METRICS: tuple[str, ...] = ("compression", "d_intra_factor", "d_inter_factor", "ratio_h", "ratio_z", "kappa_factor",
                             "rot_linear_z", "rot_linear_h", "rot_mlp_z", "rot_mlp_h", "class_z", "class_h")
@@ -169,7 +172,8 @@ def z_probes(f: dict[str, Any], probe: ProbeSettings) -> dict[str, float]:
 
 
 MODEL_PROTOCOLS = ("a_paper", "b_raw", "c_bn_renorm", "d_untrained_nobias", "d_untrained_bias",
-                   "f_untrained_bn_renorm", "g_untrained_raw_renorm")  # one model each
+                   "f_untrained_bn_renorm", "g_untrained_raw_renorm", "h_untrained_raw_bn")  # one model each
+UNTRAINED_RENORM = ("f_untrained_bn_renorm", "g_untrained_raw_renorm", "h_untrained_raw_bn")
 
 
 def measure_model(model: nn.Module, cfg, data, probe: ProbeSettings, control_seed: int,
@@ -178,7 +182,8 @@ def measure_model(model: nn.Module, cfg, data, probe: ProbeSettings, control_see
     device): the trained head as it is (a, b), with re-estimated BatchNorm statistics (c), the untrained
     heads of its architecture drawn from ``control_seed`` (d), and the untrained head without biases with its
     BatchNorm statistics estimated on the inputs it is measured on (f: normalised z, the twin of c; g: raw z, the
-    twin of b): trained against untrained under one protocol (``orbit_record``)."""
+    twin of b) or, as the trained head's under a, on raw z and measured on normalised z (h: the twin of a): trained
+    against untrained under one protocol (``orbit_record``)."""
     unknown = set(protocols) - set(MODEL_PROTOCOLS)
     if unknown:
         raise ValueError(f"unknown protocol(s) {sorted(unknown)}; valid: {', '.join(MODEL_PROTOCOLS)}")
@@ -192,8 +197,10 @@ def measure_model(model: nn.Module, cfg, data, probe: ProbeSettings, control_see
     if any(p.startswith("d_") for p in protocols):
         controls = untrained_heads(cfg, model.backbone.out_dim, control_seed)
         heads.update({name: (head_fn(c.to(data.train_x.device)), True) for name, c in controls.items()})
-    if "f_untrained_bn_renorm" in protocols or "g_untrained_raw_renorm" in protocols:
+    if any(p in protocols for p in UNTRAINED_RENORM):
         bare = control_head(cfg, model.backbone.out_dim, seed=control_seed, bias=False).to(data.train_x.device)
+        raw_stats = head_fn(renormalized_bn(bare, f["z_bn"], normalized=False))
         heads["f_untrained_bn_renorm"] = (head_fn(renormalized_bn(bare, f["z_bn"])), True)
-        heads["g_untrained_raw_renorm"] = (head_fn(renormalized_bn(bare, f["z_bn"], normalized=False)), False)
+        heads["g_untrained_raw_renorm"] = (raw_stats, False)
+        heads["h_untrained_raw_bn"] = (raw_stats, True)  # g's head, measured on normalised z as a is
     return {p: measure(*heads[p], f, probe, zp) for p in protocols}

@@ -4,7 +4,15 @@ leave-one-seed-out stability and, where inconclusive, the seeds its observed spr
 against its untrained twin, the effect against the paper's magnitude (``scale.ledger.verdicts.compose``).
 
     learned         every named training of every seed passed ``scale.runs.premise``: holds; one that did not:
-                    "premise not met: the network did not learn", naming the units; one not recorded: open
+                    "premise not met: the network did not learn", naming the units; one not recorded: open (one
+                    that did not learn decides, whatever another seed lacks)
+    twin            the trained network minus its untrained twin per seed; no seed with a value where the units
+                    ran: "not measured" (a unit older than the twin's measurement)
+    magnitude       under the row's protocol, and under each protocol control whose sign holds too; a paper's
+                    value from one run against the prediction interval of one run (``Magnitude.runs``)
+    holm            Holm's adjustment over the family of the paper's testable rows: the paper's table, without
+                    the rows that are no test of their claim (premise not met, not measurable, not measured);
+                    every other row (mechanism, project, checks) keeps its verdict, its adjusted p "-"
 
     stability       "stable" if dropping any one seed leaves the verdict as it is; otherwise "fragile" with the
                     seeds whose removal changes it (needs three seeds or more: "-" below)
@@ -19,20 +27,25 @@ from dataclasses import asdict
 from typing import Any
 
 from scale.ledger import stats
-from scale.ledger.claims.base import Claim, Results
+from scale.ledger.claims.base import PAPER, PAPER_PROTOCOL, Claim, Results
 from scale.ledger.readers import learned, learned_findings
 from scale.ledger.verdicts import (
     FAILS,
+    HOLDING,
     HOLDS,
     INCONCLUSIVE,
     OPEN,
     PREMISE_NOT_MET,
+    TWIN_NOT_MEASURED,
+    UNTESTED,
     after_holm,
     compose,
     decide,
+    magnitude_of,
     magnitude_outcome,
     outcome_of,
 )
+from scale.runs.summary import Estimate
 
 DID_NOT_LEARN = "the network did not learn"
 
@@ -67,6 +80,14 @@ def learned_premise(claim: Claim, res: Results, seeds: list[int]) -> dict[str, A
     return {"outcome": outcome, "failed": failed, "missing": missing, "trainings": len(names)}
 
 
+def _magnitude(claim: Claim, kind: str, values: list, est) -> str:
+    """The magnitude outcome of one protocol's values: against the interval of the mean, or, for a paper's value
+    from one run, against the prediction interval of one run (``scale.ledger.stats.prediction``)."""
+    m = claim.magnitude
+    around = stats.prediction(kind, values) if m.runs == 1 else None
+    return magnitude_outcome(m.band, m.paper, est.low, est.high, around)
+
+
 def _verdict(claim: Claim, res: Results, seeds: list[int]) -> dict[str, Any]:
     values = [claim.value(res, s) for s in seeds]
     est = stats.estimate(claim.kind, values)
@@ -88,20 +109,26 @@ def _verdict(claim: Claim, res: Results, seeds: list[int]) -> dict[str, Any]:
             contradicting.append(c.label)
         elif c.protocol and outcome_of(claim.rule, cest) == OPEN:
             open_protocols.append(c.label)
-    sign = decide(claim.rule, est, ran(claim, res), premise, tuple(contradicting))
+    sign = decide(claim.rule, est, ran(claim, res), premise, tuple(contradicting),
+                  paper_protocol=claim.protocol in ("", PAPER_PROTOCOL))
     twin = None
     if claim.twin is not None:
         tv = [claim.twin.value(res, s) for s in seeds]
         test = stats.estimate("mean", tv)
         twin = {"label": claim.twin.label, "values": tv, "interval": asdict(test),
-                "outcome": outcome_of(claim.twin.rule, test)}
+                "outcome": TWIN_NOT_MEASURED if test.n == 0 and est.n > 0 else outcome_of(claim.twin.rule, test)}
     magnitude = None
     if claim.magnitude is not None:
-        m = claim.magnitude
-        magnitude = {"outcome": magnitude_outcome(m.band, m.paper, est.low, est.high), "paper": m.paper,
-                     "band": list(m.band)}
+        by_protocol = [(f"protocol {claim.protocol}" if claim.protocol else "",
+                        _magnitude(claim, claim.kind, values, est))]
+        if sign in HOLDING:  # the magnitude under every other protocol that holds too
+            by_protocol += [(c.label, _magnitude(claim, c.kind or claim.kind, r["values"], Estimate(**r["interval"])))
+                            for c, r in zip(claim.controls, controls) if c.protocol and r["outcome"] == HOLDS]
+        magnitude = {"outcome": magnitude_of(tuple(by_protocol)), "by_protocol": [list(x) for x in by_protocol],
+                     "paper": claim.magnitude.paper, "band": list(claim.magnitude.band), "runs": claim.magnitude.runs}
     category, label = compose(sign, twin["outcome"] if twin else None, magnitude["outcome"] if magnitude else None,
-                              tuple(open_protocols))
+                              tuple(open_protocols), tuple(contradicting),
+                              tuple(tuple(x) for x in magnitude["by_protocol"]) if magnitude else ())
     if sign == PREMISE_NOT_MET:
         failed = [t for p, r in zip(claim.premises, premises) if r["outcome"] == FAILS for t in (p.label,)]
         if learn and learn["outcome"] == FAILS:
@@ -140,10 +167,17 @@ def evaluate(claim: Claim, res: Results) -> dict[str, Any]:
             "p": p, "stability": stability, "seeds_needed": needed, "alternative_results": alternatives}
 
 
+def in_family(row: dict[str, Any]) -> bool:
+    """Whether a row is in Holm's family: a paper's row that tests its claim (module docstring)."""
+    return row["table"] == PAPER and row["sign"] not in UNTESTED
+
+
 def holm(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Holm's adjusted p over every row with a p-value, and each row's verdict after it (``after_holm``)."""
-    adjusted = stats.holm([r["p"] if r["p"] is not None else math.nan for r in rows])
-    return [dict(r, p_holm=a, verdict_holm=after_holm(r["verdict"], a)) for r, a in zip(rows, adjusted)]
+    """Holm's adjusted p over the family's rows with a p-value (``in_family``), and each row's verdict after it
+    (``after_holm``); a row outside the family keeps its verdict, its adjusted p NaN."""
+    adjusted = stats.holm([r["p"] if r["p"] is not None and in_family(r) else math.nan for r in rows])
+    return [dict(r, p_holm=a, verdict_holm=after_holm(r["verdict"], a) if in_family(r) else r["verdict"])
+            for r, a in zip(rows, adjusted)]
 
 
 def evaluate_all(claims, res: Results) -> list[dict[str, Any]]:

@@ -49,6 +49,30 @@ def relu_like_linear(res: Results, bn: bool, lr: float, seed: int, init: str = "
     return abs(log10_ratio(f["relu2"], smooth)) - abs(log10_ratio(f["relu2"], f["linear"]))
 
 
+def final_level(res: Results, head: str, ref: str, bn: bool, lr: float, init: str, seed: int) -> float:
+    """E1.2 / E1.3: ``log10(final h std of head / of ref)`` from the same start kind (> 0: ``head`` ends above
+    ``ref``). Every head without BatchNorm ends near SimSiam's trivial minimum, whatever its start's depth, so the
+    final levels compare the heads; the end/start ratio (``escape``) reports where each started."""
+    return log10_ratio(h_std_final(res, e1_name(head, bn, lr, init, seed)),
+                       h_std_final(res, e1_name(ref, bn, lr, init, seed)))
+
+
+def start_level(res: Results, head: str, ref: str, lr: float, init: str, seed: int) -> float:
+    """E1: ``log10(h std before training of head / of ref)``, BN off: how far apart two heads start."""
+    return log10_ratio(start_h_std(res, e1_name(head, False, lr, init, seed)),
+                       start_h_std(res, e1_name(ref, False, lr, init, seed)))
+
+
+def relu_nearer_linear(res: Results, bn: bool, lr: float, seed: int, init: str = "collapsed") -> float:
+    """E1.4: ``|log10(smooth / linear)| - |log10(relu / linear)|`` of the final h std, smooth = geometric mean of
+    the GELU and Swish heads (> 0: ReLU ends nearer the linear head than the smooth heads do, both measured from
+    the linear head). ReLU's own level enters whichever side of the others it ends on, unlike
+    ``relu_like_linear``, which equals ``log10(smooth / linear)`` whenever ReLU ends below both."""
+    f = {h: h_std_final(res, e1_name(h, bn, lr, init, seed)) for h in ("relu2", "linear", "gelu2", "swish2")}
+    smooth = math.sqrt(f["gelu2"] * f["swish2"]) if f["gelu2"] > 0 and f["swish2"] > 0 else math.nan
+    return abs(log10_ratio(smooth, f["linear"])) - abs(log10_ratio(f["relu2"], f["linear"]))
+
+
 def curvature(res: Results, name: str) -> list[dict[str, Any]]:
     r = _unit(res, name)
     return r["curvature"] if r else []

@@ -81,16 +81,17 @@ def magnitude_text(row: dict[str, Any]) -> str:
     m, reg = row.get("magnitude_result"), row.get("magnitude")
     if m is None or reg is None:
         return f"n/a: {md(row['no_magnitude'])}" if row.get("no_magnitude") else "-"
+    named = [(p, o) for p, o in m.get("by_protocol") or [] if p]
+    under = f" ({'; '.join(f'{md(p)}: {o}' for p, o in named)})" if len(named) > 1 else ""
+    one_run = "; the paper's value, one run: against one run's prediction interval" if m.get("runs") == 1 else ""
     return (f"paper {m['paper']:.4g} ({md(reg['source'])}); band [{m['band'][0]:.4g}, {m['band'][1]:.4g}] "
-            f"({md(reg['how'])}): {m['outcome']}")
+            f"({md(reg['how'])}{one_run}): {m['outcome']}{under}")
 
 
 def row_cells(row: dict[str, Any]) -> str:
     ctrl = "; ".join(f"{md(c['label'])}{' (protocol)' if c['protocol'] else ''}: {_cell(c['interval'])}"
                      for c in row["control_results"]) or "-"
-    verdict = row["label"]
-    if row["contradicting"] and row["sign"].startswith("reproduced only"):
-        verdict += f" (contradicted by: {', '.join(row['contradicting'])})"
+    verdict = row["label"]  # names the protocols that fail (verdicts.compose)
     if row["verdict"] == "not measurable":
         verdict += f" ({md(row['degenerate'] or 'no seed gave a value: the units lack this measurement')})"
     needed = "-" if row["sign"] != "inconclusive" else (
@@ -268,7 +269,7 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
           f"{a['from_hash'][:12]} -> {a['to_hash'][:12]})" for a in amendments] or ["None: the rules are the "
                                                                                    "registered ones."]
     L += ["", "## Verdicts", "", f"The paper's claims: {tally(by_table[PAPER]) or 'none evaluated'}; after Holm "
-          f"across every row of the ledger: {tally(by_table[PAPER], 'verdict_holm') or '-'}. The mechanism: "
+          f"across the paper's testable rows: {tally(by_table[PAPER], 'verdict_holm') or '-'}. The mechanism: "
           f"{tally(by_table[MECHANISM]) or '-'}. The project's questions: {tally(by_table[PROJECT]) or '-'}. "
           f"Checks (identities of the code): {tally(by_table[CHECK]) or '-'}. {len(NOT_RUN)} not run (E6).", "",
           "How a row is read (`scale/ledger/verdicts.py`, `scale/ledger/evaluate.py`, `scale/ledger/stats.py`): one "
@@ -280,10 +281,15 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
           "the run is not a test. Then the sign (the rule), the trained network against its untrained twin under "
           "the same protocol (\"reproduced\" needs it to hold; otherwise \"sign only; not attributable to "
           "training\"), and the effect against the paper's value (\"reproduced in magnitude\" where the interval "
-          "lies inside the registered band, \"the paper's value excluded\" where it lies outside the interval). "
-          "A protocol control that fails the same rule makes a holding claim 'reproduced only under the paper's "
-          "protocol'; one that is open is named. 'After Holm': the verdict with Holm's step-down correction over "
-          "every row's p-value (the smallest level at which its interval stays decisive). Leave-one-seed-out: "
+          "lies inside the registered band, \"the paper's value excluded\" where it lies outside the interval, or, "
+          "for a paper's value from one run, outside the prediction interval of one run; tested under every "
+          "protocol where the sign holds, and said on inconclusive and not reproduced rows too). A protocol "
+          "control that fails the same rule makes a holding claim 'reproduced only under the paper's protocol' "
+          "(the row under the paper's protocol) or 'reproduced, but not under the paper's protocol' (the paper's "
+          "protocol fails), naming it; one that is open is named. 'After Holm': the verdict with Holm's step-down "
+          "correction over the p-values (the smallest level at which its interval stays decisive) of the paper's "
+          "rows that test their claim (not premise not met, not measurable or not measured); the mechanism's, the "
+          "project's and the checks' rows are outside it ('-'). Leave-one-seed-out: "
           "whether dropping any one seed changes the verdict. Seeds needed: the fewest seeds at which the "
           "observed mean and spread would give a decisive interval. Transfer: whether the mechanism is "
           "scale-independent, and what a CIFAR run must show; every number here is digits, ResNet-18 at 1/4 width "

@@ -26,7 +26,8 @@ kappa, (1 - mu) kappa), its k_s ~ Binomial(m_s, p_s)), and the profile-likelihoo
 kappa -> infinity is the binomial (epochs independent), kappa -> 0 the all-or-nothing seed (a seed one trial), and
 the data choose between them. 10 seeds of 50 of 50 epochs: l_p(mu) = 10 log mu (kappa -> 0 maximises), so the
 interval is [exp(-chi2 / 20), 1] = [0.825, 1]; the per-seed view beside it (Wilson over the seeds' fractions) is
-[0.722, 1].
+[0.722, 1]. Its point is the observed fraction sum k / sum m (what the epochs show), not the beta-binomial's fitted
+mean rate, which weighs the seeds otherwise and can lie far from it (0.677 against an observed 0.774).
 
 Around the interval (``scale.ledger.verdicts`` reads them):
 
@@ -36,6 +37,9 @@ Around the interval (``scale.ledger.verdicts`` reads them):
                       p~_(i) = max_{j <= i} min(1, (m - j + 1) p_(j)), p sorted ascending
     seeds_needed      the fewest seeds at which the interval, with the observed mean and spread (on the
                       interval's own scale), would be decisive; None beyond ``SEEDS_CAP``
+    prediction        where one more run's value would lie: mean +- t_{1-a/2, n-1} s sqrt(1 + 1/n) on the
+                      interval's scale (Fisher z for correlations; a clustered fraction by its seeds' fractions),
+                      inside the statistic's range: what a paper's value from a single run is compared with
 """
 
 from __future__ import annotations
@@ -169,17 +173,33 @@ def summary(kind: str, values: Sequence[float | None]) -> tuple[float, float, in
 
 def estimate(kind: str, values: Sequence[Any], level: float = LEVEL) -> Estimate:
     """The point and interval of ``kind`` over the usable seeds (``value``: the mean; for correlations the
-    back-transformed mean Fisher z; for a clustered fraction the beta-binomial mean rate)."""
+    back-transformed mean Fisher z; for a clustered fraction the observed fraction of epochs, its interval the
+    beta-binomial profile-likelihood one)."""
     if kind == "clustered":
         counts = _counts(values)
         if not counts:
             return Estimate(math.nan, math.nan, math.nan, 0, len(values))
-        mu, low, high = clustered_interval(counts, level) if len(counts) >= 1 else (math.nan,) * 3
-        return Estimate(mu, low, high, len(counts), len(values) - len(counts))
+        _, low, high = clustered_interval(counts, level)
+        observed = sum(k for k, _ in counts) / sum(m for _, m in counts)
+        return Estimate(observed, low, high, len(counts), len(values) - len(counts))
     mean, sd, n, excluded = summary(kind, values)
     low, high = bounds(kind, mean, sd, n, level)
     value = math.tanh(mean) if kind == "correlation" and n else mean
     return Estimate(value, low, high, n, excluded)
+
+
+def prediction(kind: str, values: Sequence[Any], level: float = LEVEL) -> tuple[float, float]:
+    """``(low, high)`` where one more run's value would lie (module docstring); NaN below two usable seeds."""
+    if kind == "clustered":
+        kind, values = "fraction", [k / m for k, m in _counts(values)]
+    mean, sd, n, _ = summary(kind, values)
+    if n < 2:
+        return math.nan, math.nan
+    half = float(sps.t.ppf(0.5 + level / 2, n - 1)) * sd * math.sqrt(1 + 1 / n)
+    if kind == "correlation":
+        return math.tanh(mean - half), math.tanh(mean + half)
+    a, b = {"fraction": (0.0, 1.0), **CLIPPED}.get(kind, (-math.inf, math.inf))
+    return min(max(mean - half, a), b), min(max(mean + half, a), b)
 
 
 def interval(values: Sequence[float | None], level: float = LEVEL) -> Estimate:

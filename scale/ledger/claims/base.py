@@ -6,7 +6,8 @@ the contrasts every row of the paper's claims and its mechanism declares (or say
     twin       the trained network against its untrained twin under the same protocol (``Twin``), for every claim
                about what a head or training does: "reproduced" needs it to hold
     magnitude  the effect against the paper's value, with a band registered around it (``Magnitude``):
-               "reproduced in magnitude", or "the paper's value excluded"
+               "reproduced in magnitude", or "the paper's value excluded", under the row's protocol and every
+               protocol control where the sign holds too
     premises   the theorem's own hypotheses, measured (``premises``), and "the network learned"
                (``learned``: the units whose trainings must have passed ``scale.runs.premise``)
 
@@ -16,6 +17,7 @@ it for every claim, and its SHA-256 (``rules_hash``) is registered before the fi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +29,8 @@ Results = dict[str, dict[str, Any]]  # unit name -> its record
 Statistic = Callable[[Results, int], float]  # (units, seed) -> one value (NaN: absent or degenerate)
 PAPER, PROJECT, MECHANISM, CHECK = "paper", "project", "mechanism", "check"
 TABLES = (PAPER, MECHANISM, PROJECT, CHECK)
-MAGNITUDE_FACTOR = 2.0  # the default band: the effect within a factor 2 of the paper's (on the statistic's scale)
+MAGNITUDE_FACTOR = 2.0  # the default band: the effect within a factor 2 of the paper's (of a ratio: of the ratio)
+PAPER_PROTOCOL = "a"  # E4's protocol letters (scale.geometry.protocols): a is the paper's
 TRANSFERS = ("scale-independent", "scale-dependent")
 
 
@@ -78,25 +81,42 @@ class Twin:
 class Magnitude:
     """The paper's value on the statistic's scale, its source, and the band registered around it: the interval
     inside the band is "reproduced in magnitude"; the paper's value outside the interval, "the paper's value
-    excluded"."""
+    excluded". A paper's value from one run (``runs=1``: E2's runs, E5's released arrays) is one draw with its own
+    noise, which a band around it does not hold: it is "excluded" only outside the prediction interval of one run
+    from our seeds (``scale.ledger.stats.prediction``), not the interval of our mean."""
 
     paper: float
     band: tuple[float, float]
     how: str  # how the band was set
     source: str  # where the paper's value comes from
+    runs: int = 0  # the runs behind the paper's value: 1 for one run (one seed); 0 several or not stated
 
     def __post_init__(self) -> None:
         if not self.band[0] < self.band[1] or not self.band[0] <= self.paper <= self.band[1]:
             raise ValueError(f"a magnitude band must hold the paper's value {self.paper}, got {self.band}")
 
     def as_data(self) -> dict[str, Any]:
-        return {"paper": self.paper, "band": list(self.band), "how": self.how, "source": self.source}
+        return {"paper": self.paper, "band": list(self.band), "how": self.how, "source": self.source,
+                "runs": self.runs}
 
 
-def factor_band(paper: float, source: str, factor: float = MAGNITUDE_FACTOR) -> Magnitude:
-    """The paper's effect within ``factor`` of itself (an effect of either sign, on the statistic's scale)."""
+def factor_band(paper: float, source: str, factor: float = MAGNITUDE_FACTOR, runs: int = 0) -> Magnitude:
+    """The paper's effect within ``factor`` of itself (an effect of either sign, on the statistic's scale: a
+    difference or a slope, never a log ratio: ``ratio_band``)."""
     a, b = sorted((paper / factor, paper * factor))
-    return Magnitude(paper, (a, b), f"the effect within a factor {factor:g} of the paper's", source)
+    return Magnitude(paper, (a, b), f"the effect within a factor {factor:g} of the paper's", source, runs)
+
+
+def ratio_band(ratio: float, source: str, factor: float = MAGNITUDE_FACTOR, runs: int = 0) -> Magnitude:
+    """The paper's ratio within ``factor`` of itself, on the log10 scale the statistic is read on, and its effect
+    (the log10 ratio) within ``factor`` of the paper's effect: the narrower of the two. 21.85x -> [10.9x, 43.7x]
+    (the factor on the ratio; on its logarithm alone it would accept 4.67x to 477x); 1.22x -> [1.10x, 1.49x] (the
+    factor on the effect; on the ratio alone it would accept 0.61x, an effect of the other sign)."""
+    paper, half = math.log10(ratio), math.log10(factor)
+    on_effect = sorted((paper / factor, paper * factor))
+    band = (max(paper - half, on_effect[0]), min(paper + half, on_effect[1]))
+    return Magnitude(paper, band, f"the ratio within a factor {factor:g} of the paper's and its log10 within a "
+                     f"factor {factor:g} of the paper's ({10 ** band[0]:.3g}x to {10 ** band[1]:.3g}x)", source, runs)
 
 
 @dataclass(frozen=True)
@@ -126,6 +146,7 @@ class Claim:
     # training a key of the unit record's "premise" (raw, normalized); empty: not_learned says why not a premise
     learned: tuple[tuple[str, str], ...] = ()
     not_learned: str = ""
+    protocol: str = ""  # the E4 protocol letter the statistic is measured under ("": none); "a" is the paper's
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -152,7 +173,7 @@ class Claim:
             "alternatives": [a.as_data("label") for a in self.alternatives],
             "twin": self.twin.as_data() if self.twin else None, "no_twin": self.no_twin,
             "magnitude": self.magnitude.as_data() if self.magnitude else None, "no_magnitude": self.no_magnitude,
-            "learned": [list(x) for x in self.learned], "not_learned": self.not_learned,
+            "learned": [list(x) for x in self.learned], "not_learned": self.not_learned, "protocol": self.protocol,
         }
 
 

@@ -14,7 +14,9 @@ once), so they can run at once or one after another, and none loses another's un
 units with an estimated cost for any device (no CUDA needed) and writes nothing. ``--register-only``
 registers the plan (rules' hash, code commit) and runs nothing. ``--report-only`` rebuilds the views
 (``OUT/results.json``, ``OUT/report.md``); ``--plan v1 --report-only`` those of the first ledger's units
-(converted from its results.json) under today's rules, in ``OUT/v1-reread/``. ``--amend REASON`` logs a change
+(converted from its results.json) under today's rules, in ``OUT/v1-reread/``; ``--report-only --plan P --reread
+DEST`` a registered plan's units under today's rules, into DEST (a dry run: OUT is left as it is, no amendment
+logged; ``docs/replication/v3-reread``). ``--amend REASON`` logs a change
 of the rules after registration; without it a changed rule is refused. ``--repeat K`` runs the same units
 again as another plan (the run-to-run spread; ``--threads 2`` likewise gives the thread-to-thread spread):
 the report compares them.
@@ -31,16 +33,16 @@ says (plan, unit, device, threads, key, and the plan's experiment, seed and labe
 "unit files left out" in the views and left as it is. The plan's seeds are its registration's (at most 1000),
 never counted from file names.
 
-Exit codes: 0 done; 1 the data (CIFAR archive) missing or corrupt, or nothing to report; 2 a bad argument (one
-line naming the valid values: ``--seeds`` 1 .. 1000, a non-blank ``--amend`` reason), an OUT holding a file the
-ledger cannot read or that is not of its schema (a damaged unit, registration or amendment: left as it is), a
-folder the ledger writes below OUT (``units/``, ``registrations/``, ``amendments/``, ``work/``, ...) that is a
-symbolic link, a JSON file with a key twice in one object or an unpaired surrogate (``scale.engine.read``), a
-number that is not finite or out of its range (``--budget-s nan``, ``--threads 100000``), or rules changed without
-``--amend``; 4 an output could not be written (the line names the file); 3 (``--collect``, or a
-launch that waited) some chosen units have no file; 130 interrupted (SIGINT or SIGTERM: the running unit's
-training saves a checkpoint in its work folder, ``OUT/work/``, and the same command resumes it there; every
-finished unit is in the store).
+Exit codes: 0 done; 1 the data (CIFAR archive) missing or corrupt, or nothing to report; 2 a bad argument (one line
+naming the valid values: ``--seeds`` 1 .. 1000, a non-blank ``--amend`` reason), an OUT holding a file the ledger
+cannot read or that is not of its schema (a damaged unit, registration or amendment: left as it is), a folder the
+ledger writes below OUT (``units/``, ``registrations/``, ``amendments/``, ``work/``, ...) that is a symbolic link, a
+JSON file with a key twice in one object or an unpaired surrogate (``scale.engine.read``), a number that is not
+finite or out of its range (``--budget-s nan``, ``--threads 100000``), rules changed without ``--amend``, or
+``--reread`` without ``--report-only`` or into OUT itself; 4 an output could not be written (the line names the
+file); 3 (``--collect``, or a launch that waited) some chosen units have no file; 130 interrupted (SIGINT or
+SIGTERM: the running unit's training saves a checkpoint in its work folder, ``OUT/work/``, and the same command
+resumes it there; every finished unit is in the store).
 """
 
 from __future__ import annotations
@@ -116,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "commit) in OUT and write results.json with the registration; run nothing")
     p.add_argument("--plan", help="with --report-only: the registered plan to view (e.g. v1; default: this "
                    "command's)")
+    p.add_argument("--reread", metavar="DEST", help="with --report-only: a dry run, the plan's units read under "
+                   "today's rules into DEST (report.md, results.json, figures), another folder than OUT; OUT's own "
+                   "views, registration and units are left as they are, and no amendment is logged")
     p.add_argument("--verify", metavar="UNIT_FILE", help="rerun one stored unit (OUT/units/...json) with the code now "
                    "and print the largest difference from its record and, where one differs, each statistic the "
                    "ledger reads from it against its row's interval and any verdict that would change; exit 0 only "
@@ -162,13 +167,40 @@ def _fail(msg: str, code: int) -> int:
     return code
 
 
-def report_only(inv: LedgerInvocation, plan_name: str | None) -> int:
-    """``--report-only``: the views of the registered plan ``plan_name`` (default: this invocation's)."""
+def reread_registration(reg: dict, out: Path) -> dict:
+    """A registered plan's registration as a dry run under today's rules shows it (``--reread``): today's rules and
+    their hash, the registered hash beside them, and the one-line note the report opens with."""
+    note = (f"A dry run, not a registered test: plan {reg['plan']}'s units (registered under rules "
+            f"{reg['rules_hash'][:12]}) read under today's rules ({claims.rules_hash()[:12]}), written after seeing "
+            f"them; the plan's own report, `{out}/report.md`, is unchanged. A row whose rule needs a measurement "
+            "these units lack says 'not measured'.")
+    return {**reg, "rules": claims.rules_data(), "rules_hash": claims.rules_hash(),
+            "registered_rules_hash": reg["rules_hash"], "reread": note}
+
+
+def report_only(inv: LedgerInvocation, plan_name: str | None, reread: str | None = None) -> int:
+    """``--report-only``: the views of the registered plan ``plan_name`` (default: this invocation's); with
+    ``reread``, its units under today's rules into that folder (``reread_registration``)."""
     out = Path(inv.out)
     pid = plan_name or runner.plan_id(inv.settings())
     reg = store.registration(out, pid) if out.is_dir() else None
     if reg is None:
         return _fail(f"no registration of plan {pid} in {out}: nothing to report", 1)
+    if reread is not None:
+        dest = Path(reread)
+        if pid == store.V1 or dest.resolve() == out.resolve():
+            return _fail(f"--reread {dest}: another folder than OUT ({out}), of a plan registered there (v1 is "
+                         "reread by --report-only itself)", 2)
+        store.check_folders(dest)
+        s = reg["settings"]
+        expected = runner.expected(s, s.get("seeds", inv.seeds))
+        units, ignored = store.load_units(out, pid, expected, s["device"], s["threads"])
+        if not units:
+            return _fail(f"no units of plan {pid} in {out}: nothing to reread", 1)
+        path = report.write(dest, reread_registration(reg, out), [], units, ignored, store_dir=out,
+                            planned=len(expected))
+        print(f"scale.replicate: dry run {path}")
+        return 0
     if pid == store.V1:
         units, ignored = v1_units(out)
         reg = v1_registration(reg)
@@ -314,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(raw)
     if args.verify:
         return verify_unit(args.verify)
+    if args.reread and not args.report_only:
+        return _fail("--reread DEST needs --report-only (it reads stored units, runs nothing)", 2)
     try:
         inv = invocation_of(args, raw)
         check_gpus(inv.launch, inv.device == "cuda")
@@ -331,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         if out.is_dir():
             store.convert_v1(out)  # before anything of this run is written
         if args.report_only:
-            return report_only(inv, args.plan)
+            return report_only(inv, args.plan, args.reread)
         if args.collect:
             return collect(inv)
         pid = runner.plan_id(inv.settings())

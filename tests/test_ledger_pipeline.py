@@ -343,3 +343,23 @@ def test_e1_4_sees_relus_own_level():
     assert math.isclose(far["alternative_results"][0]["interval"]["value"], 0.2, abs_tol=1e-9)
     near = row("E1.4", units(10 ** -0.05 * 1e-3))
     assert near["sign"] == REPRODUCED
+
+
+# ----------------------------------------------------------------------------- the committed dry run
+
+
+@pytest.mark.slow
+def test_the_committed_v3_reread_is_todays_rules_over_v3s_units(tmp_path):
+    """docs/replication/v3-reread/report.md is what ``--report-only --reread`` writes today from v3's stored units,
+    byte for byte: a rule changed since, or a page edited by hand, fails here (rebuild it with the command in
+    docs/replication/README.md)."""
+    from pathlib import Path
+
+    from scale import replicate
+
+    root = Path(__file__).resolve().parents[1] / "docs" / "replication"
+    dest = tmp_path / "reread"
+    assert replicate.main(["--report-only", "--plan", "511cfdd496f5", "--out", str(root / "v3"), "--reread",
+                           str(dest)]) == 0
+    committed = (root / "v3-reread" / "report.md").read_text()
+    assert (dest / "report.md").read_text().replace(str(root / "v3"), "docs/replication/v3") == committed

@@ -517,3 +517,32 @@ def test_the_registrations_hold_their_rules_and_the_one_in_force_todays():
         reg = json.loads(path.read_text())
         logged = store.amendments(ledger, reg["plan"])
         assert (logged[-1]["to_hash"] if logged else reg["rules_hash"]) == claims.rules_hash(), path.name
+
+
+def test_reread_is_a_dry_run_into_another_folder_that_leaves_the_store_alone(tmp_path, capsys):
+    """``--report-only --reread DEST`` reads a registered plan's stored units under today's rules into DEST, its
+    report opening with the note that says so; the store is byte for byte as it was. Refused (exit 2, one line):
+    without --report-only, into OUT itself, and where a folder it writes in DEST is a link."""
+    v3 = ROOT / "docs" / "replication" / "v3"
+    out = tmp_path / "v3"
+    shutil.copytree(v3 / "registrations", out / "registrations")
+    (out / "units").mkdir()
+    for f in (v3 / "units").glob("511cfdd496f5--E3E4-s*.json"):
+        shutil.copy(f, out / "units" / f.name)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    args = ["--report-only", "--plan", "511cfdd496f5", "--out", str(out)]
+    assert R.main(["--plan", "511cfdd496f5", "--out", str(out), "--reread", str(tmp_path / "d")]) == 2
+    assert R.main([*args, "--reread", str(out)]) == 2
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "e4_study").symlink_to(tmp_path / "linked")
+    assert R.main([*args, "--reread", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("scale.replicate: error: ") for line in err), err
+    assert not any((tmp_path / "linked").iterdir())
+    assert R.main([*args, "--reread", str(tmp_path / "d")]) == 0
+    text = (tmp_path / "d" / "report.md").read_text()
+    assert "> A dry run, not a registered test: plan 511cfdd496f5's units" in text
+    view = json.loads((tmp_path / "d" / "results.json").read_text())
+    assert view["registration"]["rules_hash"] == claims.rules_hash() != view["registration"]["registered_rules_hash"]
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

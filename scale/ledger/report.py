@@ -246,6 +246,8 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
               "data in the new categories. Rows that read a measurement v1 did not take (E1's start collapsed in "
               "h std, rho, M on null(G), parameter drift, protocols f and g, the size-free kappa, the tangent gain) "
               "are 'not measurable' here for that reason.", ""]
+    if reg.get("reread"):  # a dry run of today's rules over a registered plan's units (scale.replicate --reread)
+        L += [f"> {md(reg['reread'])}", ""]
     if planned is not None and len(res) < planned:
         L += [f"> {IN_PROGRESS}: {len(res)} of the plan's {planned} units are stored. The verdicts below are of "
               "those units only, not the registration's result; a row whose units have not run yet reads 'not "
@@ -266,8 +268,9 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
               f"The one command that runs only them: `{md(rerun)}`", ""]
     L += ["## Amendments", ""]
     L += [f"- {a['number']}. {md(a['date'])}: {md(a['reason'])} (claims {', '.join(a['claims_changed']) or '-'}; rules "
-          f"{a['from_hash'][:12]} -> {a['to_hash'][:12]})" for a in amendments] or ["None: the rules are the "
-                                                                                   "registered ones."]
+          f"{a['from_hash'][:12]} -> {a['to_hash'][:12]})" for a in amendments] or [
+        "None logged: a dry run reads the units under today's rules, not the registered ones (above)."
+        if reg.get("reread") else "None: the rules are the registered ones."]
     L += ["", "## Verdicts", "", f"The paper's claims: {tally(by_table[PAPER]) or 'none evaluated'}; after Holm "
           f"across the paper's testable rows: {tally(by_table[PAPER], 'verdict_holm') or '-'}. The mechanism: "
           f"{tally(by_table[MECHANISM]) or '-'}. The project's questions: {tally(by_table[PROJECT]) or '-'}. "

@@ -10,6 +10,7 @@ head and predictor are counted separately.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,7 +22,9 @@ from scale.engine import objectives as so
 from scale.engine.backbones import build_backbone
 from scale.engine.heads import build_head
 from scale.engine.model import SSLModel
+from scale.geometry import protocols as P
 from scale.geometry.e4_report import t_interval
+from scale.geometry.measure import control_head, head_fn
 from scale.geometry.protocols import NormalizedInput, renormalized_bn, untrained_heads
 from scale.paper import PAPER_SETTINGS, paper_choices, plan
 from scale.run import build_parser, resolve_config
@@ -253,6 +256,25 @@ def test_e4_study_t_interval_and_bn_reestimation():
     nobias, bias = heads["d_untrained_nobias"], heads["d_untrained_bias"]
     assert kinds(nobias) == kinds(bias) == [nn.Linear, nn.BatchNorm1d, nn.ReLU, nn.Linear, nn.BatchNorm1d]
     assert all(m.bias is None for m in nobias.layers) and all(m.bias is not None for m in bias.layers)
+
+
+def test_protocol_as_untrained_twin_carries_raw_z_statistics_onto_normalised_z(monkeypatch):
+    """h_untrained_raw_bn is g's head (untrained, BatchNorm statistics from raw z) measured as a is, on normalised
+    z; f's head (statistics from normalised z) is another map. The measurement itself is stubbed: the heads and
+    inputs each protocol is given are what is checked."""
+    z = 7.0 * torch.randn(512, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    monkeypatch.setattr(P, "model_features", lambda *a: {"z_bn": z})
+    monkeypatch.setattr(P, "z_probes", lambda *a: {})
+    monkeypatch.setattr(P, "measure", lambda fn, normalized, *a: (fn, normalized))
+    cfg = paper_config("E3E4")
+    model = SimpleNamespace(backbone=SimpleNamespace(out_dim=16), projector=control_head(cfg, 16, seed=9))
+    got = P.measure_model(model, cfg, SimpleNamespace(train_x=torch.zeros(1)), None, 3,
+                          ("a_paper", "f_untrained_bn_renorm", "g_untrained_raw_renorm", "h_untrained_raw_bn"))
+    assert got["h_untrained_raw_bn"][1] is got["a_paper"][1] is True and got["g_untrained_raw_renorm"][1] is False
+    raw_stats = head_fn(renormalized_bn(control_head(cfg, 16, seed=3, bias=False), z, normalized=False))
+    x = torch.nn.functional.normalize(z[:64], dim=1)
+    assert torch.equal(got["h_untrained_raw_bn"][0](x), raw_stats(x))
+    assert not torch.allclose(got["h_untrained_raw_bn"][0](x), got["f_untrained_bn_renorm"][0](x))
 
 
 def test_paper_style_rules_are_checked_on_every_config_not_only_on_flags():

@@ -33,7 +33,7 @@ Around the interval (``scale.ledger.verdicts`` reads them):
 
     decisive_p        the smallest a at which the (1-a) interval still gives the same decisive verdict (by
                       bisection: the intervals nest as the level falls), the p-value of the row
-    holm              Holm's step-down adjustment over the ledger's decisive rows:
+    holm              Holm's step-down adjustment over a family of rows (the ledger's: ``evaluate.in_family``):
                       p~_(i) = max_{j <= i} min(1, (m - j + 1) p_(j)), p sorted ascending
     seeds_needed      the fewest seeds at which the interval, with the observed mean and spread (on the
                       interval's own scale), would be decisive; None beyond ``SEEDS_CAP``

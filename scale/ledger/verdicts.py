@@ -48,7 +48,7 @@ DECISIVE = (REPRODUCED, ONLY_PAPER_PROTOCOL, NOT_PAPER_PROTOCOL, NOT_REPRODUCED)
 HOLDING = (REPRODUCED, ONLY_PAPER_PROTOCOL, NOT_PAPER_PROTOCOL)  # the sign holds under the row's protocol
 UNTESTED = (PREMISE_NOT_MET, NOT_MEASURABLE, NOT_MEASURED)  # rows that are no test of their claim (outside Holm)
 DIRECTIONS = (">", "<", "within")
-FAMILY_ALPHA = 0.05  # Holm's family-wise level across the ledger's rows
+FAMILY_ALPHA = 0.05  # Holm's family-wise level across the paper's testable rows (evaluate.in_family)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """Every benchmark's check mode (``--quick``; ``gpu_suite --tiny``, ``bench_pretrained --stand-in``) leaves the
 checkout as it found it: it runs in a clean clone of this repository and ``git status --porcelain`` is empty after
 it (``bench._util.result_path``: a check writes into a temporary folder unless ``--out`` names a file). Negative
-control: the same clone with a file written into ``bench/results`` is not clean, so the test can fail.
+control: the same clone with a file written into ``bench/results`` is not clean, so the test can fail. Where a check's
+result is itself checked (``ROWS``: ``gpu_suite --tiny``'s every row), it is read from that temporary folder, so the
+check runs once for both.
 
 The clone is of the committed tree (``git clone``): run from a checkout whose changes are committed. CPU time of
 each check (``CHECK_CPU_S``: user seconds by ``/usr/bin/time``, 2026-12-06, the shared 2-core AMD EPYC); those of
@@ -16,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _gpu_suite_rows import assert_every_section_wrote_its_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS = {  # benchmark -> its check mode's arguments (the smallest grid each offers)
@@ -39,6 +42,7 @@ CHECK_CPU_S = {"bench_analyze": 31, "bench_curvature": 6, "bench_epoch": 2, "ben
                "bench_main_job": 33, "bench_monitor": 9, "bench_pipeline": 5, "bench_pretrained": 10,
                "bench_scaling": 14, "bench_tracking": 42, "gpu_suite": 19, "readme_sample": 14}
 SLOW_S = 20
+ROWS = {"gpu_suite": assert_every_section_wrote_its_rows}  # benchmark -> the check of what its check mode wrote
 TIMEOUT_S = 900
 
 
@@ -66,13 +70,16 @@ def test_every_benchmark_is_listed_with_its_check_mode_or_as_having_none():
 
 @pytest.mark.parametrize("bench", [pytest.param(b, marks=pytest.mark.slow) if CHECK_CPU_S[b] > SLOW_S else b
                                    for b in sorted(CHECKS)])
-def test_a_check_mode_leaves_a_clean_clone_clean(clone: Path, bench: str):
+def test_a_check_mode_leaves_a_clean_clone_clean(clone: Path, bench: str, tmp_path: Path):
     env = {**os.environ, "PYTHONPATH": str(clone), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "PYTHONDONTWRITEBYTECODE": "1"}
+           "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(tmp_path)}  # the check's temporary folder: in tmp_path
     proc = subprocess.run([sys.executable, "-m", f"bench.{bench}", *CHECKS[bench]], cwd=clone, env=env,
                           capture_output=True, text=True, timeout=TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert git("status", "--porcelain", "--ignored", cwd=clone) == "", f"{bench} changed the checkout"
+    if bench in ROWS:
+        (written,) = tmp_path.glob(f"bench-check-*/{bench}.md")  # result_path's folder, the result's own name
+        ROWS[bench](written.read_text())
 
 
 def test_negative_control_a_written_result_is_seen(clone: Path):

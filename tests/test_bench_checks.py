@@ -40,7 +40,7 @@ CHECKS = {  # benchmark -> its check mode's arguments (the smallest grid each of
 NO_CHECK_MODE = {"bench_curvature_parts", "bench_warm_crossing", "recipe_search"}
 CHECK_CPU_S = {"bench_analyze": 31, "bench_curvature": 6, "bench_epoch": 2, "bench_hessian": 4, "bench_layout": 4,
                "bench_main_job": 33, "bench_monitor": 9, "bench_pipeline": 5, "bench_pretrained": 10,
-               "bench_scaling": 14, "bench_tracking": 42, "gpu_suite": 19, "readme_sample": 14}
+               "bench_scaling": 14, "bench_tracking": 25, "gpu_suite": 19, "readme_sample": 14}
 SLOW_S = 20
 ROWS = {"gpu_suite": assert_every_section_wrote_its_rows}  # benchmark -> the check of what its check mode wrote
 TIMEOUT_S = 900

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -70,16 +71,19 @@ def test_every_benchmark_is_listed_with_its_check_mode_or_as_having_none():
 
 @pytest.mark.parametrize("bench", [pytest.param(b, marks=pytest.mark.slow) if CHECK_CPU_S[b] > SLOW_S else b
                                    for b in sorted(CHECKS)])
-def test_a_check_mode_leaves_a_clean_clone_clean(clone: Path, bench: str, tmp_path: Path):
-    env = {**os.environ, "PYTHONPATH": str(clone), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(tmp_path)}  # the check's temporary folder: in tmp_path
-    proc = subprocess.run([sys.executable, "-m", f"bench.{bench}", *CHECKS[bench]], cwd=clone, env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert git("status", "--porcelain", "--ignored", cwd=clone) == "", f"{bench} changed the checkout"
-    if bench in ROWS:
-        (written,) = tmp_path.glob(f"bench-check-*/{bench}.md")  # result_path's folder, the result's own name
-        ROWS[bench](written.read_text())
+def test_a_check_mode_leaves_a_clean_clone_clean(clone: Path, bench: str):
+    # TMPDIR: a fresh folder for the check's temporary ones, removed after (a short path: multiprocessing puts its
+    # AF_UNIX sockets there, at most 107 characters)
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONPATH": str(clone), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": tmp}
+        proc = subprocess.run([sys.executable, "-m", f"bench.{bench}", *CHECKS[bench]], cwd=clone, env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert git("status", "--porcelain", "--ignored", cwd=clone) == "", f"{bench} changed the checkout"
+        if bench in ROWS:
+            (written,) = Path(tmp).glob(f"bench-check-*/{bench}.md")  # result_path's folder, the result's own name
+            ROWS[bench](written.read_text())
 
 
 def test_negative_control_a_written_result_is_seen(clone: Path):

@@ -6,8 +6,9 @@ result is itself checked (``ROWS``: ``gpu_suite --tiny``'s every row), it is rea
 check runs once for both.
 
 The clone is of the committed tree (``git clone``): run from a checkout whose changes are committed. CPU time of
-each check (``CHECK_CPU_S``: user seconds by ``/usr/bin/time``, 2026-12-06, the shared 2-core AMD EPYC); those of
-more than ``SLOW_S`` are marked slow."""
+each check (``CHECK_CPU_S``: user seconds by ``/usr/bin/time``, 2026-12-06, bench_analyze and bench_tracking
+2026-12-07, the shared 2-core AMD EPYC); those of more than ``SLOW_S`` are marked slow. Every check runs at one torch
+thread: a pinned pytest-xdist worker has one core (``conftest.py``), where more threads only wait on each other."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from _gpu_suite_rows import assert_every_section_wrote_its_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS = {  # benchmark -> its check mode's arguments (the smallest grid each offers)
-    "bench_analyze": ["--quick"],
+    "bench_analyze": ["--quick", "--threads", "1"],
     "bench_curvature": ["--quick"],
     "bench_epoch": ["--quick"],
     "bench_hessian": ["--quick"],
@@ -39,7 +40,7 @@ CHECKS = {  # benchmark -> its check mode's arguments (the smallest grid each of
 }
 # Every benchmark module with a check mode is listed above; those without one (bench/*.py, not helpers):
 NO_CHECK_MODE = {"bench_curvature_parts", "bench_warm_crossing", "recipe_search"}
-CHECK_CPU_S = {"bench_analyze": 31, "bench_curvature": 6, "bench_epoch": 2, "bench_hessian": 4, "bench_layout": 4,
+CHECK_CPU_S = {"bench_analyze": 9, "bench_curvature": 6, "bench_epoch": 2, "bench_hessian": 4, "bench_layout": 4,
                "bench_main_job": 33, "bench_monitor": 9, "bench_pipeline": 5, "bench_pretrained": 10,
                "bench_scaling": 14, "bench_tracking": 25, "gpu_suite": 19, "readme_sample": 14}
 SLOW_S = 20

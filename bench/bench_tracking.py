@@ -4,7 +4,8 @@
                                    [--baseline DIR]
 
 Thread count fixed (``--threads``, default 1) for the benchmark process and every ``scale.run`` it starts.
-``--quick``: 2 epochs, 1 off/on pair, no CIFAR-shape section, 1 toy seed (checks that it runs).
+``--quick``: 1 epoch (one measurement per tracked run), 1 off/on pair, no CIFAR-shape section, 1 toy seed (checks
+that it runs).
 
 1. Cost on digits: the same ``scale.run`` training with tracking off and with ``--track-hessian-every``
    (per epoch, the default cadence), interleaved off/on in one process; the tracker's own time over
@@ -206,13 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cifar-steps", type=int, default=2, help="steps of the CIFAR-shape timing (default: 2)")
     p.add_argument("--seeds", type=int, default=4, help="toy instances per head and objective")
     p.add_argument("--threads", type=int, default=1, help="torch threads, fixed, here and in every run (default: 1)")
-    p.add_argument("--quick", action="store_true", help="2 epochs, 1 pair, no CIFAR shape, 1 seed")
+    p.add_argument("--quick", action="store_true", help="1 epoch, 1 pair, no CIFAR shape, 1 seed")
     p.add_argument("--baseline", type=Path, help="a checkout of another revision to compare the digits runs with")
     p.add_argument("--out", help=out_help(OUT))
     args = p.parse_args(argv)
     args.out = str(result_path(args.out, OUT, args.quick))
     if args.quick:
-        args.epochs, args.repeats, args.seeds = 2, 1, 1
+        args.epochs, args.repeats, args.seeds = 1, 1, 1
     torch.set_num_threads(args.threads)
     THREADS[1] = str(args.threads)
     header = run_header("bench.bench_tracking", argv if argv is not None else sys.argv[1:], args.threads)

@@ -52,7 +52,7 @@ the batched crop became one warp, 37 s after) the largest; the whole suite took 
 failing at once. ``--budget-s`` (default 360)
 does not run a section whose estimate no longer fits in what is left, says so, and the run exits 4.
 
-``--tiny`` shrinks every size so that every section runs on a CPU in seconds (``tests/test_gpu_suite.py``): E6 on
+``--tiny`` shrinks every size so that every section runs on a CPU in seconds (``tests/test_bench_checks.py``): E6 on
 stand-in widths (``bench_pretrained --stand-in``), compile with dynamo's eager backend (inductor on a CPU takes
 minutes), the ledger's commands planned with ``--dry-run``; a check of the suite, not a measurement, so it
 writes into a fresh temporary folder unless ``--out`` names a file (``bench._util.result_path``): it never

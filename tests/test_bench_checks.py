@@ -1,11 +1,14 @@
 """Every benchmark's check mode (``--quick``; ``gpu_suite --tiny``, ``bench_pretrained --stand-in``) leaves the
 checkout as it found it: it runs in a clean clone of this repository and ``git status --porcelain`` is empty after
 it (``bench._util.result_path``: a check writes into a temporary folder unless ``--out`` names a file). Negative
-control: the same clone with a file written into ``bench/results`` is not clean, so the test can fail.
+control: the same clone with a file written into ``bench/results`` is not clean, so the test can fail. Where a check's
+result is itself checked (``ROWS``: ``gpu_suite --tiny``'s every row), it is read from that temporary folder, so the
+check runs once for both.
 
 The clone is of the committed tree (``git clone``): run from a checkout whose changes are committed. CPU time of
-each check (``CHECK_CPU_S``: user seconds by ``/usr/bin/time``, 2026-12-06, the shared 2-core AMD EPYC); those of
-more than ``SLOW_S`` are marked slow."""
+each check (``CHECK_CPU_S``: user seconds by ``/usr/bin/time``, 2026-12-06, bench_analyze and bench_tracking
+2026-12-07, the shared 2-core AMD EPYC); those of more than ``SLOW_S`` are marked slow. Every check runs at one torch
+thread: a pinned pytest-xdist worker has one core (``conftest.py``), where more threads only wait on each other."""
 
 from __future__ import annotations
 
@@ -13,13 +16,15 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from _gpu_suite_rows import assert_every_section_wrote_its_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS = {  # benchmark -> its check mode's arguments (the smallest grid each offers)
-    "bench_analyze": ["--quick"],
+    "bench_analyze": ["--quick", "--threads", "1"],
     "bench_curvature": ["--quick"],
     "bench_epoch": ["--quick"],
     "bench_hessian": ["--quick"],
@@ -35,10 +40,11 @@ CHECKS = {  # benchmark -> its check mode's arguments (the smallest grid each of
 }
 # Every benchmark module with a check mode is listed above; those without one (bench/*.py, not helpers):
 NO_CHECK_MODE = {"bench_curvature_parts", "bench_warm_crossing", "recipe_search"}
-CHECK_CPU_S = {"bench_analyze": 31, "bench_curvature": 6, "bench_epoch": 2, "bench_hessian": 4, "bench_layout": 4,
+CHECK_CPU_S = {"bench_analyze": 9, "bench_curvature": 6, "bench_epoch": 2, "bench_hessian": 4, "bench_layout": 4,
                "bench_main_job": 33, "bench_monitor": 9, "bench_pipeline": 5, "bench_pretrained": 10,
-               "bench_scaling": 14, "bench_tracking": 42, "gpu_suite": 19, "readme_sample": 14}
+               "bench_scaling": 14, "bench_tracking": 25, "gpu_suite": 19, "readme_sample": 14}
 SLOW_S = 20
+ROWS = {"gpu_suite": assert_every_section_wrote_its_rows}  # benchmark -> the check of what its check mode wrote
 TIMEOUT_S = 900
 
 
@@ -67,12 +73,18 @@ def test_every_benchmark_is_listed_with_its_check_mode_or_as_having_none():
 @pytest.mark.parametrize("bench", [pytest.param(b, marks=pytest.mark.slow) if CHECK_CPU_S[b] > SLOW_S else b
                                    for b in sorted(CHECKS)])
 def test_a_check_mode_leaves_a_clean_clone_clean(clone: Path, bench: str):
-    env = {**os.environ, "PYTHONPATH": str(clone), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.run([sys.executable, "-m", f"bench.{bench}", *CHECKS[bench]], cwd=clone, env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert git("status", "--porcelain", "--ignored", cwd=clone) == "", f"{bench} changed the checkout"
+    # TMPDIR: a fresh folder for the check's temporary ones, removed after (a short path: multiprocessing puts its
+    # AF_UNIX sockets there, at most 107 characters)
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "PYTHONPATH": str(clone), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+               "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": tmp}
+        proc = subprocess.run([sys.executable, "-m", f"bench.{bench}", *CHECKS[bench]], cwd=clone, env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert git("status", "--porcelain", "--ignored", cwd=clone) == "", f"{bench} changed the checkout"
+        if bench in ROWS:
+            (written,) = Path(tmp).glob(f"bench-check-*/{bench}.md")  # result_path's folder, the result's own name
+            ROWS[bench](written.read_text())
 
 
 def test_negative_control_a_written_result_is_seen(clone: Path):

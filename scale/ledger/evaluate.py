@@ -19,6 +19,7 @@ from dataclasses import asdict
 from typing import Any
 
 from scale.ledger import stats
+from scale.ledger.baselines import raw_input_baseline
 from scale.ledger.claims.base import Claim, Results
 from scale.ledger.readers import learned, learned_findings
 from scale.ledger.verdicts import (
@@ -137,7 +138,8 @@ def evaluate(claim: Claim, res: Results) -> dict[str, Any]:
             "premise_results": v["premises"], "learned_result": v["learned"], "control_results": v["controls"],
             "contradicting": v["contradicting"], "open_protocols": v["open_protocols"], "twin_result": v["twin"],
             "magnitude_result": v["magnitude"], "sign": v["sign"], "verdict": v["verdict"], "label": v["label"],
-            "p": p, "stability": stability, "seeds_needed": needed, "alternative_results": alternatives}
+            "p": p, "stability": stability, "seeds_needed": needed, "alternative_results": alternatives,
+            "raw_input": raw_input_baseline(claim.learned, res, seeds)}
 
 
 def holm(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -176,6 +176,19 @@ def knn_line(c: ClassProbe) -> str:
                                            k.raw_input, k.raw_input_gain)
 
 
+def baselines_cell(c: ClassProbe | None) -> str:
+    """z's class probes beside their two baselines, for a table cell: "z / at initialisation / raw input" in
+    percent, linear then kNN ("-" for what was not measured)."""
+    if c is None:
+        return "-"
+
+    def three(z: float, z0: float | None, raw: float | None) -> str:
+        return " / ".join("-" if v is None else f"{v:.1f}" for v in (z, z0, raw))
+
+    cell = "linear " + three(c.accuracy.z, c.initial_z, c.raw_input)
+    return cell + ("" if c.knn is None else "; kNN " + three(c.knn.accuracy.z, c.knn.initial_z, c.knn.raw_input))
+
+
 UNTRAINED_LABEL = "of a network that did not learn"  # every verdict of a run that failed the premise says so
 # what such a verdict does not say: whether training made the effect (its premise failed)
 NOT_ATTRIBUTED = "whether training made this effect is not said: the network did not learn"
@@ -407,9 +420,10 @@ def geometry_section(g: GeometrySummary) -> list[str]:
             f"BatchNorm: {s.get('bn_mode', 'eval (running statistics)')}.", ""]
 
 
-def probe_section(class_probe: ClassProbe | None, r: RotationProbes | None) -> list[str]:
+def probe_section(class_probe: ClassProbe | None, r: RotationProbes | None, baselines: bool = False) -> list[str]:
     """The probe table (headline and E3) of one model, each accuracy with its Wilson 95 % interval over the
-    test samples; also ``scale.analyze``'s."""
+    test samples; also ``scale.analyze``'s, which puts the class probes' baselines below it (``baselines``: the
+    run report has them in its first table)."""
     rows = []
     if class_probe is not None:
         rows.append((f"headline: {class_probe.protocol}", class_probe.accuracy, class_probe.test_images,
@@ -432,6 +446,11 @@ def probe_section(class_probe: ClassProbe | None, r: RotationProbes | None) -> l
               for label, a, n, gap in rows]
     lines += ["", "Gaps: the percentile interval of a paired bootstrap over the test images (2,000 draws; the four "
               "quarter turns of an image drawn together), so both probes are read on the same images."]
+    c = class_probe
+    if baselines and c is not None and (c.initial_z is not None or c.raw_input is not None):
+        lines += ["", f"The class probes beside their baselines, the backbone at initialisation and the raw input "
+                  f"(flattened pixels): linear: {probe_line(class_probe)}"
+                  + (f"; kNN: {knn_line(class_probe)}." if class_probe.knn is not None else ".")]
     warnings = {w for _, _, n, _ in rows if (w := small_test_warning(n, "test samples")) is not None}
     return [*lines, "", *(f"Warning: {w}." for w in sorted(warnings)), *([""] if warnings else [])]
 

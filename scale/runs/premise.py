@@ -52,8 +52,8 @@ measured against a baseline of the same run:
                  training batches without any gradient step. Such a change is reported as theirs, not as
                  training's. The floor sits three decades above that run and three below the smallest
                  real training measured: two SGD steps at lr 0.005 from E1's collapsed start (the quick ledger's
-                 E1-linear unit) move 1.2e-6; one epoch of digits at lr 1e-6 moves 4e-5, at 1e-4 0.004, at the
-                 main job's recipe 0.04 (seed 0): the shift grows with the learning rate and the steps.
+                 E1-linear unit) move 1.2e-6; one epoch of the main job moves 0.04 at its recipe's learning
+                 rate, 0.004 at lr 1e-4, 4e-5 at lr 1e-6 (seed 0): the shift grows with the rate and the steps.
 
 "Learned" means this and no more: the network learned its pretext task, measured against the same architecture
 at its random initialisation. It does not mean that z is a better representation than the input: the reports put

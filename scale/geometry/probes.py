@@ -12,7 +12,7 @@ cosine-similar training images, weights exp(cos / 0.07)), nothing fitted. A line
 digits is already near 94 %, near its ceiling; the kNN probe reads the features' neighbourhoods and shows what
 training changed there (``scale.runs.premise`` reads both against the backbone at initialisation).
 
-Beside both, the baseline no representation has to beat by construction: the same two probes of the raw input
+Beside both, the baseline no representation is guaranteed to beat: the same two probes of the raw input
 (``raw_input_features``: the normalised pixels the backbone reads, flattened, in float64 so that the baseline does
 not move with the processor's kernels). "The network learned" is measured against a random backbone; whether z
 reads the classes better than the pixels it was computed from is this baseline's question (on digits it often

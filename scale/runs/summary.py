@@ -100,7 +100,7 @@ class ClassProbe:
     """The headline probe on the class labels: its protocol, the images it saw, the accuracies, the gap h
     minus z with its paired interval over the test images, and the control: the same probe of the backbone
     at initialisation (``initial_z``) and the trained z minus it (``initial_gain``), paired likewise; and the
-    baseline no representation has to beat by construction: the same probe of the raw input, the flattened
+    baseline no representation is guaranteed to beat: the same probe of the raw input, the flattened
     normalised pixels (``raw_input``, fitted in float64), and z minus it (``raw_input_gain``). The optional parts
     are ``None`` where not measured (or in summaries written before them)."""
 

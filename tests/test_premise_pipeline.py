@@ -3,7 +3,7 @@
 solved before any update, weights that never move) is "did not learn", never "learned"; the same folder trained
 for real is "not decided"; ``check_training`` reads the first step's loss from the first epoch's record; the raw
 input's probes reach the run's summary, its report and a ledger unit's premise record; a ledger row renders them
-beside the initialisation baseline."""
+beside the initialisation baseline; the grid reads a run without a class probe as not decided."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from scale.engine.data import load_digits, load_synthetic
 from scale.engine.train import Trainer
 from scale.geometry.e4_seed import premise_record
 from scale.geometry.probes import raw_input_features
+from scale.grid.sections import add_verdict, premise_cell
 from scale.ledger import report
 from scale.ledger.baselines import raw_input_baseline, raw_input_text
 from scale.ledger.claims import CLAIMS
@@ -36,7 +37,7 @@ from scale.runs.premise import (
     WEIGHTS_MOVED_FLOOR,
     check_training,
 )
-from scale.runs.summary import ClassProbe, Estimate, KnnProbe, ProbePair
+from scale.runs.summary import ClassProbe, Estimate, KnnProbe, ProbePair, RunSummary, TrainingCheck
 
 DIGITS_IMAGES = 160  # digits written as a folder without labels: 128 to train on, 32 to test
 TINY = ["--epochs", "1", "--batch-size", "32", "--backbone-width", "4", "--head-width", "16", "--head-out", "8",
@@ -171,3 +172,19 @@ def test_a_ledger_row_shows_the_raw_input_beside_the_initialisation_baseline():
             p["class_probe"] = {k: v for k, v in p["class_probe"].items() if k not in ("raw_input", "knn")}
     old = raw_input_baseline(claim.learned, res, [0, 1, 2])
     assert old["linear"] is None and "not recorded" in raw_input_text(old)
+
+
+def test_the_grid_reads_a_run_without_a_class_probe_as_not_decided():
+    """A grid unit whose loss passes and which has no class probe: its row's premise is "not decided", and a verdict
+    resting on it is "premise not met (not decided)", not a verdict of a network that learned."""
+    chance = math.log(255)
+    check = TrainingCheck(learned=True, findings=[], chance_loss=chance, initial_loss=5.98, final_loss=2.06,
+                          h_spread=0.9, z_spread=0.4, weight_shift=0.1)  # "learned" as stored: read again
+    run = {"name": "u", "summary": RunSummary(config={"method": "simclr"}, training=check)}
+    assert premise_cell([run]) == (NOT_DECIDED, None)
+    verdicts: list = []
+    add_verdict(verdicts, "claim", "ours", "paper", True, [run])
+    assert verdicts[0][3] == NOT_DECIDED and verdicts[0][4].startswith(f"premise not met ({NOT_DECIDED})")
+    gained = ClassProbe("linear", 1347, 450, ProbePair(97.0, 90.0), None, 93.0, Estimate(4.0, 1.5, 6.5, 450))
+    run["summary"].class_probe = gained
+    assert premise_cell([run]) == ("learned (1 of 1 runs decided)", True)

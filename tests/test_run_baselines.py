@@ -115,9 +115,11 @@ def test_a_network_whose_loss_stays_at_chance_did_not_learn_and_says_so_first(tm
     t = s.training
     assert t.learned is False and math.isclose(t.chance_loss, math.log(2 * 32 - 1))
     assert abs(t.final_loss - t.chance_loss) < 1e-3 and t.h_spread < 1e-6
-    assert "chance" in t.findings[0] and any("collapsed" in n for n in t.notes)
+    assert any("chance" in f and "first step" not in f for f in t.findings) and any("collapsed" in n for n in t.notes)
     results = lines[lines.index(next(li for li in lines if li.startswith("WARNING"))):]
-    assert results[0].startswith("WARNING: the network did not learn: the loss ended")
+    assert results[0].startswith("WARNING: the network did not learn: the loss did not fall below its first step")
+    # the constant head passes no gradient back: the backbone's weights stay where they began
+    assert t.weight_shift == 0.0 and "the backbone's weights did not move" in results[0]
     verdicts = [li for li in results if li.startswith("verdict")]
     assert all(li.startswith("verdict (of a network that did not learn): ") for li in verdicts)
     assert all("whether training made this effect is not said" in li for li in verdicts)
@@ -169,4 +171,8 @@ def test_analyze_of_a_run_repeats_its_end_of_run_probes_and_orbits(seeded):
         else:
             assert result["verdict"][key] == est, key
     assert result["training"]["learned"] == summary["training"]["learned"]
+    assert math.isclose(result["training"]["weight_shift"], summary["training"]["weight_shift"], rel_tol=1e-12)
     assert "(h minus z: " in buf.getvalue() and "training check: loss" in buf.getvalue()
+    page = (out / "a" / "analysis" / "report.md").read_text()  # the raw input beside the initialisation, here too
+    assert "The class probes beside their baselines" in page and "the raw input (pixels)" in page
+    assert "it does not mean a representation better than the input" in page

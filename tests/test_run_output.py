@@ -38,9 +38,10 @@ def test_the_end_of_run_measurement_is_announced_phase_by_phase(run):
     _, printed = run
     # measured on the whole dataset (256 + 64 images; --train-subset limits the training), 6 orbits x 23 images,
     # rotation probes on 4 x (256 + 64): the cap is a quarter of the 96 images trained on, but at least 256
-    # the class probe also probes the backbone at initialisation: twice the images, a third fit
+    # the class probe also probes the backbone at initialisation and the raw input: twice the images (the raw
+    # input needs no forward pass), a third and a fourth fit
     assert ("end-of-run measurement: 5 phases (orbit geometry: 138 images; class probe: features: 640 images; "
-            "class probe: fits: 3 L-BFGS fits; rotation probes: features: 1,280 images; rotation probes: fits: 4 Adam "
+            "class probe: fits: 4 L-BFGS fits; rotation probes: features: 1,280 images; rotation probes: fits: 4 Adam "
             "fits)") in printed
     names = ("orbit geometry", "class probe: features", "class probe: fits", "rotation probes: features",
              "rotation probes: fits")
@@ -72,6 +73,16 @@ def test_stdout_and_report_state_the_probe_the_verdict_and_the_warning_the_same_
     assert f"**Verdict{label}: {v.verdict}.** Collapse ratio spread(z) / spread(h) = {v.collapse_ratio.fmt()}" in report
     assert f"the untrained head of the same architecture: {v.collapse_ratio_untrained.fmt()}" in report
     assert (learned_text(v) if not untrained else "Whether training made this effect is not said") in report
+    # the raw input beside the initialisation baseline, linear and kNN, in stdout, the report and the premise
+    for probe, table in ((summary["class_probe"], "headline probe"), (summary["class_probe"]["knn"], "kNN probe")):
+        raw, rg = probe["raw_input"], probe["raw_input_gain"]
+        assert math.isclose(rg["value"], probe["accuracy"]["z"] - raw, abs_tol=1e-9)
+        said = (f"the raw input (pixels) {accuracy_text(raw, n)} (z minus it {rg['value']:+.2f} points "
+                f"[{rg['low']:+.1f}, {rg['high']:+.1f}])")
+        assert said in printed
+        assert f"| {table} on the raw input (flattened pixels) | {accuracy_text(raw, n)} |" in report
+    assert summary["training"]["raw_input_probe"] == summary["class_probe"]["raw_input"]
+    assert "it does not mean a representation better than the input" in report
     warning = "only 64 test images: one is worth 1.6 points"
     assert warning in printed and warning in report and f"Warning: only {n} test samples" in report
 

@@ -23,7 +23,7 @@ from scale.engine.dataset import Dataset
 from scale.engine.methods import get as get_method
 from scale.engine.model import SSLModel
 from scale.engine.progress import Phases
-from scale.geometry.initial import initial_backbone
+from scale.geometry.initial import initial_backbone, weight_shift
 from scale.geometry.measure import (
     CONTROL_SEED,
     GeometryResult,
@@ -202,7 +202,8 @@ def analyze_model(backbone: nn.Module, head: nn.Module, data: Dataset, cfg: Trai
         # without a training record the spreads of the analysed features stand in for the last epoch's
         records = [dict(r) for r in history] if history else [spreads]
         headline = RunSummary.from_dict({"class_probe": out["probes"]["headline"]}).class_probe
-        out["training"] = asdict(check_training(cfg, records, (z.shape[1], h.shape[1]), headline, how))
+        out["training"] = asdict(check_training(cfg, records, (z.shape[1], h.shape[1]), headline, how,
+                                                weight_shift(cfg, model.backbone, start)))
     out.update(seconds=phases.elapsed(), device=device_name(device), versions=versions(),
                git_commit=git_commit(), dataset=data.name)
     return out

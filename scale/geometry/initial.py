@@ -34,3 +34,18 @@ def initial_backbone(cfg: Any, backbone: nn.Module) -> tuple[nn.Module, str]:
                         m.reset_parameters()
             how = f"a fresh initialisation of your backbone (reset_parameters, seed {cfg.seed})"
     return fresh.to(device).eval(), how
+
+
+def weight_shift(cfg: Any, backbone: nn.Module, initial: nn.Module) -> float | None:
+    """||theta - theta_0|| / ||theta_0|| over the backbone's parameters, float64: the trained ``backbone`` against
+    ``initial`` (``initial_backbone``). ``None`` for a backbone of your own, whose initial weights are not
+    recorded (its fresh copy is another draw: the distance would measure the draw, not training)."""
+    if getattr(cfg, "backbone", OWN) not in BACKBONES:
+        return None
+    trained, start = list(backbone.parameters()), list(initial.parameters())
+    if [p.shape for p in trained] != [p.shape for p in start]:
+        return None
+    with torch.no_grad():
+        diff = sum(float(((p.double() - q.double().to(p.device)) ** 2).sum()) for p, q in zip(trained, start))
+        norm = sum(float((q.double() ** 2).sum()) for q in start)
+    return (diff / norm) ** 0.5 if norm > 0 else None

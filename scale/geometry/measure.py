@@ -59,7 +59,7 @@ from scale.engine.heads import build_head, collapse_init_
 from scale.engine.modes import eval_mode
 from scale.engine.modules import OWN
 from scale.engine.progress import Phases
-from scale.geometry.initial import initial_backbone
+from scale.geometry.initial import initial_backbone, weight_shift
 from scale.geometry.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, check_family, family_parameters, orbit_batch_at
 from scale.geometry.probes import class_probe, class_probe_skip_reason, features, plan_probes, run_probes
 from scale.geometry.verdict import orbit_verdict
@@ -396,7 +396,8 @@ def learning_premise(trainer: Any, data: Any) -> tuple[TrainingCheck, ClassProbe
         probe = class_probe(state.embed, trainer.augment.normalize, data.train_x, data.train_y, data.test_x,
                             data.test_y, data.classes, initial=torch.no_grad()(start))
     k = state.embed(state.probe_x[:2])[1].shape[1]
-    return check_training(cfg, state.history, (model.backbone.out_dim, k), probe, how), probe
+    return check_training(cfg, state.history, (model.backbone.out_dim, k), probe, how,
+                          weight_shift(cfg, model.backbone, start)), probe
 
 
 def final_measurement(trainer: Any, data: Any, run_dir: Path | None, settings: EndOfRun = EndOfRun(),
@@ -443,6 +444,7 @@ def final_measurement(trainer: Any, data: Any, run_dir: Path | None, settings: E
                                                       n_rotation, cfg.seed, phases, res.notes,
                                                       initial=torch.no_grad()(start))
     k = state.embed(state.probe_x[:2])[1].shape[1]
-    res.training = check_training(cfg, state.history, (model.backbone.out_dim, k), res.class_probe, how)
+    res.training = check_training(cfg, state.history, (model.backbone.out_dim, k), res.class_probe, how,
+                                  weight_shift(cfg, model.backbone, start))
     res.seconds = phases.elapsed()
     return res

@@ -21,7 +21,7 @@ from scale.grid.sections import (
     section_e4,
     section_e5,
 )
-from scale.runs.run_report import premise_word, versions_table
+from scale.runs.run_report import baselines_cell, premise_word, versions_table
 from scale.runs.summary import RunSummary
 
 REPORT_HEADER = b"# The paper's grid on "  # the first line of every report.md report_text writes
@@ -115,14 +115,17 @@ def report_text(grid: dict[str, Any], out: Path) -> str:
     head += [f"| {c} | {o} | {p} | {q} | {v} |" for c, o, p, q, v in verdicts] + [""]
     intro_end = L.index("## Deviations from the paper's settings")
     L = L[:intro_end] + head + L[intro_end:]
-    L += ["## Runs", "", "| run | status | epochs | final loss | the network learned | wall s | deviations |",
-          "|---|---|---|---|---|---|---|"]
+    L += ["## Runs", "", "Class probes of z (test accuracy, %): trained / the backbone at initialisation / the raw "
+          "input (flattened pixels, the same images); \"learned\" is against the initialisation, not the raw input.",
+          "",
+          "| run | status | epochs | final loss | the network learned | class probes of z | wall s | deviations |",
+          "|---|---|---|---|---|---|---|---|"]
     for r in runs:
         s = r["summary"] or RunSummary()
         loss = final_metric(r, "loss")
         L.append(f"| {md(r['name'])} | {md(run_status(r))} | {s.epochs_done} | "
                  f"{'-' if loss is None else f'{loss:.4f}'} | {premise_word(learned_check(r))} | "
-                 f"{s.wall_seconds:.1f} | {len(r['deviations'] or {})} |")
+                 f"{baselines_cell(s.class_probe)} | {s.wall_seconds:.1f} | {len(r['deviations'] or {})} |")
     if grid["ignored"]:  # other plans share OUT/units: named, never read further nor touched
         L += ["", f"## Unit files left out ({len(grid['ignored'])})", "",
               "In `units/` beside this plan's folder: of another plan, with another key than this plan's run, or "

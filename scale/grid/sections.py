@@ -22,7 +22,7 @@ import numpy as np
 from mini import paper_numbers as paper
 from scale.experiments.paper import E1_HEADS
 from scale.geometry.probes import E3_PROTOCOL, HEADLINE_PROTOCOL
-from scale.runs.premise import DID_NOT_LEARN, recheck
+from scale.runs.premise import DID_NOT_LEARN, NOT_DECIDED, recheck
 from scale.runs.summary import CurvatureSummary, GeometrySummary, RunSummary, TrainingCheck
 
 PAPER_COMPRESSION = f"{paper.E4['spread'].factor:.4g}x"
@@ -96,14 +96,14 @@ def learned_check(r: dict[str, Any]) -> TrainingCheck | None:
 
 def premise_cell(runs: list[dict[str, Any]]) -> tuple[str, bool | None]:
     """The premise over the runs a verdict rests on: the cell's text and whether every run learned (``None``:
-    not measured in any)."""
+    not decided in any: not measured, or without a class probe)."""
     checks = [(r["name"], learned_check(r)) for r in runs]
     measured = [(n, t) for n, t in checks if t is not None and t.learned is not None]
     if not measured:
-        return "not measured", None
+        return NOT_DECIDED, None
     failed = [(n, t) for n, t in measured if not t.learned]
     if not failed:
-        return f"learned ({len(measured)} of {len(checks)} runs measured)", True
+        return f"learned ({len(measured)} of {len(checks)} runs decided)", True
     return (f"{DID_NOT_LEARN}: " + "; ".join(f"{n} ({t.findings[0]})" for n, t in failed[:3])
             + (f"; and {len(failed) - 3} more" if len(failed) > 3 else "")), False
 
@@ -118,7 +118,7 @@ def add_verdict(verdicts: list, claim: str, ours: str, paper_text: str, ok: bool
         cell = f"not this claim's premise ({why_not}); {cell}"
     verdict = _verdict(ok)
     if gated and learned is not True and ok is not None:
-        verdict = f"premise not met ({'the network ' + DID_NOT_LEARN if learned is False else 'not measured'}); " \
+        verdict = f"premise not met ({'the network ' + DID_NOT_LEARN if learned is False else NOT_DECIDED}); " \
                   f"as measured: {verdict}"
     verdicts.append((claim, ours, paper_text, cell, verdict))
 

@@ -27,6 +27,7 @@ from dataclasses import asdict
 from typing import Any
 
 from scale.ledger import stats
+from scale.ledger.baselines import raw_input_baseline
 from scale.ledger.claims.base import PAPER, PAPER_PROTOCOL, Claim, Results
 from scale.ledger.readers import learned, learned_findings
 from scale.ledger.verdicts import (
@@ -164,7 +165,8 @@ def evaluate(claim: Claim, res: Results) -> dict[str, Any]:
             "premise_results": v["premises"], "learned_result": v["learned"], "control_results": v["controls"],
             "contradicting": v["contradicting"], "open_protocols": v["open_protocols"], "twin_result": v["twin"],
             "magnitude_result": v["magnitude"], "sign": v["sign"], "verdict": v["verdict"], "label": v["label"],
-            "p": p, "stability": stability, "seeds_needed": needed, "alternative_results": alternatives}
+            "p": p, "stability": stability, "seeds_needed": needed, "alternative_results": alternatives,
+            "raw_input": raw_input_baseline(claim.learned, res, seeds)}
 
 
 def in_family(row: dict[str, Any]) -> bool:

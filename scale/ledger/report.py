@@ -15,6 +15,7 @@ from scale.engine.markdown import escape as md
 from scale.experiments.paper import E2_RUNS
 from scale.geometry.e4_report import write_report as e4_report
 from scale.ledger import store
+from scale.ledger.baselines import raw_input_text
 from scale.ledger.claims import CLAIMS, NOT_RUN
 from scale.ledger.claims.base import CHECK, MECHANISM, PAPER, PROJECT, Results
 from scale.ledger.evaluate import evaluate_all, seeds_of
@@ -67,6 +68,8 @@ def premise_text(row: dict[str, Any]) -> str:
             parts.append(f"the network learned: not recorded for {len(learn['missing'])} trainings (open)")
     elif row.get("not_learned"):
         parts.append(f"the network learned: not this row's premise ({md(row['not_learned'])})")
+    if raw := raw_input_text(row.get("raw_input")):
+        parts.append(raw)
     return "; ".join(parts) or "-"
 
 

@@ -86,7 +86,7 @@ def render_report(result: dict[str, Any], source: str) -> str:
         r = p["rotation"]
         rot = RotationProbes.from_dict({"settings": p["rotation_settings"], "gaps": p.get("rotation_gaps"),
                                         **{k: {"z": r["z"][k], "h": r["h"][k]} for k in ("linear", "mlp")}})
-        L += probe_section(typed.class_probe, rot)
+        L += probe_section(typed.class_probe, rot, baselines=True)
     L += ["## Provenance", "", *versions_table(result["versions"], result["git_commit"])]
     return "\n".join(L)
 

@@ -22,7 +22,7 @@ from scale.engine.checkpoint import atomic_write_bytes, atomic_write_json, atomi
 from scale.engine.markdown import escape as md
 from scale.engine.modules import OWN, describe
 from scale.engine.plots import png, pyplot
-from scale.runs.premise import DID_NOT_LEARN, LEARNED_MARGIN
+from scale.runs.premise import DID_NOT_LEARN, LEARNED_MARGIN, NOT_DECIDED, learned_word
 from scale.runs.summary import (
     ClassProbe,
     CurvatureSummary,
@@ -145,26 +145,48 @@ def gap_text(gap: Estimate | None, value: float) -> str:
 
 
 def _pair_line(accuracy: ProbePair, gap: Estimate | None, initial_z: float | None, initial_gain: Estimate | None,
-               n: int) -> str:
-    """One probe's z and h, h minus z with its paired interval, and the backbone at initialisation where probed."""
+               n: int, raw_input: float | None = None, raw_gain: Estimate | None = None) -> str:
+    """One probe's z and h, h minus z with its paired interval, and beside each other the backbone at
+    initialisation and the raw input where probed."""
     line = (f"backbone z {accuracy_text(accuracy.z, n)}  head h {accuracy_text(accuracy.h, n)}  "
             f"(h minus z: {gap_text(gap, accuracy.gap)})")
     if initial_z is not None:
         line += (f"; z at initialisation {accuracy_text(initial_z, n)} (training added "
                  f"{gap_text(initial_gain, accuracy.z - initial_z)})")
+    if raw_input is not None:
+        line += f"; {raw_input_text(accuracy.z, raw_input, raw_gain, n)}"
     return line
+
+
+def raw_input_text(z: float, raw_input: float, raw_gain: Estimate | None, n: int) -> str:
+    """The raw-input baseline beside z: the same probe of the flattened pixels and z minus it, paired."""
+    return f"the raw input (pixels) {accuracy_text(raw_input, n)} (z minus it {gap_text(raw_gain, z - raw_input)})"
 
 
 def probe_line(c: ClassProbe) -> str:
     """The headline probe on one line, h minus z (the sign of every report) with its paired interval,
-    intervals beside; the backbone at initialisation where it was probed."""
-    return _pair_line(c.accuracy, c.gap, c.initial_z, c.initial_gain, c.test_images)
+    intervals beside; the backbone at initialisation and the raw input where they were probed."""
+    return _pair_line(c.accuracy, c.gap, c.initial_z, c.initial_gain, c.test_images, c.raw_input, c.raw_input_gain)
 
 
 def knn_line(c: ClassProbe) -> str:
     """The kNN probe beside the headline, on one line (where it was measured)."""
     k = c.knn
-    return "" if k is None else _pair_line(k.accuracy, k.gap, k.initial_z, k.initial_gain, c.test_images)
+    return "" if k is None else _pair_line(k.accuracy, k.gap, k.initial_z, k.initial_gain, c.test_images,
+                                           k.raw_input, k.raw_input_gain)
+
+
+def baselines_cell(c: ClassProbe | None) -> str:
+    """z's class probes beside their two baselines, for a table cell: "z / at initialisation / raw input" in
+    percent, linear then kNN ("-" for what was not measured)."""
+    if c is None:
+        return "-"
+
+    def three(z: float, z0: float | None, raw: float | None) -> str:
+        return " / ".join("-" if v is None else f"{v:.1f}" for v in (z, z0, raw))
+
+    cell = "linear " + three(c.accuracy.z, c.initial_z, c.raw_input)
+    return cell + ("" if c.knn is None else "; kNN " + three(c.knn.accuracy.z, c.knn.initial_z, c.knn.raw_input))
 
 
 UNTRAINED_LABEL = "of a network that did not learn"  # every verdict of a run that failed the premise says so
@@ -173,15 +195,19 @@ NOT_ATTRIBUTED = "whether training made this effect is not said: the network did
 
 
 def premise_word(t: TrainingCheck | None) -> str:
-    """The premise in a word or two, for tables: "learned", "did not learn", or "not measured"."""
-    if t is None or t.learned is None:
-        return "not measured"
-    return "learned" if t.learned else DID_NOT_LEARN
+    """The premise in a word or two, for tables: "learned", "did not learn", or "not decided"."""
+    return learned_word(None if t is None else t.learned)
+
+
+# what "learned" says and what it does not (scale.runs.premise), beside every premise a report prints
+LEARNED_MEANS = ("learned means its pretext task, against the same backbone at initialisation; it does not mean a "
+                 "representation better than the input (the raw input's probes are beside)")
 
 
 def training_lines(t: TrainingCheck | None) -> list[str]:
     """The premise "the network learned" (``scale.runs.premise``), printed before anything else of
-    a run's results: a warning where it fails, then what was checked."""
+    a run's results: a warning where it fails, "not decided" where a part it needs was not measured, then what
+    was checked."""
     if t is None:
         return []
     lines = []
@@ -189,7 +215,10 @@ def training_lines(t: TrainingCheck | None) -> list[str]:
         lines.append(f"WARNING: the network {DID_NOT_LEARN}: " + "; ".join(t.findings) + ". The probes and the "
                      "verdict below describe a network that did not learn.")
     elif t.learned:
-        lines.append(f"the network learned (the premise of every verdict below: {t.premise})")
+        lines.append(f"the network learned (the premise of every verdict below: {t.premise}; {LEARNED_MEANS})")
+    else:
+        lines.append(f"the premise is {NOT_DECIDED}: {t.premise}. The loss alone never says the network learned; the "
+                     "verdicts below are not those of a network known to have learned.")
     lines += [f"note: {f}" for f in t.notes]
     checked = []
     if t.final_loss is not None:
@@ -201,6 +230,8 @@ def training_lines(t: TrainingCheck | None) -> list[str]:
     spreads = [f"{name} {v:.2f}" for name, v in (("h", t.h_spread), ("z", t.z_spread)) if v is not None]
     if spreads:
         checked.append("spread " + ", ".join(spreads) + " (1: spread evenly over the sphere, 0: one point)")
+    if t.weight_shift is not None:
+        checked.append(f"backbone weights moved {t.weight_shift:.2g} of their norm from initialisation")
     return lines + (["training check: " + "; ".join(checked)] if checked else [])
 
 
@@ -314,6 +345,9 @@ def _run_section(run_dir: Path, s: RunSummary) -> list[str]:
             lines += [f"| headline probe on z at initialisation | {accuracy_text(s.class_probe.initial_z, n)} |",
                       f"| z trained minus z at initialisation | "
                       f"{gap_text(s.class_probe.initial_gain, a.z - s.class_probe.initial_z)} |"]
+        if (raw := s.class_probe.raw_input) is not None:
+            lines += [f"| headline probe on the raw input (flattened pixels) | {accuracy_text(raw, n)} |",
+                      f"| z trained minus the raw input | {gap_text(s.class_probe.raw_input_gain, a.z - raw)} |"]
         if (k := s.class_probe.knn) is not None:
             lines += [f"| kNN probe on z, on h [Wilson 95 %] | {accuracy_text(k.accuracy.z, n)}; "
                       f"{accuracy_text(k.accuracy.h, n)} |",
@@ -322,6 +356,10 @@ def _run_section(run_dir: Path, s: RunSummary) -> list[str]:
                 lines += [f"| kNN probe on z at initialisation | {accuracy_text(k.initial_z, n)} |",
                           f"| kNN: z trained minus z at initialisation | "
                           f"{gap_text(k.initial_gain, k.accuracy.z - k.initial_z)} |"]
+            if k.raw_input is not None:
+                lines += [f"| kNN probe on the raw input (flattened pixels) | {accuracy_text(k.raw_input, n)} |",
+                          f"| kNN: z trained minus the raw input | "
+                          f"{gap_text(k.raw_input_gain, k.accuracy.z - k.raw_input)} |"]
     lines += [f"| wall time | {s.wall_seconds:.1f} s |"]
     if s.end_of_run_seconds is not None:
         lines += [f"| of which the end-of-run measurement | {s.end_of_run_seconds:.1f} s |"]
@@ -339,15 +377,20 @@ def _run_section(run_dir: Path, s: RunSummary) -> list[str]:
 
 
 def training_section(t: TrainingCheck) -> list[str]:
-    """The premise paragraph of a report: did the network learn (``scale.runs.premise``)."""
+    """The premise paragraph of a report: did the network learn (``scale.runs.premise``), what that means, and
+    the raw input beside the initialisation baseline."""
     verdict = {True: "the network learned", False: f"**the network {DID_NOT_LEARN}**",
-               None: "not measured"}[t.learned]
+               None: f"**{NOT_DECIDED}**"}[t.learned]
     text = [f"The premise of every verdict below: {verdict}" + (f" (resting on {t.premise})." if t.premise else ".")]
+    if t.learned is None:
+        text.append("The loss alone never says the network learned: without a class probe the premise is not "
+                    "decided.")
     text += [f"{f[0].upper()}{f[1:]}." for f in (*t.findings, *t.notes)]
     checked = [li.removeprefix("training check: ") for li in training_lines(t) if li.startswith("training check: ")]
     text += [f"Checked: {c}." for c in checked]
     if t.initialisation:
         text.append(f"The backbone at initialisation: {t.initialisation}.")
+    text.append(f"What the premise says: {LEARNED_MEANS}.")
     return [" ".join(text)]
 
 
@@ -377,9 +420,10 @@ def geometry_section(g: GeometrySummary) -> list[str]:
             f"BatchNorm: {s.get('bn_mode', 'eval (running statistics)')}.", ""]
 
 
-def probe_section(class_probe: ClassProbe | None, r: RotationProbes | None) -> list[str]:
+def probe_section(class_probe: ClassProbe | None, r: RotationProbes | None, baselines: bool = False) -> list[str]:
     """The probe table (headline and E3) of one model, each accuracy with its Wilson 95 % interval over the
-    test samples; also ``scale.analyze``'s."""
+    test samples; also ``scale.analyze``'s, which puts the class probes' baselines below it (``baselines``: the
+    run report has them in its first table)."""
     rows = []
     if class_probe is not None:
         rows.append((f"headline: {class_probe.protocol}", class_probe.accuracy, class_probe.test_images,
@@ -402,6 +446,11 @@ def probe_section(class_probe: ClassProbe | None, r: RotationProbes | None) -> l
               for label, a, n, gap in rows]
     lines += ["", "Gaps: the percentile interval of a paired bootstrap over the test images (2,000 draws; the four "
               "quarter turns of an image drawn together), so both probes are read on the same images."]
+    c = class_probe
+    if baselines and c is not None and (c.initial_z is not None or c.raw_input is not None):
+        lines += ["", f"The class probes beside their baselines, the backbone at initialisation and the raw input "
+                  f"(flattened pixels): linear: {probe_line(class_probe)}"
+                  + (f"; kNN: {knn_line(class_probe)}." if class_probe.knn is not None else ".")]
     warnings = {w for _, _, n, _ in rows if (w := small_test_warning(n, "test samples")) is not None}
     return [*lines, "", *(f"Warning: {w}." for w in sorted(warnings)), *([""] if warnings else [])]
 

@@ -85,19 +85,24 @@ class KnnProbe:
     gap: Estimate | None = None
     initial_z: float | None = None
     initial_gain: Estimate | None = None
+    raw_input: float | None = None
+    raw_input_gain: Estimate | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> KnnProbe:
         return cls(**{**d, "accuracy": ProbePair(**d["accuracy"]), "gap": _estimate(d.get("gap")),
-                      "initial_gain": _estimate(d.get("initial_gain"))})
+                      "initial_gain": _estimate(d.get("initial_gain")),
+                      "raw_input_gain": _estimate(d.get("raw_input_gain"))})
 
 
 @dataclass(frozen=True)
 class ClassProbe:
     """The headline probe on the class labels: its protocol, the images it saw, the accuracies, the gap h
     minus z with its paired interval over the test images, and the control: the same probe of the backbone
-    at initialisation (``initial_z``) and the trained z minus it (``initial_gain``), paired likewise. The
-    optional parts are ``None`` where not measured (or in summaries written before them)."""
+    at initialisation (``initial_z``) and the trained z minus it (``initial_gain``), paired likewise; and the
+    baseline no representation is guaranteed to beat: the same probe of the raw input, the flattened
+    normalised pixels (``raw_input``, fitted in float64), and z minus it (``raw_input_gain``). The optional parts
+    are ``None`` where not measured (or in summaries written before them)."""
 
     protocol: str
     train_images: int
@@ -107,12 +112,15 @@ class ClassProbe:
     initial_z: float | None = None
     initial_gain: Estimate | None = None
     knn: KnnProbe | None = None  # the kNN probe beside it (summaries written before it have none)
+    raw_input: float | None = None
+    raw_input_gain: Estimate | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ClassProbe:
         knn = d.get("knn")
         return cls(**{**d, "accuracy": ProbePair(**d["accuracy"]), "gap": _estimate(d.get("gap")),
                       "initial_gain": _estimate(d.get("initial_gain")),
+                      "raw_input_gain": _estimate(d.get("raw_input_gain")),
                       "knn": KnnProbe.from_dict(knn) if isinstance(knn, dict) else None})
 
 
@@ -136,9 +144,10 @@ class RotationProbes:
 class TrainingCheck:
     """The premise "the network learned", measured (``scale.runs.premise``), read before any verdict:
 
-    learned          True where it holds, False where it fails (``findings`` say why), None where nothing
-                     could be measured (or in summaries written before the premise); ``notes``: what is
-                     reported beside it (a collapse where the loss has a chance level)
+    learned          True where it holds, False where it fails (``findings`` say why), None where it is not
+                     decided: no class probe (no labels), nothing measured, or a summary written before the
+                     premise; ``notes``: what is reported beside it (a collapse where the loss has a chance
+                     level, probes that moved with weights that did not)
     premise          what it rests on: the loss against chance (or its first step and the collapse detectors),
                      z's class probes against the backbone at initialisation
     chance_loss      the loss of a representation that tells no view from another (``None`` where the
@@ -149,6 +158,11 @@ class TrainingCheck:
     initial_probe    the headline probe of the backbone at initialisation (percent), and ``probe_gain``
                      the trained backbone minus it, paired over the test images (the kNN probe's: the
                      summary's ``class_probe.knn``)
+    raw_input_probe  the headline probe of the raw input (flattened normalised pixels, same images), and
+                     ``raw_input_gain`` the trained z minus it: reported beside the premise, not part of it
+                     ("learned" is against a random backbone, not against the input)
+    weight_shift     ||theta - theta_0|| / ||theta_0|| over the backbone's parameters, trained against at
+                     initialisation (``None`` where the initial weights are not known: a backbone of your own)
     """
 
     learned: bool | None
@@ -163,13 +177,16 @@ class TrainingCheck:
     initial_probe: float | None = None
     probe_gain: Estimate | None = None
     initialisation: str = ""
+    raw_input_probe: float | None = None
+    raw_input_gain: Estimate | None = None
+    weight_shift: float | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainingCheck:
         """What ``asdict`` wrote; a check written before the premise (its ``trained`` meant less) reads as
         ``learned=None`` until ``scale.runs.premise.recheck`` reads its numbers again."""
         names = {f.name for f in fields(cls)}
-        kept = {k: (_estimate(v) if k == "probe_gain" else v) for k, v in d.items() if k in names}
+        kept = {k: (_estimate(v) if k in ("probe_gain", "raw_input_gain") else v) for k, v in d.items() if k in names}
         return cls(**{"learned": None, **kept})
 
 

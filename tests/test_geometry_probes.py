@@ -17,6 +17,7 @@ from torch import nn
 
 from mini.invariance import orbit_geometry
 from scale.engine.cifar import ARCHIVES
+from scale.geometry import probes
 from scale.geometry.measure import GeometrySettings, measure_geometry, orbit_images, parse_orbits
 from scale.geometry.orbits import E4_ROTATION_ANGLES, E4_SWEEP_ANGLES, orbit_batch_at
 from scale.geometry.probes import HEADLINE_PROTOCOL, ProbeSettings, class_probe, rotated, run_rotation_probes
@@ -179,3 +180,21 @@ def test_scale_run_ends_with_geometry_and_probes_on_cifar_format(tmp_path):
     assert "Orbit geometry (E4)" in report and "Probes on frozen features (headline; E3)" in report
     assert "headline: class labels, linear: logistic regression" in report
     assert main(["cifar10", "--orbits", "5by3", "--data-dir", str(tmp_path / "data")]) == 2
+
+
+def test_the_raw_input_memo_returns_what_a_fresh_fit_returns_and_keys_on_content():
+    """``raw_input_correct`` is memoised per process by the features' and labels' content: a second call gives the
+    fresh fits' answers (each a copy: a caller's edit does not reach the memo), and the same shapes with one label
+    changed are a new entry, not the old answer."""
+    g = torch.Generator().manual_seed(3)
+    tr, te = torch.randn(60, 5, generator=g, dtype=torch.float64), torch.randn(30, 5, generator=g, dtype=torch.float64)
+    ytr, yte = (tr[:, 0] > 0).long(), (te[:, 0] > 0).long()
+    fresh = (probes.logistic_probe_correct(tr, ytr, te, yte, 2), probes.knn_correct(tr, ytr, te, yte, 2))
+    first = probes.raw_input_correct(tr, te, ytr, yte, 2)
+    first[0][:] = ~first[0]  # a caller's edit
+    again = probes.raw_input_correct(tr, te, ytr, yte, 2)
+    assert all(torch.equal(a, b) for a, b in zip(again, fresh))
+    flipped = yte.clone()
+    flipped[0] = 1 - flipped[0]
+    other = probes.raw_input_correct(tr, te, ytr, flipped, 2)
+    assert other[0][0] != again[0][0] and torch.equal(other[0][1:], again[0][1:])

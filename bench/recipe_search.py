@@ -273,7 +273,8 @@ def report() -> str:
     fails = [r for r in found if r["learned"] is False and any(c.chosen and c.has(r) for c in CANDIDATES)]
     L += ["", "Why a chosen recipe's seed did not learn: " + ("none did." if not fails else "; ".join(
         f"{r['experiment']} {r['head']} seed {r['seed']}: {r['findings'][0]}" for r in fails)), "",
-          "Listed before and never run, removed from the list: " + "; ".join(REMOVED) + ".", ""]
+          "Listed before and never run, removed from the list: " + "; ".join(REMOVED) + ". The E1 rows above trained "
+          "from the normal start; the ledger trains E1 from the collapsed start, as the SimSiam search below does.", ""]
     return "\n".join(L + simsiam_report(found))
 
 
@@ -300,11 +301,17 @@ def _gain(g: list[float] | None) -> str:
 
 
 def _says(r: dict[str, Any]) -> str:
-    """The premise's word on one row, with its first reason."""
+    """The premise's word on one row, with the head of each reason (the numbers are in the row)."""
     if r["learned"]:
         return "learned"
-    why = r["findings"][0] if r["findings"] else ""
-    return "did not learn" + (f": {why.split(':')[0]}" if why else "")
+    return "did not learn" + "".join(f"{': ' if i == 0 else '; '}{why.split(':')[0]}"
+                                     for i, why in enumerate(r["findings"]))
+
+
+def _spread(rows: list[dict[str, Any]], key: str, index: int | None = None) -> str:
+    """[min, max] over the seeds of a per-seed number (``index``: of a gain's point value)."""
+    v = [r[key] if index is None else r[key][index] for r in rows if r.get(key) is not None]
+    return "-" if not v else f"[{min(v):+.1f}, {max(v):+.1f}]" if index is not None else f"[{min(v):.3f}, {max(v):.3f}]"
 
 
 def simsiam_report(found: list[dict[str, Any]]) -> list[str]:
@@ -340,16 +347,17 @@ def simsiam_report(found: list[dict[str, Any]]) -> list[str]:
          "claim, a representation better than the input)"
          + ("" if pixels is None else f": the 16 x 16 pixels as the backbone sees them (normalised, one of the "
             f"three equal grey channels) reach linear {pixels[0]:.2f} % and kNN {pixels[1]:.2f} %") + ".", "",
-         "| experiment | dimension | what changes | head | seeds learned | final loss: mean [min, max] | h spread: "
-         "[min, max] | z linear gain over init, per seed (points) | z kNN gain over pixels, per seed (points) |",
-         "|---|---|---|---|---|---|---|---|---|"]
+         "Per candidate, over its seeds: the final loss (mean [min, max]), the spreads and z's gains in points "
+         "([min, max] of the seeds' point values; each seed's interval is in the table after it).", "",
+         "| experiment | dimension | what changes | head | seeds learned | final loss | h spread | z spread | "
+         "z linear vs init | z kNN vs init | z linear vs pixels | z kNN vs pixels |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c, rs in runs:
-        hs = [r["h_spread"] for r in rs if r["h_spread"] is not None]
         L.append(f"| {c.experiment} | {c.dimension} | {simsiam_label(c)} | {c.heads[0]} | "
                  f"{sum(bool(r['learned']) for r in rs)} of {len(rs)} | {_cell(rs, 'final_loss')} | "
-                 f"{'-' if not hs else f'[{min(hs):.3f}, {max(hs):.3f}]'} | "
-                 f"{'; '.join(_gain(r['linear_gain']) for r in rs)} | "
-                 f"{'; '.join(_gain(r['knn_vs_pixels']) for r in rs)} |")
+                 f"{_spread(rs, 'h_spread')} | {_spread(rs, 'z_spread')} | {_spread(rs, 'linear_gain', 0)} | "
+                 f"{_spread(rs, 'knn_gain', 0)} | {_spread(rs, 'linear_vs_pixels', 0)} | "
+                 f"{_spread(rs, 'knn_vs_pixels', 0)} |")
     L += ["", "Per seed: the premise's word, the loss at the first step and at the end, the spreads, and z's probes "
           "(accuracy, then its gain over the backbone at initialisation and over the pixels, points [95 %]).", "",
           "| experiment | what changes | seed | the premise | loss: first step -> end | h spread | z spread | "
@@ -362,7 +370,52 @@ def simsiam_report(found: list[dict[str, Any]]) -> list[str]:
                      f"{r['linear'][0]:.2f} | {_gain(r['linear_gain'])} | {_gain(r['linear_vs_pixels'])} | "
                      f"{r['knn'][0]:.2f} | {_gain(r['knn_gain'])} | {_gain(r['knn_vs_pixels'])} | "
                      f"{r['seconds']:.0f} |")
-    return [*L, ""]
+    return [*L, "", *simsiam_conclusion(runs), ""]
+
+
+def simsiam_conclusion(runs: list[tuple[Candidate, list[dict[str, Any]]]]) -> list[str]:
+    """What the SimSiam search's rows say, counted from them: the candidates that learned at every seed, at some,
+    at none; why the seeds that did not learn did not; and the dimensions the search did not reach."""
+    every = [c for c, rs in runs if len(rs) >= 3 and all(r["learned"] for r in rs)]
+    some = [c for c, rs in runs if any(r["learned"] for r in rs) and c not in every]
+    failed = [r for _, rs in runs for r in rs if not r["learned"]]
+    why = {name: sum(any(f.startswith(start) for f in r["findings"]) for r in failed) for name, start in (
+        ("h collapsed", "the head h collapsed"), ("z collapsed", "the backbone z collapsed"),
+        ("the loss did not move", "the loss did not move"), ("a probe of z lowered", "training lowered"),
+        ("nothing measurable added", "training added nothing"))}
+
+    def names(cs: list[Candidate]) -> str:
+        return "; ".join(f"{c.experiment} {simsiam_label(c)}" for c in cs) or "none"
+
+    missing = [f"{exp} {dim}" for exp in ("E1", "E2") for dim, _, _ in _simsiam.DIMENSIONS
+               if not any(c.experiment == exp and c.dimension == dim and len(rs) >= 3 for c, rs in runs)]
+    beat = [(c, r) for c, rs in runs for r in rs if r["knn_vs_pixels"][1] > 0 or r["linear_vs_pixels"][1] > 0]
+    return ["**What the rows say** (counted from them by `simsiam_conclusion`): "
+            f"{len(runs)} candidates, {sum(len(rs) for _, rs in runs)} trainings. Learned at all 3 seeds: "
+            f"{names(every)}. Learned at some seeds: {names(some)}. Of the {len(failed)} trainings that did not "
+            "learn: " + ", ".join(f"{n} {name}" for name, n in why.items()) + " (a training can fail on several). "
+            f"Trainings whose z beats the raw pixels (a probe's interval above 0): {len(beat)}. Dimensions not run at "
+            f"3 seeds: {', '.join(missing) or 'none'}.", "", _plainly(every, some, failed, missing)]
+
+
+def _plainly(every: list[Candidate], some: list[Candidate], failed: list[dict[str, Any]], missing: list[str]) -> str:
+    """The conclusion in words, from the counts (which recipe learns, and where "no recipe learns" holds)."""
+    scope = ("for the dimensions and values of the table only (one value each, 3 seeds, E1's gelu2 from the collapsed "
+             "start and E2's swish2 from the normal start): not for values between or beyond those tried, other heads, "
+             "or combinations other than SimSiam's own recipe" + (f", nor for {', '.join(missing)}, which did not run"
+                                                                  if missing else ""))
+    if every:
+        return ("**Plainly:** a SimSiam recipe learns on digits at every seed: " + "; ".join(
+            f"{c.experiment} under {simsiam_label(c)}" for c in every) + ". \"No recipe learns\" is not supported "
+            "there; DIGITS_RECIPES' E1/E2 recipes may take it (a decision of the ledger's registration).")
+    if some:
+        return ("**Plainly:** no SimSiam recipe learns on digits at every seed; some seeds learn under " + "; ".join(
+            f"{c.experiment} {simsiam_label(c)}" for c in some) + ". \"No recipe learns\" is not supported "
+            "there (a recipe that learns at some seeds), and holds " + scope + ".")
+    low = min((r["final_loss"] for r in failed), default=float("nan"))
+    high = max((r["final_loss"] for r in failed), default=float("nan"))
+    return (f"**Plainly:** no SimSiam recipe the search tried learns on digits: every training failed the premise "
+            f"(final loss {low:.4f} to {high:.4f} against the trivial minimum -1). \"No recipe learns\" holds {scope}.")
 
 
 def main(argv: list[str] | None = None) -> int:

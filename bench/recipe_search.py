@@ -395,7 +395,9 @@ def simsiam_conclusion(runs: list[tuple[Candidate, list[dict[str, Any]]]]) -> li
             f"{names(every)}. Learned at some seeds: {names(some)}. Of the {len(failed)} trainings that did not "
             "learn: " + ", ".join(f"{n} {name}" for name, n in why.items()) + " (a training can fail on several). "
             f"Trainings whose z beats the raw pixels (a probe's interval above 0): {len(beat)}. Dimensions not run at "
-            f"3 seeds: {', '.join(missing) or 'none'}.", "", _plainly(every, some, failed, missing)]
+            f"3 seeds: {', '.join(missing) or 'none'}" + (" (the CPU of the night: one process at 1 thread on 2 cores "
+                                                          "shared with other jobs, E1's dimensions first)" if missing
+                                                          else "") + ".", "", _plainly(every, some, failed, missing)]
 
 
 def _plainly(every: list[Candidate], some: list[Candidate], failed: list[dict[str, Any]], missing: list[str]) -> str:
@@ -412,10 +414,23 @@ def _plainly(every: list[Candidate], some: list[Candidate], failed: list[dict[st
         return ("**Plainly:** no SimSiam recipe learns on digits at every seed; some seeds learn under " + "; ".join(
             f"{c.experiment} {simsiam_label(c)}" for c in some) + ". \"No recipe learns\" is not supported "
             "there (a recipe that learns at some seeds), and holds " + scope + ".")
-    low = min((r["final_loss"] for r in failed), default=float("nan"))
-    high = max((r["final_loss"] for r in failed), default=float("nan"))
-    return (f"**Plainly:** no SimSiam recipe the search tried learns on digits: every training failed the premise "
-            f"(final loss {low:.4f} to {high:.4f} against the trivial minimum -1). \"No recipe learns\" holds {scope}.")
+    collapsed = [r for r in failed if any(f.startswith("the head h collapsed") for f in r["findings"])]
+    standing = [r for r in failed if r not in collapsed]
+    lowered = [r for r in standing if any(f.startswith("training lowered") for f in r["findings"])]
+    bn = sum(r["settings"].get("head_bn", False) for r in standing)
+
+    def losses(rs: list[dict[str, Any]]) -> str:
+        return f"{min(r['final_loss'] for r in rs):.3f} to {max(r['final_loss'] for r in rs):.3f}" if rs else "-"
+
+    def spreads(rs: list[dict[str, Any]]) -> str:
+        return f"{min(r['h_spread'] for r in rs):.3f} to {max(r['h_spread'] for r in rs):.3f}" if rs else "-"
+
+    return (f"**Plainly:** no SimSiam recipe the search tried learns on digits: every training failed the premise. "
+            f"{len(collapsed)} collapsed their head onto the loss's trivial minimum (final loss {losses(collapsed)} "
+            f"against -1, h spread {spreads(collapsed)}); the other {len(standing)} ({bn} of them with BatchNorm in "
+            f"the head) kept their head apart (final loss {losses(standing)}, h spread {spreads(standing)}), and in "
+            f"{len(lowered)} of those training lowered a class probe of z below the same backbone at initialisation. "
+            f"\"No recipe learns\" holds {scope}.")
 
 
 def main(argv: list[str] | None = None) -> int:

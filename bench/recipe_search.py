@@ -145,7 +145,7 @@ SIMSIAM: tuple[Candidate, ...] = tuple(
     Candidate(exp, "simsiam", _simsiam.STARTS[exp][0],
               {**_simsiam.PAPER, **_simsiam.STARTS[exp][1], **_simsiam.changes_for(exp, changes)}, dim, fixed)
     for part in (_simsiam.DIMENSIONS[:_simsiam.FIRST], _simsiam.DIMENSIONS[_simsiam.FIRST:])
-    for exp in ("E1", "E2") for dim, changes, fixed in part)
+    for exp in ("E1", "E2") for dim, changes, fixed in part if (exp, dim) not in _simsiam.LEFT_OUT)
 
 
 def _search_key(row: dict[str, Any]) -> dict[str, Any]:
@@ -323,7 +323,8 @@ def simsiam_report(found: list[dict[str, Any]]) -> list[str]:
     L = ["## The SimSiam search", "",
          "Made by `python -m bench.recipe_search --simsiam --experiments E1 E2 --seeds 3 --threads 1` "
          "(`bench/recipe_search.py`, `bench/_simsiam.py`; its lines are those of `bench/results/recipe_search.jsonl` "
-         f"marked `\"search\": \"simsiam\"`), on {machine()}, one process at 1 thread, shared with other jobs "
+         f"marked `\"search\": \"simsiam\"`), {_simsiam.RUN_AT}, on {machine()}, one process at 1 thread, shared "
+         "with other jobs "
          "(the seconds are wall times under that load). Each candidate is E1's or E2's head and start as the ledger "
          "trains them (E1: gelu2 from "
          "the collapsed start, projector weights x 0.1; E2: swish2 from the normal start), on the experiment's digits "
@@ -373,6 +374,10 @@ def simsiam_report(found: list[dict[str, Any]]) -> list[str]:
     return [*L, "", *simsiam_conclusion(runs), ""]
 
 
+LEFT_OUT_WHY = (" (left out of the list, `bench._simsiam.LEFT_OUT`: the CPU of the night, one process at 1 thread on "
+                "2 cores shared with other jobs, ran E1's dimensions first)")
+
+
 def simsiam_conclusion(runs: list[tuple[Candidate, list[dict[str, Any]]]]) -> list[str]:
     """What the SimSiam search's rows say, counted from them: the candidates that learned at every seed, at some,
     at none; why the seeds that did not learn did not; and the dimensions the search did not reach."""
@@ -395,9 +400,8 @@ def simsiam_conclusion(runs: list[tuple[Candidate, list[dict[str, Any]]]]) -> li
             f"{names(every)}. Learned at some seeds: {names(some)}. Of the {len(failed)} trainings that did not "
             "learn: " + ", ".join(f"{n} {name}" for name, n in why.items()) + " (a training can fail on several). "
             f"Trainings whose z beats the raw pixels (a probe's interval above 0): {len(beat)}. Dimensions not run at "
-            f"3 seeds: {', '.join(missing) or 'none'}" + (" (the CPU of the night: one process at 1 thread on 2 cores "
-                                                          "shared with other jobs, E1's dimensions first)" if missing
-                                                          else "") + ".", "", _plainly(every, some, failed, missing)]
+            f"3 seeds: {', '.join(missing) or 'none'}" + (LEFT_OUT_WHY if missing else "") + ".", "",
+            _plainly(every, some, failed, missing)]
 
 
 def _plainly(every: list[Candidate], some: list[Candidate], failed: list[dict[str, Any]], missing: list[str]) -> str:

@@ -1,6 +1,7 @@
 """The search for digits recipes under which each experiment's network learns (``docs/recipes.md``).
 
     python -m bench.recipe_search [--experiments main E3E4 ...] [--seeds 3] [--threads 1] [--report-only]
+    python -m bench.recipe_search --simsiam --experiments E1 E2 --seeds 3 --threads 1     (the SimSiam search)
 
 Each candidate is a recipe of one experiment: its method and head(s), the settings that differ from the
 experiment's (``scale.engine.recipes.DIGITS_RECIPES`` holds the chosen ones) and an augmentation. Every candidate
@@ -11,11 +12,16 @@ collapse detectors), and z's class probes (linear and kNN) against the backbone 
 the test images. One JSON line per (candidate, seed) goes to ``bench/results/recipe_search.jsonl`` as it ends (a
 rerun skips what is there); ``docs/recipes.md`` is the table over seeds. The candidates that are not presets of
 ``scale.engine.augment`` are registered here under their names (``register_preset``).
+
+The SimSiam search (``bench._simsiam``; ``SIMSIAM``): E1's and E2's heads and starts as the ledger trains them, the
+paper's SGD setting and one dimension a SimSiam user varies at a time (learning rate, weight decay, the predictor's
+rate fixed, the schedule, batch size, epochs, BatchNorm in the hidden layers, and SimSiam's own recipe); each of
+its rows also carries the loss at the first step, the spreads, and z's class probes against the raw pixels on the
+same split (``bench._simsiam.pixel_probe``). Its rows are marked ``"search": "simsiam"``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -25,10 +31,12 @@ from typing import Any
 
 import torch
 
+from bench import _simsiam
 from bench._util import machine, write_atomic
 from scale.engine import augment
 from scale.engine.config import TrainConfig
 from scale.engine.data import load_dataset
+from scale.engine.flags import OneLineParser
 from scale.engine.hooks import Hook
 from scale.engine.recipes import DIGITS_RECIPES
 from scale.geometry.measure import EndOfRun
@@ -61,6 +69,13 @@ class Candidate:
     method: str
     heads: tuple[str, ...]
     settings: dict[str, Any] = field(default_factory=dict)
+    dimension: str = ""  # the SimSiam search's dimension this candidate varies ("": a candidate of the search before)
+    fixed_predictor_lr: bool = False  # SimSiam's predictor rate fixed (bench._simsiam.FixedPredictorLR)
+
+    @property
+    def simsiam(self) -> bool:
+        """A candidate of the SimSiam search (its rows carry the pixel probe and are marked so)."""
+        return bool(self.dimension)
 
     def config(self, head: str, seed: int, threads: int) -> TrainConfig:
         return TrainConfig.resolve("digits", self.method, "resnet18", head=head, seed=seed, threads=threads,
@@ -73,7 +88,19 @@ class Candidate:
                 if k not in DIGITS_RECIPES[self.experiment])
 
     def key(self) -> str:
-        return json.dumps({"experiment": self.experiment, "settings": self.settings}, sort_keys=True)
+        return json.dumps({"experiment": self.experiment, "settings": self.settings, "search": self.search_key},
+                          sort_keys=True)
+
+    @property
+    def search_key(self) -> dict[str, Any]:
+        """What marks a row of this candidate beyond its settings: nothing for the search before, the SimSiam
+        search's marker and its fixed predictor rate for the SimSiam search."""
+        return {"search": "simsiam", "fixed_predictor_lr": self.fixed_predictor_lr} if self.simsiam else {}
+
+    def has(self, row: dict[str, Any]) -> bool:
+        """Whether ``row`` (a line of the results) is a training of this candidate."""
+        return (row["experiment"], row["settings"]) == (self.experiment, self.settings) and \
+            _search_key(row) == self.search_key
 
 
 def describe(settings: dict[str, Any]) -> str:
@@ -103,11 +130,27 @@ CANDIDATES: tuple[Candidate, ...] = (
     Candidate("E5", "simclr_paper", ("linear", "swish2", "swish3"), dict(_SIMCLR_PAPER, **_recipe("E5"))),
     Candidate("E1", "simsiam", ("gelu2",), dict(_SIMSIAM, head_bn=False, augment="e1", epochs=20)),  # before
     Candidate("E1", "simsiam", ("gelu2",), dict(_SIMSIAM, head_bn=False, **_recipe("E1"))),
-    Candidate("E1", "simsiam", ("gelu2",), dict(_SIMSIAM, head_bn=True, **_recipe("E1"))),
-    Candidate("E2", "simsiam", ("swish2",), dict(_SIMSIAM, head_bn=False, augment="e1", epochs=50)),  # before
     Candidate("E2", "simsiam", ("swish2",), dict(_SIMSIAM, head_bn=False, **_recipe("E2"))),
     Candidate("E2", "simsiam", ("swish2",), dict(_SIMSIAM, head_bn=False, **{**_recipe("E2"), "weight_decay": 5e-4})),
 )
+
+# Listed before and never run, now removed (docs/recipes.md says why): E1 with BatchNorm from the normal start (the
+# SimSiam search runs E1's BatchNorm from the collapsed start, as the ledger does) and E2 under e1 (E1's recipe before,
+# 0 of 3 there; the SimSiam search's CPU went to the dimensions of a SimSiam user instead)
+REMOVED = ("E1, digits, 20 epochs, BatchNorm on (paper head), normal start: superseded by the SimSiam search's "
+           "BatchNorm rows from E1's collapsed start, the start the ledger trains E1 from",
+           "E2, e1, 50 epochs, BatchNorm off: E1's augmentation before this search (0 of 3 learned there); the "
+           "night's CPU went to the SimSiam search's dimensions instead")
+SIMSIAM: tuple[Candidate, ...] = tuple(
+    Candidate(exp, "simsiam", _simsiam.STARTS[exp][0],
+              {**_simsiam.PAPER, **_simsiam.STARTS[exp][1], **_simsiam.changes_for(exp, changes)}, dim, fixed)
+    for part in (_simsiam.DIMENSIONS[:_simsiam.FIRST], _simsiam.DIMENSIONS[_simsiam.FIRST:])
+    for exp in ("E1", "E2") for dim, changes, fixed in part if (exp, dim) not in _simsiam.LEFT_OUT)
+
+
+def _search_key(row: dict[str, Any]) -> dict[str, Any]:
+    return {"search": "simsiam", "fixed_predictor_lr": bool(row.get("fixed_predictor_lr"))} \
+        if row.get("search") == "simsiam" else {}
 
 
 class Losses(Hook):
@@ -129,10 +172,24 @@ def one(c: Candidate, head: str, seed: int, threads: int, data) -> dict[str, Any
     cfg = c.config(head, seed, threads)
     t0 = time.perf_counter()
     losses = Losses()
-    s = train(cfg, data, None, hooks=[losses], measure=EndOfRun(geometry=False), progress=False, log=None)
+    fixed = _simsiam.FixedPredictorLR() if c.fixed_predictor_lr else None
+    trainers: list[Any] = []
+    s = train(cfg, data, None, hooks=[losses] + ([fixed] if fixed else []), measure=EndOfRun(geometry=False),
+              progress=False, log=None, on_ready=lambda trainer, notes: trainers.append(trainer))
     t = s.training
     p = s.class_probe
-    return {"experiment": c.experiment, "label": describe(c.settings), "head": head, "seed": seed, "threads": threads,
+    extra: dict[str, Any] = {}
+    if c.simsiam:
+        pixels = _simsiam.pixel_probe(trainers[0], data)
+        if abs(pixels["linear"][0] - p.accuracy.z) > 1e-6 or abs(pixels["knn"][0] - p.knn.accuracy.z) > 1e-6:
+            raise RuntimeError(f"the pixel probe's z ({pixels['linear'][0]}, {pixels['knn'][0]}) is not the run's "
+                               f"({p.accuracy.z}, {p.knn.accuracy.z}): not the same split")
+        extra = {**c.search_key, "dimension": c.dimension, "premise": t.premise, "notes": t.notes,
+                 "pixels": [pixels["linear"][1], pixels["knn"][1]], "linear_vs_pixels": pixels["linear_vs_pixels"],
+                 "knn_vs_pixels": pixels["knn_vs_pixels"],
+                 "predictor_lr": None if fixed is None else [list(fixed.lrs[0]), list(fixed.lrs[-1])]}
+    return {**extra, "experiment": c.experiment, "label": describe(c.settings), "head": head, "seed": seed,
+            "threads": threads,
             "settings": c.settings, "augment": cfg.augment, "epochs": cfg.epochs,
             "augment_params": augment.PRESET_PARAMS[cfg.augment], "seconds": time.perf_counter() - t0,
             "learned": t.learned, "findings": t.findings, "final_loss": t.final_loss, "chance_loss": t.chance_loss,
@@ -142,31 +199,32 @@ def one(c: Candidate, head: str, seed: int, threads: int, data) -> dict[str, Any
             "knn": [p.knn.accuracy.z, p.knn.initial_z], "knn_gain": _est(p.knn.initial_gain)}
 
 
-def _row_key(experiment: str, settings: dict[str, Any], head: str, seed: int) -> str:
-    return json.dumps([experiment, settings, head, seed], sort_keys=True)
+def _row_key(experiment: str, settings: dict[str, Any], head: str, seed: int, search: dict[str, Any]) -> str:
+    return json.dumps([experiment, settings, head, seed, search], sort_keys=True)
 
 
 def rows() -> list[dict[str, Any]]:
     return [json.loads(li) for li in LINES.read_text().splitlines()] if LINES.is_file() else []
 
 
-def search(experiments: list[str], seeds: int, threads: int) -> None:
+def search(experiments: list[str], seeds: int, threads: int, simsiam_only: bool = False) -> None:
     torch.set_num_threads(threads)
     data = load_dataset("digits", image_size=16)
-    done = {_row_key(r["experiment"], r["settings"], r["head"], r["seed"]) for r in rows()}
-    for c in CANDIDATES:
+    done = {_row_key(r["experiment"], r["settings"], r["head"], r["seed"], _search_key(r)) for r in rows()}
+    for c in SIMSIAM if simsiam_only else CANDIDATES + SIMSIAM:
         if c.experiment not in experiments:
             continue
         for seed in range(seeds):
             for head in c.heads:
-                if _row_key(c.experiment, c.settings, head, seed) in done:
+                if _row_key(c.experiment, c.settings, head, seed, c.search_key) in done:
                     continue
                 r = one(c, head, seed, threads, data)
                 LINES.parent.mkdir(parents=True, exist_ok=True)
                 with LINES.open("a") as f:
                     f.write(json.dumps(r) + "\n")
-                print(f"{c.experiment} {describe(c.settings)} {head} s{seed}: loss {r['final_loss']:.3f} (chance "
-                      f"{r['chance_loss']}), learned {r['learned']}, {r['seconds']:.0f} s", flush=True)
+                print(f"{c.experiment} {c.dimension or describe(c.settings)} {head} s{seed}: loss "
+                      f"{r['final_loss']:.3f} (chance {r['chance_loss']}), learned {r['learned']}, "
+                      f"{r['seconds']:.0f} s", flush=True)
 
 
 def _cell(rows: list[dict[str, Any]], key: str) -> str:
@@ -197,8 +255,7 @@ def report() -> str:
          "|---|---|---|---|---|---|---|---|---|"]
     for c in CANDIDATES:
         for head in c.heads:
-            rs = sorted((r for r in found if (r["experiment"], r["head"]) == (c.experiment, head)
-                         and r["settings"] == c.settings), key=lambda r: r["seed"])
+            rs = sorted((r for r in found if r["head"] == head and c.has(r)), key=lambda r: r["seed"])
             if not rs:
                 continue
             name = f"**{describe(c.settings)}**" if c.chosen else describe(c.settings)
@@ -213,25 +270,186 @@ def report() -> str:
     for r in found:
         seen.setdefault(r["augment"], r["augment_params"])
     L += [f"- `{name}`: {params}" for name, params in seen.items()]
-    fails = [r for r in found if r["learned"] is False and any(
-        c.chosen and (c.experiment, c.settings) == (r["experiment"], r["settings"]) for c in CANDIDATES)]
+    fails = [r for r in found if r["learned"] is False and any(c.chosen and c.has(r) for c in CANDIDATES)]
     L += ["", "Why a chosen recipe's seed did not learn: " + ("none did." if not fails else "; ".join(
-        f"{r['experiment']} {r['head']} seed {r['seed']}: {r['findings'][0]}" for r in fails)), ""]
-    return "\n".join(L)
+        f"{r['experiment']} {r['head']} seed {r['seed']}: {r['findings'][0]}" for r in fails)), "",
+          "Listed before and never run, removed from the list: " + "; ".join(REMOVED) + ". The E1 rows above trained "
+          "from the normal start; the ledger trains E1 from the collapsed start, as the SimSiam search below does.", ""]
+    return "\n".join(L + simsiam_report(found))
+
+
+def simsiam_label(c: Candidate) -> str:
+    """What a SimSiam-search candidate changes from the paper's setting of its experiment (``bench._simsiam``)."""
+    base = dict(_simsiam.PAPER, **_simsiam.STARTS[c.experiment][1])
+    diff = {k: v for k, v in c.settings.items() if base.get(k) != v}
+    out = []
+    if diff.get("head_bn") and c.settings.get("head_style") == "grammar":
+        out.append("BatchNorm in the hidden layers")
+    elif diff.get("head_bn"):
+        out.append("BatchNorm after every Linear")
+    for key, text in (("lr", "lr {:g}"), ("weight_decay", "weight decay {:g}"), ("schedule", "{} schedule"),
+                      ("batch_size", "batch {}"), ("epochs", "{} epochs")):
+        if key in diff:
+            out.append(text.format(diff[key]))
+    if c.fixed_predictor_lr:
+        out.append("the predictor's rate fixed")
+    return ", ".join(out) or "none (SGD lr 0.05, momentum 0.9, no weight decay, constant)"
+
+
+def _gain(g: list[float] | None) -> str:
+    return "-" if g is None else f"{g[0]:+.1f} [{g[1]:+.1f}, {g[2]:+.1f}]"
+
+
+def _says(r: dict[str, Any]) -> str:
+    """The premise's word on one row, with the head of each reason (the numbers are in the row)."""
+    if r["learned"]:
+        return "learned"
+    return "did not learn" + "".join(f"{': ' if i == 0 else '; '}{why.split(':')[0]}"
+                                     for i, why in enumerate(r["findings"]))
+
+
+def _spread(rows: list[dict[str, Any]], key: str, index: int | None = None) -> str:
+    """[min, max] over the seeds of a per-seed number (``index``: of a gain's point value)."""
+    v = [r[key] if index is None else r[key][index] for r in rows if r.get(key) is not None]
+    return "-" if not v else f"[{min(v):+.1f}, {max(v):+.1f}]" if index is not None else f"[{min(v):.3f}, {max(v):.3f}]"
+
+
+def simsiam_report(found: list[dict[str, Any]]) -> list[str]:
+    """The SimSiam search's section of ``docs/recipes.md``: one line per candidate (seeds learned), then one line per
+    (candidate, seed) with the premise's word and the quantities it reads."""
+    runs = [(c, sorted((r for r in found if c.has(r)), key=lambda r: r["seed"])) for c in SIMSIAM]
+    runs = [(c, rs) for c, rs in runs if rs]
+    pixels = next((r["pixels"] for _, rs in runs for r in rs), None)
+    L = ["## The SimSiam search", "",
+         "Made by `python -m bench.recipe_search --simsiam --experiments E1 E2 --seeds 3 --threads 1` "
+         "(`bench/recipe_search.py`, `bench/_simsiam.py`; its lines are those of `bench/results/recipe_search.jsonl` "
+         f"marked `\"search\": \"simsiam\"`), {_simsiam.RUN_AT}, on {machine()}, one process at 1 thread, shared "
+         "with other jobs "
+         "(the seconds are wall times under that load). Each candidate is E1's or E2's head and start as the ledger "
+         "trains them (E1: gelu2 from "
+         "the collapsed start, projector weights x 0.1; E2: swish2 from the normal start), on the experiment's digits "
+         "recipe (`digits` views; E1 20 epochs, E2 50) and the paper's SGD setting (lr 0.05, momentum 0.9, no weight "
+         "decay, constant rate, batch 128, the paper-style head without BatchNorm and without biases), with one "
+         "dimension a SimSiam user varies changed at a time, and SimSiam's own recipe at digits' batch (lr 0.05 x "
+         "128 / 256, weight decay 1e-4, cosine, the predictor's rate fixed, BatchNorm in the hidden layers). "
+         "BatchNorm in the hidden layers keeps the head's map in the paper's form (bias-free Linear layers and the "
+         "same activation; no BatchNorm on the output); the predictor, built from the same flags, gets it too, as "
+         "SimSiam's predictor has it. The predictor's fixed rate is a hook of the search (`FixedPredictorLR`), not a "
+         "`TrainConfig` field (a new field would change every ledger unit's key); under the paper's constant rate "
+         "it is the paper's setting itself, so it runs under the cosine schedule only, and each row records the "
+         "rates its first and last steps used.", "",
+         "Each seed is read by the premise \"the network learned\" (`scale.runs.premise`): SimSiam has no chance "
+         "level, so its loss must fall at least 1 % below the loss at the first step (before any update) and "
+         "neither h nor z may collapse (spread below 0.1; 1 is rows spread evenly over the sphere); and z's class "
+         "probes (the headline linear probe and the kNN probe) must gain over the same backbone at initialisation, "
+         "paired over the 450 test images (95 % bootstrap intervals): one gain above 0, none below. The loss's "
+         "trivial minimum is -1, which every collapsed representation reaches. Beside the premise, each row gives "
+         "z's probes against the raw pixels on the same split (not part of the premise: what \"learned\" does not "
+         "claim, a representation better than the input)"
+         + ("" if pixels is None else f": the 16 x 16 pixels as the backbone sees them (normalised, one of the "
+            f"three equal grey channels) reach linear {pixels[0]:.2f} % and kNN {pixels[1]:.2f} %") + ".", "",
+         "Per candidate, over its seeds: the final loss (mean [min, max]), the spreads and z's gains in points "
+         "([min, max] of the seeds' point values; each seed's interval is in the table after it).", "",
+         "| experiment | dimension | what changes | head | seeds learned | final loss | h spread | z spread | "
+         "z linear vs init | z kNN vs init | z linear vs pixels | z kNN vs pixels |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c, rs in runs:
+        L.append(f"| {c.experiment} | {c.dimension} | {simsiam_label(c)} | {c.heads[0]} | "
+                 f"{sum(bool(r['learned']) for r in rs)} of {len(rs)} | {_cell(rs, 'final_loss')} | "
+                 f"{_spread(rs, 'h_spread')} | {_spread(rs, 'z_spread')} | {_spread(rs, 'linear_gain', 0)} | "
+                 f"{_spread(rs, 'knn_gain', 0)} | {_spread(rs, 'linear_vs_pixels', 0)} | "
+                 f"{_spread(rs, 'knn_vs_pixels', 0)} |")
+    L += ["", "Per seed: the premise's word, the loss at the first step and at the end, the spreads, and z's probes "
+          "(accuracy, then its gain over the backbone at initialisation and over the pixels, points [95 %]).", "",
+          "| experiment | what changes | seed | the premise | loss: first step -> end | h spread | z spread | "
+          "z linear % | vs init | vs pixels | z kNN % | vs init | vs pixels | seconds |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c, rs in runs:
+        for r in rs:
+            L.append(f"| {c.experiment} | {simsiam_label(c)} | {r['seed']} | {_says(r)} | "
+                     f"{r['initial_loss']:.4f} -> {r['final_loss']:.4f} | {r['h_spread']:.3f} | {r['z_spread']:.3f} | "
+                     f"{r['linear'][0]:.2f} | {_gain(r['linear_gain'])} | {_gain(r['linear_vs_pixels'])} | "
+                     f"{r['knn'][0]:.2f} | {_gain(r['knn_gain'])} | {_gain(r['knn_vs_pixels'])} | "
+                     f"{r['seconds']:.0f} |")
+    return [*L, "", *simsiam_conclusion(runs), ""]
+
+
+LEFT_OUT_WHY = (" (left out of the list, `bench._simsiam.LEFT_OUT`: the CPU of the night, one process at 1 thread on "
+                "2 cores shared with other jobs, ran E1's dimensions first)")
+
+
+def simsiam_conclusion(runs: list[tuple[Candidate, list[dict[str, Any]]]]) -> list[str]:
+    """What the SimSiam search's rows say, counted from them: the candidates that learned at every seed, at some,
+    at none; why the seeds that did not learn did not; and the dimensions the search did not reach."""
+    every = [c for c, rs in runs if len(rs) >= 3 and all(r["learned"] for r in rs)]
+    some = [c for c, rs in runs if any(r["learned"] for r in rs) and c not in every]
+    failed = [r for _, rs in runs for r in rs if not r["learned"]]
+    why = {name: sum(any(f.startswith(start) for f in r["findings"]) for r in failed) for name, start in (
+        ("h collapsed", "the head h collapsed"), ("z collapsed", "the backbone z collapsed"),
+        ("the loss did not move", "the loss did not move"), ("a probe of z lowered", "training lowered"),
+        ("nothing measurable added", "training added nothing"))}
+
+    def names(cs: list[Candidate]) -> str:
+        return "; ".join(f"{c.experiment} {simsiam_label(c)}" for c in cs) or "none"
+
+    missing = [f"{exp} {dim}" for exp in ("E1", "E2") for dim, _, _ in _simsiam.DIMENSIONS
+               if not any(c.experiment == exp and c.dimension == dim and len(rs) >= 3 for c, rs in runs)]
+    beat = [(c, r) for c, rs in runs for r in rs if r["knn_vs_pixels"][1] > 0 or r["linear_vs_pixels"][1] > 0]
+    return ["**What the rows say** (counted from them by `simsiam_conclusion`): "
+            f"{len(runs)} candidates, {sum(len(rs) for _, rs in runs)} trainings. Learned at all 3 seeds: "
+            f"{names(every)}. Learned at some seeds: {names(some)}. Of the {len(failed)} trainings that did not "
+            "learn: " + ", ".join(f"{n} {name}" for name, n in why.items()) + " (a training can fail on several). "
+            f"Trainings whose z beats the raw pixels (a probe's interval above 0): {len(beat)}. Dimensions not run at "
+            f"3 seeds: {', '.join(missing) or 'none'}" + (LEFT_OUT_WHY if missing else "") + ".", "",
+            _plainly(every, some, failed, missing)]
+
+
+def _plainly(every: list[Candidate], some: list[Candidate], failed: list[dict[str, Any]], missing: list[str]) -> str:
+    """The conclusion in words, from the counts (which recipe learns, and where "no recipe learns" holds)."""
+    scope = ("for the dimensions and values of the table only (one value each, 3 seeds, E1's gelu2 from the collapsed "
+             "start and E2's swish2 from the normal start): not for values between or beyond those tried, other heads, "
+             "or combinations other than SimSiam's own recipe" + (f", nor for {', '.join(missing)}, which did not run"
+                                                                  if missing else ""))
+    if every:
+        return ("**Plainly:** a SimSiam recipe learns on digits at every seed: " + "; ".join(
+            f"{c.experiment} under {simsiam_label(c)}" for c in every) + ". \"No recipe learns\" is not supported "
+            "there; DIGITS_RECIPES' E1/E2 recipes may take it (a decision of the ledger's registration).")
+    if some:
+        return ("**Plainly:** no SimSiam recipe learns on digits at every seed; some seeds learn under " + "; ".join(
+            f"{c.experiment} {simsiam_label(c)}" for c in some) + ". \"No recipe learns\" is not supported "
+            "there (a recipe that learns at some seeds), and holds " + scope + ".")
+    collapsed = [r for r in failed if any(f.startswith("the head h collapsed") for f in r["findings"])]
+    standing = [r for r in failed if r not in collapsed]
+    lowered = [r for r in standing if any(f.startswith("training lowered") for f in r["findings"])]
+    bn = sum(r["settings"].get("head_bn", False) for r in standing)
+
+    def losses(rs: list[dict[str, Any]]) -> str:
+        return f"{min(r['final_loss'] for r in rs):.3f} to {max(r['final_loss'] for r in rs):.3f}" if rs else "-"
+
+    def spreads(rs: list[dict[str, Any]]) -> str:
+        return f"{min(r['h_spread'] for r in rs):.3f} to {max(r['h_spread'] for r in rs):.3f}" if rs else "-"
+
+    return (f"**Plainly:** no SimSiam recipe the search tried learns on digits: every training failed the premise. "
+            f"{len(collapsed)} collapsed their head onto the loss's trivial minimum (final loss {losses(collapsed)} "
+            f"against -1, h spread {spreads(collapsed)}); the other {len(standing)} ({bn} of them with BatchNorm in "
+            f"the head) kept their head apart (final loss {losses(standing)}, h spread {spreads(standing)}), and in "
+            f"{len(lowered)} of those training lowered a class probe of z below the same backbone at initialisation. "
+            f"\"No recipe learns\" holds {scope}.")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.recipe_search", description=__doc__.split("\n\n")[0])
-    p.add_argument("--experiments", nargs="+", default=["main", "E3E4", "E5", "E1", "E2"])
+    p = OneLineParser(prog="python -m bench.recipe_search", description=__doc__.split("\n\n")[0])
+    p.add_argument("--experiments", nargs="+", default=["main", "E3E4", "E5", "E1", "E2"], choices=list(DIGITS_RECIPES))
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--simsiam", action="store_true", help="only the SimSiam search's candidates (bench._simsiam)")
     a = p.parse_args(argv)
     for name, params in EXTRA_PRESETS.items():
         if name not in augment.PRESET_PARAMS:
             augment.register_preset(name, params)
     if not a.report_only:
-        search(a.experiments, a.seeds, a.threads)
+        search(a.experiments, a.seeds, a.threads, a.simsiam)
     write_atomic(TABLE, report())
     print(f"wrote {TABLE}")
     return 0

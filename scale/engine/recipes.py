@@ -22,8 +22,9 @@ from scale.engine.data import FOLDER_PREFIX
 # one could be found. "main" is the main job (python -m scale.run digits --head gelu3) and every method's digits
 # default; the experiments' recipes are read by the grid and the ledger (scale.experiments.paper) on
 # top of the paper's settings. E3/E4 and E5 keep the paper's rotation nuisance in the views (digits_rotate).
-# E1/E2 (SimSiam, SGD 0.05) learn only with BatchNorm in the head on digits: without it both collapse
-# (docs/recipes.md), and their rows say so.
+# E1/E2 (SimSiam, SGD 0.05): no recipe of docs/recipes.md's SimSiam search learns on digits (without BatchNorm the
+# heads collapse; with BatchNorm in the hidden layers they do not, but z's class probes end below the backbone at
+# initialisation), and their rows say so.
 DIGITS_RECIPES: dict[str, dict[str, Any]] = {
     "main": dict(augment="digits_mild", epochs=20),
     "E1": dict(augment="digits", epochs=20),

@@ -74,10 +74,13 @@ def test_every_benchmark_is_listed_with_its_check_mode_or_as_having_none():
                                    for b in sorted(CHECKS)])
 def test_a_check_mode_leaves_a_clean_clone_clean(clone: Path, bench: str):
     # TMPDIR: a fresh folder for the check's temporary ones, removed after (a short path: multiprocessing puts its
-    # AF_UNIX sockets there, at most 107 characters)
+    # AF_UNIX sockets there, at most 107 characters). The curvature benchmarks' trained states stay where a user's
+    # runs cache them (bench._states.cache_dir, outside any checkout): under the fresh TMPDIR every run would train
+    # them again (about 135 s of CPU for bench_curvature --quick, against its 6 s)
+    states = os.environ.get("BENCH_STATE_CACHE") or str(Path(tempfile.gettempdir()) / "bench_curvature_states")
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "PYTHONPATH": str(clone), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": tmp}
+               "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": tmp, "BENCH_STATE_CACHE": states}
         proc = subprocess.run([sys.executable, "-m", f"bench.{bench}", *CHECKS[bench]], cwd=clone, env=env,
                               capture_output=True, text=True, timeout=TIMEOUT_S)
         assert proc.returncode == 0, proc.stderr[-3000:]

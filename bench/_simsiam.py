@@ -26,7 +26,7 @@ from scale.engine.recipes import DIGITS_RECIPES
 from scale.geometry.probes import features, knn_correct, logistic_probe_correct
 from scale.geometry.verdict import paired_gap
 
-# The paper's SimSiam setting of E1 and E2 (scale.experiments.paper): SGD 0.05, momentum 0.9, no weight decay,
+# The paper's SimSiam setting of E1 and E2 (scale.experiments.catalog): SGD 0.05, momentum 0.9, no weight decay,
 # constant rate, the official head (no biases) without BatchNorm
 PAPER = dict(head_style="paper", head_bias=False, optimizer="sgd", lr=0.05, momentum=0.9, weight_decay=0.0,
              schedule="constant", head_bn=False)
@@ -40,7 +40,7 @@ STARTS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
 # layers too): the head's map keeps the paper's bias-free Linear layers and activation. The predictor, built
 # from the same flags, gets the same hidden BatchNorm.
 HIDDEN_BN = dict(head_style="grammar", head_bias=False, head_bn=True, head_out_bn=False)
-LONGER = {"E1": 50, "E2": 100}  # the paper's own epochs of E1 and E2 (scale.experiments.paper.PAPER_SETTINGS)
+LONGER = {"E1": 50, "E2": 100}  # the paper's own epochs of E1 and E2 (scale.experiments.catalog.PAPER_SETTINGS)
 # SimSiam's official recipe at digits' batch 128: lr 0.05 x 128 / 256, weight decay 1e-4, cosine, the predictor's
 # rate fixed, BatchNorm in the hidden layers
 USER = dict(HIDDEN_BN, lr=0.05 * 128 / 256, weight_decay=1e-4, schedule="cosine")

@@ -54,7 +54,7 @@ EXTRA_PRESETS: dict[str, dict[str, Any]] = {
     "digits_rotate_crop05": dict(augment.PRESET_PARAMS["digits_rotate"], crop=(0.5, 1.0)),
 }
 _SIMCLR_PAPER = dict(head_style="paper", head_bias=False, head_bn=True, head_out_bn=True, schedule="constant",
-                     weight_decay=0.0)  # the official E3 code's head and optimiser (scale.experiments.paper)
+                     weight_decay=0.0)  # the official E3 code's head and optimiser (scale.experiments.catalog)
 _SIMSIAM = dict(head_style="paper", head_bias=False, optimizer="sgd", lr=0.05, momentum=0.9, weight_decay=0.0,
                 schedule="constant")  # E1 / E2: the paper's SGD 0.05, no weight decay, constant rate
 

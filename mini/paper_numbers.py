@@ -1,6 +1,6 @@
 r"""The paper's reference figures (CIFAR-10, ResNet-18; ``docs/paper.md``, "Reference figures"), in one table.
 
-Printed beside our numbers by ``mini.train``'s toy report and ``scale.report``'s grid report; a figure
+Printed beside our numbers by ``mini.train``'s toy report and ``scale.paper_report``'s grid report; a figure
 here never enters a result or a verdict. Units, one per kind of quantity:
 
     geometry      the metric's own value (orbit spread 2.25e-2, not "2.25 x 1e-2")

@@ -59,7 +59,7 @@ from scale.geometry.e4_report import write_report
 from scale.geometry.e4_seed import e3_config, one_seed
 from scale.runs.faults import guarded
 from scale.runs.validate import plan_disagreements
-from scale.units.schema import MAX_SEEDS
+from scale.unit_store.schema import MAX_SEEDS
 
 # --------------------------------------------------------------------------------------------
 # CLI

@@ -18,15 +18,15 @@ a constant learning rate (it has no schedule) and its E3 augmentation (crop scal
           official depth: depth 1 is Linear-BN, no activation): linear+BN, swish2, swish3
 
 Plans share one OUT: the grid's plan (``grid-`` + the hash of dataset, backbone, --quick, --epochs) names its
-own folder ``OUT/<plan>/`` (``scale.grid.units``), which holds its manifest, run directories, views and job files;
+own folder ``OUT/<plan>/`` (``scale.grid.unit_files``), which holds its manifest, run directories, views and job files;
 only the unit files (``OUT/units/``, each named by its plan and key) sit side by side, and a plan never reads,
 touches or deletes another's. Each run is one ``python -m scale.run`` in ``OUT/<plan>/runs/NAME``: in this process
 (``--launcher local``), or as one job each through submitit (``--launcher slurm``: a Slurm array; ``local-jobs``:
 this machine, one job per ``--node-gpus`` device; ``scale.launch``, docs/launch.md). A finished run gets one
 immutable unit file holding everything the report reads; ``OUT/<plan>/results.json`` and ``report.md`` are rebuilt
-from the plan's unit files (``--report-only`` rebuilds them alone, ``scale.report OUT/<plan>`` the report), and
+from the plan's unit files (``--report-only`` rebuilds them alone, ``scale.paper_report OUT/<plan>`` the report), and
 list the unit files they left out (another plan's, another key, or a content that is not the run its name says:
-``scale.units``, never used, never deleted; a link at ``OUT/units`` or at a folder of the plan is refused before
+``scale.unit_store``, never used, never deleted; a link at ``OUT/units`` or at a folder of the plan is refused before
 anything is written); ``--collect`` names the runs without a file and the one command
 that runs only them (exit 3). A run with a unit file is skipped; one with a checkpoint but no summary is resumed
 (``--resume``; a timed-out or preempted job is requeued and resumes so). Only if it is the planned run: a saved
@@ -37,7 +37,7 @@ command line, the paper's value of every setting it checks, the assumptions wher
 official code decides, and ``paper_choices``: every setting where the grid's default differs from
 ``scale.run``'s user-facing default (also in ``--help`` and the report). Deviations (a setting whose resolved
 value differs from the paper's) are computed from each run's saved config.json, kept in its unit file, and shown
-in the report. The plan's settings and its runs are ``scale.experiments.paper``; this module is the command line, each
+in the report. The plan's settings and its runs are ``scale.experiments.catalog``; this module is the command line, each
 run's execution and the checks that resolve a config through ``scale.run``.
 
 ``--quick``: 1 seed, 2 epochs, training on the first 384 images (``--train-subset``) and probes on at
@@ -67,7 +67,7 @@ from scale.engine.data_errors import DataError
 from scale.engine.devices import device_type
 from scale.engine.flags import MAX_COUNT, MAX_THREADS, OneLineParser, bounded
 from scale.engine.train import Interrupted, NonFiniteLoss
-from scale.experiments.paper import (
+from scale.experiments.catalog import (
     ASSUMPTIONS,
     E2_RUNS,
     EXPERIMENTS,
@@ -78,7 +78,7 @@ from scale.experiments.paper import (
     plan,
 )
 from scale.geometry.measure import EndOfRun
-from scale.grid import units
+from scale.grid import unit_files
 from scale.grid.invocation import GridInvocation
 from scale.grid.state import refuse_other_manifest, run_state
 from scale.launch import resources as launch_flags
@@ -86,12 +86,12 @@ from scale.launch.cost import print_cost as launch_cost
 from scale.launch.jobs import check_gpus, launch
 from scale.launch.resources import LaunchError, launch_of
 from scale.ledger.plan import CIFAR, Unit, estimate_seconds
-from scale.report import write_report
+from scale.paper_report import write_report
 from scale.runs.faults import RunError
 from scale.runs.run_report import git_commit, versions
 from scale.runs.validate import plan_disagreements, read_config_json
-from scale.units.schema import MAX_SEEDS
-from scale.units.store import StoreError
+from scale.unit_store.files import StoreError
+from scale.unit_store.schema import MAX_SEEDS
 
 # the grid's plan, re-exported: the ledger and the study build on scale.paper's plan
 __all__ = ["E2_RUNS", "EXPERIMENTS", "PAPER_SETTINGS", "PlannedRun", "asdict", "deviations", "main", "paper_choices",
@@ -123,7 +123,7 @@ def _choices_text() -> str:
 
 def plan_differences(run_dir: Path, run: PlannedRun) -> list[str]:
     """Where the run saved in ``run_dir`` is not the planned one: its config.json against
-    ``scale.grid.units.planned_config`` (``scale.runs.validate.plan_disagreements``), and for a finished run the
+    ``scale.grid.unit_files.planned_config`` (``scale.runs.validate.plan_disagreements``), and for a finished run the
     end-of-run settings its summary records (the rotation probes' image cap). Empty when it is the plan (or when
     nothing was saved yet)."""
     if not (run_dir / "config.json").is_file():
@@ -132,7 +132,7 @@ def plan_differences(run_dir: Path, run: PlannedRun) -> list[str]:
         saved = read_config_json(run_dir / "config.json")
     except RunError:
         return ["config.json (unreadable)"]
-    differ = plan_disagreements(saved, units.planned_config(run))
+    differ = plan_disagreements(saved, unit_files.planned_config(run))
     summary = run_dir / "summary.json"
     if summary.is_file():
         try:
@@ -196,11 +196,11 @@ def execute_in_process(run: PlannedRun, home: Path, device: str, threads: int | 
 
 
 def record_unit(run: PlannedRun, inv: GridInvocation) -> None:
-    """Once the run is done, its one immutable unit file with its deviations (``scale.grid.units``)."""
+    """Once the run is done, its one immutable unit file with its deviations (``scale.grid.unit_files``)."""
     config = inv.home / "runs" / run.name / "config.json"
     if config.is_file():
         dev = deviations(read.read_json(config), run.paper, inv.dataset, run.probe_images)
-        units.record_run(run, inv, dev)
+        unit_files.record_run(run, inv, dev)
 
 
 def run_here(runs: list[PlannedRun], inv: GridInvocation) -> int:
@@ -230,7 +230,7 @@ def run_job(inv: GridInvocation) -> int:
     """A job's function (``scale.launch.jobs.UnitJob``): the invocation's runs and unit files in this process, after
     the checks a local run makes (no folder a link; no saved run planned otherwise); the views are the collecting
     invocation's."""
-    units.check_folders(inv.out, inv.plan)
+    unit_files.check_folders(inv.out, inv.plan)
     runs = inv.chosen(inv.planned())
     other_plan = refuse_other_plans(inv.home, runs)
     if other_plan:
@@ -326,7 +326,7 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"scale.paper: error: {exc}", file=sys.stderr)
         return 2
     out, pid, home = inv.out, inv.plan, inv.home  # home: everything of this plan but its unit files (OUT shared)
-    units.check_folders(out, pid)  # a link at OUT/units, OUT/<plan>, ...: refused before anything is written
+    unit_files.check_folders(out, pid)  # a link at OUT/units, OUT/<plan>, ...: refused before anything is written
     # a job writes no manifest: the invocation that submitted it checked and wrote the plan's
     other_plan = refuse_other_plans(home, runs) or (None if inv.as_job else refuse_other_manifest(home, planned))
     if other_plan:
@@ -339,10 +339,10 @@ def _main(argv: list[str] | None = None) -> int:
     if inv.as_job:  # one unit of a launch: its run and unit file; the collecting invocation writes the views
         return run_here(runs, inv)
     if args.report_only:
-        units.collect(runs, inv)
+        unit_files.collect(runs, inv)
         return _report(inv)
 
-    have, _ = units.find(out, pid, [units.of_run(r) for r in runs])
+    have, _ = unit_files.find(out, pid, [unit_files.of_run(r) for r in runs])
     states = {r.name: "done" if r.name in have else run_state(home / "runs" / r.name) for r in runs}
     todo = [r for r in runs if r.name not in have]
     print(f"scale.paper: plan {pid}: {len(runs)} runs in {home} ({len(runs) - len(todo)} stored, "
@@ -360,7 +360,7 @@ def _main(argv: list[str] | None = None) -> int:
         "paper_settings": {e: PAPER_SETTINGS[e] for e in experiments},
         "paper_choices": {e: paper_choices(e) for e in experiments},
         "runs": [dict(asdict(r), argv=r.argv) for r in planned],  # argv: each run's command line, for people
-        "key_format": units.KEY_FORMAT,  # its runs keyed by their resolved configs (scale.grid.units)
+        "key_format": unit_files.KEY_FORMAT,  # its runs keyed by their resolved configs (scale.grid.unit_files)
         "git_commit": git_commit(), "versions": versions(),
     }
     if not args.collect:
@@ -388,7 +388,7 @@ def _main(argv: list[str] | None = None) -> int:
         print(f"scale.paper: {len(todo)} runs attempted in {wall:.1f} s", flush=True)
     for r in runs:  # a run done by a job that died after its summary, before its unit file
         record_unit(r, inv)
-    missing = units.collect(runs, inv)
+    missing = unit_files.collect(runs, inv)
     return code or _report(inv) or missing
 
 
@@ -408,7 +408,7 @@ def print_cost(runs: list[PlannedRun], states: dict[str, str], inv: GridInvocati
 
 
 def _report(inv: GridInvocation) -> int:
-    """The plan's report.md from its unit files (``scale.report``), unless --no-report."""
+    """The plan's report.md from its unit files (``scale.paper_report``), unless --no-report."""
     if not inv.no_report and (inv.home / "manifest.json").is_file():
         print(f"scale.paper: report {write_report(inv.home)}", flush=True)
     return 0

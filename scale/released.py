@@ -23,7 +23,7 @@ from pathlib import Path
 from scale.engine.flags import OneLineParser
 from scale.ledger.released.claims import PLAN, plan_ok
 from scale.ledger.released.reader import ReleasedError
-from scale.ledger.released.report import section
+from scale.ledger.released.section import section
 from scale.runs.faults import EXIT_INPUT, EXIT_OK, EXIT_USAGE
 
 REPO = Path(__file__).resolve().parent.parent  # a checkout's root (where the committed plan lies), if any

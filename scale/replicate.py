@@ -28,7 +28,7 @@ the ledger's runner with this invocation for its unit alone (``scale.ledger.invo
 file. ``--no-wait`` returns after submitting;
 ``--collect`` rebuilds the views and names the missing units with the one command that runs only them.
 
-The store (``scale.ledger.store`` over ``scale.units``) uses a unit file only when its content is the unit its name
+The store (``scale.ledger.store`` over ``scale.unit_store``) uses a unit file only when its content is the unit its name
 says (plan, unit, device, threads, key, and the plan's experiment, seed and labels); any other is listed under
 "unit files left out" in the views and left as it is. The plan's seeds are its registration's (at most 1000),
 never counted from file names.
@@ -61,12 +61,12 @@ from scale.launch import resources as launch_flags
 from scale.launch.cost import print_cost
 from scale.launch.jobs import check_gpus, job_states, launch, rerun_command
 from scale.launch.resources import LaunchError, launch_of
-from scale.ledger import claims, plan, report, runner, store
+from scale.ledger import claims, plan, runner, store, views
 from scale.ledger.invocation import LedgerInvocation, default_seeds
 from scale.ledger.plan import EXPERIMENTS, parse_epochs
 from scale.ledger.store import StoreError
 from scale.ledger.verify import largest_text, record_of, report_lines, verify
-from scale.units.schema import MAX_SEEDS
+from scale.unit_store.schema import MAX_SEEDS
 
 MAX_BUDGET_S = 10**9  # --budget-s: 31 years; a larger or non-finite one is refused, never read as no budget
 
@@ -197,14 +197,14 @@ def report_only(inv: LedgerInvocation, plan_name: str | None, reread: str | None
         units, ignored = store.load_units(out, pid, expected, s["device"], s["threads"])
         if not units:
             return _fail(f"no units of plan {pid} in {out}: nothing to reread", 1)
-        path = report.write(dest, reread_registration(reg, out), [], units, ignored, store_dir=out,
+        path = views.write(dest, reread_registration(reg, out), [], units, ignored, store_dir=out,
                             planned=len(expected))
         print(f"scale.replicate: dry run {path}")
         return 0
     if pid == store.V1:
         units, ignored = v1_units(out)
         reg = v1_registration(reg)
-        path = report.write(out / "v1-reread", reg, [], units, ignored, store_dir=out)
+        path = views.write(out / "v1-reread", reg, [], units, ignored, store_dir=out)
     else:
         amends = runner.check_rules(out, pid, reg, inv.amend)
         s = reg["settings"]
@@ -212,7 +212,7 @@ def report_only(inv: LedgerInvocation, plan_name: str | None, reread: str | None
         units, ignored = store.load_units(out, pid, expected, s["device"], s["threads"])
         if not units:
             return _fail(f"no units of plan {pid} in {out}: nothing to report", 1)
-        path = report.write(out, reg, amends, units, ignored, planned=len(expected))
+        path = views.write(out, reg, amends, units, ignored, planned=len(expected))
     print(f"scale.replicate: report {path}")
     return 0
 
@@ -248,7 +248,7 @@ def collect(inv: LedgerInvocation) -> int:
     states = job_states(out)
     missing = {u.name: states.get(u.name, "no job recorded") for u in todo}
     rerun = rerun_command(inv, list(missing)) if missing else None
-    path = report.write(out, reg, amends, units, ignored, with_report=bool(units), missing=missing, rerun=rerun)
+    path = views.write(out, reg, amends, units, ignored, with_report=bool(units), missing=missing, rerun=rerun)
     for line in ignored:
         print(f"scale.replicate: left out (another plan or key): {line}")
     if missing:
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         pid = runner.plan_id(inv.settings())
         if args.register_only:
             reg = runner.register(out, inv.settings(), inv.command, inv.amend)
-            report.write(out, reg, store.amendments(out, pid), {}, [], with_report=False)
+            views.write(out, reg, store.amendments(out, pid), {}, [], with_report=False)
             print(f"scale.replicate: plan {pid} registered in {out / 'registrations'} (rules {reg['rules_hash'][:12]}, "
                   f"code {reg['code_commit']})")
             return 0

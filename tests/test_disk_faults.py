@@ -244,15 +244,15 @@ def test_paper_never_rewrites_the_manifest_of_another_plan(tmp_path, capsys):
 
 
 def test_report_never_replaces_a_report_it_did_not_write(tmp_path, capsys):
-    from scale import paper, report
+    from scale import paper, paper_report
 
     out = tmp_path / "grid"
     assert paper.main([*PAPER, "--out", str(out)]) == 0
-    assert report.main([str(out)]) == 0 and report.main([str(out)]) == 0  # its own report: replaced
+    assert paper_report.main([str(out)]) == 0 and paper_report.main([str(out)]) == 0  # its own report: replaced
     (home,) = list(out.iterdir())  # the plan's own folder, where the report is
     (home / "report.md").write_text("# my own notes\n")
     before = snapshot(out)
-    assert report.main([str(out)]) == EXIT_USAGE
+    assert paper_report.main([str(out)]) == EXIT_USAGE
     assert "not its own" in capsys.readouterr().err and snapshot(out) == before
 
 

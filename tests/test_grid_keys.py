@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, replace
 
-from scale.experiments.paper import plan
-from scale.grid import units
+from scale.experiments.catalog import plan
+from scale.grid import unit_files
 
 RUN = plan("synthetic", "resnet18", True, ("E3E4",), seeds=1, epochs=1)[0]
 
@@ -22,36 +22,37 @@ def _unit(out, pid: str, run, config: dict, key: str, **extra) -> None:
 
 
 def test_the_key_is_the_resolved_config_not_where_it_ran():
-    key = units.config_key(RUN)
-    assert units.config_key(replace(RUN, data_dir="/elsewhere")) == key  # where the data is: in no key
-    assert units.config_key(replace(RUN, settings=dict(RUN.settings, lr=RUN.settings.get("lr", 1e-3) * 2))) != key
-    assert units.config_key(replace(RUN, probe_images=7)) != key
+    key = unit_files.config_key(RUN)
+    assert unit_files.config_key(replace(RUN, data_dir="/elsewhere")) == key  # where the data is: in no key
+    assert unit_files.config_key(replace(RUN, settings=dict(RUN.settings, lr=RUN.settings.get("lr", 1e-3) * 2))) != key
+    assert unit_files.config_key(replace(RUN, probe_images=7)) != key
     # a default written out as a setting is the same run, though its command line is not the same
     assert "log_every" not in RUN.settings
     same = replace(RUN, settings=dict(RUN.settings, log_every=RUN.config("cpu").log_every))
-    assert same.argv != RUN.argv and units.config_key(same) == key
-    assert units.run_key(same.argv, same.paper, False) != units.run_key(RUN.argv, RUN.paper, False)
+    assert same.argv != RUN.argv and unit_files.config_key(same) == key
+    assert unit_files.run_key(same.argv, same.paper, False) != unit_files.run_key(RUN.argv, RUN.paper, False)
 
 
 def test_a_unit_file_whose_config_is_not_its_keys_is_left_out(tmp_path):
-    pid = units.plan_id("synthetic", "resnet18", True, 1)
-    grid = units.of_run(RUN)
-    planned = units.planned_config(RUN)
+    pid = unit_files.plan_id("synthetic", "resnet18", True, 1)
+    grid = unit_files.of_run(RUN)
+    planned = unit_files.planned_config(RUN)
     _unit(tmp_path, pid, RUN, dict(planned, device="cuda", threads=8), grid.key)  # where it ran differs: its own
-    found, left = units.find(tmp_path, pid, [grid])
+    found, left = unit_files.find(tmp_path, pid, [grid])
     assert list(found) == [RUN.name] and not left
     (tmp_path / "units" / f"{pid}--{RUN.name}--cpu-t1--{grid.key}.json").unlink()
     _unit(tmp_path, pid, RUN, dict(planned, lr=planned["lr"] * 10), grid.key)  # another run's content, this name
-    found, left = units.find(tmp_path, pid, [grid])
+    found, left = unit_files.find(tmp_path, pid, [grid])
     assert not found and len(left) == 1 and "its config is not its key's (lr" in left[0]
 
 
 def test_a_plan_of_the_earlier_key_format_is_read_by_its_command_lines(tmp_path):
     pid = "grid-000000000000"
     record = json.loads(json.dumps({**asdict(RUN), "argv": RUN.argv}))  # as a manifest holds it
-    old = units.of_record(record)  # a manifest without "key_format"
-    assert old.key == units.run_key(RUN.argv, RUN.paper, RUN.track_hessian) != units.config_key(RUN)
-    _unit(tmp_path, pid, RUN, units.planned_config(RUN), old.key)
-    found, left = units.find(tmp_path, pid, [old])
+    old = unit_files.of_record(record)  # a manifest without "key_format"
+    assert old.key == unit_files.run_key(RUN.argv, RUN.paper, RUN.track_hessian) != unit_files.config_key(RUN)
+    _unit(tmp_path, pid, RUN, unit_files.planned_config(RUN), old.key)
+    found, left = unit_files.find(tmp_path, pid, [old])
     assert list(found) == [RUN.name] and not left
-    assert units.of_record(record, units.KEY_FORMAT).key == units.config_key(RUN)  # the same record, format 3
+    # the same record, format 3
+    assert unit_files.of_record(record, unit_files.KEY_FORMAT).key == unit_files.config_key(RUN)

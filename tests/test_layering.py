@@ -22,13 +22,13 @@ ALLOWED = {  # package -> the scale packages its modules may import (besides its
     "geometry": {"engine", "runs", "experiments"},
     # the replication ledger: the experiments' units, their measurements, verdicts and store (and the paper's released
     # arrays re-analysed with its verdicts: ledger/released); the commands scale.replicate and scale.released import it
-    "ledger": {"engine", "runs", "curvature", "geometry", "experiments", "launch", "units"},
+    "ledger": {"engine", "runs", "curvature", "geometry", "experiments", "launch", "unit_store"},
     "launch": {"engine"},  # units as jobs (submitit), used by the commands and the grid's units
     "analysis": {"engine", "runs", "curvature", "geometry"},  # scale.analyze's measurements, as a library
     # scale.paper's units, in the one unit store, and their report (whose E3 section names the probes' protocols)
-    "grid": {"engine", "runs", "geometry", "launch", "experiments", "units"},
+    "grid": {"engine", "runs", "geometry", "launch", "experiments", "unit_store"},
     # one store of unit files for the grid and the ledger: names, keys, schemas, identity checks
-    "units": {"engine"},
+    "unit_store": {"engine"},
     # the monitor of a model trained elsewhere (a Lightning callback, a plain-PyTorch hook) and scale.run's online kNN
     "monitor": {"engine", "runs", "curvature", "geometry"},
 }
@@ -54,7 +54,7 @@ def violations(package: str, source: str) -> set[str]:
 
 def test_the_layout_is_the_documented_one():
     assert {p.name for p in SCALE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == set(ALLOWED)
-    assert COMMANDS == {"run", "analyze", "export", "paper", "report", "crosscheck", "pretrained", "e4_study",
+    assert COMMANDS == {"run", "analyze", "export", "paper", "paper_report", "crosscheck", "pretrained", "e4_study",
                         "replicate", "released"}
 
 

@@ -1,5 +1,5 @@
 """Each rule of the ledger through the pipeline that applies it: rows built from unit records by ``evaluate_all``
-(``evaluate`` then ``holm``, what ``scale.ledger.report`` calls) over the registered claims, not the rule's function
+(``evaluate`` then ``holm``, what ``scale.ledger.views`` calls) over the registered claims, not the rule's function
 alone. Each test names the edit it guards (a mutant that passed every test before these):
 
     Holm            switched off in ``evaluate`` (raw p passed on as the adjusted p); or run over every row

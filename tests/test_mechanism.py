@@ -1,4 +1,4 @@
-"""scale.curvature.mechanism, scale.geometry.mechanism and the E4 protocol measurements the ledger's mechanism
+"""scale.curvature.eq1_terms, scale.geometry.mechanism and the E4 protocol measurements the ledger's mechanism
 rows read: each statistic against a closed form or a hand computation on a tiny instance, each with a negative
 control.
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from scale.curvature import mechanism as cm
+from scale.curvature import eq1_terms as cm
 from scale.engine.config import TrainConfig
 from scale.engine.model import SSLModel
 from scale.geometry import mechanism as gm

@@ -5,14 +5,14 @@ folder, symlinks and hard links to files outside, named like run files and ``.lo
 writer's temporaries, FIFOs, nested folders, an existing run, a grid, a study's results), then runs one random
 command of the project's CLI, as a user would (a subprocess, with a deadline: a hang is a failure), with random
 valid and invalid flags: a new run (``--overwrite``, a recipe, settings that are refused), a resume (with flags
-it refuses), ``scale.export``, ``scale.analyze``, ``scale.report``, ``scale.paper``, ``scale.e4_study``. Then:
+it refuses), ``scale.export``, ``scale.analyze``, ``scale.paper_report``, ``scale.paper``, ``scale.e4_study``. Then:
 
 * every entry the user made is as it was: a file byte for byte, a link pointing where it pointed, a FIFO a FIFO;
 * nothing outside ``--out`` changed (the folder ``outside`` holds the link targets: compared whole);
 * the exit code is one the command documents.
 
 ``scale.replicate`` is covered by its own test function (``test_replicate_keeps_every_stored_unit``), selectable
-alone (``-k replicate``), and the unit store under it (``scale.units``) by another
+alone (``-k replicate``), and the unit store under it (``scale.unit_store``) by another
 (``test_the_unit_store_uses_only_what_its_names_say_and_keeps_every_file``, ``-k unit_store``): random hazards in a
 store (copies over other units' names, contents saying another device or head, damaged records, stray names of a
 huge seed, links and FIFOs, links at its folders), each left as it is and never used as a unit it is not.
@@ -131,7 +131,7 @@ def commands(out: Path, outside: Path, with_study: bool) -> dict[str, st.SearchS
             lambda where: ["-m", "scale.analyze", run_dir, "--quiet", "--no-curvature", "--no-probes", "--orbits",
                            "2x1", *(["--out", str(out / where)] if where else [])],
             st.sampled_from([None, "notes", "r"])),
-        "report": st.builds(lambda where: ["-m", "scale.report", str(out / where)],
+        "report": st.builds(lambda where: ["-m", "scale.paper_report", str(out / where)],
                             st.sampled_from(["", "r", "notes"])),
         "paper": st.builds(
             lambda other, dry: ["-m", "scale.paper", *PAPER, "--out", str(out), *(["--seeds", "2"] if other else []),
@@ -287,7 +287,7 @@ def test_replicate_keeps_every_stored_unit(first, second, seeds, planted):
 
 
 STORE_UNITS = ("E1-relu2-bn0-lr0.05-collapsed-s0", "E1-swish2-bn0-lr0.05-collapsed-s0")  # two --quick units
-# What a user (or an attack) leaves in a ledger's store (``scale.units``): each must be used only if it is what its
+# What a user (or an attack) leaves in a ledger's store (``scale.unit_store``): each must be used only if it is what its
 # name says, and left as it is. (kind, where): where a unit file of this plan, of another, or a folder of the store.
 STORE_HAZARDS = [("copied over another unit", "unit"), ("another device in its content", "unit"),
                  ("another head in its config", "unit"), ("{'mine': 1}", "unit"), ("empty", "stray"),

@@ -1,4 +1,4 @@
-"""scale.paper and scale.report: the grid's plan keeps the paper's settings (and records every deviation),
+"""scale.paper and scale.paper_report: the grid's plan keeps the paper's settings (and records every deviation),
 completed runs are skipped, interrupted ones resumed, two plans share one OUT without touching each other, and the
 views regenerate from the unit files alone with verdicts that follow the numbers."""
 
@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from scale import paper, report
-from scale.grid import units
+from scale import paper, paper_report
+from scale.grid import unit_files
 from scale.paper import PAPER_SETTINGS, deviations, plan, run_state
 
 
@@ -87,7 +87,7 @@ def _grid(tmp_path, *extra: str) -> int:
 
 def _home(out, epochs: int = 1):
     """The plan folder of ``_grid``'s plan (``--epochs`` another: another plan)."""
-    return units.plan_dir(out, units.plan_id("synthetic", "resnet18", True, epochs))
+    return unit_files.plan_dir(out, unit_files.plan_id("synthetic", "resnet18", True, epochs))
 
 
 def _files(root) -> dict[str, tuple[bytes, int]]:
@@ -149,14 +149,14 @@ def test_grid_skips_completed_runs_resumes_interrupted_ones_and_the_report_regen
     shutil.rmtree(home / "runs")
     for f in ("report.md", "compression.png", "e4_orbits.png", "results.json"):
         (home / f).unlink()
-    assert report.main([str(home)]) == 0
+    assert paper_report.main([str(home)]) == 0
     text = (home / "report.md").read_text()
     assert (home / "compression.png").is_file() and (home / "e4_orbits.png").is_file()
     assert "Not comparable in value" in text and "21.85x" in text and "## Verdicts, as measured" in text
     assert "| E3E4-relu2-s0 | finished | 1 |" in text
     assert _grid(tmp_path, "--report-only") == 0 and (home / "results.json").is_file()
     assert not (home / "runs").exists()  # --report-only runs nothing
-    assert report.main([str(tmp_path / "nothing")]) == 1
+    assert paper_report.main([str(tmp_path / "nothing")]) == 1
 
 
 def test_two_plans_share_one_out_and_leave_each_other_alone(tmp_path, capsys):
@@ -196,7 +196,7 @@ def test_a_grid_of_the_earlier_layout_is_left_alone(tmp_path, capsys):
 
 
 def _fake_unit(root, home, r, h_std: list[float], curvature: list[float] | None = None) -> None:
-    """A unit file of run ``r`` of the plan in ``home`` as scale.grid.units writes it (the report's inputs)."""
+    """A unit file of run ``r`` of the plan in ``home`` as scale.grid.unit_files writes it (the report's inputs)."""
     rec = {"status": "finished", "summary": {"status": "finished", "epochs_done": len(h_std), "wall_seconds": 1.0},
            "metrics": [{"epoch": i + 1, "loss": 0.0, "h_std": v, "h_cond": 10.0} for i, v in enumerate(h_std)]}
     if curvature is not None:
@@ -205,10 +205,10 @@ def _fake_unit(root, home, r, h_std: list[float], curvature: list[float] | None 
         neg = sum(v < -1e-9 for v in curvature) / len(curvature)
         rec["curvature_summary"] = {"negative_lambda_min_fraction": neg, "spearman_zstd_condition": None,
                                     "spearman_points": 0}
-    key = units.run_key(r.argv, r.paper, r.track_hessian)
+    key = unit_files.run_key(r.argv, r.paper, r.track_hessian)
     rec.update(plan=home.name, name=r.name, device="cpu", threads=1, key_hash=key, experiment=r.experiment,
-               seed=r.seed, labels=r.labels, argv=r.argv)  # what the unit store checks (scale.units)
-    rec["config"] = rec["summary"]["config"] = units.planned_config(r)  # and the grid, against the planned run
+               seed=r.seed, labels=r.labels, argv=r.argv)  # what the unit store checks (scale.unit_store)
+    rec["config"] = rec["summary"]["config"] = unit_files.planned_config(r)  # and the grid, against the planned run
     (root / "units").mkdir(exist_ok=True)
     (root / "units" / f"{home.name}--{r.name}--cpu-t1--{key}.json").write_text(json.dumps(rec))
 
@@ -218,7 +218,7 @@ def test_report_verdicts_follow_the_measured_numbers(tmp_path, smooth_escapes):
     runs = plan("digits", "resnet18", quick=True, experiments=("E1", "E2"))
     man = {"command": "test", "dataset": "digits", "backbone": "resnet18", "quick": True, "experiments": ["E1", "E2"],
            "assumptions": {}, "runs": [paper.asdict(r) for r in runs], "git_commit": "x", "versions": {}}
-    home = tmp_path / units.plan_id("digits", "resnet18", True, None)
+    home = tmp_path / unit_files.plan_id("digits", "resnet18", True, None)
     home.mkdir()
     (home / "manifest.json").write_text(json.dumps(man))
     for r in runs:
@@ -229,7 +229,7 @@ def test_report_verdicts_follow_the_measured_numbers(tmp_path, smooth_escapes):
         else:
             neg = r.labels["head"] == "swish2"
             _fake_unit(tmp_path, home, r, [0.01, 0.01], [-0.1 if neg == smooth_escapes else 0.0] * 2)
-    report.write_report(home, figures=smooth_escapes)  # the figures once (they cost seconds)
+    paper_report.write_report(home, figures=smooth_escapes)  # the figures once (they cost seconds)
     text = (home / "report.md").read_text()
     rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| ")}
     thm = next(v for k, v in rows.items() if k.startswith("| Thm 4.1"))
@@ -283,7 +283,7 @@ def test_grid_run_as_a_job_killed_named_and_rerun(tmp_path, capsys, monkeypatch)
     again = shlex.split(rerun)[3:]  # rendered from the invocation: this plan, that run only, the same launch
     again_inv = paper.invocation_of(paper.build_parser().parse_args(again), again)
     assert (again_inv.units, again_inv.launch.launcher, again_inv.no_report, again_inv.plan) == (
-        ("E3E4-relu2-s0",), "local-jobs", True, units.plan_id("synthetic", "resnet18", True, 1))
+        ("E3E4-relu2-s0",), "local-jobs", True, unit_files.plan_id("synthetic", "resnet18", True, 1))
     assert paper.main(shlex.split(rerun)[3:]) == 0
     said = capsys.readouterr().out
     assert said.count("  submitted ") == 1 and "1 of 1 runs stored" in said

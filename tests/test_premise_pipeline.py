@@ -25,7 +25,7 @@ from scale.engine.train import Trainer
 from scale.geometry.e4_seed import premise_record
 from scale.geometry.probes import raw_input_features
 from scale.grid.sections import add_verdict, premise_cell
-from scale.ledger import report
+from scale.ledger import views
 from scale.ledger.baselines import raw_input_baseline, raw_input_text
 from scale.ledger.claims import CLAIMS
 from scale.ledger.evaluate import evaluate
@@ -118,7 +118,7 @@ def test_the_raw_input_is_probed_in_float64_on_the_images_the_backbone_reads():
 
 
 def test_a_ledger_unit_records_the_raw_input_beside_the_initialisation():
-    """What ``scale.ledger.units`` stores of a training's premise (``premise_record``): the class probes with the
+    """What ``scale.ledger.unit_record`` stores of a training's premise (``premise_record``): the class probes with the
     backbone at initialisation and the raw input, and the training check with the weights' shift."""
     cfg = scale.TrainConfig.resolve("synthetic", backbone_width=4, image_size=8, batch_size=32, epochs=1,
                                     train_subset=64, threads=1, augment_path="batched", probe_size=32, head_width=16,
@@ -162,7 +162,7 @@ def test_a_ledger_row_shows_the_raw_input_beside_the_initialisation_baseline():
     assert b["trainings"] == len(claim.learned) * 3 and b["linear"]["n"] == b["trainings"]
     assert math.isclose(b["linear"]["z"], 97.0) and math.isclose(b["linear"]["raw_input"], 97.5)
     assert (b["linear"]["above"], b["linear"]["below"]) == (0, len(claim.learned))
-    cell = report.premise_text(row)
+    cell = views.premise_text(row)
     assert "the raw input (pixels), beside the initialisation" in cell
     assert "linear z 97.00 %, at initialisation 93.00 %, the raw input 97.50 % (z above it in 0, below in " in cell
     assert "kNN z 97.00 %" in cell

@@ -1,4 +1,4 @@
-"""Every reader validates (``scale.engine.read``): damaged grids for ``scale.report``, crafted ``OUT.json`` for
+"""Every reader validates (``scale.engine.read``): damaged grids for ``scale.paper_report``, crafted ``OUT.json`` for
 ``load_backbone``, a FIFO where a streamed image was, an unbounded ``--augment-workers``, images a labelled folder
 leaves out. Each case: its documented exit code or ``RunError``, one line, no traceback, nothing written; the
 cases that hung (a 200000-layer head spec, a FIFO) run in a child with a deadline, so a hang fails instead of
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from scale import report
+from scale import paper_report
 from scale.runs.faults import EXIT_INPUT, EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +29,7 @@ DEEP = b"[" * 200_000 + b"]" * 200_000  # Python's decoder recurses: RecursionEr
 
 def _grid(root: Path) -> Path:
     """A grid plan folder as scale.paper leaves it, with one finished E1 run's unit file (what the report reads)."""
-    from scale.grid import units
+    from scale.grid import unit_files
 
     grid = root / "grid-000000000000"
     grid.mkdir(parents=True)
@@ -40,19 +40,20 @@ def _grid(root: Path) -> Path:
         "runs": [{"name": "e1-linear", "experiment": "E1", "seed": 0,
                   "labels": {"head": "linear", "bn": False, "lr": 0.05}, "argv": [], "paper": {}}]}))
     _unit(grid).parent.mkdir()
-    _unit(grid).write_text(json.dumps({  # what the unit store checks: it says what its name says (scale.units)
-        "plan": grid.name, "name": "e1-linear", "device": "cpu", "threads": 1, "key_hash": units.run_key([], {}, False),
+    _unit(grid).write_text(json.dumps({  # what the unit store checks: it says what its name says (scale.unit_store)
+        "plan": grid.name, "name": "e1-linear", "device": "cpu", "threads": 1,
+        "key_hash": unit_files.run_key([], {}, False),
         "experiment": "E1", "seed": 0, "labels": {"head": "linear", "bn": False, "lr": 0.05}, "argv": [],
         "status": "finished", "summary": {"status": "finished", "epochs_done": 1, "wall_seconds": 1.0},
         "metrics": [{"epoch": 1, "loss": 0.5, "h_std": 0.1, "h_cond": 10.0}]}))
-    assert units.run_key([], {}, False) == _unit(grid).stem.rsplit("--", 1)[1]
+    assert unit_files.run_key([], {}, False) == _unit(grid).stem.rsplit("--", 1)[1]
     return grid
 
 
 def _unit(grid: Path) -> Path:
-    from scale.grid import units
+    from scale.grid import unit_files
 
-    return grid.parent / "units" / f"{grid.name}--e1-linear--cpu-t1--{units.run_key([], {}, False)}.json"
+    return grid.parent / "units" / f"{grid.name}--e1-linear--cpu-t1--{unit_files.run_key([], {}, False)}.json"
 
 
 def _damage(grid: Path, **fields) -> None:
@@ -61,7 +62,7 @@ def _damage(grid: Path, **fields) -> None:
 
 
 def _report(grid: Path, capsys) -> tuple[int, list[str]]:
-    code = report.main([str(grid)])
+    code = paper_report.main([str(grid)])
     return code, capsys.readouterr().err.strip().splitlines()
 
 
@@ -116,7 +117,7 @@ def test_a_damaged_grid_is_one_line_and_exit_1(tmp_path, capsys, case):
     elif case == "orbits a string":
         _damage(grid, orbits="a picture")
     code, err = _report(grid, capsys)
-    assert code == EXIT_INPUT and len(err) == 1 and err[0].startswith("scale.report: error: "), err
+    assert code == EXIT_INPUT and len(err) == 1 and err[0].startswith("scale.paper_report: error: "), err
     assert not (grid / "report.md").exists()
 
 
@@ -129,8 +130,8 @@ def test_an_unreadable_unit_file_is_one_line_and_exit_1(tmp_path):
     unit = _unit(grid)
     unit.chmod(0)
     try:
-        done = subprocess.run([*(DROP if os.geteuid() == 0 else []), sys.executable, "-m", "scale.report", str(grid)],
-                              capture_output=True, text=True, env=ENV, timeout=120)
+        done = subprocess.run([*(DROP if os.geteuid() == 0 else []), sys.executable, "-m", "scale.paper_report",
+                               str(grid)], capture_output=True, text=True, env=ENV, timeout=120)
     finally:
         unit.chmod(0o644)
     err = done.stderr.strip().splitlines()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scale.ledger.report import IN_PROGRESS
+from scale.ledger.views import IN_PROGRESS
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "docs" / "replication" / "v3" / "report.md"  # the last ledger reported (v4: not registered yet)

@@ -13,7 +13,7 @@ from bench import _simsiam
 from bench.recipe_search import CANDIDATES, SIMSIAM, Candidate, main, simsiam_label
 from scale.engine.config import TrainConfig
 from scale.engine.data import load_dataset
-from scale.experiments.paper import plan
+from scale.experiments.catalog import plan
 from scale.geometry.measure import EndOfRun
 from scale.run import train
 

@@ -16,7 +16,7 @@ from scale.engine.augment import PRESET_PARAMS
 from scale.engine.config import TrainConfig
 from scale.engine.data import load_dataset
 from scale.engine.recipes import DATASET_DEFAULTS, DIGITS_RECIPES
-from scale.experiments.paper import plan
+from scale.experiments.catalog import plan
 from scale.geometry.measure import EndOfRun
 from scale.run import train
 

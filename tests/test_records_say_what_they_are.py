@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from scale import replicate, report
+from scale import paper_report, replicate
 from scale.engine import read
 from scale.engine.config import TrainConfig
 from scale.engine.markdown import escape
 from scale.engine.train import _likely_cause
-from scale.ledger import report as ledger_report
 from scale.ledger import store
+from scale.ledger import views as ledger_report
 from tests import test_unit_store as store_tests
 from tests.test_faults import TINY
 from tests.test_permissions import DROP
@@ -114,7 +114,7 @@ def test_a_grid_unit_with_a_second_metrics_key_is_refused(tmp_path, capsys):
     target = grid_unit(home, "E2-collapsed-relu2-s0")
     other = json.loads(grid_unit(home, "E2-normal-swish2-s0").read_text())["metrics"]
     append_key(target, "metrics", other)
-    code = report.main([str(home)])
+    code = paper_report.main([str(home)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and target.name in err[0] and "'metrics' appears twice" in err[0], err
     assert not (home / "report.md").exists()
@@ -148,7 +148,7 @@ def test_a_forged_deviation_adds_no_section_to_the_ledger_report(ledger, capsys)
 def test_a_forged_deviation_adds_no_section_to_the_grid_report(tmp_path):
     home = grid(tmp_path / "G")
     edit(grid_unit(home, "E2-collapsed-relu2-s0"), lambda r: r.update(deviations={"forged": [FORGED, FORGED]}))
-    assert report.main([str(home)]) == 0
+    assert paper_report.main([str(home)]) == 0
     text = (home / "report.md").read_text()
     assert not any(line.startswith("## Verdict: every claim") for line in text.splitlines())
 
@@ -252,7 +252,7 @@ def test_a_grid_unit_whose_config_or_summary_is_another_runs_is_left_out(tmp_pat
     other = json.loads(grid_unit(home, "E2-normal-swish2-s0").read_text())
     other["metrics"][-1]["loss"] = 7.5  # another run's final loss: it must not show in relu2's row
     edit(target, lambda r: TRANSPLANTS[case](r, other))
-    assert report.main([str(home)]) == 0
+    assert paper_report.main([str(home)]) == 0
     text = (home / "report.md").read_text()
     assert "(not run)" in e2_row(text, "collapsed", "relu2")
     assert "7.5000" not in text

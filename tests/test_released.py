@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from scale import released as command
-from scale.ledger.released import claims, figures, reader, report, schema
+from scale.ledger.released import claims, figures, reader, schema, section
 from scale.ledger.released.reader import ReleasedError, read_all, read_file
 from scale.ledger.verdicts import INCONCLUSIVE, NOT_MEASURED, REPRODUCED, SIGN_ONLY
 from scale.runs.faults import EXIT_INPUT, EXIT_USAGE
@@ -180,8 +180,8 @@ def test_the_vendored_arrays_are_the_upstream_commits_and_recompute_the_printed_
 
 
 def test_the_section_names_what_the_arrays_cannot_decide():
-    text = "\n".join(report.vendored_section())
-    assert text.startswith(report.TITLE)
+    text = "\n".join(section.vendored_section())
+    assert text.startswith(section.TITLE)
     assert "no untrained head's orbits were saved" in text
     assert ("| E4.1 the trained head compresses rotation orbits | R18-C100 | - | - | interval above 0 | not measured"
             in text)
@@ -294,7 +294,7 @@ def test_an_official_checkout_reads_like_the_vendored_copy_and_a_missing_dir_is_
     root = _tree(tmp_path)
     assert command.main(["--official", str(root)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(report.TITLE) and out.strip() == "\n".join(report.vendored_section()).strip()
+    assert out.startswith(section.TITLE) and out.strip() == "\n".join(section.vendored_section()).strip()
     assert command.main(["--official", str(tmp_path / "nowhere")]) == EXIT_USAGE
     assert "not a directory" in capsys.readouterr().err
     (root / GUILLOTINE.path).unlink()
@@ -329,8 +329,8 @@ def test_the_committed_report_carries_the_section_this_code_computes():
     today: a section edited by hand, or code that now computes something else, fails here (a changed array is
     refused on load: above)."""
     text = (ROOT / "docs" / "replication" / "v3" / "report.md").read_text()
-    committed = text[text.index(report.TITLE):].strip()
-    assert committed == "\n".join(report.vendored_section()).strip()
+    committed = text[text.index(section.TITLE):].strip()
+    assert committed == "\n".join(section.vendored_section()).strip()
 
 
 def test_a_fifo_in_place_of_a_file_is_refused_without_blocking(tmp_path, capsys):

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from scale import replicate as R
-from scale.ledger import claims, plan, report, runner, store
+from scale.ledger import claims, plan, runner, store, views
 from scale.ledger import readers as rd
 from scale.ledger.claims import CLAIMS
 from scale.ledger.evaluate import evaluate
@@ -277,7 +277,7 @@ def test_units_of_another_thread_count_are_never_mixed_and_files_are_written_onc
 
 
 def test_registration_precedes_the_first_unit_and_a_changed_rule_needs_an_amendment(tmp_path, monkeypatch, capsys):
-    from scale.ledger import units as unit_runner
+    from scale.ledger import unit_record as unit_runner
 
     out = tmp_path / "ledger"
     monkeypatch.setattr(plan, "plan_units", _only([ONE_UNIT]))
@@ -364,8 +364,8 @@ def _report_inputs(quick: bool) -> tuple[dict, dict]:
 
 def test_quick_report_has_its_banner_and_no_bold_verdict():
     reg, res = _report_inputs(quick=True)
-    view, text = report.build(Path("/nonexistent-figures"), reg, [], res, [])
-    assert report.BANNER == "pipeline check: not evidence" and report.BANNER in text and view["banner"]
+    view, text = views.build(Path("/nonexistent-figures"), reg, [], res, [])
+    assert views.BANNER == "pipeline check: not evidence" and views.BANNER in text and view["banner"]
     assert "**" not in text
     assert "--quick: digits, 64 training images" in text  # its own settings in the deviations
     assert "## The project's own questions" in text and "## The mechanism" in text
@@ -376,11 +376,11 @@ def test_a_partial_store_is_reported_in_progress_first():
     """A plan with fewer units stored than it has says so before any verdict (a view of the units so far, not the
     registration's result); the whole plan stored carries no such banner."""
     reg, res = _report_inputs(quick=False)
-    view, text = report.build(Path("/nonexistent-figures"), reg, [], res, [], planned=320)
-    first = text.index(f"> {report.IN_PROGRESS}: 3 of the plan's 320 units are stored")
-    assert first < text.index("## Verdicts") and view["banner"] == report.IN_PROGRESS
-    view, text = report.build(Path("/nonexistent-figures"), reg, [], res, [], planned=3)
-    assert report.IN_PROGRESS not in text and view["banner"] is None
+    view, text = views.build(Path("/nonexistent-figures"), reg, [], res, [], planned=320)
+    first = text.index(f"> {views.IN_PROGRESS}: 3 of the plan's 320 units are stored")
+    assert first < text.index("## Verdicts") and view["banner"] == views.IN_PROGRESS
+    view, text = views.build(Path("/nonexistent-figures"), reg, [], res, [], planned=3)
+    assert views.IN_PROGRESS not in text and view["banner"] is None
 
 # --------------------------------------------------------------------------------------------
 # The --quick pipeline, end to end: killed for real after some units, resumed, reported
@@ -430,7 +430,7 @@ def test_quick_pipeline_killed_resumed_and_reported(tmp_path):
     assert all(r["interval"]["n"] == 0 or r["kind"] != "fraction" or 0 <= r["interval"]["low"] <= 1
                for r in view["claims"] if r["interval"]["n"] > 1)
     text = (out / "report.md").read_text()
-    assert report.BANNER in text and "**" not in text
+    assert views.BANNER in text and "**" not in text
     for fig in ("e1_std.png", "e2_curvature.png", "e5_depth.png", "e4_study/report.md"):
         assert (out / fig).is_file(), fig
     assert R.main(["--quick", "--out", str(out), "--report-only"]) == 0
@@ -497,7 +497,7 @@ def test_determinism_rows_compare_the_same_units_at_another_thread_count(tmp_pat
         store.save_unit(out, pid, "E3E4-s0", "cpu", settings["threads"], key, json.loads(json.dumps(rec)))
         res[settings["threads"]] = rec
     mine, _ = store.load_units(out, runner.plan_id(one), {"E3E4-s0": key}, "cpu", 1)
-    rows = report.determinism(out, one, mine)
+    rows = views.determinism(out, one, mine)
     e31 = next(r for r in rows if r.startswith("| E3.1 |"))
     assert "threads 1 vs 2" in e31 and "+1.5" in e31
 

@@ -1,5 +1,5 @@
-"""The one unit store below the grid and the ledger (``scale.units``): a unit file is what its name says before it is
-used, every record is checked against its schema before any field is read, nothing is sized by a file name, no
+"""The one unit store below the grid and the ledger (``scale.unit_store``): a unit file is what its name says before it
+is used, every record is checked against its schema before any field is read, nothing is sized by a file name, no
 output folder is a link, and out-of-range arguments are one line. One test per failure of the store's attack
 (issue 50, 16 cases), each on real files: a --quick ledger of two E1 units (``python -m scale.replicate``, a few
 seconds, built once) and a grid plan folder written as ``scale.paper`` writes it.
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
-from scale import paper, replicate, report
+from scale import paper, paper_report, replicate
 from scale import run as scale_run
-from scale.grid import units as grid_units
+from scale.grid import unit_files as grid_units
 from scale.ledger import runner
-from scale.units.schema import MAX_SEEDS
+from scale.unit_store.schema import MAX_SEEDS
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -116,7 +116,7 @@ def test_the_intact_files_are_used(ledger, tmp_path, capsys):
     code, view, _ = report_only(ledger, capsys)
     assert code == 0 and set(view["units"]) == {A, B} and view["ignored"] == []
     home = grid(tmp_path / "G")
-    assert report.main([str(home)]) == 0
+    assert paper_report.main([str(home)]) == 0
     text = (home / "report.md").read_text()
     assert "Unit files left out" not in text and "(finished)" in e2_row(text, "collapsed", "relu2")
 
@@ -141,12 +141,12 @@ def test_a_ledger_unit_file_copied_over_another_units_name_is_left_out(ledger, c
 
 
 def test_a_grid_unit_file_copied_over_another_runs_name_is_left_out(tmp_path, capsys):
-    """normal/swish2's file copied over collapsed/relu2's name: scale.report shows collapsed/relu2 not run (not
+    """normal/swish2's file copied over collapsed/relu2's name: scale.paper_report shows collapsed/relu2 not run (not
     normal/swish2's numbers) and names the file in its left-out section."""
     home = grid(tmp_path / "G")
     target = grid_unit(home, "E2-collapsed-relu2-s0")
     shutil.copy(grid_unit(home, "E2-normal-swish2-s0"), target)
-    assert report.main([str(home)]) == 0
+    assert paper_report.main([str(home)]) == 0
     text = (home / "report.md").read_text()
     row = e2_row(text, "collapsed", "relu2")
     assert "(not run)" in row and "-0.5" not in row
@@ -190,7 +190,7 @@ def test_a_grid_unit_whose_content_says_another_plan_device_threads_or_head_is_l
     home = grid(tmp_path / "G")
     target = grid_unit(home, "E2-collapsed-relu2-s0")
     edit(target, GRID_IDENTITY[case])
-    assert report.main([str(home)]) == 0
+    assert paper_report.main([str(home)]) == 0
     text = (home / "report.md").read_text()
     assert "(not run)" in e2_row(text, "collapsed", "relu2")
     assert f"- {target.name}: " in text and "not the unit its name says" in text

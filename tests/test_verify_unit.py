@@ -24,14 +24,14 @@ from pathlib import Path
 import pytest
 
 from scale import replicate as R
-from scale.ledger import readers, report, store
+from scale.ledger import readers, store, views
 from scale.ledger.claims import CLAIMS
 from scale.ledger.runner import machine
 from scale.ledger.schemas import VERIFICATION
 from scale.ledger.sensitivity import shift
 from scale.ledger.verdicts import Rule
 from scale.ledger.verify import differences, verify
-from scale.units import schema
+from scale.unit_store import schema
 
 STORE = Path(__file__).resolve().parent / "data" / "verify"
 ELSEWHERE_RTOL = 1e-4  # another processor kind: float32 kernels that round otherwise, over two training steps
@@ -94,7 +94,7 @@ def test_a_verification_is_recorded_once_per_commit_and_listed_by_the_report(tmp
     plan = store.parse_name(path)["plan"]
     found, left = store.verifications(tmp_path / "store", plan)
     assert len(found) == 1 and not left and found[0]["verified_at"].startswith("c0ffee")
-    lines = report.verification_lines(tmp_path / "store", plan)
+    lines = views.verification_lines(tmp_path / "store", plan)
     assert any(path.name in line and "c0ffeec0ffee" in line for line in lines), lines
     bad = tmp_path / "store" / "verifications" / f"{plan}--forged.json"
     bad.write_text(json.dumps({"unit": 3}))  # negative control: not a verification of the store's form

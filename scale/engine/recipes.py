@@ -20,7 +20,7 @@ from scale.engine.data import FOLDER_PREFIX
 # The digits recipes: what each of the paper's experiments trains with on scikit-learn's digits, found by the
 # search of docs/recipes.md (python -m bench.recipe_search), each a network that learns (scale.runs.premise) where
 # one could be found. "main" is the main job (python -m scale.run digits --head gelu3) and every method's digits
-# default; the experiments' recipes are read by the grid and the ledger (scale.experiments.paper) on
+# default; the experiments' recipes are read by the grid and the ledger (scale.experiments.catalog) on
 # top of the paper's settings. E3/E4 and E5 keep the paper's rotation nuisance in the views (digits_rotate).
 # E1/E2 (SimSiam, SGD 0.05): no recipe of docs/recipes.md's SimSiam search learns on digits (without BatchNorm the
 # heads collapse; with BatchNorm in the hidden layers they do not, but z's class probes end below the backbone at

@@ -2,5 +2,5 @@
 the paper's and its digits recipes) and what each measures, read by the grid (``scale.paper``), the ledger
 (``scale.replicate``) and the main job.
 
-    paper    E1-E5: the paper's settings, the assumptions, the grid's runs (``PlannedRun``), the deviations
+    catalog  E1-E5: the paper's settings, the assumptions, the grid's runs (``PlannedRun``), the deviations
 """

@@ -1,5 +1,5 @@
 r"""One seed of the E4 study (``python -m scale.e4_study``, and the ledger's E3/E4 units): the grid's E3 model
-(``scale.experiments.paper``; on digits its digits recipe) trained twice, the head on raw z and on normalised z,
+(``scale.experiments.catalog``; on digits its digits recipe) trained twice, the head on raw z and on normalised z,
 measured under every protocol of ``scale.geometry.protocols``, with each training's premise "the network learned"
 (``scale.runs.premise`` through ``scale.geometry.measure.learning_premise``).
 """
@@ -16,7 +16,7 @@ import torch
 
 from scale.engine.data import load_dataset
 from scale.engine.train import Trainer
-from scale.experiments.paper import plan
+from scale.experiments.catalog import plan
 from scale.geometry.measure import CONTROL_SEED, GeometrySettings, head_fn, learning_premise
 from scale.geometry.probes import ProbeSettings
 from scale.geometry.protocols import NormalizedInput, measure, measure_model, model_features, z_probes
@@ -24,7 +24,7 @@ from scale.runs.run_report import git_commit
 
 
 def e3_config(dataset: str, seed: int, epochs: int | None = None, device: torch.device | str = "cpu", **changes: Any):
-    """The ``TrainConfig`` of the grid's E3E4 run (``scale.experiments.paper``) for ``dataset`` and ``seed`` (on
+    """The ``TrainConfig`` of the grid's E3E4 run (``scale.experiments.catalog``) for ``dataset`` and ``seed`` (on
     digits its digits recipe); ``changes``: more settings (a smaller run for a pipeline check)."""
     run = plan(dataset, "resnet18", quick=False, experiments=("E3E4",), seeds=1, epochs=epochs)[0]
     run.seed = seed

@@ -2,7 +2,7 @@ r"""The paper's mechanism beyond eq. (1), measured: E1's start collapsed in the 
 timescale separation, Proposition 5.2 on a trained head, E4's orbit statistics each on its own (D_intra, D_inter,
 the untrained head, trained against untrained under one protocol, a curvature free of the orbit's size) and E5 as a
 trend over depths. Each function returns a flat dict of JSON-able floats (booleans as 0.0 / 1.0; NaN where a
-statistic has no value). The curvature side (M, G's inertia, M on null(G), rho): ``scale.curvature.mechanism``
+statistic has no value). The curvature side (M, G's inertia, M on null(G), rho): ``scale.curvature.eq1_terms``
 (its docstring lists its keys: M_over_H, M_norm, H_scale, G_negative, G_zero, G_positive, G_eigenvalues,
 G_indefinite, lambda_min_G_rel, lambda_max_G_rel, lambda_min_H_rel, loss_hessian_negative, null_dim_G, null_samples,
 lambda_min_M_null, negative_M_null, null_identity from ``curvature_mechanism``; loss, rho_norm, rho_rel, rho_nonzero,
@@ -13,7 +13,7 @@ Use in a run (an E1 unit; ``x``: the probe views the curvature is measured on, e
     trainer = Trainer(cfg, data, device, run_dir=None)      # cfg.init "normal": collapsed_start_ applies the x 0.1
     info = collapsed_start_(trainer.model, trainer.state.probe_x)      # only for the collapsed start, before any
     trainer.hooks.insert(0, ParameterDrift())                          # hook measures the start
-    start = residual_record(trainer.model, cfg, x)          # scale.curvature.mechanism, like curvature_mechanism
+    start = residual_record(trainer.model, cfg, x)          # scale.curvature.eq1_terms, like curvature_mechanism
     trainer.fit()
     end = residual_record(trainer.model, cfg, x); times = timescale_record(trainer.state.history)
 
@@ -21,7 +21,7 @@ Every record key of this module, its meaning, its scale and the function that pr
 
 ``collapsed_start_(model, x_ref, eps)`` (in place) and ``start_record``: E1's start that is collapsed in the
 measured statistic (see ``collapsed_start_``); ``start_record(normal, collapsed)`` of two records of
-``scale.curvature.mechanism.residual_record``:
+``scale.curvature.eq1_terms.residual_record``:
 
     h_std_normal, h_std_collapsed    the two starts' h std (paired: same seed, same head before the projection).
     log10_std_ratio    log10(h_std_collapsed / h_std_normal) (< 0: the start is collapsed in the statistic).

@@ -7,8 +7,8 @@ r"""The grid report's figures, from the runs as ``scale.grid.records`` reads the
     figure_compression  E4/E5: the compression factor (spread z / spread h) of the trained and the untrained heads,
                         one group of bars per group of runs, mean and std over seeds
 
-Each returns PNG bytes, or None when nothing of it was measured; ``scale.grid.report`` names them and
-``scale.report`` writes them.
+Each returns PNG bytes, or None when nothing of it was measured; ``scale.grid.page`` names them and
+``scale.paper_report`` writes them.
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def figure_e2(runs: list[dict[str, Any]]) -> bytes | None:
 
 
 def figure_orbits(orbits: dict[str, np.ndarray] | None) -> bytes | None:
-    """E4's orbits from a unit file's figure data (each space's own 2-D PCA, ``scale.grid.units.orbit_projection``)."""
+    """E4's orbits from a unit file's figure data (each space's own 2-D PCA,
+    ``scale.grid.unit_files.orbit_projection``)."""
     if orbits is None:
         return None
     plt = pyplot()

@@ -13,17 +13,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
-from scale.experiments.paper import EXPERIMENTS, PlannedRun, plan
+from scale.experiments.catalog import EXPERIMENTS, PlannedRun, plan
 from scale.launch.resources import LOCAL, Launch
-from scale.units.store import digest
+from scale.unit_store.files import digest
 
-LAYOUT = "grid-units-2"  # the plan folder's layout, hashed into the plan's name (scale.grid.units)
-KEY_FORMAT = 3  # v3: a run keyed by its resolved config (v2: by its scale.run command line; scale.grid.units)
+LAYOUT = "grid-units-2"  # the plan folder's layout, hashed into the plan's name (scale.grid.unit_files)
+KEY_FORMAT = 3  # v3: a run keyed by its resolved config (v2: by its scale.run command line; scale.grid.unit_files)
 
 
 def plan_id(dataset: str, backbone: str, quick: bool, epochs: int | None) -> str:
     """``grid-`` + the hash of what makes the grid, its layout and how its runs are keyed (a new key format is a
-    new plan: an earlier plan's folder stays readable under its own, ``scale.grid.units.of_record``)."""
+    new plan: an earlier plan's folder stays readable under its own, ``scale.grid.unit_files.of_record``)."""
     return "grid-" + digest({"dataset": dataset, "backbone": backbone, "quick": quick, "epochs": epochs,
                              "layout": LAYOUT, "keys": KEY_FORMAT})[:12]
 
@@ -56,7 +56,7 @@ class GridInvocation:
 
     @property
     def home(self) -> Path:
-        """The plan's own folder in ``out`` (``scale.grid.units``)."""
+        """The plan's own folder in ``out`` (``scale.grid.unit_files``)."""
         return Path(self.out) / self.plan
 
     def planned(self) -> list[PlannedRun]:

@@ -1,6 +1,7 @@
 r"""A grid plan as its report reads it: the plan folder's manifest and each planned run's unit file
-(``scale.grid.units``), every value the report reads checked for its type first. Anything that is not what
-``scale.paper`` writes is ``scale.engine.read.Unreadable`` with one line naming the file (``scale.report``: exit 1).
+(``scale.grid.unit_files``), every value the report reads checked for its type first. Anything that is not what
+``scale.paper`` writes is ``scale.engine.read.Unreadable`` with one line naming the file
+(``scale.paper_report``: exit 1).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from typing import Any
 import numpy as np
 
 from scale.engine import read
-from scale.grid import units
-from scale.grid.units import ORBIT_SPACES
+from scale.grid import unit_files
+from scale.grid.unit_files import ORBIT_SPACES
 from scale.runs.summary import CurvatureSummary, RunSummary
-from scale.units.schema import Schema, problem
-from scale.units.store import StoreError
+from scale.unit_store.files import StoreError
+from scale.unit_store.schema import Schema, problem
 
 # Keys of the run files the report reads as numbers: a file whose values there are not numbers is refused.
 METRIC_KEYS = ("h_std", "h_cond", "loss", "epoch")
@@ -25,7 +26,7 @@ LABEL_TYPES: dict[str, tuple[type, ...]] = {"head": (str,), "lr": (int, float), 
                                             "init": (str,)}
 LABELS = {"E1": ("head", "bn", "lr"), "E2": ("init", "head"), "E5": ("depth", "head")}
 # The manifest's entries the report reads, with their types (scale.paper writes them): one schema mechanism with
-# the unit files' (scale.units.schema).
+# the unit files' (scale.unit_store.schema).
 MANIFEST = Schema({"dataset": str, "backbone": str, "quick": bool, "command": str, "experiments": list[str],
                    "assumptions": dict[str, str], "versions": dict[str, str], "git_commit": str},
                   {"paper_choices": dict[str, dict[str, list[Any]]] | None, "key_format": int})
@@ -61,9 +62,9 @@ def _manifest_runs(manifest: dict[str, Any], where: Path) -> list[dict[str, Any]
 
 
 def load_grid(home: Path) -> dict[str, Any]:
-    """The grid plan in ``home`` (``OUT/<plan>``, ``scale.grid.units``) as the report reads it: its manifest and,
+    """The grid plan in ``home`` (``OUT/<plan>``, ``scale.grid.unit_files``) as the report reads it: its manifest and,
     for each planned run, its unit file in ``OUT/units`` (none: not run), and one line per unit file left out
-    (another plan's, a changed key, a content that is not the run its name says: ``scale.grid.units.find``).
+    (another plan's, a changed key, a content that is not the run its name says: ``scale.grid.unit_files.find``).
     ``read.Unreadable`` (exit 1) with one line for any file that is not what scale.paper writes (not JSON, too
     deep or large, a FIFO, values of the wrong type, unreadable)."""
     if not os.path.lexists(home / "manifest.json"):
@@ -72,14 +73,14 @@ def load_grid(home: Path) -> dict[str, Any]:
     manifest = _read_json(home / "manifest.json")
     records = _manifest_runs(manifest, home / "manifest.json")
     try:
-        planned = [units.of_record(r, manifest.get("key_format", units.LEGACY_KEYS)) for r in records]
+        planned = [unit_files.of_record(r, manifest.get("key_format", unit_files.LEGACY_KEYS)) for r in records]
     except read.Unreadable as exc:
         raise read.Unreadable(f"{home / 'manifest.json'}: {exc}") from None
     if home.parent.is_dir() and (home.parent / "units").is_dir() \
             and not os.access(home.parent / "units", os.R_OK | os.X_OK):
         raise read.Unreadable(f"{home.parent / 'units'} cannot be read (permission denied); give it read permission")
-    try:  # each unit file checked against its schema, its name and this plan before it is used (scale.units)
-        found, ignored = units.find(home.parent, home.name, planned)
+    try:  # each unit file checked against its schema, its name and this plan before it is used (scale.unit_store)
+        found, ignored = unit_files.find(home.parent, home.name, planned)
     except StoreError as exc:
         raise read.Unreadable(str(exc)) from None
     runs = []
@@ -110,7 +111,7 @@ def _records(found: Any, keys: tuple[str, ...], where: str) -> list[dict[str, An
 
 
 def _orbits(found: Any, where: str) -> dict[str, np.ndarray] | None:
-    """E4's orbit figure data of a unit file (``scale.grid.units.orbit_projection``) as arrays."""
+    """E4's orbit figure data of a unit file (``scale.grid.unit_files.orbit_projection``) as arrays."""
     if found is None:
         return None
     try:

@@ -1,4 +1,4 @@
-r"""The grid report's sections (``scale.grid.report`` puts them in report.md): for each experiment its table, and
+r"""The grid report's sections (``scale.grid.page`` puts them in report.md): for each experiment its table, and
 the rows it adds to the verdict table, each verdict with its premise cell.
 
     section_e1, section_e2, section_e4 (E3 + E4), section_e5    an experiment's markdown, its verdict rows added
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from mini import paper_numbers as paper
-from scale.experiments.paper import E1_HEADS
+from scale.experiments.catalog import E1_HEADS
 from scale.geometry.probes import E3_PROTOCOL, HEADLINE_PROTOCOL
 from scale.runs.premise import DID_NOT_LEARN, NOT_DECIDED, recheck
 from scale.runs.summary import CurvatureSummary, GeometrySummary, RunSummary, TrainingCheck

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from scale.engine import read
-from scale.experiments.paper import DONE_STATUSES, PlannedRun
+from scale.experiments.catalog import DONE_STATUSES, PlannedRun
 
 
 def run_state(run_dir: Path) -> str:

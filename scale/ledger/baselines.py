@@ -1,7 +1,7 @@
 """The raw-input baseline of a ledger row, beside the initialisation baseline: over the trainings a row's premise
 reads (``Claim.learned``), z's class probes (linear and kNN) against the same probes of the backbone at
 initialisation and of the raw input, the flattened pixels (``scale.geometry.probes.raw_input_features``), as each
-unit recorded them in its premise record (``scale.ledger.units``: ``premise[training]["class_probe"]``).
+unit recorded them in its premise record (``scale.ledger.unit_record``: ``premise[training]["class_probe"]``).
 
 "The network learned" is measured against the initialisation; the raw input answers another question, whether z
 reads the classes better than the pixels it was computed from. It is reported, never part of a verdict: a

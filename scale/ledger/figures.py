@@ -9,7 +9,7 @@ import numpy as np
 
 from mini import paper_numbers as paper
 from scale.engine.plots import pyplot
-from scale.experiments.paper import E1_HEADS
+from scale.experiments.catalog import E1_HEADS
 from scale.ledger.claims.base import Results
 
 

@@ -1,4 +1,4 @@
-r"""The ledger's plan: its units (one run of the paper's grid, ``scale.experiments.paper``, at one seed each), their
+r"""The ledger's plan: its units (one run of the paper's grid, ``scale.experiments.catalog``, at one seed each), their
 sizes, their keys, and an estimate of each unit's cost on any device. On digits each experiment trains with its
 digits recipe (``scale.engine.recipes.DIGITS_RECIPES``: a network that learns, docs/recipes.md).
 
@@ -30,8 +30,8 @@ from typing import Any
 
 from scale.engine.config import TrainConfig
 from scale.engine.recipes import DIGITS_RECIPES
-from scale.experiments.paper import CIFAR, EXPERIMENTS, plan
-from scale.units.store import Planned, digest  # digest: the store's key hash (re-exported: plan.digest)
+from scale.experiments.catalog import CIFAR, EXPERIMENTS, plan
+from scale.unit_store.files import Planned, digest  # digest: the store's key hash (re-exported: plan.digest)
 
 # Epochs on digits: each experiment's digits recipe (scale.engine.recipes.DIGITS_RECIPES, docs/recipes.md: the
 # epochs under which its network learns); on CIFAR every experiment keeps the paper's (None: the grid's plan).
@@ -73,7 +73,7 @@ class Unit:
     dataset: str
     backbone: str
     settings: dict[str, Any]  # TrainConfig fields, the method among them
-    paper: dict[str, Any]  # the paper's value of each checked setting (scale.experiments.paper.PlannedRun.paper)
+    paper: dict[str, Any]  # the paper's value of each checked setting (scale.experiments.catalog.PlannedRun.paper)
     labels: dict[str, Any] = field(default_factory=dict)
     measure: dict[str, Any] = field(default_factory=dict)  # the settings outside the training that shape its numbers
     device: str = "cpu"
@@ -133,7 +133,7 @@ def plan_units(dataset: str, seeds: int, quick: bool, epochs: dict[str, int] | N
                experiments: tuple[str, ...] = EXPERIMENTS, device: str = "cpu") -> list[Unit]:
     """Every unit of ``experiments``, seed-major (all of seed 0 first), so that a ledger stopped early has every
     claim at fewer seeds rather than some claims at none; each unit the grid's run of its experiment
-    (``scale.experiments.paper.plan``) at the ledger's epochs and seed."""
+    (``scale.experiments.catalog.plan``) at the ledger's epochs and seed."""
     ep = epochs_of(dataset, quick, epochs)
     curv = {"probe_pairs": QUICK_PROBE_PAIRS if quick else PROBE_PAIRS, "probe_seed": PROBE_SEED,
             "range_floor": RANGE_FLOOR}
@@ -194,7 +194,7 @@ def expected_keys(settings: dict[str, Any], seeds: int) -> dict[str, str]:
 
 def expected(settings: dict[str, Any], seeds: int | None = None) -> dict[str, Planned]:
     """What the plan says of each of its units (at ``seeds``, default the plan's): the key its file is named by,
-    its experiment, seed and labels (``scale.units.store.Planned``: the store checks each unit file's content
+    its experiment, seed and labels (``scale.unit_store.files.Planned``: the store checks each unit file's content
     against them before it is used)."""
     return {u.name: Planned(u.key_hash(), u.experiment, u.seed, u.labels)
             for u in settings_units(settings, settings["seeds"] if seeds is None else seeds)}

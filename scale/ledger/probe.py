@@ -15,8 +15,8 @@ import torch
 from mini.collapse_metrics import collapse_stats, covariance_spectrum
 from mini.hessian import NEG_FLOOR
 from scale.curvature.blocks import effective_hessian_blocks
+from scale.curvature.eq1_terms import curvature_mechanism, residual_record
 from scale.curvature.lanczos import shifted_power_iteration
-from scale.curvature.mechanism import curvature_mechanism, residual_record
 from scale.curvature.operators import Operator
 from scale.curvature.tracking import probe_objective
 from scale.engine.hooks import Hook
@@ -85,7 +85,7 @@ class LedgerProbe(Hook):
     ``pairs`` view pairs of the first training images drawn once (seed ``PROBE_SEED``). With
     ``covariance``, also the unclamped extreme eigenvalues of the covariance of normalised z on the trainer's
     probe images (the paper's E2 statistics and their 1e-7 clamp). With ``mechanism``, at the start and at the end
-    also ``scale.curvature.mechanism``'s record (M, G's inertia, M on null(G), rho and the loss); with ``collapse``,
+    also ``scale.curvature.eq1_terms``'s record (M, G's inertia, M on null(G), rho and the loss); with ``collapse``,
     the paper's pseudo-collapsed start is then collapsed in the measured statistic
     (``scale.geometry.mechanism.collapsed_start_``), its h std before that kept as ``h_std_paper_start``."""
 
@@ -120,7 +120,7 @@ class LedgerProbe(Hook):
         self.seconds += time.perf_counter() - t0
 
     def _mechanism(self, state) -> dict[str, Any]:
-        """``scale.curvature.mechanism``'s record at this state: eq. (1)'s M, G's inertia, M on null(G), rho."""
+        """``scale.curvature.eq1_terms``'s record at this state: eq. (1)'s M, G's inertia, M on null(G), rho."""
 
         return {**curvature_mechanism(state.model, state.config, self.x),
                 **residual_record(state.model, state.config, self.x)}

@@ -1,6 +1,6 @@
 r"""Per-seed statistics read from unit records: the numbers the claims are made of.
 
-``Results`` maps a unit name to its record (``scale.ledger.units``); each reader returns one float for one
+``Results`` maps a unit name to its record (``scale.ledger.unit_record``); each reader returns one float for one
 seed, NaN where the unit is absent, did not finish, or the statistic is degenerate there.
 """
 
@@ -14,7 +14,6 @@ from scale.curvature.tracking import spearman
 from scale.ledger.stats import fraction, log10_ratio
 
 Results = dict[str, dict[str, Any]]  # unit name -> its record
-DONE = ("finished", "non-finite loss")  # a unit in another state (an error) is run again by the next invocation
 
 
 def _unit(res: Results, name: str) -> dict[str, Any] | None:
@@ -204,7 +203,7 @@ def section(res: Results, name: str, part: str, key: str) -> float:
 
 
 def mechanism_at(res: Results, name: str, key: str, at: str = "start") -> float:
-    """``scale.curvature.mechanism``'s ``key`` at the start (epoch 0) or the end (the last record) of a run."""
+    """``scale.curvature.eq1_terms``'s ``key`` at the start (epoch 0) or the end (the last record) of a run."""
     recs = [c for c in curvature(res, name) if c.get("mechanism")]
     if not recs:
         return math.nan

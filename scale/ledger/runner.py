@@ -30,12 +30,13 @@ import torch
 from scale.engine.data import load_dataset
 from scale.engine.signals import stop_on_signals
 from scale.engine.train import Interrupted
-from scale.ledger import claims, plan, report, store
-from scale.ledger import units as unit_runner  # (a module: its unit_record is looked up at each call)
+from scale.experiments.catalog import DONE_STATUSES
+from scale.ledger import claims, plan, store, views
+from scale.ledger import unit_record as unit_runner  # (a module: its unit_record is looked up at each call)
 from scale.ledger.invocation import LedgerInvocation
 from scale.ledger.plan import expected, expected_keys, plan_settings, settings_units  # noqa: F401 (re-exported)
 from scale.ledger.store import Planned, StoreError, plan_id
-from scale.ledger.units import DONE, machine  # noqa: F401 (machine: re-exported)
+from scale.ledger.unit_record import machine  # noqa: F401 (machine: re-exported)
 from scale.ledger.work import remove, work_dir
 from scale.runs.run_report import git_commit as code_commit  # the one reading of the commit
 
@@ -95,7 +96,7 @@ def chosen_units(inv: LedgerInvocation) -> tuple[list[plan.Unit], list[plan.Unit
     share = share_of(inv, units)
     have, _ = store.load_units(out, pid, {u.name: Planned(u.key_hash(), u.experiment, u.seed, u.labels)
                                           for u in units}, inv.device, inv.threads) if out.is_dir() else ({}, [])
-    return units, share, [u for u in share if u.name not in have or have[u.name].get("status") not in DONE]
+    return units, share, [u for u in share if u.name not in have or have[u.name].get("status") not in DONE_STATUSES]
 
 
 def write_views(inv: LedgerInvocation, full: bool = False) -> None:
@@ -104,7 +105,7 @@ def write_views(inv: LedgerInvocation, full: bool = False) -> None:
     pid = plan_id(settings)
     want = expected(settings)
     units, ignored = store.load_units(out, pid, want, inv.device, inv.threads)
-    report.write(out, store.registration(out, pid), store.amendments(out, pid), units, ignored, with_report=full,
+    views.write(out, store.registration(out, pid), store.amendments(out, pid), units, ignored, with_report=full,
                  planned=len(want))
 
 
@@ -149,7 +150,7 @@ def run_units(inv: LedgerInvocation, settings: dict[str, Any], todo: list[plan.U
             work = work_dir(out, pid, u.name, inv.device, inv.threads, u.key_hash())
             rec = unit_runner.unit_record(u, data, inv.dataset, inv.threads, inv.quick, inv.data_dir, probe_images,
                                           commit, log, work)
-            if rec["status"] in DONE:
+            if rec["status"] in DONE_STATUSES:
                 store.save_unit(out, pid, u.name, inv.device, inv.threads, u.key_hash(), rec)
                 kept = remove(work)  # the checkpoints served their unit, whose file now stands
                 if kept:

@@ -1,6 +1,7 @@
-"""The shapes of the ledger's records, beside their writers, read by the unit store's reader (``scale.units.schema``):
+"""The shapes of the ledger's records, beside their writers, read by the unit store's reader
+(``scale.unit_store.schema``):
 
-    LEDGER_UNIT      a unit file (``scale.ledger.units.unit_record``, written by ``scale.ledger.store.save_unit``)
+    LEDGER_UNIT      a unit file (``scale.ledger.unit_record.unit_record``, written by ``scale.ledger.store.save_unit``)
     REGISTRATION     a plan's registration and its settings (``scale.ledger.runner.registration_record``); the first
                      ledger's converted one: ``V1_REGISTRATION``
     AMENDMENT        a change of a plan's rules (``scale.ledger.runner.check_rules``)
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scale.units.schema import (
+from scale.unit_store.schema import (
     DEVIATIONS,
     IDENTITY,
     MAX_SEEDS,
@@ -24,7 +25,8 @@ from scale.units.schema import (
     strict_json,
 )
 
-# A ledger unit (scale.ledger.units.unit_record): the fields its readers use (scale.ledger.readers, report, figures).
+# A ledger unit (scale.ledger.unit_record.unit_record): the fields its readers use (scale.ledger.readers, views,
+# figures).
 HISTORY = Schema({"epoch": float}, {k: NUMBER for k in ("loss", "h_std", "h_cond", "z_std", "z_cond",
                                                         "rel_update_head", "rel_update_backbone", "drift_head",
                                                         "drift_backbone")})

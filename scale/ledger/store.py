@@ -1,4 +1,4 @@
-r"""The ledger's files: its units in the unit store (``scale.units``), its registrations and amendments, each
+r"""The ledger's files: its units in the unit store (``scale.unit_store``), its registrations and amendments, each
 written once and checked against its schema and its name before it is used.
 
     OUT/registrations/<plan>.json     a plan's registration, written before its first unit: the plan's settings
@@ -6,7 +6,7 @@ written once and checked against its schema and its name before it is used.
                                       the code commit, the date, the command
     OUT/amendments/<plan>-<n>.json    a change of the rules after registration: date, reason, hashes, claims
     OUT/units/<plan>--<unit name>--<device>-t<threads>--<key>.json
-                                      one unit's record (``scale.units.store``: written once, left out with one
+                                      one unit's record (``scale.unit_store.files``: written once, left out with one
                                       line when it is not the unit its name says)
     OUT/verifications/<unit file's stem>--at-<commit>.json
                                       a unit computed again by a later commit (``scale.ledger.verify``): what
@@ -17,7 +17,7 @@ The unit store owns the names, the writing and the loading; what is the ledger's
 beyond its name (its ``key`` hashes to its ``key_hash``, says its experiment and seed, and holds its config less
 where it ran: ``unit_identity``), a registration's (its plan is its file's name and its settings' hash) and an
 amendment's (its number is its file's), and the schemas they are read by (``scale.ledger.schemas``, through
-``scale.units.schema``: a damaged file is one line, ``StoreError``, exit 2, left as it is). Nothing here deletes a
+``scale.unit_store.schema``: a damaged file is one line, ``StoreError``, exit 2, left as it is). Nothing here deletes a
 file but the writer's own temporary one. Shards and reruns with other ``--seeds`` or ``--experiments`` add files and
 lose none, without a lock. A unit file of another plan, or whose key no longer matches the plan's unit (the code
 changed the unit), is left alone and listed by the view as left out. ``FOLDERS``: every folder the ledger writes
@@ -41,9 +41,9 @@ from typing import Any
 from scale.engine import disk, read
 from scale.ledger import schemas
 from scale.ledger.plan import MACHINE_FIELDS
-from scale.units import schema
-from scale.units import store as units
-from scale.units.store import (  # the unit store's names, re-exported: the ledger's modules read them here
+from scale.unit_store import files as units
+from scale.unit_store import schema
+from scale.unit_store.files import (  # the unit store's names, re-exported: the ledger's modules read them here
     Planned,
     StoreError,
     digest,
@@ -195,7 +195,7 @@ def unit_identity(record: dict[str, Any], planned: Planned) -> str | None:
 def load_units(out: Path, plan: str, keys: Mapping[str, str | Planned], device: str, threads: int
                ) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """The units of ``plan`` run on ``device`` at ``threads`` whose key is the plan's (``keys``: name -> key hash,
-    or what the plan says of the unit: ``Planned``), each checked before it is used (``scale.units.store.load``,
+    or what the plan says of the unit: ``Planned``), each checked before it is used (``scale.unit_store.files.load``,
     ``unit_identity``), and one line per unit file left out."""
     planned = {n: k if isinstance(k, Planned) else Planned(k) for n, k in keys.items()}
     found, left = units.load(Path(out), plan, planned, schemas.LEDGER_UNIT, unit_identity, (device, threads))

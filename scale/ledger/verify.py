@@ -34,8 +34,8 @@ from scale.ledger import plan, runner, sensitivity, store
 from scale.ledger.claims import CLAIMS
 from scale.ledger.runner import machine
 from scale.ledger.store import StoreError
-from scale.ledger.units import run_unit
-from scale.units import store as units_store
+from scale.ledger.unit_record import run_unit
+from scale.unit_store import files as units_store
 
 # What may differ between two computations of one unit: where and when it ran, and how long it took.
 TIMING = frozenset({"seconds", "curvature_seconds", "finished_at", "git_commit", "versions", "torch_threads",

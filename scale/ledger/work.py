@@ -5,8 +5,8 @@ from its last checkpoint instead of starting again.
     OUT/work/<plan>--<unit>--<device>-t<threads>--<key>/               E1, E2, E5: the unit's one training
     OUT/work/<plan>--<unit>--<device>-t<threads>--<key>/raw/, normalized/      E3E4: its two trainings
 
-The folder is named by the unit file's key (``scale.units.store.unit_filename``), so a unit of another plan, another
-device or thread count, or whose key changed never reads it. Each training is a ``scale.engine.train.Trainer``
+The folder is named by the unit file's key (``scale.unit_store.files.unit_filename``), so a unit of another plan,
+another device or thread count, or whose key changed never reads it. Each training is a ``scale.engine.train.Trainer``
 with its folder as ``run_dir``: ``checkpoint.pt`` at every epoch end and on a SIGINT/SIGTERM (mid-epoch), holding
 the model, optimiser, history and the hooks' states (the ledger's probe records, the drift's last weights), plus
 ``config.json`` and ``metrics.jsonl``; every write goes through ``scale.engine.disk``. The trainer's resume is exact

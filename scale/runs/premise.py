@@ -1,8 +1,8 @@
 r"""Whether the network learned: the one premise of every claim about a trained network.
 
 Every report (``python -m scale.run``, ``scale.train``, ``python -m scale.analyze`` of a run), the grid's rows
-(``scale.report``) and the ledger's rows about a trained network read this premise before any verdict. It has three
-values: "learned", "did not learn" (``DID_NOT_LEARN``) and "not decided" (``NOT_DECIDED``), and three parts, each
+(``scale.paper_report``) and the ledger's rows about a trained network read this premise before any verdict. It has
+three values: "learned", "did not learn" (``DID_NOT_LEARN``) and "not decided" (``NOT_DECIDED``), and three parts, each
 measured against a baseline of the same run:
 
     objective    what the SSL loss says

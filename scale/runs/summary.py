@@ -1,5 +1,5 @@
 r"""The typed summary of one run: what ``python -m scale.run`` measured, saved as summary.json and read
-back by the report builders (``scale.runs.run_report`` for the run, ``scale.report`` for the paper's grid).
+back by the report builders (``scale.runs.run_report`` for the run, ``scale.paper_report`` for the paper's grid).
 
     RunSummary
       provenance      command, config, device, world size, versions, git commit

@@ -5,7 +5,7 @@ r"""The ledger's claims as data, one module per experiment, gathered here in rep
     e3e4        E3's probes, E4's orbit geometry under the E4 study's protocols; mechanism: D_intra, D_inter,
                 the untrained head near 1x
     e5          E5's depth trends
-    mechanism   the remaining mechanism rows (timescale separation, rho, M on null(G), Proposition 5.2)
+    theory      the remaining mechanism rows (timescale separation, rho, M on null(G), Proposition 5.2)
     project     the project's own questions (trained heads whitening, the class probe): outside the paper's tally
     checks      identities of the code (M.1: a ReLU head's M = 0): checks, not reproductions, outside every tally
 
@@ -18,11 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 from scale.ledger import stats, verdicts
-from scale.ledger.claims import e1, e2, e3e4, e5, mechanism, project
+from scale.ledger.claims import e1, e2, e3e4, e5, project, theory
 from scale.ledger.claims.base import CHECK, MECHANISM, PAPER, PROJECT, Claim
 from scale.ledger.plan import digest
 
-_MECHANISM = sorted((*e2.MECHANISM_CLAIMS, *e3e4.MECHANISM_CLAIMS, *mechanism.CLAIMS), key=lambda c: int(c.id[2:]))
+_MECHANISM = sorted((*e2.MECHANISM_CLAIMS, *e3e4.MECHANISM_CLAIMS, *theory.CLAIMS), key=lambda c: int(c.id[2:]))
 CLAIMS: tuple[Claim, ...] = (*e1.CLAIMS, *e2.CLAIMS, *e3e4.CLAIMS, *e5.CLAIMS, *_MECHANISM, *project.CLAIMS,
                              *e2.CHECKS)
 TABLES = (PAPER, MECHANISM, PROJECT, CHECK)

@@ -29,7 +29,7 @@ from scale.ledger.claims.base import (
     Control,
     Premise,
 )
-from scale.ledger.claims.mechanism import RHO_RULE
+from scale.ledger.claims.theory import RHO_RULE
 from scale.ledger.readers import (
     e1_name,
     escape,

@@ -6,7 +6,7 @@ the downstream task better than the head) is the guillotine's premise, not a mea
 
 from __future__ import annotations
 
-from scale.experiments.paper import E1_HEADS
+from scale.experiments.catalog import E1_HEADS
 from scale.ledger.claims.base import LOG10, NEGATIVE, PAPER_MD, PROJECT, Claim, Control, Twin
 from scale.ledger.readers import conditioning, e1_name, gap
 

@@ -4,7 +4,7 @@ r"""The paper's own CIFAR runs, re-analysed from the arrays its official code re
     reader     the files read safely: size bound, restricted unpickler, schema, digest (arrays/: the vendored copy)
     figures    every printed figure the arrays support, recomputed with the project's own code
     claims     the claims re-tested with the ledger's statistics, verdicts and controls, per run
-    report     the markdown section of the ledger's report ("On the paper's own CIFAR data")
+    section    the markdown section of the ledger's report ("On the paper's own CIFAR data")
 
 The analysis plan was committed before the arrays' values were computed: docs/replication/released_plan.md, whose
 SHA-256 ``claims.PLAN_SHA256`` records. Command: ``python -m scale.released`` (``--official DIR`` reads a checkout).

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from scale.engine.markdown import escape as md
-from scale.experiments.paper import E2_RUNS
+from scale.experiments.catalog import E2_RUNS
 from scale.geometry.e4_report import write_report as e4_report
 from scale.ledger import store
 from scale.ledger.baselines import raw_input_text
@@ -22,7 +22,7 @@ from scale.ledger.evaluate import evaluate_all, seeds_of
 from scale.ledger.figures import figure_e1, figure_e2, figure_e5
 from scale.ledger.plan import expected_keys
 from scale.ledger.readers import curvature
-from scale.ledger.released.report import vendored_section
+from scale.ledger.released.section import vendored_section
 from scale.ledger.stats import SEEDS_CAP, cell, estimate
 from scale.ledger.verdicts import CATEGORIES
 from scale.runs.summary import Estimate

@@ -9,7 +9,7 @@ r"""The records of the unit store as schemas: the type of every field a reader u
     check(value, spec, where)           ``value``, or ``scale.engine.read.Unreadable`` naming ``where`` and the
                                         problem
 
-Each kind's schema sits beside its writer: a grid unit's (``GRID_UNIT``) in ``scale.grid.units``, the ledger's
+Each kind's schema sits beside its writer: a grid unit's (``GRID_UNIT``) in ``scale.grid.unit_files``, the ledger's
 records' (a unit, a registration, an amendment, a verification) in ``scale.ledger.schemas``; here are the reader
 and what every unit file says of itself (``IDENTITY``). Fields a record has beyond its schema are allowed (records
 grow); the grid's report checks the values it reads deeper (``scale.grid.records``) with the same reader.
@@ -120,7 +120,7 @@ def not_blank(key: str) -> Callable[[dict[str, Any]], str | None]:
     return lambda rec: f"{key} is blank" if not str(rec.get(key, "")).strip() else None
 
 
-# What every unit file says of itself; its file's name says the same (scale.units.store.parse_name).
+# What every unit file says of itself; its file's name says the same (scale.unit_store.files.parse_name).
 def strict_json(rec: dict[str, Any]) -> str | None:
     """A rule: the first number that strict JSON cannot hold (infinity, NaN: ``json.dumps`` would write
     ``Infinity``, which a strict parser refuses)."""

@@ -18,13 +18,13 @@ plans share one OUT: none reads, touches or deletes another's files, and each vi
 out (another plan's, or a changed key), which are never deleted.
 
 A finished run (summary.json: finished or non-finite loss) gets its file once, written whole or not at all
-(``scale.units.store.write_once``: a temporary, fsync, a hard link that fails if the name exists), from the job
+(``scale.unit_store.files.write_once``: a temporary, fsync, a hard link that fails if the name exists), from the job
 that ran it; no file is ever rewritten, so concurrent jobs on a shared filesystem need no lock. The file holds the
 run's status, summary, config, deviations, per-epoch metrics, E2's curvature records and summary, and E4's orbit
 figure data (the 2-D PCA of each space's orbits), so the views need nothing else: ``results.json`` and the report
-(``scale.report``) are rebuilt from the unit files and the manifest at any time (``scale.paper --report-only``).
+(``scale.paper_report``) are rebuilt from the unit files and the manifest at any time (``scale.paper --report-only``).
 
-The unit files are the unit store's (``scale.units``): a file is used only when its content is the run its name
+The unit files are the unit store's (``scale.unit_store``): a file is used only when its content is the run its name
 says (``find``: its schema, its plan, name, device, threads and key, the plan's experiment, seed and labels, and
 its config agreeing with the planned one; a plan of the earlier key format: its command line hashing to its key);
 any other is left out with one line. ``check_folders``: no folder the
@@ -46,14 +46,13 @@ import torch
 
 from scale.engine import disk, read
 from scale.engine.devices import device_type
-from scale.experiments.paper import PlannedRun
+from scale.experiments.catalog import DONE_STATUSES, PlannedRun
 from scale.grid.invocation import KEY_FORMAT, LAYOUT, GridInvocation, plan_id  # noqa: F401 (plan_id: re-exported)
 from scale.launch.jobs import job_states, rerun_command
 from scale.runs.validate import plan_disagreements
-from scale.units import schema, store
-from scale.units.store import Planned, Stored, digest
+from scale.unit_store import files, schema
+from scale.unit_store.files import Planned, Stored, digest
 
-DONE_STATUSES = ("finished", "non-finite loss")
 FORMAT = LAYOUT  # the unit files' and results.json's format
 ORBIT_SPACES = ("z", "h", "h_untrained")  # scale.geometry.measure's orbits.npz arrays, (n_orbits, P, dim) each
 
@@ -65,10 +64,10 @@ def plan_dir(out: Path, plan: str) -> Path:
 
 def check_folders(out: Path, plan: str) -> None:
     """``disk.NotOurs`` (exit 2) where a folder the grid writes below ``out`` is a link or not a folder."""
-    disk.check_folders(out, [store.UNITS, plan, *(f"{plan}/{d}" for d in ("runs", "launch", "jobs"))])
+    disk.check_folders(out, [files.UNITS, plan, *(f"{plan}/{d}" for d in ("runs", "launch", "jobs"))])
 
 
-# A grid unit (scale.grid.units.record); its summary, metrics, curvature and orbits are checked by the report's
+# A grid unit (scale.grid.unit_files.record); its summary, metrics, curvature and orbits are checked by the report's
 # reader (scale.grid.records), which reads them deeper.
 GRID_UNIT = schema.Schema(
     required={**schema.IDENTITY, "status": str, "experiment": str, "seed": int, "labels": dict[str, Any],
@@ -106,7 +105,7 @@ LEGACY_KEYS = 2  # the key format of a manifest that names none
 
 
 def keys(runs: list[PlannedRun]) -> dict[str, str]:
-    """name -> key of each run (``scale.experiments.paper.PlannedRun``)."""
+    """name -> key of each run (``scale.experiments.catalog.PlannedRun``)."""
     return {r.name: config_key(r) for r in runs}
 
 
@@ -182,7 +181,7 @@ def find(out: Path, plan: str, runs: list[GridRun]) -> tuple[dict[str, Stored], 
         return None
 
     planned = {r.name: Planned(r.key, r.experiment, r.seed, r.labels) for r in runs}
-    return store.load(Path(out), plan, planned, GRID_UNIT, identity)
+    return files.load(Path(out), plan, planned, GRID_UNIT, identity)
 
 
 def stored(out: Path, plan: str, runs: list[GridRun]) -> tuple[dict[str, dict[str, Any]], list[str]]:
@@ -192,7 +191,7 @@ def stored(out: Path, plan: str, runs: list[GridRun]) -> tuple[dict[str, dict[st
 
 
 def record_run(run: PlannedRun, inv: GridInvocation, deviations: dict[str, Any]) -> Path | None:
-    """``record`` of a ``scale.experiments.paper.PlannedRun`` run by ``inv`` (where it ran: the resolved device,
+    """``record`` of a ``scale.experiments.catalog.PlannedRun`` run by ``inv`` (where it ran: the resolved device,
     threads)."""
     return record(Path(inv.out), inv.plan, run.name, keys([run])[run.name], inv.home / "runs" / run.name,
                   device_type(inv.device), inv.threads or torch.get_num_threads(),
@@ -240,12 +239,12 @@ def record(out: Path, plan: str, name: str, key: str, run_dir: Path, device: str
         return None
     if not summary or summary.get("status") not in DONE_STATUSES:
         return None
-    if any((m := store.parse_name(p)) and (m["plan"], m["name"], m["key"]) == (plan, name, key)
-           for p in store.unit_files(out)):
+    if any((m := files.parse_name(p)) and (m["plan"], m["name"], m["key"]) == (plan, name, key)
+           for p in files.unit_files(out)):
         return None
     curvature = run_dir / "curvature_summary.json"
     try:  # a run file that cannot be read leaves the run without a unit file: named missing, never half-recorded
-        files = dict(config=read.read_json(run_dir / "config.json") if (run_dir / "config.json").is_file() else {},
+        parts = dict(config=read.read_json(run_dir / "config.json") if (run_dir / "config.json").is_file() else {},
                      metrics=_jsonl(run_dir / "metrics.jsonl"), curvature=_jsonl(run_dir / "curvature.jsonl"),
                      curvature_summary=read.read_json(curvature) if os.path.lexists(curvature) else None,
                      orbits=orbit_projection(run_dir / "orbits.npz"))
@@ -253,10 +252,10 @@ def record(out: Path, plan: str, name: str, key: str, run_dir: Path, device: str
         print(f"scale.paper: {name}: no unit file: {exc}", flush=True)
         return None
     rec = dict(extra, name=name, plan=plan, key_hash=key, device=device, threads=threads, status=summary["status"],
-               summary=summary, **files, format=FORMAT, run_dir=str(run_dir.relative_to(out)),
+               summary=summary, **parts, format=FORMAT, run_dir=str(run_dir.relative_to(out)),
                recorded_at=time.strftime("%Y-%m-%d %H:%M:%S"))
-    path = out / "units" / store.unit_filename(plan, name, device, threads, key)
-    return path if store.write_once(path, rec) else None
+    path = out / "units" / files.unit_filename(plan, name, device, threads, key)
+    return path if files.write_once(path, rec) else None
 
 
 def write_view(home: Path, plan: str, units: dict[str, dict[str, Any]], ignored: list[str],

@@ -55,6 +55,7 @@ ASSUMPTIONS: dict[str, str] = {
           "(the paper style's 'linear' with BatchNorm), depth 2 swish2, depth 3 swish3; BatchNorm after every "
           "Linear, no biases.",
 }
+# a run (a grid run, a ledger unit) in another state (an error, interrupted) is run again by the next invocation
 DONE_STATUSES = ("finished", "non-finite loss")
 
 

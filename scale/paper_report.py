@@ -1,6 +1,6 @@
-r"""``python -m scale.report DIR``: the side-by-side report of a grid plan written by ``python -m scale.paper``.
+r"""``python -m scale.paper_report DIR``: the side-by-side report of a grid plan written by ``python -m scale.paper``.
 
-``DIR`` is the plan's folder ``OUT/<plan>`` (``scale.grid.units``), or ``OUT`` when it holds one plan. Reads
+``DIR`` is the plan's folder ``OUT/<plan>`` (``scale.grid.unit_files``), or ``OUT`` when it holds one plan. Reads
 ``DIR/manifest.json`` and the plan's unit files in ``OUT/units`` (each finished run's summary, config, deviations,
 per-epoch metrics, E2's curvature records and summary, E4's orbit figure data), nothing else, and writes
 ``DIR/report.md`` with PNG figures beside it; unit files of other plans are listed as left out, never read further:
@@ -16,7 +16,7 @@ is too large, not a regular file, or holds values of the wrong type; an unreadab
 line naming the file; 2 usage; 4 the report cannot be written. Every file is read through ``scale.engine.read``
 and written through ``scale.engine.disk``.
 
-The report's text and figures are ``scale.grid.report`` (each experiment's table and verdicts
+The report's text and figures are ``scale.grid.page`` (each experiment's table and verdicts
 ``scale.grid.sections``); this command reads its argument and writes the files.
 """
 
@@ -28,8 +28,8 @@ from pathlib import Path
 
 from scale.engine import disk, read
 from scale.engine.checkpoint import atomic_write_bytes, atomic_write_text
+from scale.grid.page import REPORT_FILES, REPORT_HEADER, report_figures, report_text
 from scale.grid.records import load_grid
-from scale.grid.report import REPORT_FILES, REPORT_HEADER, report_figures, report_text
 
 
 def write_report(out: str | Path, figures: bool = True) -> Path:
@@ -57,24 +57,24 @@ def plan_folder(folder: Path) -> Path:
         return folder / plans[0]
     if plans:
         raise FileNotFoundError(f"{folder} holds {len(plans)} grid plans ({', '.join(plans)}): name one, e.g. "
-                                f"python -m scale.report {folder / plans[0]}")
+                                f"python -m scale.paper_report {folder / plans[0]}")
     return folder
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] in ("-h", "--help"):
-        print("usage: python -m scale.report DIR   (DIR: a grid plan folder OUT/grid-... written by python -m "
+        print("usage: python -m scale.paper_report DIR   (DIR: a grid plan folder OUT/grid-... written by python -m "
               "scale.paper, or its OUT when it holds one plan)",
               file=sys.stderr if len(args) != 1 else sys.stdout)
         return 0 if args and args[0] in ("-h", "--help") else 2
     try:
         path = write_report(plan_folder(Path(args[0])))
     except (FileNotFoundError, read.Unreadable, disk.NotOurs) as exc:
-        print(f"scale.report: error: {exc}", file=sys.stderr)
+        print(f"scale.paper_report: error: {exc}", file=sys.stderr)
         return 1 if not isinstance(exc, disk.NotOurs) else exc.code
     except OSError as exc:
-        print(f"scale.report: error: cannot write in {args[0]}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"scale.paper_report: error: cannot write in {args[0]}: {exc.strerror or exc}", file=sys.stderr)
         return 4
     print(f"report: {path}")
     return 0

@@ -1,6 +1,6 @@
 r"""The paper's theory, measured: the mechanism behind its claims, each a row with a rule of its own. The rows
 read by E2's curvature records and E4's protocols live beside those claims (``e2.MECHANISM_CLAIMS``,
-``e3e4.MECHANISM_CLAIMS``); this module holds the rest, read from the records of ``scale.curvature.mechanism``
+``e3e4.MECHANISM_CLAIMS``); this module holds the rest, read from the records of ``scale.curvature.eq1_terms``
 (rho, M on null(G)) and ``scale.geometry.mechanism`` (timescales, Proposition 5.2's tangent gain) that the E1 and
 E5 units take.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from scale.curvature.mechanism import RHO_FLOOR
+from scale.curvature.eq1_terms import RHO_FLOOR
 from scale.ledger.claims.base import (
     COLLAPSED_BY_DESIGN,
     LOG10,
@@ -29,7 +29,7 @@ from scale.ledger.readers import e1_name, log10_of_value, mechanism_at, section,
 from scale.ledger.verdicts import Rule
 from scale.runs.premise import SPREAD_FLOOR
 
-RHO_RULE = Rule(">", math.log10(RHO_FLOOR))  # rho != 0: rho_rel above scale.curvature.mechanism's floor
+RHO_RULE = Rule(">", math.log10(RHO_FLOOR))  # rho != 0: rho_rel above scale.curvature.eq1_terms's floor
 E1_TRANSFER = ("scale-dependent", "where SimSiam's training ends depends on steps and widths; a CIFAR run must show "
                "whether rho stays non-zero at the paper's sizes")
 

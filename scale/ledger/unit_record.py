@@ -26,7 +26,7 @@ import torch
 
 from scale.engine.data_errors import DataError
 from scale.engine.train import Interrupted, NonFiniteLoss, Trainer
-from scale.experiments.paper import deviations
+from scale.experiments.catalog import deviations
 from scale.geometry.e4_seed import close_augment, one_seed, premise_record, train
 from scale.geometry.measure import standardize
 from scale.geometry.mechanism import ParameterDrift, tangent_gain_record, timescale_record
@@ -45,8 +45,6 @@ from scale.ledger.probe import LedgerProbe
 from scale.ledger.store import StoreError
 from scale.ledger.work import TRAININGS, make, resume
 from scale.runs.run_report import versions
-
-DONE = ("finished", "non-finite loss")  # a unit in another state (an error) is run again by the next invocation
 
 HISTORY_KEYS = ("epoch", "loss", "h_std", "h_cond", "z_std", "z_cond", "rel_update_head", "rel_update_backbone",
                 "drift_head", "drift_backbone")

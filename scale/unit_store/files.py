@@ -8,7 +8,7 @@ r"""The unit store: one immutable file per finished unit, named by what it is, c
                (``scale.engine.disk.check_folders``, which the commands also run on every folder they write
                below OUT before anything is written)
     reading    ``read_json`` (bounded: ``scale.engine.read``), ``read_record``: the record checked against its
-               schema (``scale.units.schema``) before any of its fields is read
+               schema (``scale.unit_store.schema``) before any of its fields is read
     loading    ``load``: a plan's units, each file checked against its name and its plan before it is used
 
 A file is read only when its name is one of the plan's units at the plan's key: the units are the plan's, and
@@ -17,7 +17,7 @@ used, never deleted: not a unit file's name; not a regular file (a link, a folde
 another device or thread count (where the plan fixes them); a name the plan does not have; another key (the
 unit changed); a content that is not the unit its name says (another plan, name, device, threads or key in it;
 an experiment, seed or labels other than the plan's; the kind's own check: ``scale.ledger.store`` the ledger's
-key and config, ``scale.grid.units`` the grid's command line); a second file of a unit already found.
+key and config, ``scale.grid.unit_files`` the grid's command line); a second file of a unit already found.
 
 ``StoreError`` (exit 2): a file of the store that cannot be read or is not of its schema (damaged: one line
 naming it and its first bad field; it is left as it is).
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from scale.engine import disk, read
-from scale.units import schema
+from scale.unit_store import schema
 
 UNITS = "units"  # the store's folder in OUT
 
@@ -84,7 +84,7 @@ def read_json(path: Path, kind: type | tuple[type, ...] = (dict, list)) -> Any:
 
 
 def read_record(path: Path, spec: Any, what: str = "unit file") -> dict[str, Any]:
-    """The record in ``path``, checked against ``spec`` (``scale.units.schema``) before any field is read."""
+    """The record in ``path``, checked against ``spec`` (``scale.unit_store.schema``) before any field is read."""
     record = read_json(path, dict)
     p = schema.problem(record, spec)
     if p:

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
-from scipy import optimize, stats
+from _binomial import CHI2, binomial_lr
 
 from scale.ledger import stats as lstats
 from scale.ledger.claims import CLAIMS
@@ -34,7 +34,6 @@ from scale.ledger.verdicts import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-CHI2 = float(stats.chi2.ppf(0.95, 1))  # 3.8415
 REL = 1e-4  # the interval's ends against the hand computation: the profile is maximised numerically
 
 
@@ -52,26 +51,18 @@ def test_500_of_500_epochs_the_all_or_nothing_seed_is_the_likelihoods_choice():
     assert math.isclose(one[1], math.exp(-CHI2 / 2), rel_tol=REL)  # one seed: one trial
 
 
-def _binomial_lr(k: int, n: int) -> tuple[float, float]:
-    """The binomial likelihood-ratio interval of k of n, solved directly."""
-    p = k / n
-
-    def dev(u: float) -> float:
-        return 2 * (k * math.log(p / u) + (n - k) * math.log((1 - p) / (1 - u))) - CHI2
-    return optimize.brentq(dev, 1e-9, p), optimize.brentq(dev, p, 1 - 1e-9)
-
 
 def test_identical_seeds_are_the_binomial_with_every_epoch():
     """10 seeds of 35 of 50: no overdispersion, kappa -> infinity, the binomial interval of 350 of 500."""
     _, low, high = lstats.clustered_interval([(35, 50)] * 10)
-    lo, hi = _binomial_lr(350, 500)
+    lo, hi = binomial_lr(350, 500)
     assert math.isclose(low, lo, rel_tol=1e-3) and math.isclose(high, hi, rel_tol=1e-3)
 
 
 def test_all_or_nothing_seeds_count_as_one_trial_each():
     """5 seeds of 50 of 50 and 5 of 0 of 50: the seeds are the trials, the interval that of 5 of 10 Bernoulli."""
     mu, low, high = lstats.clustered_interval([(50, 50)] * 5 + [(0, 50)] * 5)
-    lo, hi = _binomial_lr(5, 10)
+    lo, hi = binomial_lr(5, 10)
     assert math.isclose(mu, 0.5, abs_tol=1e-6)
     assert math.isclose(low, lo, rel_tol=REL) and math.isclose(high, hi, rel_tol=REL)
 

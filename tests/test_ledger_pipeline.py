@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from scipy import optimize, stats
+from _binomial import binomial_lr
+from scipy import stats
 
 from scale.ledger.claims import CLAIMS
 from scale.ledger.claims.base import MECHANISM, PAPER, PROJECT, Claim
@@ -40,7 +41,6 @@ from scale.ledger.verdicts import (
     Rule,
 )
 
-CHI2 = float(stats.chi2.ppf(0.95, 1))
 BY_ID = {c.id: c for c in CLAIMS}
 LEARNED = {"raw": {"training": {"learned": True, "findings": []}}}
 
@@ -127,20 +127,13 @@ def _e2_units(counts: list[tuple[int, int]], run: str = "E2-normal-swish2", lear
     return res
 
 
-def _binomial_lr(k: int, n: int) -> tuple[float, float]:
-    p = k / n
-
-    def dev(u: float) -> float:
-        return 2 * (k * math.log(p / u) + (n - k) * math.log((1 - p) / (1 - u))) - CHI2
-    return optimize.brentq(dev, 1e-9, p), optimize.brentq(dev, p, 1 - 1e-9)
-
 
 def test_all_or_nothing_seeds_are_clustered_in_the_row():
     """E2.2 over 5 seeds negative in all 50 epochs and 5 in none: the seeds are the trials, the row's interval that
     of 5 of 10 Bernoulli, [0.218, 0.782]; a Wilson interval over the 500 pooled epochs would be [0.456, 0.544].
     Guards ``stats.estimate`` reading a fraction of epochs as independent epochs."""
     r = row("E2.2", _e2_units([(50, 50)] * 5 + [(0, 50)] * 5))
-    lo, hi = _binomial_lr(5, 10)
+    lo, hi = binomial_lr(5, 10)
     assert math.isclose(r["interval"]["low"], lo, rel_tol=1e-4) and math.isclose(r["interval"]["high"], hi,
                                                                                   rel_tol=1e-4)
     assert round(lo, 3) == 0.218 and r["interval"]["value"] == 0.5

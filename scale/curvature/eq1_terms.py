@@ -60,7 +60,7 @@ from mini.collapse_metrics import representation_std
 from mini.hessian import NEG_FLOOR
 from scale.curvature.blocks import block_norm, effective_hessian_blocks
 from scale.curvature.tracking import probe_objective
-from scale.engine.modes import eval_mode
+from scale.engine.modes import embed
 
 NULL_RTOL = 1e-8  # |lambda| <= NULL_RTOL * scale_G is null: above float64 round-off (d eps ~ 1e-13), far below data
 RHO_FLOOR = 1e-3  # rho_rel at or below: rho counts as vanished (a convention; see rho_nonzero in the docstring)
@@ -70,11 +70,6 @@ RHO_FLOOR = 1e-3  # rho_rel at or below: rho counts as vanished (a convention; s
 # Eq. (1) and Theorem 4.1: M, G's inertia, M on null(G)
 # --------------------------------------------------------------------------------------------
 
-
-def _embed(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    with torch.no_grad(), eval_mode(model):
-        z, h, _ = model(x)
-    return z, h
 
 
 def inertia(eig: torch.Tensor, rtol: float = NULL_RTOL) -> dict[str, float]:
@@ -110,7 +105,7 @@ def null_restricted(G: torch.Tensor, M: torch.Tensor, H: torch.Tensor, scale_G: 
 def curvature_mechanism(model: nn.Module, cfg: Any, x: torch.Tensor) -> dict[str, float]:
     """Eq. (1)'s parts on the probe views ``x`` (module docstring): ``|M|/|H|``, G's inertia, M on null(G)."""
 
-    z, h = _embed(model, x)
+    z, h = embed(model, x)
     loss = probe_objective(cfg.method, model, h.double(), None, config=cfg)
     b = effective_hessian_blocks(z.double(), model.projector, loss, spectra="all")
     scale_H = float(b.eig_H.abs().max())
@@ -144,7 +139,7 @@ def residual_record(model: nn.Module, cfg: Any, x: torch.Tensor) -> dict[str, fl
     the run's at the probe with its stop-gradient data bound at the probe's own h (SimSiam's targets, SimCLR's
     batch); a momentum target network (BYOL) is not consulted."""
 
-    z, h = _embed(model, x)
+    z, h = embed(model, x)
     H = h.double().detach().requires_grad_(True)
     loss_fn = probe_objective(cfg.method, model, h.double(), None, config=cfg)
     with torch.enable_grad():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
+import torch
 from torch import nn
 
 
@@ -19,3 +20,11 @@ def eval_mode(*modules: nn.Module):
     finally:
         for m, w in zip(modules, was):
             m.train(w)
+
+
+def embed(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(z, h)`` of ``x`` (a model of ``scale.engine.model``: ``model(x)`` returns z, h and the predictor's output),
+    in eval mode and without gradients: what every measurement at a probe batch reads."""
+    with torch.no_grad(), eval_mode(model):
+        z, h, _ = model(x)
+    return z, h

@@ -94,7 +94,7 @@ from mini.collapse import PSEUDO_COLLAPSE_FACTOR
 from mini.invariance import orbit_gain
 from scale.engine.heads import collapse_init_
 from scale.engine.hooks import Hook
-from scale.engine.modes import eval_mode
+from scale.engine.modes import embed
 from scale.geometry.orbits import orbit_batch_at
 
 COLLAPSE_EPS = 1e-3  # collapsed_start_: the weight left off the mean-feature direction
@@ -106,11 +106,6 @@ TANGENT_STEP_DEG = 0.5  # central-difference step of the image's rotation tangen
 # E1's start, collapsed in the measured statistic
 # --------------------------------------------------------------------------------------------
 
-
-def _embed(model: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    with torch.no_grad(), eval_mode(model):
-        z, h, _ = model(x)
-    return z, h
 
 
 def first_linear(module: nn.Module) -> nn.Linear:
@@ -146,7 +141,7 @@ def collapsed_start_(model: nn.Module, x_ref: torch.Tensor, eps: float = COLLAPS
     if not 0.0 < factor <= 1.0:
         raise ValueError(f"factor must be in (0, 1], got {factor}")
     W = first_linear(model.projector).weight  # (w, d)
-    z_ref, _ = _embed(model, x_ref)
+    z_ref, _ = embed(model, x_ref)
     mean = z_ref.to(W.dtype).mean(0)
     if float(mean.norm()) == 0.0:
         raise ValueError("the reference features have zero mean: no direction to collapse onto")

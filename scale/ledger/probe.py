@@ -20,7 +20,7 @@ from scale.curvature.lanczos import shifted_power_iteration
 from scale.curvature.operators import Operator
 from scale.curvature.tracking import probe_objective
 from scale.engine.hooks import Hook
-from scale.engine.modes import eval_mode
+from scale.engine.modes import embed
 from scale.geometry.mechanism import collapsed_start_
 from scale.ledger.plan import PROBE_PAIRS, PROBE_SEED, RANGE_FLOOR
 
@@ -45,8 +45,7 @@ def curvature_record(model, cfg, x) -> dict[str, Any]:
     ``H_eff``, and the conditioning of ``H_eff`` in z against the loss Hessian in h (``range_condition``, per
     sample)."""
 
-    with torch.no_grad(), eval_mode(model):
-        z, h, _ = model(x)
+    z, h = embed(model, x)
     head = model.projector
     loss = probe_objective(cfg.method, model, h.double(), None, config=cfg)
     blocks = effective_hessian_blocks(z.double(), head, loss, spectra="all")

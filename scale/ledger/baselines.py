@@ -15,17 +15,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from scale.engine.markdown import escape as md
+from scale.ledger.readers import Results, premise_part
 
-Results = dict[str, dict[str, Any]]  # unit name -> its record (scale.ledger.readers.Results)
 PROBES = (("linear", None), ("kNN", "knn"))  # the probe's name, and where it sits in a ClassProbe record
-
-
-def _class_probe(res: Results, name: str, training: str) -> dict[str, Any] | None:
-    r = res.get(name)
-    if r is None or r.get("status") != "finished":
-        return None
-    p = ((r.get("premise") or {}).get(training) or {}).get("class_probe")
-    return p if isinstance(p, dict) else None
 
 
 def _number(v: Any) -> float | None:
@@ -45,8 +37,8 @@ def raw_input_baseline(trainings: Sequence[tuple[str, str]], res: Results, seeds
     for label, key in PROBES:
         rows = []
         for name, training in names:
-            p = _class_probe(res, name, training)
-            p = (p or {}).get(key) if key else p
+            p = premise_part(res, name, training, "class_probe")
+            p = p.get(key) if key else p
             if not isinstance(p, dict):
                 continue
             z, z0, raw = _number((p.get("accuracy") or {}).get("z")), _number(p.get("initial_z")), \

@@ -230,19 +230,24 @@ def negative_count(res: Results, name: str, key: str = "negative", first_epoch: 
     return (sum(bool(c[key]) for c in recs), len(recs)) if recs else math.nan
 
 
+def premise_part(res: Results, name: str, training: str, part: str) -> dict[str, Any]:
+    """One part (``training``: the check, ``class_probe``: z's probes and their baselines) of the premise record a
+    finished unit holds for its training ``training`` (raw, normalized; ``scale.geometry.e4_seed.premise_record``);
+    ``{}`` where not recorded."""
+    r = _unit(res, name)
+    got = (((r or {}).get("premise") or {}).get(training) or {}).get(part)
+    return got if isinstance(got, dict) else {}
+
+
 def learned(res: Results, name: str, training: str) -> bool | None:
     """Whether a unit's training ``training`` (raw, normalized) passed the premise "the network learned"
     (``scale.runs.premise``, recorded in the unit's ``premise``); ``None`` where not recorded."""
-    r = _unit(res, name)
-    t = (((r or {}).get("premise") or {}).get(training) or {}).get("training") or {}
-    v = t.get("learned")
+    v = premise_part(res, name, training, "training").get("learned")
     return v if isinstance(v, bool) else None
 
 
 def learned_findings(res: Results, name: str, training: str) -> list[str]:
-    r = _unit(res, name)
-    t = (((r or {}).get("premise") or {}).get(training) or {}).get("training") or {}
-    return [str(f) for f in t.get("findings") or []]
+    return [str(f) for f in premise_part(res, name, training, "training").get("findings") or []]
 
 
 def start_z_spread(res: Results, name: str) -> float:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from scale.engine.flags import OneLineParser
-from scale.ledger.released.claims import PLAN, plan_ok
+from scale.ledger.released.plan import PLAN, plan_ok
 from scale.ledger.released.reader import ReleasedError
 from scale.ledger.released.section import section
 from scale.runs.faults import EXIT_INPUT, EXIT_OK, EXIT_USAGE
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
               "repository, or leave it out for the vendored arrays)", file=sys.stderr)
         return EXIT_USAGE
     if plan_ok(REPO) is False:
-        print(f"error: {PLAN} differs from the registered plan (scale/ledger/released/claims.py PLAN_SHA256); "
+        print(f"error: {PLAN} differs from the registered plan (scale/ledger/released/plan.py PLAN_SHA256); "
               "refused", file=sys.stderr)
         return EXIT_INPUT
     t0 = time.perf_counter()

@@ -23,6 +23,7 @@ import pytest
 
 from scale import released as command
 from scale.ledger.released import claims, figures, reader, schema, section
+from scale.ledger.released import plan as released_plan
 from scale.ledger.released.reader import ReleasedError, read_all, read_file
 from scale.ledger.verdicts import INCONCLUSIVE, NOT_MEASURED, REPRODUCED, SIGN_ONLY
 from scale.runs.faults import EXIT_INPUT, EXIT_USAGE
@@ -171,7 +172,7 @@ def test_the_vendored_arrays_are_the_upstream_commits_and_recompute_the_printed_
     for spec in schema.FILES:
         assert f"{spec.sha256}  {spec.size}  {spec.path}" in notice
     assert "Copyright (c) 2026 Faris Chaudhry" in notice and schema.UPSTREAM_COMMIT in notice
-    assert claims.plan_ok(ROOT) is True
+    assert released_plan.plan_ok(ROOT) is True
     figs = {(f.run, f.quantity, f.source): f for f in figures.recompute(arrays)}
     assert figs[("R18-C10", "compression (x)", figures.PAPER_TABLE)].agrees
     rho = "normal_swish: Spearman(variance, condition number), epochs 2..100"
@@ -303,11 +304,11 @@ def test_an_official_checkout_reads_like_the_vendored_copy_and_a_missing_dir_is_
 
 
 def test_a_changed_plan_is_refused(tmp_path):
-    (tmp_path / claims.PLAN).parent.mkdir(parents=True)
-    (tmp_path / claims.PLAN).write_text("another plan\n")
-    assert claims.plan_ok(tmp_path) is False
-    assert claims.plan_ok(tmp_path / "empty") is None
-    assert hashlib.sha256((ROOT / claims.PLAN).read_bytes()).hexdigest() == claims.PLAN_SHA256
+    (tmp_path / released_plan.PLAN).parent.mkdir(parents=True)
+    (tmp_path / released_plan.PLAN).write_text("another plan\n")
+    assert released_plan.plan_ok(tmp_path) is False
+    assert released_plan.plan_ok(tmp_path / "empty") is None
+    assert hashlib.sha256((ROOT / released_plan.PLAN).read_bytes()).hexdigest() == released_plan.PLAN_SHA256
 
 
 def test_the_object_shell_is_admitted_only_where_asked_and_only_as_np_save_writes_it():

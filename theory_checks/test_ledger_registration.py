@@ -52,35 +52,6 @@ LEDGER = ROOT / "docs" / "replication"
 NO_BLOB = "0" * 40
 
 
-# Between ledgers: the last ledger reported (v3, kept as a record in docs/replication/v3/) and the rules changed
-# since, for the next registration (issue 59), each claim named. While no registration is in force at the top of
-# docs/replication, today's rules must equal the last ledger's except in exactly these claims and statistics'
-# settings; v4's registration at the top ends this list's use (its own rules are then checked as registered).
-LAST_LEDGER = "v3"
-E4_RATIO = "the twin under a is h (raw-z statistics on normalised z), not d; the band a factor 2 on the ratio"
-CHANGED_SINCE_LAST: dict[str, dict[str, str]] = {
-    "claims": {
-        "E1.2": "decided from final levels against the linear head, not the end/start ratio",
-        "E1.3": "decided from final levels against the linear head, not the end/start ratio",
-        "E1.4": "a ReLU-specific statistic: |log(smooth / linear)| - |log(relu / linear)|",
-        "E2.2": "a lambda_min fraction needs no learned network; the paper's value from one run",
-        "E2.3": "the paper's value from one run",
-        "E2.4": "the paper's value from one run",
-        "E2.5": "a correlation over a trajectory needs its run to have learned; the paper's value from one run",
-        "E2.6": "a correlation over a trajectory needs its run to have learned; the paper's value from one run",
-        "E3.1": "its protocol (b) named", "E3.2": "its protocol (b) named",
-        "E4.1": E4_RATIO, "E4.5": E4_RATIO, "M.5": E4_RATIO, "M.6": E4_RATIO,
-        "E4.3": "the band a factor 2 on the ratio; its protocol (b) named",
-        "E4.4": "the band a factor 2 on the ratio; its protocol (b) named",
-        "E5.1": "the paper's value from one run (released arrays); its protocol named",
-        "E5.2": "the paper's value from one run (released arrays); its protocol named",
-        "E5.3": "the twin under a is h; the band a factor 2 on the per-layer ratio; the paper's value from one run",
-        "E5.4": "the paper's value from one run (released arrays)",
-    },
-    "statistics": {"verdicts": "a new verdict: reproduced, but not under the paper's protocol"},
-}
-
-
 def _in_force(folder: Path = LEDGER) -> list[tuple[str, dict[str, Any], str]]:
     """Each registration's plan, the rules in force (the last amendment's, else the registered ones) and its hash."""
     from scale.ledger import store
@@ -115,19 +86,7 @@ def test_every_rule_is_the_registered_one():
 
     today = claims.rules_data()
     registrations = _in_force()
-    if not registrations:  # between ledgers: the last one's rules, with exactly the changes named for the next
-        last = _in_force(LEDGER / LAST_LEDGER)
-        assert last, f"no registration in force and none of the last ledger under docs/replication/{LAST_LEDGER}"
-        for plan, rules, registered_hash in last:
-            assert digest(rules) == registered_hash, f"plan {plan}: the registered rules do not hash to their record"
-            moved = _moved(rules, today)
-            assert moved == sorted(CHANGED_SINCE_LAST["claims"]), (
-                f"plan {plan} ({LAST_LEDGER}): the rules changed since in {moved}, named {CHANGED_SINCE_LAST}")
-            settings = sorted(k for k in rules["statistics"].keys() | today["statistics"].keys()
-                              if rules["statistics"].get(k) != today["statistics"].get(k))
-            assert settings == sorted(CHANGED_SINCE_LAST["statistics"]), (
-                f"plan {plan} ({LAST_LEDGER}): the statistics' settings changed in {settings}")
-        return
+    assert registrations, "no registration in force at the top of docs/replication"
     for plan, rules, registered_hash in registrations:
         assert digest(rules) == registered_hash, f"plan {plan}: the registered rules do not hash to their record"
         moved = _moved(rules, today)

@@ -66,7 +66,8 @@ SETTINGS = Schema(
     rules=(between("seeds", 1, MAX_SEEDS), between("threads", 1), between("repeat", 0),
            lambda s: "seeds is missing (a plan of format 3 or later registers them)"
            if (s.get("format") or 0) >= 3 and "seeds" not in s else None))
-RULES = Schema({"claims": Records(Schema({"id": str}))}, {"known_before_registration": list[str]})
+RULES = Schema({"claims": Records(Schema({"id": str}))},
+               {"known_before_registration": list[str], "released_plan": dict[str, str]})
 REGISTRATION = Schema({"plan": str, "settings": SETTINGS, "rules": RULES, "rules_hash": str, "plan_hash": str,
                        "code_commit": str, "registered_at": str, "command": str})
 V1_REGISTRATION = Schema({"plan": str, "settings": SETTINGS, "rules": RULES, "rules_hash": str | None})

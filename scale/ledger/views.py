@@ -312,6 +312,10 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
           f"{a['verdict']} |" for r in rows for a in r["alternative_results"]]
     L += ["", "## What was known when each rule was written", ""]
     L += [f"- {md(k)}" for k in (reg.get("rules") or {}).get("known_before_registration", [])]
+    released_plan = (reg.get("rules") or {}).get("released_plan")
+    if released_plan:  # registered with the rules since v4
+        L.append(f"- the last section's analysis plan, registered with these rules: `{released_plan['path']}` "
+                 f"(SHA-256 {released_plan['sha256']})")
     L += ["", "| claim | known |", "|---|---|"]
     L += [f"| {r['id']} | {md(r['known']) or '-'} |" for r in rows]
     det = [] if reg.get("v1") else determinism(store_dir or out, settings, res)

@@ -4,8 +4,8 @@ Each row is one claim on one run: a statistic per independent unit (E1: training
 network; E4: orbit of one network), its interval (``scale.ledger.stats.estimate``), the rule and the verdict
 (``scale.ledger.verdicts.decide``), the magnitude against the paper's value (``magnitude_outcome`` / ``compose``),
 its controls, and what the arrays lack. The statistics, rules, controls and bands are those of the plan committed
-before any value was computed (docs/replication/released_plan.md, ``PLAN_SHA256``). Magnitude bands of a factor
-claim are on the ratio itself, [paper / 2, paper x 2] (read on log10 as log10(paper) +- log10(2)).
+before any value was computed (docs/replication/released_plan.md, ``scale.ledger.released.plan``). Magnitude bands
+of a factor claim are on the ratio itself, [paper / 2, paper x 2] (read on log10 as log10(paper) +- log10(2)).
 
 A control composes with the verdict in one way: a claim that holds while one of its controls does not (fails or
 is open) is "sign only", the control named (E4.1 with E4.2 not holding: the compression is only a shrinking of
@@ -15,11 +15,9 @@ released_plan.md fixes the controls, not how they compose).
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,8 +39,6 @@ from scale.ledger.verdicts import (
     magnitude_outcome,
 )
 
-PLAN = "docs/replication/released_plan.md"
-PLAN_SHA256 = "b13f4d1343f21efcc52c1fb79b75757c7c4f08bc23becb62603f438ce4f2a0d6"
 LOG2 = math.log10(2.0)
 ROUNDING_FLOOR = 1e-6  # E2: a recorded negative below 1e-6 x the run's largest |value| is not a certified sign
 ESTIMATOR_ERROR = "4.8e-2 to 2.0 of the spectral scale at the official sizes (BENCHMARKS.md, run G)"
@@ -50,14 +46,6 @@ NO_TWIN = "no untrained twin saved"
 ONE_NETWORK = "one trained network: the interval covers its images, not training runs"
 ONE_SEED = "one training seed: no interval (more seeds needed)"
 E1_PREMISE = "premise not checkable: no normal-start run and no value before training saved"
-
-
-def plan_ok(root: Path) -> bool | None:
-    """Whether the committed plan under ``root`` is the registered one (None: no plan file in this tree)."""
-    path = root / PLAN
-    if not path.is_file():
-        return None
-    return hashlib.sha256(path.read_bytes()).hexdigest() == PLAN_SHA256
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from scale.ledger.released.claims import PLAN, PLAN_SHA256, agreement, all_rows
+from scale.ledger.released.claims import agreement, all_rows
 from scale.ledger.released.figures import UNSUPPORTED, Figure, recompute
+from scale.ledger.released.plan import PLAN, PLAN_SHA256
 from scale.ledger.released.reader import ReleasedError, read_all
 from scale.ledger.released.schema import UPSTREAM, UPSTREAM_COMMIT
 

@@ -52,6 +52,10 @@ E1_COLLAPSE = "mean direction, eps 1e-3"
 TANGENT_IMAGES = 64  # E5: test images whose rotation tangents measure Proposition 5.2
 AUGMENT_PATH = "batched"  # every unit draws its views on the batched path: the same random stream on any machine
 KEY_FORMAT = 3  # v3: a unit is keyed by its resolved TrainConfig (not a command line)
+# The ledger's edition: v4's rules read measurements v3's units lack (the twin under protocol a, the raw-input
+# probes), so v4 is a new plan over the same units' keys. Part of the plan's settings (v3's registrations, before
+# it, have none), so two editions never share a plan id, a registration file or a unit file's name.
+EDITION = 4
 MACHINE_FIELDS = ("device", "threads")  # where a unit ran: in its file's name, not its key
 
 # Cost model (module docstring). Seconds per epoch, digits, CPU, 1 thread: the v1 ledger's median seconds / epochs.
@@ -177,7 +181,7 @@ def plan_settings(dataset: str, quick: bool, epochs: dict[str, int] | None, devi
     return {"dataset": dataset, "quick": quick, "seeds": seeds, "epochs": epochs_of(dataset, quick, epochs),
             "probe_images": QUICK_PROBE_IMAGES if quick else PROBE_IMAGES,
             "probe_pairs": QUICK_PROBE_PAIRS if quick else PROBE_PAIRS, "device": device,
-            "threads": threads, "repeat": repeat, "format": KEY_FORMAT}
+            "threads": threads, "repeat": repeat, "format": KEY_FORMAT, "edition": EDITION}
 
 
 def settings_units(settings: dict[str, Any], seeds: int, experiments: tuple[str, ...] = EXPERIMENTS

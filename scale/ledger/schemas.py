@@ -62,7 +62,8 @@ VERIFICATION_STATUSES = ("equal", "differs")  # what --verify records (a unit to
 # A ledger registration (scale.ledger.runner.registration_record) and its plan's settings (runner.plan_settings).
 SETTINGS = Schema(
     required={"dataset": str, "quick": bool, "device": str, "threads": int, "epochs": dict[str, int | None]},
-    optional={"seeds": int, "probe_images": int | None, "probe_pairs": int | None, "repeat": int, "format": int},
+    optional={"seeds": int, "probe_images": int | None, "probe_pairs": int | None, "repeat": int, "format": int,
+              "edition": int},
     rules=(between("seeds", 1, MAX_SEEDS), between("threads", 1), between("repeat", 0),
            lambda s: "seeds is missing (a plan of format 3 or later registers them)"
            if (s.get("format") or 0) >= 3 and "seeds" not in s else None))

@@ -18,13 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-import torch
-
 from scale.engine.hooks import Hook
 from scale.engine.recipes import DIGITS_RECIPES
-from scale.geometry.probes import features, knn_correct, logistic_probe_correct
-from scale.geometry.verdict import paired_gap
 
 # The paper's SimSiam setting of E1 and E2 (scale.experiments.catalog): SGD 0.05, momentum 0.9, no weight decay,
 # constant rate, the official head (no biases) without BatchNorm
@@ -98,41 +93,3 @@ class FixedPredictorLR(Hook):
             self.lrs.append((float(optimizer.param_groups[0]["lr"]), lr))
 
         opt.register_step_pre_hook(fix)
-
-
-def _one_channel(normalize):
-    """The grey image as the backbone sees it, one of its three equal channels, flattened: ``(n, S * S)``."""
-    return lambda x: normalize(x)[:, 0].flatten(1)
-
-
-_PIXELS: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id of the data -> the pixels' correct test images
-
-
-def _pixel_correct(data, normalize) -> tuple[torch.Tensor, torch.Tensor]:
-    """The test images the linear and kNN probes of the pixels get right (computed once per data set)."""
-    if id(data) in _PIXELS:
-        return _PIXELS[id(data)]
-    ptr = features(lambda v: v, data.train_x, _one_channel(normalize))
-    pte = features(lambda v: v, data.test_x, _one_channel(normalize))
-    _PIXELS[id(data)] = (logistic_probe_correct(ptr, data.train_y, pte, data.test_y, data.classes),
-                         knn_correct(ptr, data.train_y, pte, data.test_y, data.classes))
-    return _PIXELS[id(data)]
-
-
-def pixel_probe(trainer, data) -> dict[str, Any]:
-    """The class probes (the headline linear and the kNN, ``scale.geometry.probes``) of the raw pixels, normalised
-    as the backbone sees them, and of the trained z on the same training and test images, with z minus pixels
-    paired over the test images: ``{"linear": [z, pixels], "knn": [z, pixels], "linear_vs_pixels": [gain, low,
-    high], "knn_vs_pixels": ...}`` (percent, points)."""
-    normalize = trainer.augment.normalize
-    p_lin, p_knn = _pixel_correct(data, normalize)
-    ztr, _ = features(trainer.state.embed, data.train_x, normalize)
-    zte, _ = features(trainer.state.embed, data.test_x, normalize)
-    z_lin = logistic_probe_correct(ztr, data.train_y, zte, data.test_y, data.classes)
-    z_knn = knn_correct(ztr, data.train_y, zte, data.test_y, data.classes)
-    out: dict[str, Any] = {}
-    for name, z_ok, p_ok in (("linear", z_lin, p_lin), ("knn", z_knn, p_knn)):
-        g = paired_gap(np.asarray(p_ok), np.asarray(z_ok))
-        out[name] = [100 * float(z_ok.float().mean()), 100 * float(p_ok.float().mean())]
-        out[f"{name}_vs_pixels"] = [g.value, g.low, g.high]
-    return out

@@ -6,10 +6,12 @@ split; a bad experiment name is one line and exit 2."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-from bench import _simsiam
+from bench import _simsiam, recipe_search
 from bench.recipe_search import CANDIDATES, SIMSIAM, Candidate, main, simsiam_label
 from scale.engine.config import TrainConfig
 from scale.engine.data import load_dataset
@@ -104,12 +106,15 @@ def test_the_fixed_predictor_rate_holds_under_cosine(fixed):
         pred = {id(p) for p in trainers[0].model.predictor.parameters()}
         assert {id(p) for p in opt.param_groups[1]["params"]} == pred
         assert not pred & {id(p) for p in opt.param_groups[0]["params"]}
-        # the pixel probe reads the run's own z on the same split (the search refuses a row where it does not)
-        pixels = _simsiam.pixel_probe(trainers[0], data)
-        assert pixels["linear"][0] == pytest.approx(s.class_probe.accuracy.z, abs=1e-6)
-        assert pixels["knn"][0] == pytest.approx(s.class_probe.knn.accuracy.z, abs=1e-6)
-        g = pixels["linear_vs_pixels"]
-        assert g[0] == pytest.approx(pixels["linear"][0] - pixels["linear"][1]) and g[1] <= g[0] <= g[2]
+        # a row's pixel columns are the run's own raw-input baseline, z minus it paired over the same test images
+        fields = recipe_search.pixel_fields(s.class_probe)
+        p = s.class_probe
+        assert fields["pixel_probe"] == recipe_search.RAW_INPUT_PIXELS
+        assert fields["pixels"] == [p.raw_input, p.knn.raw_input]
+        g = fields["linear_vs_pixels"]
+        assert g[0] == pytest.approx(p.accuracy.z - p.raw_input) and g[1] <= g[0] <= g[2]
+        with pytest.raises(RuntimeError, match="no raw-input baseline"):
+            recipe_search.pixel_fields(dataclasses.replace(p, raw_input=None))
     else:
         assert all(len(r) == 1 for r in seen)  # one group: the predictor follows the schedule
 

@@ -9,7 +9,7 @@ An edit that changes what the unit computes fails here until the unit is recompu
 Bitwise on the kind of processor that computed it (the unit records torch's CPU capability and the processor);
 elsewhere float kernels may round otherwise, and the comparison allows float32 round-off (``ELSEWHERE_RTOL``) and
 says so. Negative control: a record with one number changed is reported as differing (exit 1), and a file whose
-content is not the unit its name says is refused (exit 2). What the ledger reads from a unit that differs
+content is not the unit its name says, or a unit of an earlier ledger edition, is refused (exit 2). What the ledger reads from a unit that differs
 (``scale.ledger.sensitivity``) is tested on a row of the ledger's form over four seeds of this unit, and the record
 a verification writes is read back by a strict JSON parser."""
 
@@ -26,6 +26,7 @@ import pytest
 from scale import replicate as R
 from scale.ledger import readers, store, views
 from scale.ledger.claims import CLAIMS
+from scale.ledger.plan import digest as plan_digest
 from scale.ledger.runner import machine
 from scale.ledger.schemas import VERIFICATION
 from scale.ledger.sensitivity import shift
@@ -68,6 +69,28 @@ def test_a_changed_number_or_a_misnamed_file_fails_the_verification(tmp_path, ca
     path.rename(other)  # the content says seed 0's unit, the name seed 1's
     assert R.main(["--verify", str(other)]) == 2
     assert "not the unit its name says" in capsys.readouterr().err
+
+
+def test_a_unit_of_an_earlier_edition_is_verified_at_its_own_commit(tmp_path, capsys):
+    """v3's units (no edition) lack measurements today's code makes and were read by another premise: today's code
+    would report those as differences of the code, so it refuses them with one line (exit 2)."""
+    shutil.copytree(STORE, tmp_path / "store")
+    reg_path = next((tmp_path / "store" / "registrations").glob("*.json"))
+    reg = json.loads(reg_path.read_text())
+    del reg["settings"]["edition"]  # a registration written before editions, as v3's: its own plan id
+    old, new = reg["plan"], store.plan_id(reg["settings"])
+    reg.update(plan=new, plan_hash=plan_digest(reg["settings"]))
+    reg_path.unlink()
+    (reg_path.parent / f"{new}.json").write_text(json.dumps(reg))
+    unit = next((tmp_path / "store" / "units").glob("*.json"))
+    rec = json.loads(unit.read_text())
+    rec["plan"] = new
+    unit.unlink()
+    path = unit.with_name(unit.name.replace(old, new))
+    path.write_text(json.dumps(rec))
+    assert R.main(["--verify", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ledger edition before 4" in err and "at their own commit" in err
 
 
 @pytest.mark.parametrize("bad", ["not-a-unit.json", "p--u--cpu-t1--k.json"])

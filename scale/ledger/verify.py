@@ -2,7 +2,8 @@ r"""A stored unit, computed again by the code now: does HEAD reproduce it? (``py
 
 The unit file is read through the store's bounded reader and checked as the store checks every unit file before
 use (``scale.ledger.store.read_unit``: its schema, what its name says, its key and config); its plan's
-registration (``OUT/registrations/<plan>.json`` beside ``OUT/units/``) gives the plan's settings, from which
+registration (``OUT/registrations/<plan>.json`` beside ``OUT/units/``) gives the plan's settings (of this code's
+ledger edition, ``plan.EDITION``: an earlier edition's units are verified at their own commit), from which
 today's code plans the unit again: a unit whose key today differs from the stored one is another unit (the code
 changed what it trains), said and not rerun. Otherwise the unit runs again in memory
 (no work folder) at its own device and thread count, and every number of the new record is compared with the
@@ -119,6 +120,10 @@ def verify(unit_file: Path, log=print) -> dict[str, Any]:
     if settings.get("format") != plan.KEY_FORMAT:
         raise StoreError(f"plan {meta['plan']} is of format {settings.get('format')}; this code plans format "
                          f"{plan.KEY_FORMAT} units (v3): an older ledger's units are verified at their own commit")
+    if settings.get("edition") != plan.EDITION:
+        raise StoreError(f"plan {meta['plan']} is of ledger edition {settings.get('edition', 'before 4')}; this code "
+                         f"measures edition {plan.EDITION} units (more measurements, today's premise): an older "
+                         "edition's units are verified at their own commit")
     units = {u.name: u for u in runner.settings_units(settings, int(settings["seeds"]))}
     unit = units.get(meta["name"])
     if unit is None:

@@ -9,8 +9,9 @@ An edit that changes what the unit computes fails here until the unit is recompu
 Bitwise on the kind of processor that computed it (the unit records torch's CPU capability and the processor);
 elsewhere float kernels may round otherwise, and the comparison allows float32 round-off (``ELSEWHERE_RTOL``) and
 says so. Negative control: a record with one number changed is reported as differing (exit 1), and a file whose
-content is not the unit its name says, or a unit of an earlier ledger edition, is refused (exit 2). What the ledger reads from a unit that differs
-(``scale.ledger.sensitivity``) is tested on a row of the ledger's form over four seeds of this unit, and the record
+content is not the unit its name says, or a unit of an earlier ledger edition, is refused (exit 2). What the ledger
+reads from a unit that differs (``scale.ledger.sensitivity``) is tested on a row of the ledger's form over four
+seeds of this unit, and the record
 a verification writes is read back by a strict JSON parser."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 from scale.ledger.views import IN_PROGRESS
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORT = ROOT / "docs" / "replication" / "v3" / "report.md"  # the last ledger reported (v4: not registered yet)
+REPORT = ROOT / "docs" / "replication" / "v3" / "report.md"  # the last ledger reported (v4: registered, running)
 MARKERS = ("<!-- ledger-counts -->", "<!-- /ledger-counts -->")
 
 

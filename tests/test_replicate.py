@@ -374,9 +374,12 @@ def test_quick_report_has_its_banner_and_no_bold_verdict():
 
 def test_a_partial_store_is_reported_in_progress_first():
     """A plan with fewer units stored than it has says so before any verdict (a view of the units so far, not the
-    registration's result); the whole plan stored carries no such banner."""
+    registration's result), its title the registered seeds and those stored; the whole plan stored carries no
+    such banner."""
     reg, res = _report_inputs(quick=False)
+    reg["settings"]["seeds"] = 10
     view, text = views.build(Path("/nonexistent-figures"), reg, [], res, [], planned=320)
+    assert text.startswith("# The paper's claims, replicated on digits: 10 seeds (units of 3 stored so far)\n")
     first = text.index(f"> {views.IN_PROGRESS}: 3 of the plan's 320 units are stored")
     assert first < text.index("## Verdicts") and view["banner"] == views.IN_PROGRESS
     view, text = views.build(Path("/nonexistent-figures"), reg, [], res, [], planned=3)
@@ -505,15 +508,17 @@ def test_determinism_rows_compare_the_same_units_at_another_thread_count(tmp_pat
 def test_the_registrations_hold_their_rules_and_the_one_in_force_todays():
     """Every committed registration (v2 and v3 kept as records in ``docs/replication/v2``, ``v3``; the ledger in
     force at the top of ``docs/replication``) holds the rules its hash names; the one in force holds today's rules,
-    or its last amendment does (``--amend``). Between ledgers (v3 moved into ``v3/``, v4 not registered yet) no
-    registration is in force, and a record's rules may differ from today's without an amendment."""
+    or its last amendment does (``--amend``): v4's, registered at the top. A record's rules may differ from today's
+    without an amendment."""
     ledger = ROOT / "docs" / "replication"
     regs = sorted(ledger.glob("**/registrations/*.json"))
     assert {p.parent.parent.name for p in regs} >= {"v2", "v3"}, "the v2 and v3 registrations are not committed"
     for path in regs:
         reg = json.loads(path.read_text())
         assert reg["rules_hash"] == plan.digest(reg["rules"]), path  # the hash is of the rules it holds
-    for path in sorted((ledger / "registrations").glob("*.json")):  # in force: today's rules
+    in_force = sorted((ledger / "registrations").glob("*.json"))
+    assert in_force, "no registration in force at the top of docs/replication"
+    for path in in_force:  # in force: today's rules
         reg = json.loads(path.read_text())
         logged = store.amendments(ledger, reg["plan"])
         assert (logged[-1]["to_hash"] if logged else reg["rules_hash"]) == claims.rules_hash(), path.name

@@ -242,7 +242,10 @@ def build(out: Path, reg: dict[str, Any], amendments: list[dict[str, Any]], res:
     commits = sorted({md(r["git_commit"]) for r in res.values()})
     seconds = sum(r["seconds"] for r in res.values())
     by_table = {t: [r for r in rows if r["table"] == t] for t in TITLES}
-    L = [f"# The paper's claims, replicated on {settings['dataset']}: {len(seeds)} seed{'s' * (len(seeds) != 1)}", ""]
+    registered = settings.get("seeds") or len(seeds)  # the plan's seeds (v1's registration has none: its units')
+    stored = "" if len(seeds) == registered else f" (units of {len(seeds)} stored so far)"
+    L = [f"# The paper's claims, replicated on {settings['dataset']}: {registered} seed{'s' * (registered != 1)}"
+         f"{stored}", ""]
     if reg.get("v1"):
         L += ["> v1 data read under today's rules: these units ran under the first ledger's rules (`v1`, no hash "
               "recorded), and today's rules were written after seeing them. Not a registered test: a view of old "

@@ -356,3 +356,24 @@ def test_the_committed_v3_reread_is_todays_rules_over_v3s_units(tmp_path):
                            str(dest)]) == 0
     committed = (root / "v3-reread" / "report.md").read_text()
     assert (dest / "report.md").read_text().replace(str(root / "v3"), "docs/replication/v3") == committed
+
+
+def test_the_committed_ledger_report_is_its_units_view(tmp_path):
+    """docs/replication/report.md is what ``--report-only`` writes today from the registration and unit files beside
+    it, byte for byte (in progress or complete): a count edited by hand, a unit file added or removed without the
+    report rebuilt, or a view that now reads the units otherwise, fails here."""
+    import shutil
+    from pathlib import Path
+
+    from scale import replicate
+
+    root = Path(__file__).resolve().parents[1] / "docs" / "replication"
+    if not (root / "report.md").is_file():
+        pytest.skip("no ledger report at the top of docs/replication (a registration without units yet)")
+    regs = sorted((root / "registrations").glob("*.json"))
+    assert len(regs) == 1, f"one registration in force at the top of docs/replication, found {len(regs)}"
+    for part in ("registrations", "units", "amendments", "verifications"):
+        if (root / part).is_dir():
+            shutil.copytree(root / part, tmp_path / part)
+    assert replicate.main(["--report-only", "--plan", regs[0].stem, "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "report.md").read_text() == (root / "report.md").read_text()

@@ -336,6 +336,19 @@ def project_pixels() -> tuple[float, float]:
     return 100 * float(right.float().mean()), 100 * float(near.float().mean())
 
 
+PROBE_NAMES = {SEARCH_OWN_PIXELS: "this search's own probe", RAW_INPUT_PIXELS: "the project's raw-input baseline"}
+
+
+def pixel_levels(runs: list[tuple[Any, list[dict[str, Any]]]]) -> dict[str, list[float]]:
+    """The pixels' (linear, kNN) accuracies per probe the rows carry, in order of first appearance: every row of
+    one probe reads the same split, so its first row's value is the probe's (a rerun may mix probes)."""
+    levels: dict[str, list[float]] = {}
+    for _, rs in runs:
+        for r in rs:
+            levels.setdefault(r.get("pixel_probe", SEARCH_OWN_PIXELS), r["pixels"])
+    return levels
+
+
 def pixel_note(probes: set[str], runs: list[tuple[Any, list[dict[str, Any]]]]) -> str:
     """What the rows' pixel columns are: the project's raw-input baseline, or (the search's first rows) its own
     probe, with the project's baseline on the same split and whether any row's z reaches either."""
@@ -358,8 +371,8 @@ def simsiam_report(found: list[dict[str, Any]]) -> list[str]:
     (candidate, seed) with the premise's word and the quantities it reads."""
     runs = [(c, sorted((r for r in found if c.has(r)), key=lambda r: r["seed"])) for c in SIMSIAM]
     runs = [(c, rs) for c, rs in runs if rs]
-    pixels = next((r["pixels"] for _, rs in runs for r in rs), None)
-    probes = {r.get("pixel_probe", SEARCH_OWN_PIXELS) for _, rs in runs for r in rs}
+    levels = pixel_levels(runs)
+    probes = set(levels)
     L = ["## The SimSiam search", "",
          "Made by `python -m bench.recipe_search --simsiam --experiments E1 E2 --seeds 3 --threads 1` "
          "(`bench/recipe_search.py`, `bench/_simsiam.py`; its lines are those of `bench/results/recipe_search.jsonl` "
@@ -386,8 +399,10 @@ def simsiam_report(found: list[dict[str, Any]]) -> list[str]:
          "trivial minimum is -1, which every collapsed representation reaches. Beside the premise, each row gives "
          "z's probes against the raw pixels on the same split (not part of the premise: what \"learned\" does not "
          "claim, a representation better than the input)"
-         + ("" if pixels is None else f": the 16 x 16 pixels as the backbone sees them reach linear "
-            f"{pixels[0]:.2f} % and kNN {pixels[1]:.2f} %") + "." + pixel_note(probes, runs), "",
+         + "".join(f"{'; ' if i else ': '}the 16 x 16 pixels as the backbone sees them reach linear "
+                   f"{v[0]:.2f} % and kNN {v[1]:.2f} % under {PROBE_NAMES[k]}"
+                   for i, (k, v) in enumerate(levels.items()))
+         + "." + pixel_note(probes, runs), "",
          "Per candidate, over its seeds: the final loss (mean [min, max]), the spreads and z's gains in points "
          "([min, max] of the seeds' point values; each seed's interval is in the table after it).", "",
          "| experiment | dimension | what changes | head | seeds learned | final loss | h spread | z spread | "

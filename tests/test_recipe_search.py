@@ -134,3 +134,15 @@ def test_an_unknown_experiment_is_one_line_and_exit_2(capsys):
     err = capsys.readouterr().err
     assert exc.value.code == 2
     assert len(err.strip().splitlines()) == 1 and "E9" in err and "E1" in err
+
+
+def test_the_pixels_sentence_names_each_probe_s_own_level():
+    """Rows of both pixel probes (a partial rerun mixes them): the page states each probe's level under its name;
+    it once stated the first row's level for all."""
+    rows = [r for r in recipe_search.rows() if r.get("search") == "simsiam"][:2]
+    assert len(rows) == 2 and all("pixel_probe" not in r for r in rows)  # the committed rows: the search's own probe
+    rerun = {**rows[1], "pixel_probe": recipe_search.RAW_INPUT_PIXELS, "pixels": [12.5, 25.0]}
+    page = "\n".join(recipe_search.simsiam_report([rows[0], rerun]))
+    own = rows[0]["pixels"]
+    assert f"linear {own[0]:.2f} % and kNN {own[1]:.2f} % under this search's own probe" in page
+    assert "linear 12.50 % and kNN 25.00 % under the project's raw-input baseline" in page

@@ -93,6 +93,14 @@ def test_reproduced_needs_the_twin_and_a_magnitude_not_excluded(sign, twin, magn
     assert got == category and said in label
 
 
+def test_the_label_says_in_magnitude_once():
+    """Without named protocols the category already says it ("reproduced in magnitude; in magnitude" once); with
+    them each protocol's outcome stays named."""
+    assert compose(REPRODUCED, HOLDS, IN_MAGNITUDE) == (REPRODUCED_IN_MAGNITUDE, REPRODUCED_IN_MAGNITUDE)
+    _, label = compose(REPRODUCED, HOLDS, IN_MAGNITUDE, by_protocol=(("a", IN_MAGNITUDE), ("b", IN_MAGNITUDE)))
+    assert label == f"{REPRODUCED_IN_MAGNITUDE}; in magnitude under a, b"
+
+
 def test_magnitude_against_the_registered_band():
     band = (0.5, 0.9)
     assert magnitude_outcome(band, 0.7, 0.6, 0.8) == IN_MAGNITUDE

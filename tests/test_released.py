@@ -326,10 +326,10 @@ def test_the_object_shell_is_admitted_only_where_asked_and_only_as_np_save_write
 
 
 def test_the_committed_report_carries_the_section_this_code_computes():
-    """docs/replication/v3/report.md (the last ledger reported) ends with the section as the vendored arrays give it
+    """docs/replication/report.md (the ledger in force) ends with the section as the vendored arrays give it
     today: a section edited by hand, or code that now computes something else, fails here (a changed array is
     refused on load: above)."""
-    text = (ROOT / "docs" / "replication" / "v3" / "report.md").read_text()
+    text = (ROOT / "docs" / "replication" / "report.md").read_text()
     committed = text[text.index(section.TITLE):].strip()
     assert committed == "\n".join(section.vendored_section()).strip()
 

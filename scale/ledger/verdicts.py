@@ -183,11 +183,13 @@ def compose(sign: str, twin: str | None, magnitude: str | None, open_protocols: 
         notes.append(NOT_ATTRIBUTABLE + (" (the untrained twin does as much or more)" if twin == FAILS else
                                          " (its untrained twin not measured)" if twin == TWIN_NOT_MEASURED else
                                          " (trained against untrained: open)"))
-    notes += _magnitude_notes(magnitude, by_protocol)
     if magnitude == EXCLUDED and category == REPRODUCED:
         category = SIGN_ONLY
     elif magnitude == IN_MAGNITUDE and category == REPRODUCED:
         category = REPRODUCED_IN_MAGNITUDE
+    # a bare "in magnitude" (no protocol named) repeats what "reproduced in magnitude" already says
+    notes += [n for n in _magnitude_notes(magnitude, by_protocol)
+              if not (n == IN_MAGNITUDE and category == REPRODUCED_IN_MAGNITUDE)]
     if open_protocols:
         notes.append("open under " + ", ".join(open_protocols))
     head = category if category != SIGN_ONLY else f"{SIGN_ONLY} ({sign})"

@@ -18,15 +18,19 @@ alone. Each test names the edit it guards (a mutant that passed every test befor
 from __future__ import annotations
 
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 from _binomial import binomial_lr
 from scipy import stats
 
+from scale import replicate
 from scale.ledger.claims import CLAIMS
 from scale.ledger.claims.base import MECHANISM, PAPER, PROJECT, Claim
 from scale.ledger.evaluate import evaluate_all
 from scale.ledger.readers import e1_name
+from scale.ledger.stats import clustered_interval
 from scale.ledger.verdicts import (
     EXCLUDED,
     INCONCLUSIVE,
@@ -143,8 +147,6 @@ def test_all_or_nothing_seeds_are_clustered_in_the_row():
 def test_the_clustered_point_is_the_observed_fraction():
     """Seeds of 40, 45, 50, 0, 48 of 50 epochs: the row's point is the observed 183 / 250 = 0.732, not the
     beta-binomial's fitted mean rate (which weighs the all-or-nothing seed otherwise)."""
-    from scale.ledger.stats import clustered_interval
-
     counts = [(40, 50), (45, 50), (50, 50), (0, 50), (48, 50)]
     r = row("E2.2", _e2_units(counts))
     assert r["interval"]["value"] == 183 / 250
@@ -346,10 +348,6 @@ def test_the_committed_v3_reread_is_todays_rules_over_v3s_units(tmp_path):
     """docs/replication/v3-reread/report.md is what ``--report-only --reread`` writes today from v3's stored units,
     byte for byte: a rule changed since, or a page edited by hand, fails here (rebuild it with the command in
     docs/replication/README.md)."""
-    from pathlib import Path
-
-    from scale import replicate
-
     root = Path(__file__).resolve().parents[1] / "docs" / "replication"
     dest = tmp_path / "reread"
     assert replicate.main(["--report-only", "--plan", "511cfdd496f5", "--out", str(root / "v3"), "--reread",
@@ -362,11 +360,6 @@ def test_the_committed_ledger_report_is_its_units_view(tmp_path):
     """docs/replication/report.md is what ``--report-only`` writes today from the registration and unit files beside
     it, byte for byte (in progress or complete): a count edited by hand, a unit file added or removed without the
     report rebuilt, or a view that now reads the units otherwise, fails here."""
-    import shutil
-    from pathlib import Path
-
-    from scale import replicate
-
     root = Path(__file__).resolve().parents[1] / "docs" / "replication"
     if not (root / "report.md").is_file():
         pytest.skip("no ledger report at the top of docs/replication (a registration without units yet)")

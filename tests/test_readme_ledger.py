@@ -1,5 +1,5 @@
 """The README's sentence about the replication ledger is the report's own: its verdict counts word for word, and, while
-the plan is not complete, how many of its units are stored. A README that drifts from ``docs/replication/v3/report.md``
+the plan is not complete, how many of its units are stored. A README that drifts from ``docs/replication/report.md``
 (a rerun, a new unit, an edited count) fails here."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from scale.ledger.views import IN_PROGRESS
 
 ROOT = Path(__file__).resolve().parents[1]
-REPORT = ROOT / "docs" / "replication" / "v3" / "report.md"  # the last ledger reported (v4: registered, running)
+REPORT = ROOT / "docs" / "replication" / "report.md"  # the ledger in force (v4)
 MARKERS = ("<!-- ledger-counts -->", "<!-- /ledger-counts -->")
 
 
@@ -40,7 +40,7 @@ def check(readme: str, report: str) -> None:
         assert stored in block and "in progress" in block, f"the README must say the ledger is in progress ({stored})"
 
 
-@pytest.mark.skipif(not REPORT.is_file(), reason="docs/replication/v3/report.md is not in this checkout")
+@pytest.mark.skipif(not REPORT.is_file(), reason="docs/replication/report.md is not in this checkout")
 def test_the_readme_states_the_reports_counts():
     check((ROOT / "README.md").read_text(), REPORT.read_text())
 

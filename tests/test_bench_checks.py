@@ -39,7 +39,7 @@ CHECKS = {  # benchmark -> its check mode's arguments (the smallest grid each of
     "readme_sample": ["--quick", "--runs", "0:1"],
 }
 # Every benchmark module with a check mode is listed above; those without one (bench/*.py, not helpers):
-NO_CHECK_MODE = {"bench_curvature_parts", "bench_warm_crossing", "recipe_search"}
+NO_CHECK_MODE = {"bench_curvature_parts", "bench_warm_crossing", "ledger_editions", "recipe_search"}
 CHECK_CPU_S = {"bench_analyze": 9, "bench_curvature": 6, "bench_epoch": 2, "bench_hessian": 4, "bench_layout": 4,
                "bench_main_job": 33, "bench_monitor": 9, "bench_pipeline": 5, "bench_pretrained": 10,
                "bench_scaling": 14, "bench_tracking": 25, "gpu_suite": 19, "readme_sample": 14}
